@@ -1,0 +1,42 @@
+# LambdaStore on PostgreSQL — build, demo and test entry points.
+# See README.md for the user view and docs/ARCHITECTURE.md for the design.
+
+LAMBDAS      := counter bank forum micro
+WASM_TARGET  := wasm32-unknown-unknown
+LAMBDA_DIR   := target/lambdas
+COMPONENTIZE := target/release/lambdastore-componentize
+
+.PHONY: lambdas
+lambdas: ## Build the example applications to target/lambdas/<name>.wasm (components)
+	cargo build --release -p lambdastore-componentize
+	cargo build --release --target $(WASM_TARGET) $(addprefix -p ,$(LAMBDAS))
+	mkdir -p $(LAMBDA_DIR)
+	for app in $(LAMBDAS); do \
+	  $(COMPONENTIZE) target/$(WASM_TARGET)/release/$$app.wasm $(LAMBDA_DIR)/$$app.wasm || exit 1; \
+	done
+
+PG_CONFIG ?= pg_config
+
+.PHONY: install
+install: ## Build (release) and install the extension into the server `pg_config` names
+	cd extension && cargo pgrx install --release --pg-config "$$(command -v $(PG_CONFIG))"
+
+.PHONY: test-sdk
+test-sdk: ## SDK, macro and example-app unit tests on the mock host (no database)
+	cargo test -p lambdastore-sdk -p lambdastore-sdk-macros -p lambdastore-componentize $(addprefix -p ,$(LAMBDAS))
+
+.PHONY: test-e2e
+test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL
+	scripts/e2e.sh
+
+.PHONY: test
+test: lambdas install test-sdk test-e2e ## Everything CI runs
+
+.PHONY: demo
+demo: lambdas install ## Start the embedded single-node PostgreSQL and run the CloudForum demo
+	scripts/demo.sh
+
+.PHONY: stop
+stop: ## Stop the project's PostgreSQL clusters
+	scripts/cluster.sh stop demo
+	scripts/cluster.sh stop test

@@ -1,0 +1,83 @@
+//! The SQL surface: thin wrappers that turn SQL arguments into a workflow
+//! call and a `LambdaError` into an `ERROR` with its SQLSTATE.
+
+use crate::error::{LambdaError, Result};
+use crate::workflow;
+use pgrx::prelude::*;
+use pgrx::JsonB;
+
+/// Raises `err` once every wasm frame is gone. A cancel or termination is
+/// handed back to PostgreSQL so that it reports it its own way (57014
+/// "canceling statement due to ...", or FATAL for a terminated backend).
+fn raise(err: LambdaError, context: String) -> ! {
+    if matches!(err, LambdaError::Canceled) {
+        pgrx::check_for_interrupts!();
+    }
+    err.report(&context)
+}
+
+fn json_args(args: &JsonB) -> String {
+    args.0.to_string()
+}
+
+fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> JsonB {
+    match result.and_then(|text| {
+        serde_json::from_str(&text).map(JsonB).map_err(|e| LambdaError::Trap(format!("the result is not JSON: {e}")))
+    }) {
+        Ok(json) => json,
+        Err(err) => raise(err, context()),
+    }
+}
+
+/// Runs a method of an object in this backend, inside the caller's
+/// transaction, and returns its JSON result.
+#[pg_extern(volatile, parallel_unsafe)]
+fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonB, "'{}'")) -> JsonB {
+    json_result(workflow::invoke_method(object_id, method, &json_args(&args)), || {
+        format!("lambda_invoke({object_id}, '{method}')")
+    })
+}
+
+#[pg_schema]
+mod lambdastore {
+    use super::*;
+
+    /// Registers a new version of an application's code and returns what
+    /// it registered. Redeploying the same bytes changes nothing.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn deploy(app: &str, module: &[u8]) -> JsonB {
+        match crate::api::deploy::deploy(app, module) {
+            Ok(json) => JsonB(json),
+            Err(err) => raise(err, format!("deploy('{app}')")),
+        }
+    }
+
+    /// Creates an object and runs its type's constructor; returns its id.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn create_object(app: &str, r#type: &str, args: default!(JsonB, "'{}'")) -> i64 {
+        match workflow::create(app, r#type, &json_args(&args)) {
+            Ok(id) => id,
+            Err(err) => raise(err, format!("create_object('{app}', '{}')", r#type)),
+        }
+    }
+
+    /// Runs a static function of a type (no object).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn invoke_static(app: &str, r#type: &str, function: &str, args: default!(JsonB, "'{}'")) -> JsonB {
+        json_result(workflow::invoke_static(app, r#type, function, &json_args(&args)), || {
+            format!("invoke_static('{app}', '{}', '{function}')", r#type)
+        })
+    }
+
+    /// Deletes an object and all its entries.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn delete_object(object_id: i64) {
+        match crate::catalog::objects::delete(object_id) {
+            Ok(true) => {}
+            Ok(false) => raise(LambdaError::UnknownObject(object_id), String::new()),
+            Err(err) => raise(err, format!("delete_object({object_id})")),
+        }
+    }
+}
+
+mod deploy;

@@ -1,0 +1,40 @@
+//! Object rows.
+
+use super::query;
+use crate::error::Result;
+use crate::txn::ObjectInfo;
+use pgrx::pg_sys::BuiltinOid::*;
+
+/// The object's application and type, and the application's current module.
+pub fn lookup(object_id: i64) -> Result<Option<(ObjectInfo, i64)>> {
+    query(
+        "SELECT o.app, o.type_name, a.module_id
+           FROM lambdastore.objects o JOIN lambdastore.applications a ON a.name = o.app
+          WHERE o.object_id = $1",
+        &[INT8OID],
+        &[object_id.into()],
+        |rows| {
+            let Some(row) = rows.into_iter().next() else { return Ok(None) };
+            let app: String = row.get(1)?.unwrap_or_default();
+            let type_name: String = row.get(2)?.unwrap_or_default();
+            let module_id: Option<i64> = row.get(3)?;
+            Ok(module_id.map(|m| (ObjectInfo { app, type_name }, m)))
+        },
+    )
+}
+
+pub fn next_id() -> Result<i64> {
+    query("SELECT nextval('lambdastore.object_id_seq')", &[], &[], |rows| {
+        Ok(rows.first().get_one::<i64>()?.unwrap_or_default())
+    })
+}
+
+/// Deletes an object with its entries and entry sets; false if it did not exist.
+pub fn delete(object_id: i64) -> Result<bool> {
+    query(
+        "DELETE FROM lambdastore.objects WHERE object_id = $1 RETURNING object_id",
+        &[INT8OID],
+        &[object_id.into()],
+        |rows| Ok(!rows.is_empty()),
+    )
+}

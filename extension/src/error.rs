@@ -1,0 +1,114 @@
+//! The one error type of the extension. Host code returns it; only the SQL
+//! edge (`api/`) turns it into an `ERROR` with its SQLSTATE, after every
+//! wasm frame has been left (never `ereport` across wasm frames).
+//!
+//! SQLSTATEs are PostgreSQL's standard codes so that generic clients react
+//! correctly (40001 is retried, 57014 is a cancel, 53200 is out of memory).
+//! The table is part of the public contract: see README "Errors".
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LambdaError {
+    #[error("application \"{0}\" does not exist")]
+    UnknownApplication(String),
+    #[error("object {0} does not exist")]
+    UnknownObject(i64),
+    #[error("type \"{ty}\" of application \"{app}\" does not exist")]
+    UnknownType { app: String, ty: String },
+    #[error("function \"{function}\" of type \"{ty}\" does not exist{why}")]
+    UnknownFunction { ty: String, function: String, why: String },
+    #[error("function \"{ty}.{function}\" is protected: only lambdas of application \"{app}\" may call it")]
+    Protected { app: String, ty: String, function: String },
+    #[error("object {object} belongs to application \"{target}\", not \"{caller}\": calls across applications are not allowed")]
+    CrossApplication { object: i64, caller: String, target: String },
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    #[error("bad arguments for \"{ty}.{function}\": {message}")]
+    BadArguments { ty: String, function: String, message: String },
+    #[error("{message}")]
+    Application { message: String },
+    #[error("lambda trapped: {0}")]
+    Trap(String),
+    #[error("lambda exceeded lambdastore.timeout ({0} ms)")]
+    Timeout(u128),
+    #[error("lambda was canceled")]
+    Canceled,
+    #[error("lambda exceeded lambdastore.memory_limit ({limit} bytes): it asked for {requested} bytes")]
+    MemoryLimit { limit: usize, requested: usize },
+    #[error("{what} is {size} bytes, more than {setting} ({limit} bytes)")]
+    TooLarge { what: &'static str, size: usize, limit: usize, setting: &'static str },
+    #[error("nested call depth exceeds lambdastore.max_call_depth ({0})")]
+    CallDepth(u32),
+    #[error("function \"{ty}.{function}\" is readonly and may not write")]
+    ReadonlyWrite { ty: String, function: String },
+    #[error("static function \"{ty}.{function}\" has no object whose entries it could {op}")]
+    NoObject { ty: String, function: String, op: &'static str },
+    #[error("{0} is not supported yet")]
+    NotSupported(String),
+    #[error("invalid module: {0}")]
+    InvalidModule(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = LambdaError> = std::result::Result<T, E>;
+
+impl LambdaError {
+    pub fn sqlstate(&self) -> PgSqlErrorCode {
+        use LambdaError::*;
+        use PgSqlErrorCode::*;
+        match self {
+            UnknownApplication(_) | UnknownObject(_) | UnknownType { .. } => ERRCODE_UNDEFINED_OBJECT,
+            UnknownFunction { .. } => ERRCODE_UNDEFINED_FUNCTION,
+            Protected { .. } | CrossApplication { .. } | PermissionDenied(_) => {
+                ERRCODE_INSUFFICIENT_PRIVILEGE
+            }
+            BadArguments { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            Application { .. } => ERRCODE_RAISE_EXCEPTION,
+            Trap(_) => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
+            Timeout(_) | Canceled => ERRCODE_QUERY_CANCELED,
+            MemoryLimit { .. } => ERRCODE_OUT_OF_MEMORY,
+            TooLarge { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
+            ReadonlyWrite { .. } | NoObject { .. } => {
+                ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED
+            }
+            NotSupported(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
+            InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,
+            Internal(_) => ERRCODE_INTERNAL_ERROR,
+        }
+    }
+
+    /// Raises the error as a PostgreSQL `ERROR`. Call only from the SQL edge.
+    pub fn report(self, context: &str) -> ! {
+        let code = self.sqlstate();
+        let mut report = ErrorReport::new(code, self.to_string(), "lambdastore");
+        if !context.is_empty() {
+            report = report.set_detail(context.to_string());
+        }
+        report.report(PgLogLevel::ERROR);
+        unreachable!("ERROR does not return")
+    }
+}
+
+/// Turns the error of a wasmtime call (a trap, or one of ours carried
+/// through the guest as a trap) back into a `LambdaError`.
+pub fn from_wasmtime(err: wasmtime::Error) -> LambdaError {
+    let err = match err.downcast::<LambdaError>() {
+        Ok(ours) => return ours,
+        Err(other) => other,
+    };
+    match err.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => LambdaError::Trap(format!("{trap}{}", wasm_backtrace(&err))),
+        None => LambdaError::Trap(format!("{err:#}")),
+    }
+}
+
+fn wasm_backtrace(err: &wasmtime::Error) -> String {
+    match err.downcast_ref::<wasmtime::WasmBacktrace>() {
+        Some(bt) => format!("\n{bt}"),
+        None => String::new(),
+    }
+}

@@ -1,0 +1,104 @@
+//! Every setting of the extension: a private static, its default and why,
+//! and a typed accessor. Limits that protect the server from a tenant's
+//! lambdas are `SUSET` (only a superuser may raise them); the wall-clock
+//! timeout is `USERSET` like PostgreSQL's own `statement_timeout`.
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::time::Duration;
+
+/// Upper bound of `lambdastore.max_call_depth`; the per-backend instance
+/// pool is sized from it (one instance per nested call that is running).
+pub const MAX_CALL_DEPTH_LIMIT: i32 = 32;
+
+/// `lambdastore.timeout` (ms, default 1000): wall time of one top-level
+/// invocation including its nested calls. 1 s matches the paper's default
+/// job limit: long enough for real work, short enough that a runaway lambda
+/// cannot hold locks for long.
+static TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
+/// `lambdastore.memory_limit` (kB, default 64 MB): linear memory of one
+/// instance. Rust guests reserve 1 MiB of stack in linear memory, so the
+/// floor is 2 MB.
+static MEMORY_LIMIT_KB: GucSetting<i32> = GucSetting::<i32>::new(64 * 1024);
+
+/// `lambdastore.max_call_depth` (default 16): nested synchronous calls.
+static MAX_CALL_DEPTH: GucSetting<i32> = GucSetting::<i32>::new(16);
+
+/// `lambdastore.max_args_size` (kB, default 1 MB): JSON arguments of a call.
+static MAX_ARGS_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
+
+/// `lambdastore.max_result_size` (kB, default 1 MB): JSON result of a call.
+static MAX_RESULT_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
+
+pub fn define() {
+    GucRegistry::define_int_guc(
+        c"lambdastore.timeout",
+        c"Wall-clock limit of one lambda invocation, nested calls included.",
+        c"Enforced by wasmtime epoch interruption; query cancel and statement_timeout also stop a running lambda.",
+        &TIMEOUT_MS,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.memory_limit",
+        c"Linear memory one lambda instance may use.",
+        c"Growing memory past this limit traps the lambda with SQLSTATE 53200.",
+        &MEMORY_LIMIT_KB,
+        2 * 1024,
+        4 * 1024 * 1024 - 1,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.max_call_depth",
+        c"Maximum depth of nested synchronous lambda calls.",
+        c"",
+        &MAX_CALL_DEPTH,
+        1,
+        MAX_CALL_DEPTH_LIMIT,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.max_args_size",
+        c"Maximum size of the JSON arguments of a lambda call.",
+        c"",
+        &MAX_ARGS_KB,
+        1,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.max_result_size",
+        c"Maximum size of the JSON result of a lambda call.",
+        c"",
+        &MAX_RESULT_KB,
+        1,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
+}
+
+pub fn timeout() -> Duration {
+    Duration::from_millis(TIMEOUT_MS.get().max(1) as u64)
+}
+
+pub fn memory_limit_bytes() -> usize {
+    MEMORY_LIMIT_KB.get() as usize * 1024
+}
+
+pub fn max_call_depth() -> u32 {
+    MAX_CALL_DEPTH.get() as u32
+}
+
+pub fn max_args_bytes() -> usize {
+    MAX_ARGS_KB.get() as usize * 1024
+}
+
+pub fn max_result_bytes() -> usize {
+    MAX_RESULT_KB.get() as usize * 1024
+}

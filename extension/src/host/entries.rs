@@ -1,0 +1,119 @@
+//! Entries of the current object: reads see the workflow's own buffered
+//! writes first, then the table; writes go to the buffer only.
+
+use super::{Direction, Entry, HostState};
+use crate::catalog::entries as table;
+use crate::error::{LambdaError, Result};
+use crate::txn::EntryKey;
+
+fn key_of(state: &HostState, field: String, key: Vec<u8>, op: &'static str) -> Result<EntryKey> {
+    if state.frame.object == 0 {
+        return Err(LambdaError::NoObject {
+            ty: state.frame.type_name.clone(),
+            function: state.frame.function.clone(),
+            op,
+        });
+    }
+    Ok((state.frame.object, field, key))
+}
+
+fn check_writable(state: &HostState) -> Result<()> {
+    if state.frame.readonly {
+        return Err(LambdaError::ReadonlyWrite {
+            ty: state.frame.type_name.clone(),
+            function: state.frame.function.clone(),
+        });
+    }
+    Ok(())
+}
+
+pub fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
+    let key = key_of(state, field, key, "read")?;
+    if let Some(buffered) = state.workflow.writes.borrow().get(&key) {
+        return Ok(buffered.clone());
+    }
+    table::get(&key)
+}
+
+pub fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
+    let key = key_of(state, field, key, "write")?;
+    check_writable(state)?;
+    state.workflow.writes.borrow_mut().put(key, value);
+    Ok(())
+}
+
+pub fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<bool> {
+    let key = key_of(state, field, key, "write")?;
+    check_writable(state)?;
+    let existed = match state.workflow.writes.borrow().get(&key) {
+        Some(buffered) => buffered.is_some(),
+        None => table::get(&key)?.is_some(),
+    };
+    state.workflow.writes.borrow_mut().delete(key);
+    Ok(existed)
+}
+
+/// Merges the table's entries in [start, end) with the buffered ones. Each
+/// buffered key can hide at most one stored entry, so asking the table for
+/// `limit + buffered` rows is always enough.
+pub fn scan(
+    state: &HostState,
+    field: String,
+    start: Option<Vec<u8>>,
+    end: Option<Vec<u8>>,
+    limit: u32,
+    dir: Direction,
+) -> Result<Vec<Entry>> {
+    let (object, field, _) = key_of(state, field, Vec::new(), "read")?;
+    let limit = limit as usize;
+    if limit == 0 || matches!((&start, &end), (Some(s), Some(e)) if s >= e) {
+        return Ok(Vec::new());
+    }
+    let writes = state.workflow.writes.borrow();
+    let buffered: Vec<(&[u8], &Option<Vec<u8>>)> = {
+        let range = writes.range(object, &field, start.as_deref(), end.as_deref());
+        match dir {
+            Direction::Forward => range.collect(),
+            Direction::Backward => range.rev().collect(),
+        }
+    };
+    let forward = matches!(dir, Direction::Forward);
+    let stored = table::scan(
+        object,
+        &field,
+        start.as_deref(),
+        end.as_deref(),
+        limit.saturating_add(buffered.len()),
+        forward,
+    )?;
+
+    // Two sorted lists, merged in scan order; on equal keys the buffer wins.
+    let before = |a: &[u8], b: &[u8]| if forward { a < b } else { a > b };
+    let mut out = Vec::with_capacity(limit.min(stored.len() + buffered.len()));
+    let (mut s, mut b) = (stored.into_iter().peekable(), buffered.into_iter().peekable());
+    while out.len() < limit {
+        let take_buffered = match (s.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some((sk, _)), Some((bk, _))) => {
+                if sk.as_slice() == *bk {
+                    s.next(); // shadowed by the buffered write
+                    true
+                } else {
+                    before(bk, sk)
+                }
+            }
+        };
+        if take_buffered {
+            let (key, slot) = b.next().expect("peeked");
+            if let Some(value) = slot {
+                out.push(Entry { key: key.to_vec(), value: value.clone() });
+            }
+        } else {
+            let (key, value) = s.next().expect("peeked");
+            out.push(Entry { key, value });
+        }
+    }
+    Ok(out)
+}

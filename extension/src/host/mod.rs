@@ -1,0 +1,151 @@
+//! The host side of the WIT world `lambdastore:lambda/lambda`
+//! (guest-sdk/wit/lambda.wit): what a lambda may do, and nothing else.
+//!
+//! One `HostState` per store, that is per (nested) call. Errors a lambda
+//! cannot handle (limits, refusals, a callee's trap) are returned as traps
+//! carrying a `LambdaError`, which unwinds every wasm frame of the workflow
+//! before the SQL edge reports it.
+
+mod entries;
+
+use crate::error::{LambdaError, Result};
+use crate::workflow;
+use crate::runtime::AppVersion;
+use crate::txn::Workflow;
+use std::rc::Rc;
+
+wasmtime::component::bindgen!({
+    world: "lambda",
+    path: "../guest-sdk/wit",
+    imports: { default: trappable },
+});
+
+pub use lambdastore::lambda::types::{Direction, Entry, LogLevel};
+
+/// The call a store is running.
+pub struct Frame {
+    /// The object, or 0 for a static function.
+    pub object: i64,
+    pub type_name: String,
+    pub function: String,
+    pub readonly: bool,
+    /// 0 for the top-level call.
+    pub depth: u32,
+}
+
+pub struct HostState {
+    pub workflow: Rc<Workflow>,
+    /// The code version the workflow started with; nested calls keep it even
+    /// if the application is redeployed meanwhile.
+    pub app: Rc<AppVersion>,
+    pub frame: Frame,
+    pub limits: Limits,
+}
+
+/// The per-instance limits wasmtime asks about when memory or tables grow.
+pub struct Limits {
+    pub memory_limit: usize,
+}
+
+impl wasmtime::ResourceLimiter for Limits {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            return Err(LambdaError::MemoryLimit { limit: self.memory_limit, requested: desired }.into());
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        // Tables hold function references; no sane guest needs millions.
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// A callee's own error goes back to its caller; anything else traps, which
+/// unwinds the caller too and aborts the workflow.
+fn recoverable<T>(outcome: Result<T>) -> wasmtime::Result<std::result::Result<T, CallError>> {
+    match outcome {
+        Ok(value) => Ok(Ok(value)),
+        Err(LambdaError::Application { message }) => Ok(Err(CallError::Application(message))),
+        Err(fatal) => Err(fatal.into()),
+    }
+}
+
+impl lambdastore::lambda::types::Host for HostState {}
+
+impl lambdastore::lambda::host::Host for HostState {
+    fn self_id(&mut self) -> wasmtime::Result<i64> {
+        Ok(self.frame.object)
+    }
+
+    fn get(&mut self, field: String, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        Ok(entries::get(self, field, key)?)
+    }
+
+    fn put(&mut self, field: String, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        Ok(entries::put(self, field, key, value)?)
+    }
+
+    fn delete(&mut self, field: String, key: Vec<u8>) -> wasmtime::Result<bool> {
+        Ok(entries::delete(self, field, key)?)
+    }
+
+    fn scan(
+        &mut self,
+        field: String,
+        start: Option<Vec<u8>>,
+        end: Option<Vec<u8>>,
+        limit: u32,
+        dir: Direction,
+    ) -> wasmtime::Result<Vec<Entry>> {
+        Ok(entries::scan(self, field, start, end, limit, dir)?)
+    }
+
+    fn call(&mut self, target: i64, function: String, args: String) -> wasmtime::Result<Result<String, CallError>> {
+        recoverable(workflow::call(self, target, &function, &args))
+    }
+
+    fn create(&mut self, type_name: String, args: String) -> wasmtime::Result<Result<i64, CallError>> {
+        recoverable(workflow::create_nested(self, &type_name, &args))
+    }
+
+    fn call_static(
+        &mut self,
+        type_name: String,
+        function: String,
+        args: String,
+    ) -> wasmtime::Result<Result<String, CallError>> {
+        recoverable(workflow::call_static(self, &type_name, &function, &args))
+    }
+
+    fn spawn(&mut self, _target: i64, _function: String, _args: String) -> wasmtime::Result<Result<(), CallError>> {
+        Err(LambdaError::NotSupported("spawn (asynchronous jobs need the background workers)".into()).into())
+    }
+
+    fn now_micros(&mut self) -> wasmtime::Result<i64> {
+        // PostgreSQL timestamps count from 2000-01-01; the guest wants Unix time.
+        const UNIX_TO_POSTGRES_EPOCH_MICROS: i64 = 946_684_800 * 1_000_000;
+        // SAFETY: reads the system clock; no PostgreSQL state is touched.
+        Ok(unsafe { pgrx::pg_sys::GetCurrentTimestamp() } + UNIX_TO_POSTGRES_EPOCH_MICROS)
+    }
+
+    fn random_u64(&mut self) -> wasmtime::Result<u64> {
+        // SAFETY: the global PRNG is seeded at backend start and only used
+        // from this (the main) thread.
+        Ok(unsafe { pgrx::pg_sys::pg_prng_uint64(&raw mut pgrx::pg_sys::pg_global_prng_state) })
+    }
+
+    fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {
+        let app = &self.app.app;
+        let Frame { object, type_name, function, .. } = &self.frame;
+        let line = format!("lambdastore {app}: {type_name}.{function} on object {object}: {message}");
+        // Below ERROR, ereport returns normally: safe to call from host code.
+        match level {
+            LogLevel::Debug => pgrx::debug1!("{line}"),
+            LogLevel::Info => pgrx::log!("{line}"),
+            LogLevel::Notice => pgrx::notice!("{line}"),
+            LogLevel::Warning => pgrx::warning!("{line}"),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,40 @@
+//! LambdaStore: data-centric serverless computing inside PostgreSQL.
+//!
+//! Application code is a WebAssembly component bound to objects (typed fields
+//! stored as rows, plus functions). `SELECT lambda_invoke(id, 'method', args)`
+//! runs the function in this backend, next to the object's data, sandboxed by
+//! wasmtime. See docs/ARCHITECTURE.md for the map of modules.
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+use pgrx::prelude::*;
+
+mod api;
+mod catalog;
+mod error;
+mod gucs;
+mod host;
+mod runtime;
+mod txn;
+mod workflow;
+
+pgrx::pg_module_magic!(name, version);
+
+// The catalog (tables, sequences, grants) is plain SQL, shipped in sql/.
+pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
+
+/// Runs in the postmaster when preloaded, or in a backend at first use.
+/// Only GUCs are defined here: the wasmtime engine and its epoch thread are
+/// created lazily inside each backend, because forked children do not
+/// inherit threads.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    gucs::define();
+}
+
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

@@ -1,0 +1,327 @@
+//! A narrow wrapper around wasmtime: one engine per backend, compiled
+//! components cached on disk and in memory (an `InstancePre` per module
+//! version), and `run`, which executes one function in a fresh store with
+//! the invocation's limits. Nothing else of wasmtime is used elsewhere.
+
+mod cache;
+mod engine;
+
+use crate::error::{from_wasmtime, LambdaError, Result};
+use crate::gucs;
+use crate::host::{CallError, Frame, FunctionKind, HostState, Lambda, LambdaPre, Limits};
+use engine::runtime;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Instant;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Store, UpdateDeadline};
+
+use crate::txn::Workflow;
+
+/// What a module's `describe` export says, as stored in `modules.description`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Description {
+    pub sdk: String,
+    pub types: Vec<TypeDesc>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TypeDesc {
+    pub name: String,
+    pub fields: Vec<FieldDesc>,
+    pub functions: Vec<FnDesc>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FieldDesc {
+    pub name: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FnDesc {
+    pub name: String,
+    /// "constructor", "method" or "static".
+    pub kind: String,
+    pub protected: bool,
+    pub readonly: bool,
+}
+
+impl FnDesc {
+    pub fn kind(&self) -> FunctionKind {
+        match self.kind.as_str() {
+            "constructor" => FunctionKind::Constructor,
+            "static" => FunctionKind::Static,
+            _ => FunctionKind::Method,
+        }
+    }
+}
+
+/// One deployed version of an application, ready to instantiate.
+pub struct AppVersion {
+    pub module_id: i64,
+    pub app: String,
+    pub description: Description,
+    pre: LambdaPre<HostState>,
+}
+
+impl AppVersion {
+    pub fn type_desc(&self, type_name: &str) -> Result<&TypeDesc> {
+        self.description
+            .types
+            .iter()
+            .find(|t| t.name == type_name)
+            .ok_or_else(|| LambdaError::UnknownType { app: self.app.clone(), ty: type_name.to_string() })
+    }
+
+    /// The function `name` of `type_name`, which must be of kind `kind`.
+    pub fn function(&self, type_name: &str, name: &str, kind: FunctionKind) -> Result<&FnDesc> {
+        let ty = self.type_desc(type_name)?;
+        let unknown = |why: String| LambdaError::UnknownFunction {
+            ty: type_name.to_string(),
+            function: name.to_string(),
+            why,
+        };
+        let f = ty.functions.iter().find(|f| f.name == name).ok_or_else(|| unknown(String::new()))?;
+        if f.kind() != kind {
+            return Err(unknown(format!(" as a {} (it is a {})", kind_name(kind), f.kind)));
+        }
+        Ok(f)
+    }
+
+    pub fn constructor(&self, type_name: &str) -> Result<Option<&FnDesc>> {
+        Ok(self.type_desc(type_name)?.functions.iter().find(|f| f.kind() == FunctionKind::Constructor))
+    }
+}
+
+pub fn kind_name(kind: FunctionKind) -> &'static str {
+    match kind {
+        FunctionKind::Constructor => "constructor",
+        FunctionKind::Method => "method",
+        FunctionKind::Static => "static function",
+    }
+}
+
+thread_local! {
+    /// Module rows are immutable, so a version never goes stale.
+    static APPS: RefCell<HashMap<i64, Rc<AppVersion>>> = RefCell::new(HashMap::new());
+}
+
+/// Loads a module version: from this backend's memory, else from the disk
+/// cache (mmap), else by compiling the bytes from `lambdastore.modules`.
+pub fn load(module_id: i64) -> Result<Rc<AppVersion>> {
+    if let Some(app) = APPS.with(|apps| apps.borrow().get(&module_id).cloned()) {
+        return Ok(app);
+    }
+    let row = crate::catalog::modules::get(module_id)?;
+    let engine = &runtime().engine;
+    let component = cache::load(engine, &row.sha256, || crate::catalog::modules::wasm(module_id))?;
+    let app = Rc::new(AppVersion {
+        module_id,
+        app: row.app,
+        description: row.description,
+        pre: instantiate_pre(&component)?,
+    });
+    APPS.with(|apps| {
+        let mut apps = apps.borrow_mut();
+        if apps.len() >= 256 {
+            apps.clear(); // old versions of busy redeployers; reload on demand
+        }
+        apps.insert(module_id, app.clone());
+    });
+    Ok(app)
+}
+
+fn instantiate_pre(component: &wasmtime::component::Component) -> Result<LambdaPre<HostState>> {
+    let mut linker = Linker::<HostState>::new(&runtime().engine);
+    Lambda::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+        .map_err(|e| LambdaError::Internal(format!("linking the host interface: {e:#}")))?;
+    let pre = linker
+        .instantiate_pre(component)
+        .map_err(|e| LambdaError::InvalidModule(format!("{e:#}")))?;
+    LambdaPre::new(pre).map_err(|e| {
+        LambdaError::InvalidModule(format!("it does not export the lambdastore:lambda world: {e:#}"))
+    })
+}
+
+/// Validates a module for deployment: compiles it (caching the artifact),
+/// links it against the host interface and asks it to describe itself.
+pub fn validate(sha256: &str, wasm: &[u8]) -> Result<Description> {
+    let engine = &runtime().engine;
+    let component = cache::compile(engine, sha256, wasm)?;
+    let pre = instantiate_pre(&component)?;
+    let probe = AppVersion {
+        module_id: 0,
+        app: String::new(),
+        description: Description { sdk: String::new(), types: Vec::new() },
+        pre,
+    };
+    let workflow = Rc::new(Workflow::new(gucs::timeout()));
+    let frame = Frame { object: 0, type_name: String::new(), function: "describe".into(), readonly: true, depth: 0 };
+    let desc = with_store(&workflow, &Rc::new(probe), frame, |store, lambda| lambda.call_describe(store))?;
+    let description = Description {
+        sdk: desc.sdk,
+        types: desc
+            .types
+            .into_iter()
+            .map(|t| TypeDesc {
+                name: t.name,
+                fields: t
+                    .fields
+                    .into_iter()
+                    .map(|f| FieldDesc { name: f.name, kind: field_kind_name(f.kind).into() })
+                    .collect(),
+                functions: t
+                    .functions
+                    .into_iter()
+                    .map(|f| FnDesc {
+                        name: f.name,
+                        kind: match f.kind {
+                            FunctionKind::Constructor => "constructor",
+                            FunctionKind::Method => "method",
+                            FunctionKind::Static => "static",
+                        }
+                        .into(),
+                        protected: f.protected,
+                        readonly: f.readonly,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    check_description(&description)?;
+    Ok(description)
+}
+
+fn field_kind_name(kind: crate::host::lambdastore::lambda::types::FieldKind) -> &'static str {
+    use crate::host::lambdastore::lambda::types::FieldKind::*;
+    match kind {
+        Cell => "cell",
+        Map => "map",
+        MultiMap => "multi-map",
+        Set => "set",
+    }
+}
+
+fn check_description(d: &Description) -> Result<()> {
+    let invalid = |m: String| Err(LambdaError::InvalidModule(m));
+    if d.types.is_empty() {
+        return invalid("it describes no object types".into());
+    }
+    let mut types = std::collections::HashSet::new();
+    for t in &d.types {
+        if t.name.is_empty() || !types.insert(&t.name) {
+            return invalid(format!("type name \"{}\" is empty or repeated", t.name));
+        }
+        let mut names = std::collections::HashSet::new();
+        for f in &t.fields {
+            if f.name.is_empty() || !names.insert(&f.name) {
+                return invalid(format!("field \"{}.{}\" is empty or repeated", t.name, f.name));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for f in &t.functions {
+            if f.name.is_empty() || !names.insert(&f.name) {
+                return invalid(format!("function \"{}.{}\" is empty or repeated", t.name, f.name));
+            }
+        }
+        if t.functions.iter().filter(|f| f.kind() == FunctionKind::Constructor).count() > 1 {
+            return invalid(format!("type \"{}\" has more than one constructor", t.name));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `function` of `type_name` on `object` (0 for static functions) in a
+/// fresh store. A guest's error for its caller is `Err(Application)`.
+pub fn run(
+    workflow: &Rc<Workflow>,
+    app: &Rc<AppVersion>,
+    frame: Frame,
+    kind: FunctionKind,
+    args: &str,
+) -> Result<String> {
+    check_size("the arguments", args.len(), gucs::max_args_bytes(), "lambdastore.max_args_size")?;
+    let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
+    let outcome = with_store(workflow, app, frame, |store, lambda| {
+        lambda.call_dispatch(store, kind, &ty, &function, object, args)
+    })?;
+    match outcome {
+        Ok(result) => {
+            check_size("the result", result.len(), gucs::max_result_bytes(), "lambdastore.max_result_size")?;
+            Ok(result)
+        }
+        Err(err) => Err(guest_error(err, &ty, &function)),
+    }
+}
+
+/// What a guest's `call-error` means for the workflow.
+fn guest_error(err: CallError, ty: &str, function: &str) -> LambdaError {
+    match err {
+        CallError::Application(message) => LambdaError::Application { message },
+        CallError::BadArguments(message) => {
+            LambdaError::BadArguments { ty: ty.into(), function: function.into(), message }
+        }
+        CallError::UnknownObject(id) => LambdaError::UnknownObject(id),
+        CallError::UnknownFunction(why) => LambdaError::UnknownFunction {
+            ty: ty.into(),
+            function: function.into(),
+            why: format!(" in the module ({why})"),
+        },
+        CallError::NotAllowed(message) => LambdaError::PermissionDenied(message),
+    }
+}
+
+fn check_size(what: &'static str, size: usize, limit: usize, setting: &'static str) -> Result<()> {
+    if size > limit {
+        return Err(LambdaError::TooLarge { what, size, limit, setting });
+    }
+    Ok(())
+}
+
+fn with_store<R>(
+    workflow: &Rc<Workflow>,
+    app: &Rc<AppVersion>,
+    frame: Frame,
+    f: impl FnOnce(&mut Store<HostState>, &Lambda) -> wasmtime::Result<R>,
+) -> Result<R> {
+    let rt = runtime();
+    let state = HostState {
+        workflow: workflow.clone(),
+        app: app.clone(),
+        frame,
+        limits: Limits { memory_limit: gucs::memory_limit_bytes() },
+    };
+    let mut store = Store::new(&rt.engine, state);
+    store.limiter(|state| &mut state.limits);
+    // With epoch interruption on, every store needs a deadline: here, every
+    // tick, where the callback decides whether to go on.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        let workflow = &ctx.data().workflow;
+        if cancel_pending() {
+            return Err(LambdaError::Canceled.into());
+        }
+        if Instant::now() >= workflow.deadline {
+            return Err(LambdaError::Timeout(workflow.timeout.as_millis()).into());
+        }
+        Ok(UpdateDeadline::Continue(1))
+    });
+    let _running = rt.start();
+    let lambda = app.pre.instantiate(&mut store).map_err(from_wasmtime)?;
+    f(&mut store, &lambda).map_err(from_wasmtime)
+}
+
+/// A query cancel, `statement_timeout` or `pg_terminate_backend` only sets
+/// these flags; the lambda is stopped and the SQL edge then lets PostgreSQL
+/// process the interrupt.
+pub fn cancel_pending() -> bool {
+    // SAFETY: sig_atomic_t flags written by signal handlers; a volatile read
+    // from the main thread is how PostgreSQL itself reads them.
+    unsafe {
+        std::ptr::read_volatile(&raw const pgrx::pg_sys::QueryCancelPending) != 0
+            || std::ptr::read_volatile(&raw const pgrx::pg_sys::ProcDiePending) != 0
+    }
+}

@@ -1,0 +1,109 @@
+//! Buffered writes of a workflow, with an undo journal for savepoints.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+/// (object, field, key): the order of the `entries` primary key, which is
+/// also byte order because `field` uses the "C" collation.
+pub type EntryKey = (i64, String, Vec<u8>);
+
+/// `None` is a buffered delete.
+pub type Slot = Option<Vec<u8>>;
+
+enum Undo {
+    /// The entry's buffered state before a write (`None`: not buffered).
+    Entry(EntryKey, Option<Slot>),
+    /// An object created by this workflow.
+    Created(i64),
+}
+
+#[derive(Default)]
+pub struct WriteBuffer {
+    entries: BTreeMap<EntryKey, Slot>,
+    /// Objects to insert, in creation order: (id, app, type).
+    created: Vec<(i64, String, String)>,
+    journal: Vec<Undo>,
+}
+
+impl WriteBuffer {
+    pub fn savepoint(&self) -> usize {
+        self.journal.len()
+    }
+
+    /// Undoes every change after `savepoint`; returns the ids of the
+    /// objects whose creation was undone.
+    pub fn rollback_to(&mut self, savepoint: usize) -> Vec<i64> {
+        let mut forgotten = Vec::new();
+        while self.journal.len() > savepoint {
+            match self.journal.pop().expect("journal is longer than the savepoint") {
+                Undo::Entry(key, Some(previous)) => {
+                    self.entries.insert(key, previous);
+                }
+                Undo::Entry(key, None) => {
+                    self.entries.remove(&key);
+                }
+                Undo::Created(id) => {
+                    self.created.retain(|(created, _, _)| *created != id);
+                    forgotten.push(id);
+                }
+            }
+        }
+        forgotten
+    }
+
+    /// The buffered state of an entry: `None` if this workflow has not
+    /// written it, `Some(None)` if it deleted it.
+    pub fn get(&self, key: &EntryKey) -> Option<&Slot> {
+        self.entries.get(key)
+    }
+
+    pub fn put(&mut self, key: EntryKey, value: Vec<u8>) {
+        self.write(key, Some(value));
+    }
+
+    pub fn delete(&mut self, key: EntryKey) {
+        self.write(key, None);
+    }
+
+    fn write(&mut self, key: EntryKey, slot: Slot) {
+        let previous = self.entries.insert(key.clone(), slot);
+        self.journal.push(Undo::Entry(key, previous));
+    }
+
+    pub fn create_object(&mut self, id: i64, app: String, type_name: String) {
+        self.created.push((id, app, type_name));
+        self.journal.push(Undo::Created(id));
+    }
+
+    /// Buffered entries of one field with start <= key < end.
+    pub fn range<'a>(
+        &'a self,
+        object: i64,
+        field: &str,
+        start: Option<&[u8]>,
+        end: Option<&[u8]>,
+    ) -> impl DoubleEndedIterator<Item = (&'a [u8], &'a Slot)> + 'a {
+        let lower = (object, field.to_string(), start.unwrap_or_default().to_vec());
+        let upper = match end {
+            Some(end) => Bound::Excluded((object, field.to_string(), end.to_vec())),
+            // Every key of `field` sorts before the first key of the next
+            // field name; "field\0" is the smallest name after `field`.
+            None => Bound::Excluded((object, format!("{field}\0"), Vec::new())),
+        };
+        self.entries
+            .range((Bound::Included(lower), upper))
+            .map(|((_, _, key), slot)| (key.as_slice(), slot))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.created.is_empty()
+    }
+
+    pub fn created(&self) -> &[(i64, String, String)] {
+        &self.created
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = (&EntryKey, &Slot)> {
+        self.entries.iter()
+    }
+}

@@ -1,0 +1,215 @@
+//! Workflows: a top-level call from SQL and the tree of nested calls it
+//! makes, all in the caller's transaction.
+//!
+//! Top-level entry points check visibility (protected functions are for
+//! lambdas only), run the function, and on success apply the buffered
+//! writes. Nested calls stay inside the application the workflow started
+//! in, run on the same code version, and take a savepoint so that a callee
+//! returning its own error leaves nothing behind.
+
+use crate::catalog;
+use crate::error::{LambdaError, Result};
+use crate::gucs;
+use crate::host::{Frame, FunctionKind, HostState};
+use crate::runtime::{self, AppVersion};
+use crate::txn::{ObjectInfo, Workflow};
+use std::rc::Rc;
+
+/// `lambda_invoke(object_id, method, args)`.
+pub fn invoke_method(object: i64, method: &str, args: &str) -> Result<String> {
+    let workflow = Rc::new(Workflow::new(gucs::timeout()));
+    let (info, module_id) = catalog::objects::lookup(object)?.ok_or(LambdaError::UnknownObject(object))?;
+    workflow.remember_object(object, info.clone());
+    let app = runtime::load(module_id)?;
+    let f = app.function(&info.type_name, method, FunctionKind::Method)?;
+    refuse_protected(&app, &info.type_name, f)?;
+    let frame = Frame {
+        object,
+        type_name: info.type_name.clone(),
+        function: method.to_string(),
+        readonly: f.readonly,
+        depth: 0,
+    };
+    let result = runtime::run(&workflow, &app, frame, FunctionKind::Method, args)?;
+    commit(&workflow)?;
+    Ok(result)
+}
+
+/// `lambdastore.invoke_static(app, type, function, args)`.
+pub fn invoke_static(app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
+    let workflow = Rc::new(Workflow::new(gucs::timeout()));
+    let app = current_version(app_name)?;
+    let f = app.function(type_name, function, FunctionKind::Static)?;
+    refuse_protected(&app, type_name, f)?;
+    let frame = Frame {
+        object: 0,
+        type_name: type_name.to_string(),
+        function: function.to_string(),
+        readonly: f.readonly,
+        depth: 0,
+    };
+    let result = runtime::run(&workflow, &app, frame, FunctionKind::Static, args)?;
+    commit(&workflow)?;
+    Ok(result)
+}
+
+/// `lambdastore.create_object(app, type, args)`.
+pub fn create(app_name: &str, type_name: &str, args: &str) -> Result<i64> {
+    let workflow = Rc::new(Workflow::new(gucs::timeout()));
+    let app = current_version(app_name)?;
+    if let Some(ctor) = app.constructor(type_name)? {
+        refuse_protected(&app, type_name, ctor)?;
+    }
+    let id = create_object(&workflow, &app, type_name, args, 0, false)?;
+    commit(&workflow)?;
+    Ok(id)
+}
+
+fn current_version(app_name: &str) -> Result<Rc<AppVersion>> {
+    let module_id = catalog::modules::current(app_name)?;
+    runtime::load(module_id)
+}
+
+fn refuse_protected(app: &AppVersion, type_name: &str, f: &runtime::FnDesc) -> Result<()> {
+    if f.protected {
+        return Err(LambdaError::Protected {
+            app: app.app.clone(),
+            ty: type_name.to_string(),
+            function: f.name.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Applies the workflow's buffered writes to the tables.
+fn commit(workflow: &Workflow) -> Result<()> {
+    let writes = workflow.writes.borrow();
+    if !writes.is_empty() {
+        catalog::entries::apply(&writes)?;
+    }
+    Ok(())
+}
+
+fn create_object(
+    workflow: &Rc<Workflow>,
+    app: &Rc<AppVersion>,
+    type_name: &str,
+    args: &str,
+    depth: u32,
+    caller_readonly: bool,
+) -> Result<i64> {
+    let ctor = app.constructor(type_name)?.cloned();
+    if caller_readonly {
+        return Err(LambdaError::ReadonlyWrite { ty: type_name.to_string(), function: "(create)".into() });
+    }
+    let id = catalog::objects::next_id()?;
+    let savepoint = workflow.writes.borrow().savepoint();
+    workflow.writes.borrow_mut().create_object(id, app.app.clone(), type_name.to_string());
+    workflow.remember_object(id, ObjectInfo { app: app.app.clone(), type_name: type_name.to_string() });
+    let outcome = match ctor {
+        Some(ctor) => {
+            let frame = Frame {
+                object: id,
+                type_name: type_name.to_string(),
+                function: ctor.name.clone(),
+                readonly: ctor.readonly,
+                depth,
+            };
+            runtime::run(workflow, app, frame, FunctionKind::Constructor, args).map(|_| id)
+        }
+        None if no_arguments(args) => Ok(id),
+        None => Err(LambdaError::BadArguments {
+            ty: type_name.to_string(),
+            function: "(create)".into(),
+            message: "the type has no constructor, so it takes no arguments".into(),
+        }),
+    };
+    if outcome.is_err() {
+        workflow.rollback_to(savepoint);
+    }
+    outcome
+}
+
+fn no_arguments(args: &str) -> bool {
+    use serde_json::Value;
+    match serde_json::from_str::<Value>(args) {
+        Ok(Value::Null) => true,
+        Ok(Value::Object(map)) => map.is_empty(),
+        Ok(Value::Array(list)) => list.is_empty(),
+        _ => false,
+    }
+}
+
+/// Depth of a new nested call, refused past `lambdastore.max_call_depth` or
+/// when the backend's stack is running out (wasm runs on it).
+fn enter(caller: &HostState) -> Result<u32> {
+    let depth = caller.frame.depth + 1;
+    let max = gucs::max_call_depth();
+    // SAFETY: reads the stack pointer and PostgreSQL's stack base.
+    if depth > max || unsafe { pgrx::pg_sys::stack_is_too_deep() } {
+        return Err(LambdaError::CallDepth(max));
+    }
+    Ok(depth)
+}
+
+fn object_info(workflow: &Workflow, id: i64) -> Result<ObjectInfo> {
+    if let Some(info) = workflow.known_object(id) {
+        return Ok(info);
+    }
+    let (info, _) = catalog::objects::lookup(id)?.ok_or(LambdaError::UnknownObject(id))?;
+    workflow.remember_object(id, info.clone());
+    Ok(info)
+}
+
+/// Runs a nested call under a savepoint of the write buffer.
+fn nested(caller: &HostState, frame: Frame, kind: FunctionKind, args: &str) -> Result<String> {
+    let savepoint = caller.workflow.writes.borrow().savepoint();
+    let outcome = runtime::run(&caller.workflow, &caller.app, frame, kind, args);
+    if outcome.is_err() {
+        caller.workflow.rollback_to(savepoint);
+    }
+    outcome
+}
+
+/// Host `call`: a method of another object of the same application.
+pub fn call(caller: &HostState, target: i64, function: &str, args: &str) -> Result<String> {
+    let depth = enter(caller)?;
+    let info = object_info(&caller.workflow, target)?;
+    if info.app != caller.app.app {
+        return Err(LambdaError::CrossApplication {
+            object: target,
+            caller: caller.app.app.clone(),
+            target: info.app,
+        });
+    }
+    let f = caller.app.function(&info.type_name, function, FunctionKind::Method)?;
+    let frame = Frame {
+        object: target,
+        type_name: info.type_name,
+        function: function.to_string(),
+        // A readonly caller stays readonly through its callees.
+        readonly: f.readonly || caller.frame.readonly,
+        depth,
+    };
+    nested(caller, frame, FunctionKind::Method, args)
+}
+
+/// Host `call-static`.
+pub fn call_static(caller: &HostState, type_name: &str, function: &str, args: &str) -> Result<String> {
+    let depth = enter(caller)?;
+    let f = caller.app.function(type_name, function, FunctionKind::Static)?;
+    let frame = Frame {
+        object: 0,
+        type_name: type_name.to_string(),
+        function: function.to_string(),
+        readonly: f.readonly || caller.frame.readonly,
+        depth,
+    };
+    nested(caller, frame, FunctionKind::Static, args)
+}
+
+/// Host `create`: a new object of this application, through its constructor.
+pub fn create_nested(caller: &HostState, type_name: &str, args: &str) -> Result<i64> {
+    let depth = enter(caller)?;
+    create_object(&caller.workflow, &caller.app, type_name, args, depth, caller.frame.readonly)
+}

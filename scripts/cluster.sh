@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A PostgreSQL cluster owned by the project: initdb on first start, pg_ctl
+# for the rest. Used by `make demo` (name "demo") and `make test` ("test").
+#
+#   scripts/cluster.sh start|stop|status|url|psql NAME [psql args...]
+#
+# The data directory is .lambdastore/NAME under the repository. PostgreSQL
+# refuses to run as root, so as root the cluster runs as the `postgres`
+# user, under /tmp/lambdastore-<repo hash>/NAME (postgres may not be able
+# to enter a root-owned checkout).
+set -euo pipefail
+
+cmd=${1:?usage: cluster.sh start|stop|status|url|psql NAME}
+name=${2:?cluster name}
+shift 2 || true
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bindir=$(pg_config --bindir)
+case $name in
+  demo) port=${LAMBDASTORE_DEMO_PORT:-54329} ;;
+  test) port=${LAMBDASTORE_TEST_PORT:-54330} ;;
+  *)    port=${LAMBDASTORE_PORT:-54331} ;;
+esac
+
+if [ "$(id -u)" = 0 ]; then
+  base=/tmp/lambdastore-$(printf %s "$repo" | sha1sum | cut -c1-8)
+  as_pg() { runuser -u postgres -- "$@"; }
+else
+  base=$repo/.lambdastore
+  as_pg() { "$@"; }
+fi
+dir=$base/$name
+data=$dir/data
+run=$dir/run
+log=$dir/postgresql.log
+
+url() { echo "host=$run port=$port user=postgres dbname=postgres"; }
+
+case $cmd in
+  start)
+    mkdir -p "$dir" "$run"
+    [ "$(id -u)" = 0 ] && chown -R postgres:postgres "$base"
+    if [ ! -f "$data/PG_VERSION" ]; then
+      as_pg "$bindir/initdb" -D "$data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$dir/initdb.log"
+      cat >>"$data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$run'
+max_connections = 200
+shared_buffers = 256MB
+fsync = off                 # a disposable development cluster
+synchronous_commit = off
+full_page_writes = off
+log_min_messages = warning
+CONF
+    fi
+    if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+      as_pg "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null
+    fi
+    url
+    ;;
+  stop)
+    if [ -f "$data/PG_VERSION" ] && as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+      as_pg "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+    fi
+    ;;
+  status) as_pg "$bindir/pg_ctl" -D "$data" status ;;
+  url) url ;;
+  log) echo "$log" ;;
+  psql) exec psql -h "$run" -p "$port" -U postgres "$@" ;;
+  *) echo "unknown command $cmd" >&2; exit 2 ;;
+esac

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# `make demo`: the CloudForum application on a project-owned single-node
+# PostgreSQL. Idempotent: rerunning redeploys (unchanged) and adds more data.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cluster=$repo/scripts/cluster.sh
+wasm=$repo/target/lambdas/forum.wasm
+
+"$cluster" start demo >/dev/null
+sql() { "$cluster" psql demo -d lambdastore_demo -v ON_ERROR_STOP=1 -X -q "$@"; }
+
+"$cluster" psql demo -d postgres -Atqc "SELECT 1 FROM pg_database WHERE datname = 'lambdastore_demo'" | grep -q 1 \
+  || "$cluster" psql demo -d postgres -qc "CREATE DATABASE lambdastore_demo"
+sql -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
+
+echo "== deploy forum.wasm ($(stat -c %s "$wasm") bytes)"
+# The server reads the file itself, as a user would with pg_read_binary_file;
+# psql's \set streams it from the client side so the server need not see the checkout.
+sql -At -v wasm="$(base64 -w0 "$wasm")" <<'SQL'
+SELECT format('app %s version %s (sha256 %s…), types: %s', d->>'app', d->>'version', left(d->>'sha256', 12),
+              (SELECT string_agg(t->>'name', ', ') FROM jsonb_array_elements(d->'types') t))
+  FROM lambdastore.deploy('forum', decode(:'wasm', 'base64')) d;
+SQL
+
+echo "== create objects and run a short workload (200 comments, 1000 reads)"
+sql -At <<'SQL'
+\timing off
+SELECT lambdastore.create_object('forum', 'Account', '{"name": "alice"}') AS alice \gset
+SELECT lambdastore.create_object('forum', 'Account', '{"name": "bob"}') AS bob \gset
+SELECT lambdastore.create_object('forum', 'Community', '{"name": "databases"}') AS db \gset
+SELECT lambda_invoke(:alice, 'create_thread',
+       jsonb_build_object('community', :db, 'title', 'Lambdas next to the data', 'text', 'Why ship state to code?')) AS thread \gset
+SELECT clock_timestamp() AS t0 \gset
+SELECT count(lambda_invoke(CASE WHEN i % 2 = 0 THEN :alice ELSE :bob END, 'add_comment',
+                           jsonb_build_object('thread', :thread, 'text', 'comment ' || i)))
+  FROM generate_series(1, 200) i \gset
+SELECT round(extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) * 1000 / 200, 3) AS write_ms \gset
+SELECT clock_timestamp() AS t0 \gset
+SELECT count(lambda_invoke(:thread, 'get_thread')) FROM generate_series(1, 1000) \gset
+SELECT round(extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) * 1000 / 1000, 3) AS read_ms \gset
+\echo accounts :alice (alice) and :bob (bob), community :db, thread :thread
+\echo add_comment (nested call Account -> Thread): :write_ms ms per call
+\echo get_thread: :read_ms ms per call
+SELECT format('thread %s: "%s" by account %s, %s comments; latest: %s',
+              :thread, t->>'title', t->>'author', t->>'comment_count',
+              (SELECT c->>'text' FROM jsonb_array_elements(t->'comments') c ORDER BY (c->>'id')::int DESC LIMIT 1))
+  FROM lambda_invoke(:thread, 'get_thread') t;
+\echo
+\echo the data is ordinary rows:
+SELECT format('  %s objects, %s entries in lambdastore.entries', (SELECT count(*) FROM lambdastore.objects),
+              (SELECT count(*) FROM lambdastore.entries));
+\echo
+\echo a lambda that never returns is stopped by lambdastore.timeout (1 s):
+SQL
+"$cluster" psql demo -d lambdastore_demo -X -q -At 2>&1 <<'SQL' | sed 's/^/  /' || true
+SELECT lambdastore.deploy('forum', pg_read_binary_file('/dev/null')) WHERE false;
+SET lambdastore.timeout = '1s';
+\set VERBOSITY verbose
+SELECT lambda_invoke(max(object_id), 'no_such_function') FROM lambdastore.objects;
+SQL
+url=$("$cluster" url demo)
+echo
+echo "== connect:  psql \"${url/dbname=postgres/dbname=lambdastore_demo}\""
+echo "   (or: scripts/cluster.sh psql demo -d lambdastore_demo);  stop it with: make stop"

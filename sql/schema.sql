@@ -1,0 +1,72 @@
+-- LambdaStore catalog. Everything that holds object data is keyed by
+-- object_id first so that Citus can distribute and colocate it.
+-- Field names use the "C" collation so that (field, key) order in
+-- PostgreSQL is the byte order the runtime uses for ranges.
+
+CREATE SCHEMA IF NOT EXISTS lambdastore;
+
+-- An application: one WebAssembly component, its object types and objects.
+CREATE TABLE lambdastore.applications (
+    name       text PRIMARY KEY CHECK (name ~ '^[A-Za-z_][A-Za-z0-9_.-]{0,62}$'),
+    owner      name NOT NULL DEFAULT current_user,
+    module_id  bigint,               -- the current module; NULL until deployed
+    created    timestamptz NOT NULL DEFAULT now()
+);
+
+-- Every deployed version of an application's code. Rows are immutable:
+-- a running invocation keeps using the version it started with.
+CREATE TABLE lambdastore.modules (
+    module_id    bigserial PRIMARY KEY,
+    app          text NOT NULL REFERENCES lambdastore.applications(name) ON DELETE CASCADE,
+    version      int NOT NULL,
+    sha256       text NOT NULL,
+    wasm         bytea NOT NULL,
+    description  jsonb NOT NULL,     -- what the module's `describe` export returned
+    deployed     timestamptz NOT NULL DEFAULT now(),
+    deployed_by  name NOT NULL DEFAULT current_user,
+    UNIQUE (app, version)
+);
+
+ALTER TABLE lambdastore.applications
+    ADD FOREIGN KEY (module_id) REFERENCES lambdastore.modules(module_id) DEFERRABLE INITIALLY DEFERRED;
+
+-- Object types of each module version, for inspection with SQL.
+CREATE TABLE lambdastore.object_types (
+    module_id  bigint NOT NULL REFERENCES lambdastore.modules(module_id) ON DELETE CASCADE,
+    app        text NOT NULL,
+    type_name  text NOT NULL,
+    fields     jsonb NOT NULL,       -- [{"name", "kind"}]
+    functions  jsonb NOT NULL,       -- [{"name", "kind", "protected", "readonly"}]
+    PRIMARY KEY (module_id, type_name)
+);
+
+CREATE SEQUENCE lambdastore.object_id_seq;
+
+CREATE TABLE lambdastore.objects (
+    object_id  bigint PRIMARY KEY,
+    app        text NOT NULL REFERENCES lambdastore.applications(name),
+    type_name  text NOT NULL,
+    created    timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per entry. A Cell is the empty key of its field; a Map key is the
+-- SDK's order-preserving encoding; values are opaque to the host (the Rust
+-- SDK writes JSON, so `convert_from(value, 'UTF8')` shows them).
+CREATE TABLE lambdastore.entries (
+    object_id  bigint NOT NULL REFERENCES lambdastore.objects(object_id) ON DELETE CASCADE,
+    field      text COLLATE "C" NOT NULL,
+    key        bytea NOT NULL,
+    value      bytea NOT NULL,
+    PRIMARY KEY (object_id, field, key)
+);
+
+-- Entry sets: ranges of an object's (field, key) space, the unit of
+-- concurrency control. A new object has one set starting at ('', '').
+CREATE TABLE lambdastore.entry_sets (
+    object_id    bigint NOT NULL REFERENCES lambdastore.objects(object_id) ON DELETE CASCADE,
+    lower_field  text COLLATE "C" NOT NULL DEFAULT '',
+    lower_key    bytea NOT NULL DEFAULT '',
+    version      bigint NOT NULL DEFAULT 0,
+    conflicts    bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (object_id, lower_field, lower_key)
+);
