@@ -52,10 +52,14 @@ fsync = off                 # a disposable development cluster
 synchronous_commit = off
 full_page_writes = off
 log_min_messages = warning
+# Loaded once in the postmaster and inherited by every backend, so a new
+# connection does not pay for loading the library (see README).
+shared_preload_libraries = 'lambdastore'
 CONF
     fi
     if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-      as_pg "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null
+      # Without RUST_BACKTRACE, pgrx does not append Rust backtraces to errors.
+      as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null
     fi
     url
     ;;

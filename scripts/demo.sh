@@ -14,9 +14,10 @@ sql() { "$cluster" psql demo -d lambdastore_demo -v ON_ERROR_STOP=1 -X -q "$@"; 
 sql -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
 
 echo "== deploy forum.wasm ($(stat -c %s "$wasm") bytes)"
-# The server reads the file itself, as a user would with pg_read_binary_file;
-# psql's \set streams it from the client side so the server need not see the checkout.
-sql -At -v wasm="$(base64 -w0 "$wasm")" <<'SQL'
+# psql reads the file on the client side (the server, running as another
+# user, may not see the checkout); on the server pg_read_binary_file does it.
+LAMBDASTORE_WASM=$wasm sql -At <<'SQL'
+\set wasm `base64 -w0 "$LAMBDASTORE_WASM"`
 SELECT format('app %s version %s (sha256 %s…), types: %s', d->>'app', d->>'version', left(d->>'sha256', 12),
               (SELECT string_agg(t->>'name', ', ') FROM jsonb_array_elements(d->'types') t))
   FROM lambdastore.deploy('forum', decode(:'wasm', 'base64')) d;
@@ -49,15 +50,12 @@ SELECT format('thread %s: "%s" by account %s, %s comments; latest: %s',
 \echo the data is ordinary rows:
 SELECT format('  %s objects, %s entries in lambdastore.entries', (SELECT count(*) FROM lambdastore.objects),
               (SELECT count(*) FROM lambdastore.entries));
-\echo
-\echo a lambda that never returns is stopped by lambdastore.timeout (1 s):
 SQL
-"$cluster" psql demo -d lambdastore_demo -X -q -At 2>&1 <<'SQL' | sed 's/^/  /' || true
-SELECT lambdastore.deploy('forum', pg_read_binary_file('/dev/null')) WHERE false;
-SET lambdastore.timeout = '1s';
-\set VERBOSITY verbose
-SELECT lambda_invoke(max(object_id), 'no_such_function') FROM lambdastore.objects;
-SQL
+
+echo
+echo "== errors are precise and leave nothing behind, e.g. a protected function called from SQL:"
+thread=$(sql -Atc "SELECT max(object_id) FROM lambdastore.objects WHERE type_name = 'Thread'")
+sql -c "SELECT lambda_invoke($thread, 'add_comment', '{\"author\": 1, \"text\": \"spam\"}')" 2>&1 | sed 's/^/  /' || true
 url=$("$cluster" url demo)
 echo
 echo "== connect:  psql \"${url/dbname=postgres/dbname=lambdastore_demo}\""

@@ -2,20 +2,22 @@
 # End-to-end tests: a fresh project-owned cluster with the installed
 # extension, the Rust tests in tests/ against it, and a final check that
 # no backend crashed and the server never restarted during the run.
-set -euo pipefail
+set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster=$repo/scripts/cluster.sh
 
 "$cluster" stop test
 rm -rf "$(dirname "$("$cluster" log test)")/data"
-url=$("$cluster" start test)
+url=$("$cluster" start test) || exit 1
 trap '"$cluster" stop test' EXIT
 log=$("$cluster" log test)
-
 started=$("$cluster" psql test -d postgres -Atc "SELECT pg_postmaster_start_time()")
-LAMBDASTORE_TEST_URL="$url" cargo test -p lambdastore-tests "$@"
-after=$("$cluster" psql test -d postgres -Atc "SELECT pg_postmaster_start_time()")
 
+LAMBDASTORE_TEST_URL="$url" cargo test -p lambdastore-tests --no-fail-fast "$@"
+status=$?
+
+# Checked whatever the tests said: a crash can hide behind a failing test.
+after=$("$cluster" psql test -d postgres -Atc "SELECT pg_postmaster_start_time()")
 if [ "$started" != "$after" ]; then
   echo "FAIL: the server restarted during the tests ($started -> $after)" >&2; exit 1
 fi
@@ -23,3 +25,4 @@ if grep -E "terminated by signal|was terminated by exception|PANIC" "$log"; then
   echo "FAIL: a server process crashed during the tests (see $log)" >&2; exit 1
 fi
 echo "server survived the suite: started $started, no crash in the log"
+exit $status

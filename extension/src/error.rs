@@ -29,15 +29,16 @@ pub enum LambdaError {
     BadArguments { ty: String, function: String, message: String },
     #[error("{message}")]
     Application { message: String },
-    #[error("lambda trapped: {0}")]
-    Trap(String),
+    /// `backtrace` (the wasm frames) goes to the DETAIL, not the message.
+    #[error("lambda trapped: {message}")]
+    Trap { message: String, backtrace: String },
     #[error("lambda exceeded lambdastore.timeout ({0} ms)")]
     Timeout(u128),
     #[error("lambda was canceled")]
     Canceled,
     #[error("lambda exceeded lambdastore.memory_limit ({limit} bytes): it asked for {requested} bytes")]
     MemoryLimit { limit: usize, requested: usize },
-    #[error("{what} is {size} bytes, more than {setting} ({limit} bytes)")]
+    #[error("{what} {size} bytes, more than {setting} ({limit} bytes)")]
     TooLarge { what: &'static str, size: usize, limit: usize, setting: &'static str },
     #[error("nested call depth exceeds lambdastore.max_call_depth ({0})")]
     CallDepth(u32),
@@ -47,6 +48,8 @@ pub enum LambdaError {
     NoObject { ty: String, function: String, op: &'static str },
     #[error("{0} is not supported yet")]
     NotSupported(String),
+    #[error("{0}")]
+    InvalidName(String),
     #[error("invalid module: {0}")]
     InvalidModule(String),
     #[error("internal error: {0}")]
@@ -67,7 +70,7 @@ impl LambdaError {
             }
             BadArguments { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             Application { .. } => ERRCODE_RAISE_EXCEPTION,
-            Trap(_) => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
+            Trap { .. } => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
             Timeout(_) | Canceled => ERRCODE_QUERY_CANCELED,
             MemoryLimit { .. } => ERRCODE_OUT_OF_MEMORY,
             TooLarge { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
@@ -76,6 +79,7 @@ impl LambdaError {
                 ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED
             }
             NotSupported(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
+            InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,
             Internal(_) => ERRCODE_INTERNAL_ERROR,
         }
@@ -84,9 +88,13 @@ impl LambdaError {
     /// Raises the error as a PostgreSQL `ERROR`. Call only from the SQL edge.
     pub fn report(self, context: &str) -> ! {
         let code = self.sqlstate();
+        let mut detail = context.to_string();
+        if let LambdaError::Trap { backtrace, .. } = &self {
+            detail = format!("{detail}\n{backtrace}").trim().to_string();
+        }
         let mut report = ErrorReport::new(code, self.to_string(), "lambdastore");
-        if !context.is_empty() {
-            report = report.set_detail(context.to_string());
+        if !detail.is_empty() {
+            report = report.set_detail(detail);
         }
         report.report(PgLogLevel::ERROR);
         unreachable!("ERROR does not return")
@@ -100,15 +108,10 @@ pub fn from_wasmtime(err: wasmtime::Error) -> LambdaError {
         Ok(ours) => return ours,
         Err(other) => other,
     };
-    match err.downcast_ref::<wasmtime::Trap>() {
-        Some(trap) => LambdaError::Trap(format!("{trap}{}", wasm_backtrace(&err))),
-        None => LambdaError::Trap(format!("{err:#}")),
-    }
-}
-
-fn wasm_backtrace(err: &wasmtime::Error) -> String {
-    match err.downcast_ref::<wasmtime::WasmBacktrace>() {
-        Some(bt) => format!("\n{bt}"),
-        None => String::new(),
-    }
+    let backtrace = err.downcast_ref::<wasmtime::WasmBacktrace>().map(|bt| bt.to_string()).unwrap_or_default();
+    let message = match err.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{err:#}"),
+    };
+    LambdaError::Trap { message, backtrace }
 }

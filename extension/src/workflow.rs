@@ -18,9 +18,9 @@ use std::rc::Rc;
 /// `lambda_invoke(object_id, method, args)`.
 pub fn invoke_method(object: i64, method: &str, args: &str) -> Result<String> {
     let workflow = Rc::new(Workflow::new(gucs::timeout()));
-    let (info, module_id) = catalog::objects::lookup(object)?.ok_or(LambdaError::UnknownObject(object))?;
+    let (info, module) = catalog::objects::lookup(object)?.ok_or(LambdaError::UnknownObject(object))?;
     workflow.remember_object(object, info.clone());
-    let app = runtime::load(module_id)?;
+    let app = runtime::load(&module)?;
     let f = app.function(&info.type_name, method, FunctionKind::Method)?;
     refuse_protected(&app, &info.type_name, f)?;
     let frame = Frame {
@@ -66,8 +66,7 @@ pub fn create(app_name: &str, type_name: &str, args: &str) -> Result<i64> {
 }
 
 fn current_version(app_name: &str) -> Result<Rc<AppVersion>> {
-    let module_id = catalog::modules::current(app_name)?;
-    runtime::load(module_id)
+    runtime::load(&catalog::modules::current(app_name)?)
 }
 
 fn refuse_protected(app: &AppVersion, type_name: &str, f: &runtime::FnDesc) -> Result<()> {

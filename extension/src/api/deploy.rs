@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 pub fn deploy(app: &str, wasm: &[u8]) -> Result<Value> {
     if !valid_app_name(app) {
-        return Err(LambdaError::InvalidModule(format!(
+        return Err(LambdaError::InvalidName(format!(
             "application name \"{app}\" must be 1-63 letters, digits, '_', '.' or '-', starting with a letter or '_'"
         )));
     }

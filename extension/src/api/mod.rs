@@ -22,7 +22,7 @@ fn json_args(args: &JsonB) -> String {
 
 fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> JsonB {
     match result.and_then(|text| {
-        serde_json::from_str(&text).map(JsonB).map_err(|e| LambdaError::Trap(format!("the result is not JSON: {e}")))
+        serde_json::from_str(&text).map(JsonB).map_err(|e| LambdaError::Trap { message: format!("the result is not JSON: {e}"), backtrace: String::new() })
     }) {
         Ok(json) => json,
         Err(err) => raise(err, context()),
@@ -54,18 +54,18 @@ mod lambdastore {
 
     /// Creates an object and runs its type's constructor; returns its id.
     #[pg_extern(volatile, parallel_unsafe)]
-    fn create_object(app: &str, r#type: &str, args: default!(JsonB, "'{}'")) -> i64 {
-        match workflow::create(app, r#type, &json_args(&args)) {
+    fn create_object(app: &str, type_name: &str, args: default!(JsonB, "'{}'")) -> i64 {
+        match workflow::create(app, type_name, &json_args(&args)) {
             Ok(id) => id,
-            Err(err) => raise(err, format!("create_object('{app}', '{}')", r#type)),
+            Err(err) => raise(err, format!("create_object('{app}', '{type_name}')")),
         }
     }
 
     /// Runs a static function of a type (no object).
     #[pg_extern(volatile, parallel_unsafe)]
-    fn invoke_static(app: &str, r#type: &str, function: &str, args: default!(JsonB, "'{}'")) -> JsonB {
-        json_result(workflow::invoke_static(app, r#type, function, &json_args(&args)), || {
-            format!("invoke_static('{app}', '{}', '{function}')", r#type)
+    fn invoke_static(app: &str, type_name: &str, function: &str, args: default!(JsonB, "'{}'")) -> JsonB {
+        json_result(workflow::invoke_static(app, type_name, function, &json_args(&args)), || {
+            format!("invoke_static('{app}', '{}', '{function}')", type_name)
         })
     }
 

@@ -6,26 +6,30 @@ use crate::runtime::Description;
 use pgrx::pg_sys::BuiltinOid::*;
 use pgrx::JsonB;
 
-pub struct ModuleRow {
+/// What identifies a loaded module version in a backend's cache. The id
+/// alone is not enough: ids start again after the extension is recreated.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ModuleKey {
+    pub module_id: i64,
     pub app: String,
     pub sha256: String,
+}
+
+pub struct ModuleRow {
+    pub app: String,
     pub description: Description,
 }
 
 pub fn get(module_id: i64) -> Result<ModuleRow> {
     query(
-        "SELECT app, sha256, description FROM lambdastore.modules WHERE module_id = $1",
+        "SELECT app, description FROM lambdastore.modules WHERE module_id = $1",
         &[INT8OID],
         &[module_id.into()],
-        |rows| {
-            let row = rows.first();
-            Ok((row.get::<String>(1)?, row.get::<String>(2)?, row.get::<JsonB>(3)?))
-        },
+        |rows| rows.first().get_two::<String, JsonB>(),
     )
     .and_then(|row| match row {
-        (Some(app), Some(sha256), Some(JsonB(description))) => Ok(ModuleRow {
+        (Some(app), Some(JsonB(description))) => Ok(ModuleRow {
             app,
-            sha256,
             description: serde_json::from_value(description)
                 .map_err(|e| LambdaError::Internal(format!("module {module_id} description: {e}")))?,
         }),
@@ -44,17 +48,18 @@ pub fn wasm(module_id: i64) -> Result<Vec<u8>> {
 }
 
 /// The module an application runs now.
-pub fn current(app: &str) -> Result<i64> {
+pub fn current(app: &str) -> Result<ModuleKey> {
     query(
-        "SELECT module_id FROM lambdastore.applications WHERE name = $1",
+        "SELECT a.module_id, m.sha256 FROM lambdastore.applications a
+           JOIN lambdastore.modules m ON m.module_id = a.module_id WHERE a.name = $1",
         &[TEXTOID],
         &[app.into()],
         |rows| {
             let Some(row) = rows.into_iter().next() else { return Ok(None) };
-            Ok(Some(row.get::<i64>(1)?))
+            Ok(Some((row.get::<i64>(1)?, row.get::<String>(2)?)))
         },
     )?
-    .flatten()
+    .and_then(|(id, sha)| Some(ModuleKey { module_id: id?, app: app.to_string(), sha256: sha? }))
     .ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))
 }
 

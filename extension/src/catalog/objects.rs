@@ -3,13 +3,15 @@
 use super::query;
 use crate::error::Result;
 use crate::txn::ObjectInfo;
+use super::modules::ModuleKey;
 use pgrx::pg_sys::BuiltinOid::*;
 
 /// The object's application and type, and the application's current module.
-pub fn lookup(object_id: i64) -> Result<Option<(ObjectInfo, i64)>> {
+pub fn lookup(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
     query(
-        "SELECT o.app, o.type_name, a.module_id
+        "SELECT o.app, o.type_name, a.module_id, m.sha256
            FROM lambdastore.objects o JOIN lambdastore.applications a ON a.name = o.app
+           JOIN lambdastore.modules m ON m.module_id = a.module_id
           WHERE o.object_id = $1",
         &[INT8OID],
         &[object_id.into()],
@@ -18,7 +20,11 @@ pub fn lookup(object_id: i64) -> Result<Option<(ObjectInfo, i64)>> {
             let app: String = row.get(1)?.unwrap_or_default();
             let type_name: String = row.get(2)?.unwrap_or_default();
             let module_id: Option<i64> = row.get(3)?;
-            Ok(module_id.map(|m| (ObjectInfo { app, type_name }, m)))
+            let sha256: String = row.get(4)?.unwrap_or_default();
+            Ok(module_id.map(|module_id| {
+                let key = ModuleKey { module_id, app: app.clone(), sha256 };
+                (ObjectInfo { app, type_name }, key)
+            }))
         },
     )
 }

@@ -26,6 +26,10 @@ const MAX_WASM_STACK: usize = 256 * 1024;
 /// plus one for deploy-time validation.
 const POOL_SLOTS: u32 = MAX_CALL_DEPTH_LIMIT as u32 + 2;
 
+/// Bytes of a slot kept resident between instances: a lambda's stack,
+/// data and first heap pages (see .cargo/config.toml for the stack size).
+const KEEP_RESIDENT: usize = 512 * 1024;
+
 pub struct Runtime {
     pub engine: Engine,
     ticker: Thread,
@@ -36,9 +40,11 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
 pub fn runtime() -> &'static Runtime {
     RUNTIME.get_or_init(|| {
+        let started = std::time::Instant::now();
         let engine = Engine::new(&config()).expect("wasmtime engine configuration is valid");
         let running = Arc::new(AtomicUsize::new(0));
         let ticker = spawn_ticker(engine.clone(), running.clone());
+        pgrx::debug1!("lambdastore: wasmtime engine ready in {} µs", started.elapsed().as_micros());
         Runtime { engine, ticker, running }
     })
 }
@@ -74,7 +80,12 @@ fn config() -> Config {
         .total_tables(POOL_SLOTS * 4)
         // The limit per instance is the `lambdastore.memory_limit` GUC,
         // enforced by the store's limiter; this is only the hard ceiling.
-        .max_memory_size(4 << 30);
+        .max_memory_size(4 << 30)
+        // Reset a freed slot's first pages with memset rather than madvise:
+        // madvise in a process with a second thread (the ticker) costs a
+        // TLB shootdown, and the next call would fault the pages back in.
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(KEEP_RESIDENT);
 
     let mut config = Config::new();
     config

@@ -18,6 +18,7 @@ use std::time::Instant;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Store, UpdateDeadline};
 
+use crate::catalog::modules::ModuleKey;
 use crate::txn::Workflow;
 
 /// What a module's `describe` export says, as stored in `modules.description`.
@@ -61,7 +62,6 @@ impl FnDesc {
 
 /// One deployed version of an application, ready to instantiate.
 pub struct AppVersion {
-    pub module_id: i64,
     pub app: String,
     pub description: Description,
     pre: LambdaPre<HostState>,
@@ -106,30 +106,39 @@ pub fn kind_name(kind: FunctionKind) -> &'static str {
 
 thread_local! {
     /// Module rows are immutable, so a version never goes stale.
-    static APPS: RefCell<HashMap<i64, Rc<AppVersion>>> = RefCell::new(HashMap::new());
+    static APPS: RefCell<HashMap<ModuleKey, Rc<AppVersion>>> = RefCell::new(HashMap::new());
 }
 
 /// Loads a module version: from this backend's memory, else from the disk
 /// cache (mmap), else by compiling the bytes from `lambdastore.modules`.
-pub fn load(module_id: i64) -> Result<Rc<AppVersion>> {
-    if let Some(app) = APPS.with(|apps| apps.borrow().get(&module_id).cloned()) {
+pub fn load(key: &ModuleKey) -> Result<Rc<AppVersion>> {
+    if let Some(app) = APPS.with(|apps| apps.borrow().get(key).cloned()) {
         return Ok(app);
     }
+    let module_id = key.module_id;
     let row = crate::catalog::modules::get(module_id)?;
     let engine = &runtime().engine;
-    let component = cache::load(engine, &row.sha256, || crate::catalog::modules::wasm(module_id))?;
+    let started = Instant::now();
+    let component = cache::load(engine, &key.sha256, || crate::catalog::modules::wasm(module_id))?;
+    let loaded = started.elapsed();
     let app = Rc::new(AppVersion {
         module_id,
         app: row.app,
         description: row.description,
         pre: instantiate_pre(&component)?,
     });
+    pgrx::debug1!(
+        "lambdastore: module {module_id} of {} loaded in {} µs, linked in {} µs",
+        app.app,
+        loaded.as_micros(),
+        (started.elapsed() - loaded).as_micros()
+    );
     APPS.with(|apps| {
         let mut apps = apps.borrow_mut();
         if apps.len() >= 256 {
             apps.clear(); // old versions of busy redeployers; reload on demand
         }
-        apps.insert(module_id, app.clone());
+        apps.insert(key.clone(), app.clone());
     });
     Ok(app)
 }
@@ -153,7 +162,6 @@ pub fn validate(sha256: &str, wasm: &[u8]) -> Result<Description> {
     let component = cache::compile(engine, sha256, wasm)?;
     let pre = instantiate_pre(&component)?;
     let probe = AppVersion {
-        module_id: 0,
         app: String::new(),
         description: Description { sdk: String::new(), types: Vec::new() },
         pre,
@@ -243,14 +251,14 @@ pub fn run(
     kind: FunctionKind,
     args: &str,
 ) -> Result<String> {
-    check_size("the arguments", args.len(), gucs::max_args_bytes(), "lambdastore.max_args_size")?;
+    check_size("the arguments are", args.len(), gucs::max_args_bytes(), "lambdastore.max_args_size")?;
     let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
     let outcome = with_store(workflow, app, frame, |store, lambda| {
         lambda.call_dispatch(store, kind, &ty, &function, object, args)
     })?;
     match outcome {
         Ok(result) => {
-            check_size("the result", result.len(), gucs::max_result_bytes(), "lambdastore.max_result_size")?;
+            check_size("the result is", result.len(), gucs::max_result_bytes(), "lambdastore.max_result_size")?;
             Ok(result)
         }
         Err(err) => Err(guest_error(err, &ty, &function)),

@@ -1,0 +1,158 @@
+//! Workload drivers. `foundation` measures what a single call costs:
+//! warm latency of `lambda_invoke`, cold start in a new connection, and how
+//! far past its deadline a runaway lambda is stopped.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use hdrhistogram::Histogram;
+use postgres::{Client, NoTls};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(about = "LambdaStore benchmarks")]
+struct Cli {
+    /// libpq connection string of a server with the extension installed.
+    #[arg(long, env = "LAMBDASTORE_URL")]
+    url: String,
+    /// Directory with the built components (make lambdas).
+    #[arg(long, default_value = "target/lambdas")]
+    lambdas: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Warm latency, cold start and timeout overshoot of single calls.
+    Foundation {
+        /// Calls per warm measurement.
+        #[arg(long, default_value_t = 5000)]
+        calls: u64,
+        /// New connections for the cold-start measurement.
+        #[arg(long, default_value_t = 200)]
+        connections: u64,
+        /// Runaway calls for the overshoot measurement.
+        #[arg(long, default_value_t = 10)]
+        spins: u64,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Foundation { calls, connections, spins } => foundation(&cli.url, &cli.lambdas, calls, connections, spins),
+    }
+}
+
+fn micros(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+fn time_calls(n: u64, mut call: impl FnMut() -> Result<()>) -> Result<Histogram<u64>> {
+    let mut h = histogram();
+    for _ in 0..n {
+        let start = Instant::now();
+        call()?;
+        h.record(start.elapsed().as_micros().max(1) as u64)?;
+    }
+    Ok(h)
+}
+
+fn deploy(client: &mut Client, app: &str, wasm: &[u8]) -> Result<()> {
+    client.execute("SELECT lambdastore.deploy($1, $2)", &[&app, &wasm])?;
+    Ok(())
+}
+
+fn foundation(url: &str, lambdas: &PathBuf, calls: u64, connections: u64, spins: u64) -> Result<()> {
+    let counter = std::fs::read(lambdas.join("counter.wasm")).context("read counter.wasm (run make lambdas)")?;
+    let micro = std::fs::read(lambdas.join("micro.wasm")).context("read micro.wasm")?;
+    let mut client = Client::connect(url, NoTls)?;
+    client.batch_execute("CREATE EXTENSION IF NOT EXISTS lambdastore")?;
+    deploy(&mut client, "bench_counter", &counter)?;
+    deploy(&mut client, "bench_micro", &micro)?;
+    let id: i64 = client
+        .query_one("SELECT lambdastore.create_object('bench_counter', 'Counter', '{}')", &[])?
+        .get(0);
+
+    println!("warm calls on one connection ({calls} each, latency in µs, client-side, loopback):");
+    let select1 = client.prepare("SELECT 1")?;
+    let increment = client.prepare("SELECT lambda_invoke($1, 'increment')")?;
+    let get = client.prepare("SELECT lambda_invoke($1, 'get')")?;
+    for _ in 0..200 {
+        client.query_one(&increment, &[&id])?; // warm the backend: engine, module, plans
+    }
+    let rows: Vec<(&str, Histogram<u64>)> = vec![
+        ("SELECT 1", time_calls(calls, || Ok(drop(client.query_one(&select1, &[])?)))?),
+        ("lambda_invoke(counter, 'get')", time_calls(calls, || Ok(drop(client.query_one(&get, &[&id])?)))?),
+        ("lambda_invoke(counter, 'increment')", time_calls(calls, || Ok(drop(client.query_one(&increment, &[&id])?)))?),
+    ];
+    println!("  {:<38} {:>8} {:>8} {:>8}", "statement", "p50", "p90", "p99");
+    for (name, h) in &rows {
+        println!("  {name:<38} {:>8.0} {:>8.0} {:>8.0}", micros(h, 0.5), micros(h, 0.9), micros(h, 0.99));
+    }
+
+    // Cold start: the first call in a brand-new backend after a deploy pays
+    // for the wasmtime engine, the epoch thread and mapping the compiled
+    // module from the disk cache; the second call is warm. The difference
+    // is the cold-start cost.
+    let mut first = histogram();
+    let mut second = histogram();
+    let mut extra = histogram();
+    let mut redeployed = counter.clone();
+    for i in 0..connections {
+        if i % 20 == 0 {
+            // A fresh version now and then: its artifact was written at deploy.
+            redeployed.extend_from_slice(&custom_section(&format!("v{i}")));
+            deploy(&mut client, "bench_counter", &redeployed)?;
+        }
+        let mut fresh = Client::connect(url, NoTls)?;
+        let stmt = fresh.prepare("SELECT lambda_invoke($1, 'get')")?;
+        fresh.query_one("SELECT 1", &[])?; // the backend itself is up
+        let t = Instant::now();
+        fresh.query_one(&stmt, &[&id])?;
+        let a = t.elapsed().as_micros().max(1) as u64;
+        let t = Instant::now();
+        fresh.query_one(&stmt, &[&id])?;
+        let b = t.elapsed().as_micros().max(1) as u64;
+        first.record(a)?;
+        second.record(b)?;
+        extra.record(a.saturating_sub(b).max(1))?;
+    }
+    println!("cold start over {connections} new connections (µs):");
+    println!("  first call p50 {:.0}, second call p50 {:.0}, extra p50 {:.0} p90 {:.0}",
+        micros(&first, 0.5), micros(&second, 0.5), micros(&extra, 0.5), micros(&extra, 0.9));
+
+    // Timeout overshoot: how long past lambdastore.timeout a spinning
+    // lambda keeps the statement.
+    let bench: i64 = client.query_one("SELECT lambdastore.create_object('bench_micro', 'Bench', '{}')", &[])?.get(0);
+    client.batch_execute("SET lambdastore.timeout = '1s'")?;
+    let mut over = histogram();
+    for _ in 0..spins {
+        let t = Instant::now();
+        match client.query_one("SELECT lambda_invoke($1, 'spin')", &[&bench]) {
+            Ok(_) => bail!("spin returned"),
+            Err(e) if e.code().map(|c| c.code()) == Some("57014") => {}
+            Err(e) => bail!("spin failed unexpectedly: {e}"),
+        }
+        let elapsed = t.elapsed();
+        over.record((elapsed.saturating_sub(Duration::from_secs(1))).as_micros().max(1) as u64)?;
+    }
+    println!("spin() with lambdastore.timeout = 1s, {spins} runs: stopped after the deadline by p50 {:.1} ms, max {:.1} ms",
+        micros(&over, 0.5) / 1000.0, over.max() as f64 / 1000.0);
+    Ok(())
+}
+
+/// A custom section: changes a component's bytes (so its hash and version)
+/// without changing its code.
+fn custom_section(name: &str) -> Vec<u8> {
+    let mut payload = vec![name.len() as u8];
+    payload.extend_from_slice(name.as_bytes());
+    let mut section = vec![0u8, payload.len() as u8];
+    section.extend(payload);
+    section
+}

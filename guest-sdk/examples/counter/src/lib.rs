@@ -1,0 +1,118 @@
+//! The smallest LambdaStore application: a counter object.
+
+use lambdastore_sdk::prelude::*;
+
+/// A counter: one integer cell.
+#[lambda_object]
+pub struct Counter {
+    value: Cell<i64>,
+}
+
+#[lambda_functions]
+impl Counter {
+    /// Starts at `initial`, or 0.
+    #[constructor]
+    fn new(&self, initial: Option<i64>) {
+        self.value.set(&initial.unwrap_or(0));
+    }
+
+    /// The current value.
+    #[readonly]
+    fn get(&self) -> i64 {
+        self.value.get_or_default()
+    }
+
+    /// Adds one; returns the new value.
+    fn increment(&self) -> i64 {
+        self.add(1)
+    }
+
+    /// Adds `n`; returns the new value.
+    fn add(&self, n: i64) -> i64 {
+        let v = self.value.get_or_default() + n;
+        self.value.set(&v);
+        v
+    }
+}
+
+lambdastore_sdk::app!(Counter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lambdastore_sdk::mock::MockHost;
+    use serde_json::json;
+
+    #[test]
+    fn starts_at_the_initial_value_or_zero() {
+        let host = MockHost::for_app::<App>();
+        let a = host.create("Counter", json!({"initial": 5})).unwrap();
+        let b = host.create("Counter", json!(null)).unwrap();
+        assert_eq!(host.invoke(a, "get", json!({})).unwrap(), json!(5));
+        assert_eq!(host.invoke(b, "get", json!(null)).unwrap(), json!(0));
+    }
+
+    #[test]
+    fn increment_and_add_return_the_new_value() {
+        let host = MockHost::for_app::<App>();
+        let id = host.create("Counter", json!([])).unwrap();
+        assert_eq!(host.invoke(id, "increment", json!(null)).unwrap(), json!(1));
+        assert_eq!(host.invoke(id, "add", json!({"n": 41})).unwrap(), json!(42));
+        assert_eq!(host.invoke(id, "add", json!([-2])).unwrap(), json!(40));
+        assert_eq!(host.cell::<i64>(id, "value"), Some(40));
+    }
+
+    #[test]
+    fn typed_references_work_from_tests_too() {
+        let _host = MockHost::for_app::<App>();
+        let counter = CounterRef::new(Some(1)).unwrap();
+        assert_eq!(counter.add(2).unwrap(), 3);
+        assert_eq!(counter.get().unwrap(), 3);
+    }
+
+    #[test]
+    fn mistyped_or_missing_arguments_are_rejected() {
+        let host = MockHost::for_app::<App>();
+        let id = host.create("Counter", json!(null)).unwrap();
+        let err = host.invoke(id, "add", json!({"n": "two"})).unwrap_err();
+        assert!(
+            matches!(err, CallError::BadArguments(ref m) if m.starts_with("parameter `n`")),
+            "{err}"
+        );
+        let err = host.invoke(id, "add", json!({})).unwrap_err();
+        assert_eq!(err, CallError::BadArguments("missing parameter `n`".into()));
+        let err = host.invoke(id, "get", json!({"n": 1})).unwrap_err();
+        assert!(matches!(err, CallError::BadArguments(_)), "{err}");
+    }
+
+    #[test]
+    fn unknown_objects_and_functions_are_errors() {
+        let host = MockHost::for_app::<App>();
+        let id = host.create("Counter", json!(null)).unwrap();
+        assert_eq!(
+            host.invoke(id, "reset", json!(null)),
+            Err(CallError::UnknownFunction("Counter.reset".into()))
+        );
+        assert_eq!(
+            host.invoke(99, "get", json!(null)),
+            Err(CallError::UnknownObject(99))
+        );
+        assert!(matches!(
+            host.create("Nope", json!(null)),
+            Err(CallError::UnknownFunction(_))
+        ));
+    }
+
+    #[test]
+    fn describes_its_type() {
+        use lambdastore_sdk::desc::FunctionKind;
+        use lambdastore_sdk::Application;
+        let app = App::describe();
+        let counter = &app.types[0];
+        assert_eq!(counter.name, "Counter");
+        assert_eq!(counter.fields[0].name, "value");
+        let get = counter.function("get").unwrap();
+        assert!(get.readonly && !get.protected && get.kind == FunctionKind::Method);
+        assert_eq!(counter.constructor().unwrap().name, "new");
+    }
+}

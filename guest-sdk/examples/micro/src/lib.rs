@@ -1,0 +1,426 @@
+//! Microbenchmark and fault-injection lambdas, for the host's benchmarks and
+//! tests: compute, reads, writes, nested-call depth, savepoints, and
+//! functions that misbehave on purpose (spin, allocate, panic, huge results).
+
+use std::hint::black_box;
+
+use lambdastore_sdk::prelude::*;
+use sha2::{Digest, Sha512};
+
+/// Entries in the `data` map.
+const ENTRIES: u32 = 100;
+/// Bytes per `data` value and per hashed buffer.
+const VALUE_BYTES: usize = 1024;
+
+/// The benchmark object.
+#[lambda_object]
+pub struct Bench {
+    /// Keys 0..100, 1 KiB strings.
+    data: Map<u32, String>,
+    /// A plain key-value map for generic tests.
+    kv: Map<String, String>,
+}
+
+/// A 1 KiB value derived from `seed` (printable, so psql shows it).
+fn value(seed: u64) -> String {
+    let alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut x = seed;
+    (0..VALUE_BYTES)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            alphabet[(x >> 58) as usize % alphabet.len()] as char
+        })
+        .collect()
+}
+
+/// `k` distinct keys of `data`, chosen with host randomness.
+fn random_keys(k: u32) -> Result<Vec<u32>> {
+    if k > ENTRIES {
+        bail!("k must be at most {ENTRIES}, got {k}");
+    }
+    // Partial Fisher-Yates shuffle.
+    let mut keys: Vec<u32> = (0..ENTRIES).collect();
+    for i in 0..k as usize {
+        let j = i + (random_u64() % (keys.len() - i) as u64) as usize;
+        keys.swap(i, j);
+    }
+    keys.truncate(k as usize);
+    Ok(keys)
+}
+
+#[lambda_functions]
+impl Bench {
+    /// Fills `data` with 100 entries of 1 KiB.
+    #[constructor]
+    fn new(&self) {
+        for key in 0..ENTRIES {
+            self.data.insert(&key, &value(key.into()));
+        }
+    }
+
+    /// `n` chained rounds of SHA-512 over a 1 KiB buffer; the hex of the last digest.
+    #[readonly]
+    fn hash(&self, n: u32) -> String {
+        let mut buffer = [0u8; VALUE_BYTES];
+        let mut digest = [0u8; 64];
+        for _ in 0..n {
+            digest.copy_from_slice(&Sha512::digest(buffer));
+            // Feed the digest back so no round can be skipped.
+            buffer[..64].copy_from_slice(&digest);
+        }
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Reads `k` distinct random entries; returns their total length.
+    #[readonly]
+    fn read(&self, k: u32) -> Result<u64> {
+        let keys = random_keys(k)?;
+        Ok(keys
+            .iter()
+            .map(|key| self.data.get(key).map_or(0, |v| v.len() as u64))
+            .sum())
+    }
+
+    /// Overwrites `k` distinct random entries with new 1 KiB values; returns `k`.
+    fn write(&self, k: u32) -> Result<u32> {
+        for key in random_keys(k)? {
+            self.data.insert(&key, &value(random_u64()));
+        }
+        Ok(k)
+    }
+
+    /// Never returns, without host calls: for the host's time limit.
+    fn spin(&self) {
+        let mut x = 0u64;
+        loop {
+            x = black_box(x.wrapping_add(1));
+        }
+    }
+
+    /// Allocates and touches `bytes` bytes; returns the count. Past the
+    /// host's memory limit, the allocation fails and the lambda traps.
+    fn alloc(&self, bytes: u64) -> Result<u64> {
+        let Ok(len) = usize::try_from(bytes) else {
+            bail!("{bytes} bytes do not fit in the address space");
+        };
+        let mut buffer = vec![0u8; len];
+        // Fresh pages are zero: write one byte per page so they are really used.
+        for i in (0..len).step_by(4096) {
+            buffer[i] = 1;
+        }
+        Ok(black_box(buffer).len() as u64)
+    }
+
+    /// Panics: a trap for the host.
+    fn panic(&self) {
+        panic!("micro: deliberate panic");
+    }
+
+    /// A string of `bytes` bytes: for the host's result size limit.
+    fn big_result(&self, bytes: u64) -> Result<String> {
+        let Ok(len) = usize::try_from(bytes) else {
+            bail!("{bytes} bytes do not fit in the address space");
+        };
+        Ok("x".repeat(len))
+    }
+
+    /// Fails with `message`: an application error.
+    fn fail(&self, message: String) -> Result<(), String> {
+        Err(message)
+    }
+
+    /// Stores `value` under `key` in `kv`.
+    fn put(&self, key: String, value: String) {
+        self.kv.insert(&key, &value);
+    }
+
+    /// The value of `key` in `kv`.
+    #[readonly]
+    fn get(&self, key: String) -> Option<String> {
+        self.kv.get(&key)
+    }
+
+    /// Entries of `kv` with `start <= key < end`, at most `limit` (default
+    /// all), in key order or reversed: for the host's range scans.
+    #[readonly]
+    fn list(
+        &self,
+        start: Option<String>,
+        end: Option<String>,
+        limit: Option<u32>,
+        reverse: Option<bool>,
+    ) -> Vec<(String, String)> {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let start = start.map_or(Unbounded, Included);
+        let end = end.map_or(Unbounded, Excluded);
+        let mut iter = self.kv.range((start, end)).limit(limit.unwrap_or(u32::MAX));
+        if reverse.unwrap_or(false) {
+            iter = iter.rev();
+        }
+        iter.collect()
+    }
+
+    /// Applies `puts` and `deletes` to `kv`, then lists it like `list`: the
+    /// scan must merge this call's pending writes with the stored entries.
+    fn write_then_list(
+        &self,
+        puts: Vec<(String, String)>,
+        deletes: Vec<String>,
+        limit: Option<u32>,
+        reverse: Option<bool>,
+    ) -> Vec<(String, String)> {
+        for (key, value) in &puts {
+            self.kv.insert(key, value);
+        }
+        for key in &deletes {
+            self.kv.remove(key);
+        }
+        self.list(None, None, limit, reverse)
+    }
+
+    /// Calls itself `depth` levels deep on this object; returns `depth`.
+    /// For the host's call-depth limit.
+    fn deep(&self, depth: u32) -> Result<u32> {
+        if depth == 0 {
+            return Ok(0);
+        }
+        let me = BenchRef::from_id(self_id());
+        Ok(me.deep(depth - 1)? + 1)
+    }
+
+    /// Writes, then fails: none of the write may be kept.
+    fn put_then_fail(&self, key: String, value: String) -> Result<()> {
+        self.kv.insert(&key, &value);
+        bail!("put_then_fail: failing after writing `{key}`");
+    }
+
+    /// Calls `put_then_fail` on `target`, ignores its error; returns whether
+    /// the error was seen. The write must be gone, the caller goes on.
+    fn call_and_recover(&self, target: BenchRef, key: String, value: String) -> bool {
+        target.put_then_fail(key, value).is_err()
+    }
+
+    /// Protected: only lambdas of this application may call it.
+    #[protected]
+    fn secret(&self) -> String {
+        "the secret".to_string()
+    }
+
+    /// The transaction's clock.
+    #[readonly]
+    fn now(&self) -> i64 {
+        now_micros()
+    }
+
+    /// Host randomness.
+    #[readonly]
+    fn random(&self) -> u64 {
+        random_u64()
+    }
+
+    /// Writes `message` to the server log at NOTICE.
+    #[readonly]
+    fn log(&self, message: String) {
+        lambdastore_sdk::log::notice(message);
+    }
+
+    /// Calls the protected `secret` of `target` (allowed: a nested call).
+    #[readonly]
+    fn ask_secret(&self, target: BenchRef) -> Result<String> {
+        Ok(target.secret()?)
+    }
+
+    /// A static function: this application's version.
+    fn version() -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+}
+
+lambdastore_sdk::app!(Bench);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lambdastore_sdk::mock::MockHost;
+    use serde_json::json;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    fn bench() -> (MockHost, ObjectId) {
+        let host = MockHost::for_app::<App>();
+        let id = host.create("Bench", json!(null)).unwrap();
+        (host, id)
+    }
+
+    #[test]
+    fn constructor_fills_100_entries_of_1_kib() {
+        let (host, id) = bench();
+        let data = host.map::<u32, String>(id, "data");
+        assert_eq!(data.len(), 100);
+        assert!(data
+            .iter()
+            .enumerate()
+            .all(|(i, (k, v))| *k == i as u32 && v.len() == 1024));
+    }
+
+    #[test]
+    fn hash_chains_sha512_rounds() {
+        let (host, id) = bench();
+        let once = host.invoke(id, "hash", json!({"n": 1})).unwrap();
+        // SHA-512 of 1024 zero bytes.
+        let expected: String = Sha512::digest([0u8; 1024])
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(once, json!(expected));
+        let twice = host.invoke(id, "hash", json!([2])).unwrap();
+        assert_ne!(once, twice);
+        assert_eq!(twice.as_str().unwrap().len(), 128);
+    }
+
+    #[test]
+    fn read_and_write_touch_k_distinct_entries() {
+        let (host, id) = bench();
+        assert_eq!(
+            host.invoke(id, "read", json!({"k": 10})).unwrap(),
+            json!(10 * 1024)
+        );
+        let before = host.map::<u32, String>(id, "data");
+        assert_eq!(host.invoke(id, "write", json!({"k": 7})).unwrap(), json!(7));
+        let after = host.map::<u32, String>(id, "data");
+        let changed = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+        assert_eq!(changed, 7);
+        assert!(matches!(
+            host.invoke(id, "read", json!([101])),
+            Err(CallError::Application(_))
+        ));
+    }
+
+    #[test]
+    fn fail_is_an_application_error() {
+        let (host, id) = bench();
+        assert_eq!(
+            host.invoke(id, "fail", json!({"message": "boom"})),
+            Err(CallError::Application("boom".into()))
+        );
+    }
+
+    #[test]
+    fn put_get_and_list() {
+        let (host, id) = bench();
+        for k in ["b", "a", "c", "d"] {
+            host.invoke(id, "put", json!({"key": k, "value": k.to_uppercase()}))
+                .unwrap();
+        }
+        assert_eq!(host.invoke(id, "get", json!(["a"])).unwrap(), json!("A"));
+        assert_eq!(host.invoke(id, "get", json!(["zz"])).unwrap(), json!(null));
+        let list = host
+            .invoke(id, "list", json!({"start": "b", "end": "d"}))
+            .unwrap();
+        assert_eq!(list, json!([["b", "B"], ["c", "C"]]));
+        let list = host
+            .invoke(id, "list", json!({"limit": 2, "reverse": true}))
+            .unwrap();
+        assert_eq!(list, json!([["d", "D"], ["c", "C"]]));
+    }
+
+    #[test]
+    fn deep_recurses_on_its_own_object() {
+        let (host, id) = bench();
+        assert_eq!(
+            host.invoke(id, "deep", json!({"depth": 10})).unwrap(),
+            json!(10)
+        );
+    }
+
+    #[test]
+    fn deep_past_the_depth_limit_aborts_the_workflow() {
+        let (host, id) = bench();
+        host.set_max_depth(8);
+        let result = catch_unwind(AssertUnwindSafe(|| host.invoke(id, "deep", json!([20]))));
+        assert!(result.is_err());
+        // The host is usable afterwards.
+        assert_eq!(host.invoke(id, "deep", json!([3])).unwrap(), json!(3));
+    }
+
+    #[test]
+    fn a_failing_call_keeps_none_of_its_writes() {
+        let (host, id) = bench();
+        let err = host.invoke(id, "put_then_fail", json!({"key": "k", "value": "v"}));
+        assert!(matches!(err, Err(CallError::Application(_))));
+        assert_eq!(host.invoke(id, "get", json!(["k"])).unwrap(), json!(null));
+    }
+
+    #[test]
+    fn the_caller_of_a_failing_nested_call_recovers() {
+        let (host, a) = bench();
+        let b = host.create("Bench", json!(null)).unwrap();
+        let args = json!({"target": b, "key": "k", "value": "v"});
+        assert_eq!(
+            host.invoke(a, "call_and_recover", args).unwrap(),
+            json!(true)
+        );
+        assert_eq!(host.invoke(b, "get", json!(["k"])).unwrap(), json!(null));
+    }
+
+    #[test]
+    fn a_panic_aborts_the_workflow_and_keeps_nothing() {
+        let (host, id) = bench();
+        host.invoke(id, "put", json!(["before", "1"])).unwrap();
+        let result = catch_unwind(AssertUnwindSafe(|| host.invoke(id, "panic", json!(null))));
+        assert!(result.is_err());
+        assert_eq!(
+            host.invoke(id, "get", json!(["before"])).unwrap(),
+            json!("1")
+        );
+    }
+
+    #[test]
+    fn protected_secret_only_through_a_nested_call() {
+        let (host, a) = bench();
+        let b = host.create("Bench", json!(null)).unwrap();
+        assert!(matches!(
+            host.invoke(b, "secret", json!(null)),
+            Err(CallError::NotAllowed(_))
+        ));
+        assert_eq!(
+            host.invoke(a, "ask_secret", json!([b])).unwrap(),
+            json!("the secret")
+        );
+    }
+
+    #[test]
+    fn static_version() {
+        let host = MockHost::for_app::<App>();
+        assert_eq!(
+            host.invoke_static("Bench", "version", json!(null)).unwrap(),
+            json!("0.1.0")
+        );
+        assert_eq!(BenchRef::version().unwrap(), "0.1.0");
+    }
+
+    #[test]
+    fn alloc_and_big_result() {
+        let (host, id) = bench();
+        assert_eq!(
+            host.invoke(id, "alloc", json!([1 << 20])).unwrap(),
+            json!(1 << 20)
+        );
+        let big = host
+            .invoke(id, "big_result", json!({"bytes": 5000}))
+            .unwrap();
+        assert_eq!(big.as_str().unwrap().len(), 5000);
+    }
+
+    #[test]
+    fn log_reaches_the_server_log() {
+        let (host, id) = bench();
+        host.invoke(id, "log", json!(["hello"])).unwrap();
+        let record = host.logs().pop().unwrap();
+        assert_eq!(
+            (record.level, record.message.as_str(), record.object),
+            (lambdastore_sdk::host::LogLevel::Notice, "hello", id)
+        );
+    }
+}

@@ -1,0 +1,411 @@
+//! The example applications end to end: deploy, create, invoke, nested
+//! calls, and range scans that come back in order.
+
+mod common;
+
+use common::*;
+use postgres::Client;
+use serde_json::{json, Value};
+
+/// More items than the SDK fetches in one page of a range scan (128), so
+/// that ordered reads have to resume where a page ended.
+const MORE_THAN_A_PAGE: i64 = 130;
+
+fn deployed(test: &str, example: &str) -> (Client, String) {
+    let mut c = connect();
+    let app = app(test);
+    deploy_example(&mut c, &app, example);
+    (c, app)
+}
+
+#[test]
+fn counter_round_trip() {
+    let (mut c, app) = deployed("counter", "counter");
+    let id = create(&mut c, &app, "Counter", json!({"initial": 5}));
+
+    assert_eq!(call(&mut c, id, "get", json!({})), json!(5));
+    assert_eq!(call(&mut c, id, "increment", json!({})), json!(6));
+    assert_eq!(call(&mut c, id, "add", json!({"n": 10})), json!(16));
+    // Arguments by position.
+    assert_eq!(call(&mut c, id, "add", json!([-6])), json!(10));
+
+    // Committed: another session sees it.
+    assert_eq!(call(&mut connect(), id, "get", json!({})), json!(10));
+}
+
+#[test]
+fn an_optional_argument_may_be_omitted() {
+    let (mut c, app) = deployed("counter_default", "counter");
+    let id = create(&mut c, &app, "Counter", json!({}));
+    assert_eq!(call(&mut c, id, "get", json!({})), json!(0));
+}
+
+#[test]
+fn object_data_is_rows_of_json() {
+    let (mut c, app) = deployed("counter_rows", "counter");
+    let id = create(&mut c, &app, "Counter", json!({"initial": 41}));
+    call(&mut c, id, "increment", json!({}));
+
+    // A cell is one entry under the empty key; values are JSON bytes.
+    assert_eq!(
+        entries(&mut c, id),
+        vec![("value".to_string(), vec![], b"42".to_vec())]
+    );
+    let row = c
+        .query_one(
+            "SELECT app, type_name FROM lambdastore.objects WHERE object_id = $1",
+            &[&id],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1)),
+        (app, "Counter".to_string())
+    );
+}
+
+#[test]
+fn a_new_object_has_one_entry_set() {
+    let (mut c, app) = deployed("counter_entry_set", "counter");
+    let id = create(&mut c, &app, "Counter", json!({}));
+    let sets: i64 = c
+        .query_one(
+            "SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(sets, 1);
+}
+
+#[test]
+fn lambdas_run_in_the_callers_transaction() {
+    let (mut c, app) = deployed("counter_txn", "counter");
+    let id = create(&mut c, &app, "Counter", json!({"initial": 1}));
+
+    let mut tx = c.transaction().unwrap();
+    call(&mut tx, id, "add", json!({"n": 10}));
+    // The next statement of the same transaction sees the write...
+    assert_eq!(call(&mut tx, id, "get", json!({})), json!(11));
+    // ...another session does not, before the commit.
+    assert_eq!(call(&mut connect(), id, "get", json!({})), json!(1));
+    tx.rollback().unwrap();
+
+    assert_eq!(call(&mut c, id, "get", json!({})), json!(1));
+}
+
+#[test]
+fn a_statement_may_invoke_many_objects() {
+    let (mut c, app) = deployed("counter_many", "counter");
+    let ids: Vec<i64> = (0..10)
+        .map(|i| create(&mut c, &app, "Counter", json!({"initial": i})))
+        .collect();
+
+    let total: i64 = c
+        .query_one("SELECT sum((lambda_invoke(id, 'increment'))::text::bigint)::bigint FROM unnest($1::bigint[]) id", &[&ids])
+        .unwrap()
+        .get(0);
+    assert_eq!(total, (1..=10).sum::<i64>());
+}
+
+#[test]
+fn bank_transfer_moves_money_through_a_nested_deposit() {
+    let (mut c, app) = deployed("bank", "bank");
+    let alice = create(
+        &mut c,
+        &app,
+        "Account",
+        json!({"owner": "alice", "initial": 100}),
+    );
+    let bob = create(&mut c, &app, "Account", json!({"owner": "bob"}));
+
+    let balance = call(&mut c, alice, "transfer", json!({"to": bob, "amount": 30}));
+
+    assert_eq!(balance, json!(70));
+    assert_eq!(call(&mut c, alice, "balance", json!({})), json!(70));
+    assert_eq!(call(&mut c, bob, "balance", json!({})), json!(30));
+    // The deposit (a nested call) audited the credit on bob's side.
+    let credit = &call(&mut c, bob, "history", json!({}))[0];
+    assert_eq!(
+        (&credit["kind"], &credit["amount"], &credit["counterparty"]),
+        (&json!("credit"), &json!(30), &json!(alice))
+    );
+}
+
+#[test]
+fn bank_history_is_newest_first() {
+    let (mut c, app) = deployed("bank_history", "bank");
+    let alice = create(
+        &mut c,
+        &app,
+        "Account",
+        json!({"owner": "alice", "initial": 1_000_000}),
+    );
+    let bob = create(&mut c, &app, "Account", json!({"owner": "bob"}));
+    // Transfers of 1, 2, ..., MORE_THAN_A_PAGE, in that order.
+    c.execute(
+        "SELECT lambda_invoke($1, 'transfer', jsonb_build_object('to', $2::bigint, 'amount', i))
+           FROM generate_series(1, $3::bigint) i ORDER BY i",
+        &[&alice, &bob, &MORE_THAN_A_PAGE],
+    )
+    .unwrap();
+
+    let history = call(
+        &mut c,
+        alice,
+        "history",
+        json!({"limit": MORE_THAN_A_PAGE - 1}),
+    );
+    let amounts: Vec<i64> = history
+        .as_array()
+        .unwrap_or_else(|| panic!("history is not a list: {history}"))
+        .iter()
+        .map(|h| {
+            h["amount"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no amount in {h}"))
+        })
+        .collect();
+    let expected: Vec<i64> = (2..=MORE_THAN_A_PAGE).rev().collect();
+    assert_eq!(amounts, expected);
+}
+
+/// A forum with one account and one community.
+fn forum(test: &str) -> (Client, String, i64, i64) {
+    let (mut c, app) = deployed(test, "forum");
+    let ada = create(&mut c, &app, "Account", json!({"name": "ada"}));
+    let rust = create(&mut c, &app, "Community", json!({"name": "rust"}));
+    (c, app, ada, rust)
+}
+
+fn new_thread(c: &mut Client, account: i64, community: i64, title: &str) -> i64 {
+    let thread = call(
+        c,
+        account,
+        "create_thread",
+        json!({"community": community, "title": title, "text": "hello"}),
+    );
+    thread
+        .as_i64()
+        .unwrap_or_else(|| panic!("create_thread returned {thread}, not a thread id"))
+}
+
+#[test]
+fn forum_thread_round_trip() {
+    let (mut c, _, ada, rust) = forum("forum");
+    let thread = new_thread(&mut c, ada, rust, "First post");
+
+    let got = call(&mut c, thread, "get_thread", json!({}));
+    assert_eq!(got["id"], json!(thread));
+    assert_eq!(got["author"], json!(ada));
+    assert_eq!(got["community"], json!(rust));
+    assert_eq!(got["title"], json!("First post"));
+    assert_eq!(got["text"], json!("hello"));
+    assert_eq!(got["comment_count"], json!(0));
+    assert_eq!(got["comments"], json!([]));
+}
+
+#[test]
+fn forum_add_comment_reaches_the_thread_through_a_nested_call() {
+    let (mut c, app, ada, rust) = forum("forum_comment");
+    let grace = create(&mut c, &app, "Account", json!({"name": "grace"}));
+    let thread = new_thread(&mut c, ada, rust, "Questions");
+
+    let comment = call(
+        &mut c,
+        grace,
+        "add_comment",
+        json!({"thread": thread, "text": "me first"}),
+    );
+
+    let got = call(&mut c, thread, "get_thread", json!({}));
+    assert_eq!(got["comment_count"], json!(1));
+    let comments = got["comments"].as_array().unwrap();
+    assert_eq!(comments.len(), 1);
+    assert_eq!(comments[0]["id"], comment);
+    assert_eq!(comments[0]["author"], json!(grace));
+    assert_eq!(comments[0]["text"], json!("me first"));
+}
+
+#[test]
+fn forum_add_comment_on_thread_is_protected_from_sql() {
+    let (mut c, _, ada, rust) = forum("forum_protected");
+    let thread = new_thread(&mut c, ada, rust, "Closed");
+    let before = entries(&mut c, thread);
+
+    expect_sqlstate(
+        invoke(
+            &mut c,
+            thread,
+            "add_comment",
+            json!({"author": ada, "text": "sneaky"}),
+        ),
+        "42501",
+    );
+    assert_eq!(entries(&mut c, thread), before);
+}
+
+#[test]
+fn forum_comments_come_back_oldest_first() {
+    let (mut c, _, ada, rust) = forum("forum_order");
+    let thread = new_thread(&mut c, ada, rust, "Long thread");
+    c.execute(
+        "SELECT lambda_invoke($1, 'add_comment', jsonb_build_object('thread', $2::bigint, 'text', 'c' || i))
+           FROM generate_series(1, $3::bigint) i ORDER BY i",
+        &[&ada, &thread, &MORE_THAN_A_PAGE],
+    )
+    .unwrap();
+
+    let got = call(&mut c, thread, "get_thread", json!({}));
+    assert_eq!(got["comment_count"], json!(MORE_THAN_A_PAGE));
+    let texts: Vec<&str> = got["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["text"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (1..=MORE_THAN_A_PAGE).map(|i| format!("c{i}")).collect();
+    assert_eq!(texts, expected);
+}
+
+#[test]
+fn forum_list_threads_is_newest_first() {
+    let (mut c, _, ada, rust) = forum("forum_threads");
+    c.execute(
+        "SELECT lambda_invoke($1, 'create_thread', jsonb_build_object('community', $2::bigint, 'title', 't' || i, 'text', ''))
+           FROM generate_series(1, $3::bigint) i ORDER BY i",
+        &[&ada, &rust, &MORE_THAN_A_PAGE],
+    )
+    .unwrap();
+
+    let listed = call(
+        &mut c,
+        rust,
+        "list_threads",
+        json!({"limit": MORE_THAN_A_PAGE - 1}),
+    );
+    let titles: Vec<&str> = listed
+        .as_array()
+        .unwrap_or_else(|| panic!("list_threads is not a list: {listed}"))
+        .iter()
+        .map(|t| {
+            t["title"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no title in {t}"))
+        })
+        .collect();
+    let expected: Vec<String> = (2..=MORE_THAN_A_PAGE)
+        .rev()
+        .map(|i| format!("t{i}"))
+        .collect();
+    assert_eq!(titles, expected);
+}
+
+/// A `micro` application with one `Bench` object.
+fn bench(test: &str) -> (Client, String, i64) {
+    let (mut c, app) = deployed(test, "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    (c, app, id)
+}
+
+#[test]
+fn micro_constructor_fills_100_entries_of_1_kib() {
+    let (mut c, _, id) = bench("micro_new");
+    let stored = entries(&mut c, id);
+    let kib: Vec<_> = stored.iter().filter(|(_, _, v)| v.len() >= 1024).collect();
+    assert_eq!(
+        kib.len(),
+        100,
+        "fields: {:?}",
+        stored.iter().map(|e| &e.0).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn micro_functions_run() {
+    let (mut c, app, id) = bench("micro_run");
+    call(&mut c, id, "hash", json!({"n": 10}));
+    call(&mut c, id, "read", json!({"k": 100}));
+    call(&mut c, id, "write", json!({"k": 10}));
+    call(&mut c, id, "alloc", json!({"bytes": 1 << 20}));
+    let version = invoke_static(&mut c, &app, "Bench", "version", json!({})).unwrap();
+    assert!(!version.is_null());
+}
+
+#[test]
+fn micro_map_put_then_get() {
+    let (mut c, _, id) = bench("micro_map");
+    assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), Value::Null);
+    call(&mut c, id, "put", json!({"key": "k", "value": "v"}));
+    assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), json!("v"));
+}
+
+#[test]
+fn micro_deep_nests_calls_on_itself() {
+    // deep(n) calls itself n levels down on the same object and returns n.
+    let (mut c, _, id) = bench("micro_deep");
+    assert_eq!(call(&mut c, id, "deep", json!({"depth": 5})), json!(5));
+}
+
+#[test]
+fn a_protected_function_may_be_called_by_its_own_application() {
+    // ask_secret calls the protected secret of another Bench.
+    let (mut c, app, id) = bench("micro_ask_secret");
+    let other = create(&mut c, &app, "Bench", json!({}));
+    assert_eq!(
+        call(&mut c, id, "ask_secret", json!({"target": other})),
+        json!("the secret")
+    );
+}
+
+#[test]
+fn micro_list_scans_in_key_order_within_bounds() {
+    let (mut c, _, id) = bench("micro_list");
+    for key in ["b", "d", "a", "c", "bb"] {
+        call(
+            &mut c,
+            id,
+            "put",
+            json!({"key": key, "value": key.to_uppercase()}),
+        );
+    }
+
+    let all = call(&mut c, id, "list", json!({}));
+    assert_eq!(
+        all,
+        json!([["a", "A"], ["b", "B"], ["bb", "BB"], ["c", "C"], ["d", "D"]])
+    );
+    let bounded = call(&mut c, id, "list", json!({"start": "b", "end": "c"}));
+    assert_eq!(bounded, json!([["b", "B"], ["bb", "BB"]]));
+    let newest = call(&mut c, id, "list", json!({"limit": 2, "reverse": true}));
+    assert_eq!(newest, json!([["d", "D"], ["c", "C"]]));
+}
+
+#[test]
+fn a_scan_sees_the_calls_own_pending_writes_in_key_order() {
+    // Stored: a, c, e. In one call: overwrite c, add b and f, delete e, then
+    // scan. The host merges its write buffer with the table: the scan must
+    // show the new values, the new keys in order, and not the deleted one —
+    // also when a limit cuts the merged list and in reverse.
+    let (mut c, _, id) = bench("micro_write_then_list");
+    for key in ["a", "c", "e"] {
+        call(&mut c, id, "put", json!({"key": key, "value": "stored"}));
+    }
+    let puts = json!([["c", "new"], ["b", "new"], ["f", "new"]]);
+    let merged = call(&mut c, id, "write_then_list", json!({"puts": puts, "deletes": ["e"]}));
+    assert_eq!(
+        merged,
+        json!([["a", "stored"], ["b", "new"], ["c", "new"], ["f", "new"]])
+    );
+    let newest = call(
+        &mut c,
+        id,
+        "write_then_list",
+        json!({"puts": [["d", "new"]], "deletes": ["f"], "limit": 2, "reverse": true}),
+    );
+    assert_eq!(newest, json!([["d", "new"], ["c", "new"]]));
+    // And the writes of both calls were applied.
+    assert_eq!(
+        call(&mut c, id, "list", json!({})),
+        json!([["a", "stored"], ["b", "new"], ["c", "new"], ["d", "new"]])
+    );
+}

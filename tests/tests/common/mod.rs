@@ -1,0 +1,321 @@
+//! Helpers shared by the end-to-end tests: a connection to the test
+//! database (created with the extension on first use), the example
+//! components, the SQL API as typed calls, and SQLSTATE assertions.
+//!
+//! The server is the one `scripts/e2e.sh` starts; its libpq key/value URL is
+//! in `LAMBDASTORE_TEST_URL`. Tests run in parallel, so each one deploys its
+//! own applications under names from [`app`].
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+pub mod rogue;
+
+use postgres::{Client, GenericClient, NoTls};
+use serde_json::Value;
+use std::fmt::Debug;
+use std::path::PathBuf;
+use std::sync::Once;
+
+/// The database the suite works in (created if missing).
+pub const DATABASE: &str = "lambdastore_test";
+
+/// Any fixed number: serialises the first-time setup across test processes.
+const SETUP_LOCK: i64 = 0x4c53_7465_7374; // "LStest"
+
+fn config(dbname: &str) -> postgres::Config {
+    let url = std::env::var("LAMBDASTORE_TEST_URL").expect(
+        "LAMBDASTORE_TEST_URL is not set: run the suite with `make test-e2e` or scripts/e2e.sh",
+    );
+    let mut config: postgres::Config = url.parse().expect("LAMBDASTORE_TEST_URL is a libpq URL");
+    config.dbname(dbname).application_name("lambdastore-tests");
+    config
+}
+
+fn setup() {
+    static SETUP: Once = Once::new();
+    SETUP.call_once(|| {
+        let mut admin = config("postgres")
+            .connect(NoTls)
+            .expect("connect to the test server");
+        admin
+            .execute("SELECT pg_advisory_lock($1)", &[&SETUP_LOCK])
+            .unwrap();
+        let exists = admin
+            .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&DATABASE])
+            .unwrap()
+            .is_some();
+        if !exists {
+            admin
+                .batch_execute(&format!("CREATE DATABASE {DATABASE}"))
+                .unwrap();
+        }
+        let mut db = config(DATABASE)
+            .connect(NoTls)
+            .expect("connect to the test database");
+        db.batch_execute("CREATE EXTENSION IF NOT EXISTS lambdastore")
+            .expect("CREATE EXTENSION lambdastore (is the extension installed?)");
+        admin
+            .execute("SELECT pg_advisory_unlock($1)", &[&SETUP_LOCK])
+            .unwrap();
+    });
+}
+
+/// A new connection to the test database, as the superuser `postgres`.
+pub fn connect() -> Client {
+    setup();
+    config(DATABASE)
+        .connect(NoTls)
+        .expect("connect to the test database")
+}
+
+/// A database of its own, for a test that changes the extension itself
+/// (the others share [`DATABASE`]). Dropped when it goes out of scope.
+pub struct ScratchDatabase {
+    pub name: String,
+}
+
+impl ScratchDatabase {
+    pub fn new(test: &str) -> ScratchDatabase {
+        setup();
+        let name = format!("lambdastore_test_{test}_{}", std::process::id());
+        let mut admin = config("postgres").connect(NoTls).unwrap();
+        // Separate statements: neither may run in a transaction block.
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .unwrap();
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
+        ScratchDatabase { name }
+    }
+
+    pub fn connect(&self) -> Client {
+        config(&self.name)
+            .connect(NoTls)
+            .expect("connect to the scratch database")
+    }
+}
+
+impl Drop for ScratchDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = config("postgres").connect(NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+/// An application name unique to this test and this run, so that tests may
+/// run in parallel and be re-run against the same database.
+pub fn app(test: &str) -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let name = format!("{test}_{:x}{:04x}", std::process::id(), secs & 0xffff);
+    assert!(name.len() <= 63, "application name {name} is too long");
+    name
+}
+
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The bytes of an example application, as `make lambdas` builds them.
+pub fn example(name: &str) -> Vec<u8> {
+    let path = workspace()
+        .join("target/lambdas")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (build the examples with `make lambdas`)",
+            path.display()
+        )
+    })
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("the server returned invalid JSON {text:?}: {e}"))
+}
+
+/// `lambdastore.deploy(app, module)`.
+pub fn deploy(
+    c: &mut impl GenericClient,
+    app: &str,
+    module: &[u8],
+) -> Result<Value, postgres::Error> {
+    let row = c.query_one("SELECT lambdastore.deploy($1, $2)::text", &[&app, &module])?;
+    Ok(json(row.get(0)))
+}
+
+/// Deploys the example `name` as application `app`.
+#[track_caller]
+pub fn deploy_example(c: &mut impl GenericClient, app: &str, name: &str) -> Value {
+    deploy(c, app, &example(name))
+        .unwrap_or_else(|e| panic!("deploy {name} as {app}: {}", describe(&e)))
+}
+
+/// `lambdastore.create_object(app, type, args)`.
+pub fn create_object(
+    c: &mut impl GenericClient,
+    app: &str,
+    ty: &str,
+    args: Value,
+) -> Result<i64, postgres::Error> {
+    let row = c.query_one(
+        "SELECT lambdastore.create_object($1, $2, $3::text::jsonb)",
+        &[&app, &ty, &args.to_string()],
+    )?;
+    Ok(row.get(0))
+}
+
+#[track_caller]
+pub fn create(c: &mut impl GenericClient, app: &str, ty: &str, args: Value) -> i64 {
+    create_object(c, app, ty, args.clone())
+        .unwrap_or_else(|e| panic!("create_object({app}, {ty}, {args}): {}", describe(&e)))
+}
+
+/// `lambda_invoke(object, method, args)`.
+pub fn invoke(
+    c: &mut impl GenericClient,
+    object: i64,
+    method: &str,
+    args: Value,
+) -> Result<Value, postgres::Error> {
+    let row = c.query_one(
+        "SELECT lambda_invoke($1, $2, $3::text::jsonb)::text",
+        &[&object, &method, &args.to_string()],
+    )?;
+    Ok(json(row.get(0)))
+}
+
+#[track_caller]
+pub fn call(c: &mut impl GenericClient, object: i64, method: &str, args: Value) -> Value {
+    invoke(c, object, method, args.clone()).unwrap_or_else(|e| {
+        panic!(
+            "lambda_invoke({object}, {method}, {args}): {}",
+            describe(&e)
+        )
+    })
+}
+
+/// `lambdastore.invoke_static(app, type, function, args)`.
+pub fn invoke_static(
+    c: &mut impl GenericClient,
+    app: &str,
+    ty: &str,
+    function: &str,
+    args: Value,
+) -> Result<Value, postgres::Error> {
+    let row = c.query_one(
+        "SELECT lambdastore.invoke_static($1, $2, $3, $4::text::jsonb)::text",
+        &[&app, &ty, &function, &args.to_string()],
+    )?;
+    Ok(json(row.get(0)))
+}
+
+/// A database error as psql would show it, for failure messages.
+pub fn describe(err: &postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => format!(
+            "{} {}: {}{}",
+            db.severity(),
+            db.code().code(),
+            db.message(),
+            db.detail()
+                .map(|d| format!(" (DETAIL: {d})"))
+                .unwrap_or_default()
+        ),
+        None => format!("{err}"),
+    }
+}
+
+/// Asserts that `result` is a database error with SQLSTATE `code` and
+/// returns its message.
+#[track_caller]
+pub fn expect_sqlstate<T: Debug>(result: Result<T, postgres::Error>, code: &str) -> String {
+    match result {
+        Ok(value) => {
+            panic!("expected SQLSTATE {code}, but the call succeeded and returned {value:?}")
+        }
+        Err(err) => match err.as_db_error() {
+            Some(db) if db.code().code() == code => db.message().to_string(),
+            _ => panic!("expected SQLSTATE {code}, got {}", describe(&err)),
+        },
+    }
+}
+
+/// Calls `method` on `object`, expects SQLSTATE `code`, and checks that the
+/// object's entries are exactly what they were before. Returns the message.
+#[track_caller]
+pub fn fails_cleanly(c: &mut Client, object: i64, method: &str, args: Value, code: &str) -> String {
+    let before = entries(c, object);
+    let message = expect_sqlstate(invoke(c, object, method, args), code);
+    assert_eq!(
+        entries(c, object),
+        before,
+        "{method} failed with {code} but changed the object's entries"
+    );
+    message
+}
+
+/// Every entry of an object, as (field, key, value), in key order.
+pub type Entries = Vec<(String, Vec<u8>, Vec<u8>)>;
+
+pub fn entries(c: &mut impl GenericClient, object: i64) -> Entries {
+    c.query(
+        "SELECT field, key, value FROM lambdastore.entries WHERE object_id = $1 ORDER BY field, key",
+        &[&object],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+/// The objects of an application, in id order.
+pub fn objects(c: &mut impl GenericClient, app: &str) -> Vec<i64> {
+    c.query(
+        "SELECT object_id FROM lambdastore.objects WHERE app = $1 ORDER BY 1",
+        &[&app],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+pub fn count(c: &mut impl GenericClient, sql: &str) -> i64 {
+    c.query_one(sql, &[]).unwrap().get(0)
+}
+
+pub fn backend_pid(c: &mut Client) -> i32 {
+    c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
+}
+
+/// Polls from `observer` until backend `pid` is running a statement that
+/// contains `needle`; returns when it is, so that a cancel hits the lambda.
+#[track_caller]
+pub fn wait_until_running(observer: &mut Client, pid: i32, needle: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let running = observer
+            .query_opt(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND position($2 in query) > 0",
+                &[&pid, &needle],
+            )
+            .unwrap()
+            .is_some();
+        if running {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backend {pid} never started running {needle:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5)); // polling interval, not a wait for an event
+    }
+}

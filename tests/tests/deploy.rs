@@ -1,0 +1,355 @@
+//! `lambdastore.deploy`: what it registers, versions, switching code, and
+//! what it refuses.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// The same component with a custom section appended: other bytes, same
+/// code.
+fn with_custom_section(mut wasm: Vec<u8>, name: &str, payload: &[u8]) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut contents = Vec::new();
+    leb128(name.len(), &mut contents);
+    contents.extend_from_slice(name.as_bytes());
+    contents.extend_from_slice(payload);
+    wasm.push(0); // custom section id
+    leb128(contents.len(), &mut wasm);
+    wasm.extend_from_slice(&contents);
+    wasm
+}
+
+fn module_rows(c: &mut postgres::Client, app: &str) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM lambdastore.modules WHERE app = $1",
+        &[&app],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn application_rows(c: &mut postgres::Client, app: &str) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM lambdastore.applications WHERE name = $1",
+        &[&app],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn function<'a>(deployed: &'a Value, ty: &str, name: &str) -> &'a Value {
+    let types = deployed["types"].as_array().expect("types is a list");
+    let t = types
+        .iter()
+        .find(|t| t["name"] == ty)
+        .unwrap_or_else(|| panic!("no type {ty} in {deployed}"));
+    let functions = t["functions"].as_array().expect("functions is a list");
+    functions
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("no function {ty}.{name} in {t}"))
+}
+
+#[test]
+fn deploy_returns_what_it_registered() {
+    let mut c = connect();
+    let app = app("deploy_returns");
+    let deployed = deploy_example(&mut c, &app, "counter");
+
+    assert_eq!(deployed["app"], json!(app));
+    assert_eq!(deployed["version"], json!(1));
+    assert_eq!(deployed["unchanged"], json!(false));
+    let sha256 = deployed["sha256"].as_str().unwrap();
+    assert!(
+        sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{sha256}"
+    );
+    assert_eq!(
+        function(&deployed, "Counter", "new"),
+        &json!({"name": "new", "kind": "constructor", "protected": false, "readonly": false})
+    );
+    assert_eq!(
+        function(&deployed, "Counter", "get"),
+        &json!({"name": "get", "kind": "method", "protected": false, "readonly": true})
+    );
+    assert_eq!(
+        function(&deployed, "Counter", "add")["readonly"],
+        json!(false)
+    );
+
+    // The catalog says the same.
+    let row = c
+        .query_one(
+            "SELECT a.module_id, m.version, m.sha256 FROM lambdastore.applications a
+               JOIN lambdastore.modules m USING (module_id) WHERE a.name = $1",
+            &[&app],
+        )
+        .unwrap();
+    assert_eq!(json!(row.get::<_, i64>(0)), deployed["module_id"]);
+    assert_eq!(row.get::<_, i32>(1), 1);
+    assert_eq!(row.get::<_, String>(2), sha256);
+    let types: Vec<String> = c
+        .query(
+            "SELECT type_name FROM lambdastore.object_types WHERE app = $1",
+            &[&app],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(types, ["Counter"]);
+}
+
+#[test]
+fn redeploying_the_same_bytes_changes_nothing() {
+    let mut c = connect();
+    let app = app("deploy_same");
+    let first = deploy_example(&mut c, &app, "counter");
+    let second = deploy_example(&mut c, &app, "counter");
+
+    assert_eq!(second["unchanged"], json!(true));
+    assert_eq!(second["version"], first["version"]);
+    assert_eq!(second["module_id"], first["module_id"]);
+    assert_eq!(module_rows(&mut c, &app), 1);
+}
+
+#[test]
+fn other_bytes_of_the_same_code_bump_the_version() {
+    let mut c = connect();
+    let app = app("deploy_bump");
+    let first = deploy_example(&mut c, &app, "counter");
+    let id = create(&mut c, &app, "Counter", json!({"initial": 7}));
+
+    // A custom section changes the bytes (and the hash) but not the code.
+    let modified = with_custom_section(example("counter"), "lambdastore-test", b"v2");
+    let second = deploy(&mut c, &app, &modified).unwrap();
+
+    assert_eq!(second["unchanged"], json!(false));
+    assert_eq!(second["version"], json!(2));
+    assert_ne!(second["module_id"], first["module_id"]);
+    assert_ne!(second["sha256"], first["sha256"]);
+    assert_eq!(module_rows(&mut c, &app), 2);
+    // Objects keep their data across versions.
+    assert_eq!(call(&mut c, id, "get", json!({})), json!(7));
+}
+
+#[test]
+fn redeploy_switches_the_code_of_new_calls() {
+    let mut c = connect();
+    let app = app("deploy_switch");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+    assert_eq!(call(&mut c, counter, "increment", json!({})), json!(1));
+
+    // The application now runs micro's code, which has no type Counter.
+    let deployed = deploy_example(&mut c, &app, "micro");
+    assert_eq!(deployed["version"], json!(2));
+
+    expect_sqlstate(invoke(&mut c, counter, "get", json!({})), "42704");
+    expect_sqlstate(create_object(&mut c, &app, "Counter", json!({})), "42704");
+    invoke_static(&mut c, &app, "Bench", "version", json!({}))
+        .unwrap_or_else(|e| panic!("Bench.version after the redeploy: {}", describe(&e)));
+}
+
+#[test]
+fn a_redeploy_is_seen_by_other_connections() {
+    let mut c = connect();
+    let mut other = connect();
+    let app = app("deploy_other_conn");
+    deploy_example(&mut c, &app, "counter");
+    // `other` loads version 1 into its backend's cache first.
+    let counter = create(&mut other, &app, "Counter", json!({}));
+    assert_eq!(call(&mut other, counter, "get", json!({})), json!(0));
+
+    deploy_example(&mut c, &app, "micro");
+
+    expect_sqlstate(invoke(&mut other, counter, "get", json!({})), "42704");
+    invoke_static(&mut other, &app, "Bench", "version", json!({}))
+        .unwrap_or_else(|e| panic!("Bench.version from another connection: {}", describe(&e)));
+}
+
+#[test]
+fn a_deploy_takes_effect_when_its_transaction_commits() {
+    let mut c = connect();
+    let mut other = connect();
+    let app = app("deploy_txn");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({"initial": 2}));
+
+    let mut tx = c.transaction().unwrap();
+    deploy(&mut tx, &app, &example("micro")).unwrap();
+    // Not committed: other sessions still run version 1.
+    assert_eq!(call(&mut other, counter, "get", json!({})), json!(2));
+    tx.commit().unwrap();
+
+    expect_sqlstate(invoke(&mut other, counter, "get", json!({})), "42704");
+}
+
+#[test]
+fn a_rolled_back_deploy_leaves_nothing() {
+    let mut c = connect();
+    let app = app("deploy_rollback");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+
+    let mut tx = c.transaction().unwrap();
+    deploy(&mut tx, &app, &example("micro")).unwrap();
+    tx.rollback().unwrap();
+
+    assert_eq!(module_rows(&mut c, &app), 1);
+    assert_eq!(call(&mut c, counter, "get", json!({})), json!(0));
+    // The next deploy is version 2, as if the rolled-back one never happened.
+    assert_eq!(deploy_example(&mut c, &app, "micro")["version"], json!(2));
+}
+
+#[test]
+fn reinstalling_the_extension_forgets_the_old_code() {
+    // Module ids start again at 1 after DROP/CREATE EXTENSION: a backend
+    // that ran the old module 1 must not run its code for the new one.
+    let db = ScratchDatabase::new("reinstall");
+    let mut c = db.connect();
+    c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
+    deploy_example(&mut c, "old_app", "counter");
+    let counter = create(&mut c, "old_app", "Counter", json!({"initial": 7}));
+    assert_eq!(call(&mut c, counter, "get", json!({})), json!(7));
+
+    c.batch_execute("DROP EXTENSION lambdastore CASCADE; CREATE EXTENSION lambdastore")
+        .unwrap();
+    deploy_example(&mut c, "new_app", "micro");
+
+    let version = invoke_static(&mut c, "new_app", "Bench", "version", json!({}));
+    version.unwrap_or_else(|e| panic!("Bench.version after reinstalling: {}", describe(&e)));
+}
+
+/// Asserts that deploying `module` is refused as an invalid module and that
+/// nothing was registered for the application.
+#[track_caller]
+fn assert_refused(module: &[u8], test: &str) -> String {
+    let mut c = connect();
+    let app = app(test);
+    let message = expect_sqlstate(deploy(&mut c, &app, module), "42P13");
+    assert_eq!(
+        application_rows(&mut c, &app),
+        0,
+        "an application row was left behind"
+    );
+    assert_eq!(module_rows(&mut c, &app), 0, "a module row was left behind");
+    message
+}
+
+#[test]
+fn garbage_bytes_are_refused() {
+    assert_refused(b"this is not WebAssembly at all", "refuse_garbage");
+}
+
+#[test]
+fn empty_bytes_are_refused() {
+    assert_refused(b"", "refuse_empty");
+}
+
+#[test]
+fn a_core_module_is_refused() {
+    // A valid WebAssembly module, but not a component.
+    let core =
+        wat::parse_str(r#"(module (func (export "describe") (result i32) i32.const 0))"#).unwrap();
+    assert_refused(&core, "refuse_core");
+}
+
+#[test]
+fn a_component_without_the_exports_is_refused() {
+    assert_refused(&wat::parse_str("(component)").unwrap(), "refuse_no_exports");
+}
+
+#[test]
+fn a_component_with_a_bad_description_is_refused() {
+    use rogue::Kind::{Constructor, Method};
+    let f = |name, kind| (name, kind, false, false);
+    let cases: [&[(&str, &[rogue::Function])]; 5] = [
+        &[],                                                   // no types
+        &[("T", &[]), ("T", &[])],                             // repeated type
+        &[("", &[])],                                          // empty type name
+        &[("T", &[f("f", Method), f("f", Method)])],           // repeated function
+        &[("T", &[f("a", Constructor), f("b", Constructor)])], // two constructors
+    ];
+    for (i, types) in cases.iter().enumerate() {
+        assert_refused(&rogue::describing(types), &format!("refuse_desc{i}"));
+    }
+}
+
+#[test]
+fn a_truncated_component_is_refused() {
+    let counter = example("counter");
+    assert_refused(&counter[..counter.len() / 2], "refuse_truncated");
+}
+
+#[test]
+fn a_refused_module_leaves_the_current_version_running() {
+    let mut c = connect();
+    let app = app("refuse_keeps_current");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({"initial": 3}));
+
+    expect_sqlstate(deploy(&mut c, &app, b"garbage"), "42P13");
+
+    assert_eq!(module_rows(&mut c, &app), 1);
+    assert_eq!(call(&mut c, counter, "get", json!({})), json!(3));
+}
+
+#[test]
+fn only_the_owner_may_redeploy() {
+    let mut c = connect();
+    let app = app("owner_app");
+    let own = app.replace("owner_app", "owner_own");
+    let role = app.replace("owner_app", "ls_role");
+    deploy_example(&mut c, &app, "counter"); // owned by postgres
+
+    // Everything below happens in one transaction that is rolled back, so
+    // the role disappears whatever the outcome.
+    let mut tx = c.transaction().unwrap();
+    tx.batch_execute(&format!(
+        "CREATE ROLE {role} NOSUPERUSER;
+         -- What a role needs to use LambdaStore (nothing grants it by default).
+         GRANT USAGE ON SCHEMA lambdastore TO {role};
+         GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA lambdastore TO {role};
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA lambdastore TO {role};
+         SET LOCAL ROLE {role};"
+    ))
+    .unwrap();
+    // The role may deploy an application of its own...
+    deploy(&mut tx, &own, &example("counter")).unwrap_or_else(|e| {
+        panic!(
+            "a non-superuser deploying its own application: {}",
+            describe(&e)
+        )
+    });
+    // ...but not over one that belongs to another role.
+    let mut attempt = tx.transaction().unwrap(); // a savepoint
+    let message = expect_sqlstate(deploy(&mut attempt, &app, &example("micro")), "42501");
+    assert!(
+        message.contains("belongs to role"),
+        "refused for another reason: {message}"
+    );
+    attempt.rollback().unwrap();
+    tx.batch_execute("RESET ROLE").unwrap();
+    assert_eq!(
+        tx.query_one(
+            "SELECT count(*) FROM lambdastore.modules WHERE app = $1",
+            &[&app]
+        )
+        .unwrap()
+        .get::<_, i64>(0),
+        1
+    );
+    tx.rollback().unwrap();
+}

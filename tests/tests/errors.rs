@@ -1,0 +1,381 @@
+//! Every error a user can cause has its SQLSTATE (README "Errors") and
+//! leaves nothing of the failed workflow behind.
+
+mod common;
+
+use common::*;
+use postgres::Client;
+use serde_json::{json, Value};
+
+/// A fresh `micro` application with one `Bench` object (100 entries).
+fn bench(test: &str) -> (Client, String, i64) {
+    let mut c = connect();
+    let app = app(test);
+    deploy_example(&mut c, &app, "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    (c, app, id)
+}
+
+/// A fresh application running the hand-written `rogue` component, with
+/// one `Rogue` object.
+fn rogue(test: &str) -> (Client, String, i64) {
+    let mut c = connect();
+    let app = app(test);
+    deploy(&mut c, &app, &rogue::component())
+        .unwrap_or_else(|e| panic!("deploy the rogue component: {}", describe(&e)));
+    let id = create(&mut c, &app, "Rogue", json!({}));
+    (c, app, id)
+}
+
+#[test]
+fn an_unknown_object_is_42704() {
+    let mut c = connect();
+    expect_sqlstate(invoke(&mut c, -42, "get", json!({})), "42704");
+    expect_sqlstate(
+        c.execute("SELECT lambdastore.delete_object(-42)", &[]),
+        "42704",
+    );
+}
+
+#[test]
+fn an_unknown_application_is_42704() {
+    let mut c = connect();
+    let missing = app("never_deployed");
+    expect_sqlstate(create_object(&mut c, &missing, "Bench", json!({})), "42704");
+    expect_sqlstate(
+        invoke_static(&mut c, &missing, "Bench", "version", json!({})),
+        "42704",
+    );
+}
+
+#[test]
+fn an_unknown_type_is_42704() {
+    let (mut c, app, _) = bench("unknown_type");
+    expect_sqlstate(create_object(&mut c, &app, "Nope", json!({})), "42704");
+    expect_sqlstate(
+        invoke_static(&mut c, &app, "Nope", "version", json!({})),
+        "42704",
+    );
+}
+
+#[test]
+fn an_unknown_function_is_42883() {
+    let (mut c, app, id) = bench("unknown_function");
+    fails_cleanly(&mut c, id, "no_such_method", json!({}), "42883");
+    expect_sqlstate(
+        invoke_static(&mut c, &app, "Bench", "no_such_function", json!({})),
+        "42883",
+    );
+}
+
+#[test]
+fn a_function_called_as_the_wrong_kind_is_42883() {
+    let (mut c, app, id) = bench("wrong_kind");
+    // `version` is static, `hash` a method, `new` the constructor.
+    fails_cleanly(&mut c, id, "version", json!({}), "42883");
+    fails_cleanly(&mut c, id, "new", json!({}), "42883");
+    expect_sqlstate(
+        invoke_static(&mut c, &app, "Bench", "hash", json!({"n": 1})),
+        "42883",
+    );
+}
+
+#[test]
+fn a_protected_function_called_from_sql_is_42501() {
+    let (mut c, _, id) = bench("protected");
+    fails_cleanly(&mut c, id, "secret", json!({}), "42501");
+}
+
+#[test]
+fn bad_arguments_are_22023() {
+    let (mut c, _, id) = bench("bad_arguments");
+    fails_cleanly(&mut c, id, "hash", json!({"n": "many"}), "22023"); // wrong type
+    fails_cleanly(&mut c, id, "hash", json!({}), "22023"); // missing
+    fails_cleanly(&mut c, id, "hash", json!({"n": 1, "m": 2}), "22023"); // unknown name
+    fails_cleanly(&mut c, id, "hash", json!([1, 2]), "22023"); // too many
+    fails_cleanly(&mut c, id, "hash", json!(5), "22023"); // neither object nor array
+}
+
+#[test]
+fn arguments_for_a_type_without_constructor_are_22023() {
+    let mut c = connect();
+    let app = app("no_ctor_args");
+    deploy(&mut c, &app, &rogue::component()).unwrap();
+    expect_sqlstate(
+        create_object(&mut c, &app, "Rogue", json!({"x": 1})),
+        "22023",
+    );
+    assert_eq!(objects(&mut c, &app), Vec::<i64>::new());
+}
+
+#[test]
+fn an_application_error_is_p0001_with_its_message() {
+    let (mut c, _, id) = bench("app_error");
+    let message = fails_cleanly(
+        &mut c,
+        id,
+        "fail",
+        json!({"message": "out of coffee"}),
+        "P0001",
+    );
+    assert!(message.contains("out of coffee"), "{message}");
+}
+
+#[test]
+fn writes_before_an_application_error_are_not_kept() {
+    let (mut c, _, id) = bench("put_then_fail");
+    fails_cleanly(
+        &mut c,
+        id,
+        "put_then_fail",
+        json!({"key": "k", "value": "v"}),
+        "P0001",
+    );
+    assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), Value::Null);
+}
+
+#[test]
+fn a_guest_panic_is_38000() {
+    let (mut c, _, id) = bench("panic");
+    fails_cleanly(&mut c, id, "panic", json!({}), "38000");
+}
+
+#[test]
+fn a_result_that_is_not_json_is_38000() {
+    let (mut c, _, id) = rogue("bad_json");
+    fails_cleanly(&mut c, id, "bad_json", json!({}), "38000");
+}
+
+#[test]
+fn the_rogue_component_runs() {
+    // Control for the tests below: the hand-written guest works when it
+    // keeps the rules (methods that write are not declared readonly).
+    let (mut c, _, id) = rogue("rogue_runs");
+    let written = vec![("log".to_string(), b"k".to_vec(), b"1".to_vec())];
+    assert_eq!(call(&mut c, id, "put_entry", json!({})), Value::Null);
+    assert_eq!(entries(&mut c, id), written);
+
+    let (mut c, _, id) = rogue("rogue_runs_nested");
+    assert_eq!(call(&mut c, id, "calls_put_entry", json!({})), Value::Null);
+    assert_eq!(entries(&mut c, id), written);
+}
+
+#[test]
+fn a_readonly_function_that_writes_is_38002() {
+    let (mut c, _, id) = rogue("readonly_write");
+    fails_cleanly(&mut c, id, "write_readonly", json!({}), "38002");
+}
+
+#[test]
+fn a_readonly_function_cannot_write_through_a_nested_call() {
+    // The callee is not readonly, but its caller is: the whole call tree is.
+    let (mut c, _, id) = rogue("readonly_nested");
+    fails_cleanly(&mut c, id, "readonly_calls_put_entry", json!({}), "38002");
+}
+
+#[test]
+fn a_static_function_that_touches_entries_is_38002() {
+    let (mut c, app, _) = rogue("static_put");
+    expect_sqlstate(
+        invoke_static(&mut c, &app, "Rogue", "static_put", json!({})),
+        "38002",
+    );
+}
+
+#[test]
+fn spawn_is_not_supported_yet_0a000() {
+    let (mut c, _, id) = rogue("spawn");
+    fails_cleanly(&mut c, id, "spawn", json!({}), "0A000");
+}
+
+#[test]
+fn an_error_aborts_the_sql_transaction() {
+    let (mut c, _, id) = bench("abort_txn");
+    let mut tx = c.transaction().unwrap();
+    call(&mut tx, id, "put", json!({"key": "before", "value": "1"}));
+    expect_sqlstate(
+        invoke(&mut tx, id, "fail", json!({"message": "no"})),
+        "P0001",
+    );
+    // 25P02: current transaction is aborted.
+    expect_sqlstate(tx.query_one("SELECT 1", &[]), "25P02");
+    tx.rollback().unwrap();
+    assert_eq!(
+        call(&mut c, id, "get", json!({"key": "before"})),
+        Value::Null
+    );
+}
+
+#[test]
+fn a_callee_error_is_rolled_back_and_the_caller_goes_on() {
+    // call_and_recover calls put_then_fail on the target, which writes and
+    // then returns its own error: the caller sees the error, the write is
+    // undone (savepoint), and the caller's call succeeds.
+    let (mut c, app, caller) = bench("savepoint");
+    let target = create(&mut c, &app, "Bench", json!({}));
+    let target_before = entries(&mut c, target);
+
+    let saw_error = call(
+        &mut c,
+        caller,
+        "call_and_recover",
+        json!({"target": target, "key": "k", "value": "v"}),
+    );
+
+    assert_eq!(saw_error, json!(true));
+    assert_eq!(
+        call(&mut c, target, "get", json!({"key": "k"})),
+        Value::Null
+    );
+    assert_eq!(entries(&mut c, target), target_before);
+}
+
+#[test]
+fn a_refused_nested_call_aborts_the_whole_workflow() {
+    // Unlike a callee's own error, a refusal (here: the target belongs to
+    // another application) is not handed back to the caller to recover from.
+    let (mut c, _, caller) = bench("refusal_aborts");
+    let other_app = app("refusal_aborts_other");
+    deploy_example(&mut c, &other_app, "micro");
+    let foreign = create(&mut c, &other_app, "Bench", json!({}));
+    let foreign_before = entries(&mut c, foreign);
+
+    fails_cleanly(
+        &mut c,
+        caller,
+        "call_and_recover",
+        json!({"target": foreign, "key": "k", "value": "v"}),
+        "42501",
+    );
+    assert_eq!(entries(&mut c, foreign), foreign_before);
+}
+
+#[test]
+fn a_nested_call_to_an_unknown_object_aborts_with_42704() {
+    let (mut c, _, caller) = bench("nested_unknown");
+    fails_cleanly(
+        &mut c,
+        caller,
+        "call_and_recover",
+        json!({"target": -42, "key": "k", "value": "v"}),
+        "42704",
+    );
+}
+
+#[test]
+fn a_transfer_to_another_applications_account_is_42501() {
+    let mut c = connect();
+    let (bank_a, bank_b) = (app("bank_a"), app("bank_b"));
+    deploy_example(&mut c, &bank_a, "bank");
+    deploy_example(&mut c, &bank_b, "bank");
+    let alice = create(
+        &mut c,
+        &bank_a,
+        "Account",
+        json!({"owner": "alice", "initial": 100}),
+    );
+    let bob = create(
+        &mut c,
+        &bank_b,
+        "Account",
+        json!({"owner": "bob", "initial": 5}),
+    );
+    let (alice_before, bob_before) = (entries(&mut c, alice), entries(&mut c, bob));
+
+    expect_sqlstate(
+        invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 30})),
+        "42501",
+    );
+
+    assert_eq!(call(&mut c, alice, "balance", json!({})), json!(100));
+    assert_eq!(call(&mut c, bob, "balance", json!({})), json!(5));
+    assert_eq!(entries(&mut c, alice), alice_before);
+    assert_eq!(entries(&mut c, bob), bob_before);
+}
+
+#[test]
+fn deposit_is_protected_from_sql() {
+    let mut c = connect();
+    let bank = app("bank_protected");
+    deploy_example(&mut c, &bank, "bank");
+    let alice = create(
+        &mut c,
+        &bank,
+        "Account",
+        json!({"owner": "alice", "initial": 10}),
+    );
+
+    expect_sqlstate(
+        invoke(&mut c, alice, "deposit", json!({"amount": 1000})),
+        "42501",
+    );
+    assert_eq!(call(&mut c, alice, "balance", json!({})), json!(10));
+}
+
+#[test]
+fn an_overdraft_is_refused_with_p0001_and_moves_nothing() {
+    let mut c = connect();
+    let bank = app("bank_overdraft");
+    deploy_example(&mut c, &bank, "bank");
+    let alice = create(
+        &mut c,
+        &bank,
+        "Account",
+        json!({"owner": "alice", "initial": 10}),
+    );
+    let bob = create(&mut c, &bank, "Account", json!({"owner": "bob"}));
+    let (alice_before, bob_before) = (entries(&mut c, alice), entries(&mut c, bob));
+
+    expect_sqlstate(
+        invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 11})),
+        "P0001",
+    );
+    expect_sqlstate(
+        invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 0})),
+        "P0001",
+    );
+    expect_sqlstate(
+        invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": -5})),
+        "P0001",
+    );
+
+    assert_eq!(entries(&mut c, alice), alice_before);
+    assert_eq!(entries(&mut c, bob), bob_before);
+}
+
+#[test]
+fn a_failed_workflow_creates_no_objects() {
+    // create_thread creates a Thread (nested constructor), then indexes it
+    // in the community: when either step fails, the Thread must not exist.
+    let mut c = connect();
+    let forum = app("forum_no_orphans");
+    deploy_example(&mut c, &forum, "forum");
+    let ada = create(&mut c, &forum, "Account", json!({"name": "ada"}));
+    let rust = create(&mut c, &forum, "Community", json!({"name": "rust"}));
+    let before = objects(&mut c, &forum);
+
+    // The community does not exist: a refusal, the whole workflow aborts.
+    let args = json!({"community": -42, "title": "t", "text": ""});
+    expect_sqlstate(invoke(&mut c, ada, "create_thread", args), "42704");
+    // The Thread constructor refuses an empty title: an application error.
+    let args = json!({"community": rust, "title": " ", "text": ""});
+    expect_sqlstate(invoke(&mut c, ada, "create_thread", args), "P0001");
+
+    assert_eq!(objects(&mut c, &forum), before);
+    assert_eq!(call(&mut c, rust, "list_threads", json!({})), json!([]));
+}
+
+#[test]
+fn a_deleted_object_is_gone() {
+    let (mut c, app, id) = bench("delete");
+    c.execute("SELECT lambdastore.delete_object($1)", &[&id])
+        .unwrap();
+
+    assert_eq!(objects(&mut c, &app), Vec::<i64>::new());
+    assert_eq!(entries(&mut c, id), Entries::new());
+    expect_sqlstate(invoke(&mut c, id, "read", json!({"k": 1})), "42704");
+    expect_sqlstate(
+        c.execute("SELECT lambdastore.delete_object($1)", &[&id]),
+        "42704",
+    );
+}

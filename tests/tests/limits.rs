@@ -1,0 +1,219 @@
+//! The limits of one invocation: wall time (and query cancel), memory,
+//! nested call depth, argument and result size. Each stops the lambda with
+//! its SQLSTATE and the backend keeps serving the next call.
+
+mod common;
+
+use common::*;
+use postgres::Client;
+use serde_json::json;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A fresh `micro` application with one `Bench` object, already called
+/// once on this connection so that later calls are warm (engine created,
+/// module loaded).
+fn bench(test: &str) -> (Client, String, i64) {
+    let mut c = connect();
+    let app = app(test);
+    deploy_example(&mut c, &app, "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    call(&mut c, id, "read", json!({"k": 1}));
+    (c, app, id)
+}
+
+/// Taken by the tests that keep a backend spinning, so that the one that
+/// measures how soon a lambda is stopped does not share the (two-core) test
+/// machine with other spinning backends.
+static ONE_SPINNER: Mutex<()> = Mutex::new(());
+
+fn one_spinner() -> MutexGuard<'static, ()> {
+    ONE_SPINNER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The connection still runs lambdas normally.
+#[track_caller]
+fn assert_serves_calls(c: &mut Client, id: i64) {
+    call(c, id, "put", json!({"key": "after", "value": "ok"}));
+    assert_eq!(call(c, id, "get", json!({"key": "after"})), json!("ok"));
+}
+
+#[test]
+fn spin_is_stopped_by_the_timeout_on_time() {
+    let _alone = one_spinner();
+    let (mut c, _, id) = bench("spin_timeout");
+    c.batch_execute("SET lambdastore.timeout = '300ms'")
+        .unwrap();
+
+    let before = entries(&mut c, id);
+    let started = Instant::now();
+    let result = invoke(&mut c, id, "spin", json!({}));
+    let elapsed = started.elapsed();
+
+    let message = expect_sqlstate(result, "57014");
+    assert!(message.contains("lambdastore.timeout"), "{message}");
+    assert!(
+        elapsed >= Duration::from_millis(300),
+        "stopped before the timeout, after {elapsed:?}"
+    );
+    assert!(
+        elapsed <= Duration::from_millis(400),
+        "stopped {elapsed:?} after the call, more than 300 ms + 100 ms"
+    );
+    assert_eq!(entries(&mut c, id), before);
+    assert_serves_calls(&mut c, id);
+}
+
+#[test]
+fn pg_cancel_backend_stops_a_running_lambda() {
+    let _alone = one_spinner();
+    let (mut c, _, id) = bench("spin_cancel");
+    c.batch_execute("SET lambdastore.timeout = '60s'").unwrap();
+    let pid = backend_pid(&mut c);
+
+    let spinner = std::thread::spawn(move || {
+        let result = c
+            .query_one(
+                "SELECT lambda_invoke($1, 'spin')::text /* spin_cancel */",
+                &[&id],
+            )
+            .map(|row| row.get::<_, String>(0));
+        (c, result)
+    });
+    let mut observer = connect();
+    wait_until_running(&mut observer, pid, "spin_cancel");
+    let canceled: bool = observer
+        .query_one("SELECT pg_cancel_backend($1)", &[&pid])
+        .unwrap()
+        .get(0);
+    assert!(canceled);
+
+    let (mut c, result) = spinner.join().unwrap();
+    let message = expect_sqlstate(result, "57014");
+    assert!(
+        message.contains("canceling statement due to user request"),
+        "{message}"
+    );
+    assert_serves_calls(&mut c, id);
+}
+
+#[test]
+fn statement_timeout_stops_a_running_lambda() {
+    let _alone = one_spinner();
+    let (mut c, _, id) = bench("spin_statement_timeout");
+    c.batch_execute("SET lambdastore.timeout = '60s'; SET statement_timeout = '300ms'")
+        .unwrap();
+
+    let message = fails_cleanly(&mut c, id, "spin", json!({}), "57014");
+    assert!(message.contains("statement timeout"), "{message}");
+
+    c.batch_execute("RESET statement_timeout").unwrap();
+    assert_serves_calls(&mut c, id);
+}
+
+#[test]
+fn allocating_past_the_memory_limit_is_53200() {
+    let (mut c, _, id) = bench("memory_limit");
+    c.batch_execute("SET lambdastore.memory_limit = '16MB'")
+        .unwrap();
+
+    call(&mut c, id, "alloc", json!({"bytes": 1 << 20}));
+    let message = fails_cleanly(&mut c, id, "alloc", json!({"bytes": 32 << 20}), "53200");
+    assert!(message.contains("lambdastore.memory_limit"), "{message}");
+    assert_serves_calls(&mut c, id);
+}
+
+#[test]
+fn the_default_memory_limit_holds() {
+    // 64 MB by default: a lambda cannot take 256 MB of the server's memory.
+    let (mut c, _, id) = bench("memory_default");
+    fails_cleanly(&mut c, id, "alloc", json!({"bytes": 256 << 20}), "53200");
+    assert_serves_calls(&mut c, id);
+}
+
+#[test]
+fn nesting_past_max_call_depth_is_54001() {
+    // deep(n) makes n nested calls, each one level deeper.
+    let (mut c, _, id) = bench("call_depth");
+    c.batch_execute("SET lambdastore.max_call_depth = 8")
+        .unwrap();
+
+    assert_eq!(call(&mut c, id, "deep", json!({"depth": 8})), json!(8));
+    let message = fails_cleanly(&mut c, id, "deep", json!({"depth": 9}), "54001");
+    assert!(message.contains("lambdastore.max_call_depth"), "{message}");
+    assert_serves_calls(&mut c, id);
+}
+
+#[test]
+fn the_largest_max_call_depth_is_reachable() {
+    // Nested calls stack wasm and host frames on the backend's stack: the
+    // deepest nesting the setting allows must still fit.
+    let (mut c, _, id) = bench("call_depth_max");
+    c.batch_execute("SET lambdastore.max_call_depth = 32")
+        .unwrap();
+    assert_eq!(call(&mut c, id, "deep", json!({"depth": 32})), json!(32));
+}
+
+#[test]
+fn the_default_call_depth_holds() {
+    let (mut c, _, id) = bench("call_depth_default");
+    fails_cleanly(&mut c, id, "deep", json!({"depth": 100}), "54001");
+    assert_serves_calls(&mut c, id);
+}
+
+#[test]
+fn arguments_past_max_args_size_are_54000() {
+    let (mut c, _, id) = bench("args_size");
+    c.batch_execute("SET lambdastore.max_args_size = '1kB'")
+        .unwrap();
+
+    let big = "x".repeat(2048);
+    let message = fails_cleanly(
+        &mut c,
+        id,
+        "put",
+        json!({"key": "big", "value": big}),
+        "54000",
+    );
+    assert!(message.contains("lambdastore.max_args_size"), "{message}");
+}
+
+#[test]
+fn a_result_past_max_result_size_is_54000() {
+    let (mut c, _, id) = bench("result_size");
+    c.batch_execute("SET lambdastore.max_result_size = '1kB'")
+        .unwrap();
+
+    call(&mut c, id, "big_result", json!({"bytes": 512}));
+    let message = fails_cleanly(&mut c, id, "big_result", json!({"bytes": 4096}), "54000");
+    assert!(message.contains("lambdastore.max_result_size"), "{message}");
+}
+
+#[test]
+fn the_default_result_size_holds() {
+    // 1 MB by default.
+    let (mut c, _, id) = bench("result_size_default");
+    fails_cleanly(&mut c, id, "big_result", json!({"bytes": 2 << 20}), "54000");
+    assert_serves_calls(&mut c, id);
+}
+
+#[test]
+fn limits_raised_only_by_a_superuser() {
+    // The server-protecting limits are SUSET: a plain role cannot raise them,
+    // while lambdastore.timeout is USERSET like statement_timeout.
+    let mut c = connect();
+    let role = app("ls_limits_role");
+    let mut tx = c.transaction().unwrap();
+    // Load the extension's library so that its settings are defined.
+    tx.batch_execute(&format!(
+        "LOAD 'lambdastore'; CREATE ROLE {role} NOSUPERUSER; SET LOCAL ROLE {role}; SET lambdastore.timeout = '5s'"
+    ))
+    .unwrap();
+    expect_sqlstate(
+        tx.batch_execute("SET lambdastore.memory_limit = '1GB'"),
+        "42501",
+    );
+    tx.rollback().unwrap();
+}

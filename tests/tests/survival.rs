@@ -1,0 +1,99 @@
+//! Interrupting a lambda from outside, and PostgreSQL errors raised while a
+//! lambda is on the stack.
+//!
+//! Isolated in their own test binary (cargo runs binaries one after
+//! another) because done wrong they take the server down: a backend that
+//! dies instead of exiting cleanly (a longjmp across wasm frames, an abort)
+//! makes the postmaster restart every other backend, which would fail
+//! unrelated tests running beside them.
+
+mod common;
+
+use common::*;
+use postgres::Client;
+use serde_json::json;
+
+fn postmaster_start_time(c: &mut Client) -> String {
+    c.query_one("SELECT pg_postmaster_start_time()::text", &[])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn terminating_a_running_lambda_ends_only_its_session() {
+    let mut c = connect();
+    let app = app("terminate");
+    deploy_example(&mut c, &app, "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    c.batch_execute("SET lambdastore.timeout = '60s'").unwrap();
+    let pid = backend_pid(&mut c);
+    let mut observer = connect();
+    let started = postmaster_start_time(&mut observer);
+
+    let spinner = std::thread::spawn(move || {
+        c.query_one(
+            "SELECT lambda_invoke($1, 'spin')::text /* terminate_me */",
+            &[&id],
+        )
+        .map(|row| row.get::<_, String>(0))
+    });
+    wait_until_running(&mut observer, pid, "terminate_me");
+    let terminated: bool = observer
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap()
+        .get(0);
+    assert!(terminated);
+
+    // 57P01: terminating connection due to administrator command.
+    expect_sqlstate(spinner.join().unwrap(), "57P01");
+    assert_eq!(
+        postmaster_start_time(&mut observer),
+        started,
+        "the server restarted"
+    );
+    // The observer's session survived, and runs lambdas.
+    assert_eq!(
+        call(&mut observer, id, "get", json!({"key": "k"})),
+        json!(null)
+    );
+}
+
+#[test]
+fn an_sql_error_inside_a_host_call_fails_only_the_statement() {
+    // A role that may look objects up but not read their entries: the
+    // permission error is raised by the host's `get`, while the guest is on
+    // the stack.
+    let mut c = connect();
+    let app = app("spi_error");
+    deploy_example(&mut c, &app, "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    let role = app.replace("spi_error", "ls_no_entries");
+    let started = postmaster_start_time(&mut c);
+
+    let mut tx = c.transaction().unwrap(); // rolled back: the role goes too
+    tx.batch_execute(&format!(
+        "CREATE ROLE {role} NOSUPERUSER;
+         GRANT USAGE ON SCHEMA lambdastore TO {role};
+         GRANT SELECT ON lambdastore.objects, lambdastore.applications, lambdastore.modules TO {role};"
+    ))
+    .unwrap();
+    let mut attempt = tx.transaction().unwrap();
+    attempt
+        .batch_execute(&format!("SET LOCAL ROLE {role}"))
+        .unwrap();
+    let message = expect_sqlstate(
+        invoke(&mut attempt, id, "get", json!({"key": "k"})),
+        "42501",
+    );
+    assert!(message.contains("entries"), "{message}");
+    attempt.rollback().unwrap();
+
+    // Same session, same transaction, after ROLLBACK TO SAVEPOINT.
+    assert_eq!(call(&mut tx, id, "get", json!({"key": "k"})), json!(null));
+    tx.rollback().unwrap();
+    assert_eq!(
+        postmaster_start_time(&mut c),
+        started,
+        "the server restarted"
+    );
+}
