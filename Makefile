@@ -22,8 +22,8 @@ install: ## Build (release) and install the extension into the server `pg_config
 	cd extension && cargo pgrx install --release --pg-config "$$(command -v $(PG_CONFIG))"
 
 .PHONY: test-sdk
-test-sdk: ## SDK, macro and example-app unit tests on the mock host (no database)
-	cargo test -p lambdastore-sdk -p lambdastore-sdk-macros -p lambdastore-componentize $(addprefix -p ,$(LAMBDAS))
+test-sdk: lambdas ## SDK, macro and example-app unit tests on the mock host (no database)
+	LAMBDASTORE_REQUIRE_LAMBDAS=1 cargo test -p lambdastore-sdk -p lambdastore-sdk-macros -p lambdastore-componentize $(addprefix -p ,$(LAMBDAS))
 
 .PHONY: test-e2e
 test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL

@@ -122,7 +122,6 @@ pub fn load(key: &ModuleKey) -> Result<Rc<AppVersion>> {
     let component = cache::load(engine, &key.sha256, || crate::catalog::modules::wasm(module_id))?;
     let loaded = started.elapsed();
     let app = Rc::new(AppVersion {
-        module_id,
         app: row.app,
         description: row.description,
         pre: instantiate_pre(&component)?,
