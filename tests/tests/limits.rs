@@ -44,7 +44,9 @@ fn assert_serves_calls(c: &mut Client, id: i64) {
 fn spin_is_stopped_by_the_timeout_on_time() {
     let _alone = one_spinner();
     let (mut c, _, id) = bench("spin_timeout");
-    c.batch_execute("SET lambdastore.timeout = '300ms'")
+    // statement_timeout is only a safety net: if lambdastore.timeout did not
+    // stop the lambda, this test fails on the message instead of hanging.
+    c.batch_execute("SET lambdastore.timeout = '300ms'; SET statement_timeout = '5s'")
         .unwrap();
 
     let before = entries(&mut c, id);
