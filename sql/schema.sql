@@ -70,3 +70,14 @@ CREATE TABLE lambdastore.entry_sets (
     conflicts    bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (object_id, lower_field, lower_key)
 );
+
+-- An object's entry sets in key order: where its guards are, their
+-- versions and recent conflicts.
+CREATE FUNCTION lambdastore.entry_sets(object_id bigint)
+RETURNS TABLE (lower_field text, lower_key bytea, version bigint, conflicts bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT s.lower_field, s.lower_key, s.version, s.conflicts
+      FROM lambdastore.entry_sets s WHERE s.object_id = $1
+     ORDER BY s.lower_field, s.lower_key
+$$;
+

@@ -6,8 +6,10 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use hdrhistogram::Histogram;
 use postgres::{Client, NoTls};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+mod contention;
 
 #[derive(Parser)]
 #[command(about = "LambdaStore benchmarks")]
@@ -36,12 +38,27 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         spins: u64,
     },
+    /// The paper's Figure 6: one hot object, 50% read / 50% write
+    /// transactions of 5 entries, under manual guards, adaptive splitting,
+    /// and PostgreSQL's SERIALIZABLE; plus read-only OCC overhead.
+    Contention {
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Seconds per configuration.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Entries of the hot object (1 KiB each).
+        #[arg(long, default_value_t = 1000)]
+        entries: u32,
+    },
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Foundation { calls, connections, spins } => foundation(&cli.url, &cli.lambdas, calls, connections, spins),
+        Command::Contention { clients, seconds, entries } => contention::run(&cli.url, &cli.lambdas, clients, seconds, entries),
     }
 }
 
@@ -68,7 +85,7 @@ fn deploy(client: &mut Client, app: &str, wasm: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn foundation(url: &str, lambdas: &PathBuf, calls: u64, connections: u64, spins: u64) -> Result<()> {
+fn foundation(url: &str, lambdas: &Path, calls: u64, connections: u64, spins: u64) -> Result<()> {
     let counter = std::fs::read(lambdas.join("counter.wasm")).context("read counter.wasm (run make lambdas)")?;
     let micro = std::fs::read(lambdas.join("micro.wasm")).context("read micro.wasm")?;
     let mut client = Client::connect(url, NoTls)?;
@@ -87,9 +104,9 @@ fn foundation(url: &str, lambdas: &PathBuf, calls: u64, connections: u64, spins:
         client.query_one(&increment, &[&id])?; // warm the backend: engine, module, plans
     }
     let rows: Vec<(&str, Histogram<u64>)> = vec![
-        ("SELECT 1", time_calls(calls, || Ok(drop(client.query_one(&select1, &[])?)))?),
-        ("lambda_invoke(counter, 'get')", time_calls(calls, || Ok(drop(client.query_one(&get, &[&id])?)))?),
-        ("lambda_invoke(counter, 'increment')", time_calls(calls, || Ok(drop(client.query_one(&increment, &[&id])?)))?),
+        ("SELECT 1", time_calls(calls, || client.query_one(&select1, &[]).map(|_| ()).map_err(Into::into))?),
+        ("lambda_invoke(counter, 'get')", time_calls(calls, || client.query_one(&get, &[&id]).map(|_| ()).map_err(Into::into))?),
+        ("lambda_invoke(counter, 'increment')", time_calls(calls, || client.query_one(&increment, &[&id]).map(|_| ()).map_err(Into::into))?),
     ];
     println!("  {:<38} {:>8} {:>8} {:>8}", "statement", "p50", "p90", "p99");
     for (name, h) in &rows {

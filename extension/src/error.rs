@@ -46,6 +46,10 @@ pub enum LambdaError {
     ReadonlyWrite { ty: String, function: String },
     #[error("static function \"{ty}.{function}\" has no object whose entries it could {op}")]
     NoObject { ty: String, function: String, op: &'static str },
+    #[error("could not serialize access: {0}")]
+    SerializationFailure(String),
+    #[error("{0}")]
+    IsolationLevel(String),
     #[error("{0} is not supported yet")]
     NotSupported(String),
     #[error("{0}")]
@@ -78,7 +82,8 @@ impl LambdaError {
             ReadonlyWrite { .. } | NoObject { .. } => {
                 ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED
             }
-            NotSupported(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
+            NotSupported(_) | IsolationLevel(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
+            SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,
             Internal(_) => ERRCODE_INTERNAL_ERROR,

@@ -4,6 +4,7 @@
 //! timeout is `USERSET` like PostgreSQL's own `statement_timeout`.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::PostgresGucEnum;
 use std::time::Duration;
 
 /// Upper bound of `lambdastore.max_call_depth`; the per-backend instance
@@ -30,7 +31,60 @@ static MAX_ARGS_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 /// `lambdastore.max_result_size` (kB, default 1 MB): JSON result of a call.
 static MAX_RESULT_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 
+/// How workflows are isolated from each other.
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ConcurrencyControl {
+    /// Optimistic concurrency control on entry sets: serializable workflows.
+    #[name = c"occ"]
+    Occ,
+    /// No validation: only to show, in tests and benchmarks, what OCC prevents
+    /// (or to rely on PostgreSQL's own SERIALIZABLE isolation instead).
+    #[name = c"off"]
+    Off,
+}
+
+/// `lambdastore.concurrency_control` (default `occ`).
+static CONCURRENCY_CONTROL: GucSetting<ConcurrencyControl> =
+    GucSetting::<ConcurrencyControl>::new(ConcurrencyControl::Occ);
+
+/// `lambdastore.split_chance` (default 0.01): base probability that a
+/// commit splits an entry set it wrote, multiplied by (1 + the set's recent
+/// conflicts). Low, so uncontended objects stay one set.
+static SPLIT_CHANCE: GucSetting<f64> = GucSetting::<f64>::new(0.01);
+
+/// `lambdastore.max_entry_sets` (default 1024): entry sets per object; past
+/// it, objects stop splitting.
+static MAX_ENTRY_SETS: GucSetting<i32> = GucSetting::<i32>::new(1024);
+
 pub fn define() {
+    GucRegistry::define_enum_guc(
+        c"lambdastore.concurrency_control",
+        c"How concurrent workflows are isolated: occ (serializable) or off.",
+        c"off skips validation; use it only to show what OCC prevents, or under PostgreSQL's SERIALIZABLE isolation.",
+        &CONCURRENCY_CONTROL,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"lambdastore.split_chance",
+        c"Base probability that a commit splits an entry set it wrote.",
+        c"Multiplied by (1 + the entry set's recent conflicts).",
+        &SPLIT_CHANCE,
+        0.0,
+        1.0,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.max_entry_sets",
+        c"Maximum number of entry sets per object.",
+        c"",
+        &MAX_ENTRY_SETS,
+        1,
+        1 << 20,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"lambdastore.timeout",
         c"Wall-clock limit of one lambda invocation, nested calls included.",
@@ -81,6 +135,18 @@ pub fn define() {
         GucContext::Suset,
         GucFlags::UNIT_KB,
     );
+}
+
+pub fn occ() -> bool {
+    CONCURRENCY_CONTROL.get() == ConcurrencyControl::Occ
+}
+
+pub fn split_chance() -> f64 {
+    SPLIT_CHANCE.get()
+}
+
+pub fn max_entry_sets() -> usize {
+    MAX_ENTRY_SETS.get() as usize
 }
 
 pub fn timeout() -> Duration {

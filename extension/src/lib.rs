@@ -14,6 +14,7 @@ mod error;
 mod gucs;
 mod host;
 mod runtime;
+mod stats;
 mod txn;
 mod workflow;
 
@@ -21,14 +22,16 @@ pgrx::pg_module_magic!(name, version);
 
 // The catalog (tables, sequences, grants) is plain SQL, shipped in sql/.
 pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
+pgrx::extension_sql_file!("../../sql/views.sql", name = "views", finalize);
 
 /// Runs in the postmaster when preloaded, or in a backend at first use.
-/// Only GUCs are defined here: the wasmtime engine and its epoch thread are
+/// Only GUCs and (when preloaded) shared memory are set up here: the wasmtime engine and its epoch thread are
 /// created lazily inside each backend, because forked children do not
 /// inherit threads.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::define();
+    stats::init();
 }
 
 #[cfg(test)]

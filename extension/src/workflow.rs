@@ -12,15 +12,37 @@ use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::{Frame, FunctionKind, HostState};
 use crate::runtime::{self, AppVersion};
-use crate::txn::{ObjectInfo, Workflow};
+use crate::txn::{occ, ObjectInfo, Workflow};
+use crate::stats;
 use std::rc::Rc;
+use std::time::Instant;
+
+/// Counts a top-level call in `lambdastore.stats`.
+fn counted<T>(app: &str, ty: &str, function: &str, started: Instant, outcome: Result<T>) -> Result<T> {
+    stats::record(app, ty, function, outcome.as_ref().map(|_| ()), started.elapsed());
+    outcome
+}
 
 /// `lambda_invoke(object_id, method, args)`.
 pub fn invoke_method(object: i64, method: &str, args: &str) -> Result<String> {
+    occ::check_isolation()?;
+    let started = Instant::now();
     let workflow = Rc::new(Workflow::new(gucs::timeout()));
     let (info, module) = catalog::objects::lookup(object)?.ok_or(LambdaError::UnknownObject(object))?;
     workflow.remember_object(object, info.clone());
-    let app = runtime::load(&module)?;
+    let outcome = run_method(&workflow, &info, &module, object, method, args);
+    counted(&info.app, &info.type_name, method, started, outcome)
+}
+
+fn run_method(
+    workflow: &Rc<Workflow>,
+    info: &ObjectInfo,
+    module: &catalog::modules::ModuleKey,
+    object: i64,
+    method: &str,
+    args: &str,
+) -> Result<String> {
+    let app = runtime::load(module)?;
     let f = app.function(&info.type_name, method, FunctionKind::Method)?;
     refuse_protected(&app, &info.type_name, f)?;
     let frame = Frame {
@@ -30,13 +52,20 @@ pub fn invoke_method(object: i64, method: &str, args: &str) -> Result<String> {
         readonly: f.readonly,
         depth: 0,
     };
-    let result = runtime::run(&workflow, &app, frame, FunctionKind::Method, args)?;
-    commit(&workflow)?;
+    let result = runtime::run(workflow, &app, frame, FunctionKind::Method, args)?;
+    commit(workflow)?;
     Ok(result)
 }
 
 /// `lambdastore.invoke_static(app, type, function, args)`.
 pub fn invoke_static(app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
+    occ::check_isolation()?;
+    let started = Instant::now();
+    let outcome = run_static(app_name, type_name, function, args);
+    counted(app_name, type_name, function, started, outcome)
+}
+
+fn run_static(app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
     let workflow = Rc::new(Workflow::new(gucs::timeout()));
     let app = current_version(app_name)?;
     let f = app.function(type_name, function, FunctionKind::Static)?;
@@ -55,6 +84,13 @@ pub fn invoke_static(app_name: &str, type_name: &str, function: &str, args: &str
 
 /// `lambdastore.create_object(app, type, args)`.
 pub fn create(app_name: &str, type_name: &str, args: &str) -> Result<i64> {
+    occ::check_isolation()?;
+    let started = Instant::now();
+    let outcome = run_create(app_name, type_name, args);
+    counted(app_name, type_name, "(create)", started, outcome)
+}
+
+fn run_create(app_name: &str, type_name: &str, args: &str) -> Result<i64> {
     let workflow = Rc::new(Workflow::new(gucs::timeout()));
     let app = current_version(app_name)?;
     if let Some(ctor) = app.constructor(type_name)? {
@@ -80,13 +116,9 @@ fn refuse_protected(app: &AppVersion, type_name: &str, f: &runtime::FnDesc) -> R
     Ok(())
 }
 
-/// Applies the workflow's buffered writes to the tables.
+/// Validates the workflow (OCC) and applies its buffered writes.
 fn commit(workflow: &Workflow) -> Result<()> {
-    let writes = workflow.writes.borrow();
-    if !writes.is_empty() {
-        catalog::entries::apply(&writes)?;
-    }
-    Ok(())
+    occ::commit(workflow)
 }
 
 fn create_object(

@@ -86,10 +86,14 @@ fn lambdas_run_in_the_callers_transaction() {
     call(&mut tx, id, "add", json!({"n": 10}));
     // The next statement of the same transaction sees the write...
     assert_eq!(call(&mut tx, id, "get", json!({})), json!(11));
-    // ...another session does not, before the commit.
-    assert_eq!(call(&mut connect(), id, "get", json!({})), json!(1));
+    // ...another session cannot read it before the commit: the entry set is
+    // locked by this open transaction, so the reader must retry (40001)
+    // rather than see a value that may still change.
+    let mut other = connect();
+    expect_sqlstate(invoke(&mut other, id, "get", json!({})), "40001");
     tx.rollback().unwrap();
 
+    assert_eq!(call(&mut other, id, "get", json!({})), json!(1));
     assert_eq!(call(&mut c, id, "get", json!({})), json!(1));
 }
 
@@ -408,4 +412,40 @@ fn a_scan_sees_the_calls_own_pending_writes_in_key_order() {
         call(&mut c, id, "list", json!({})),
         json!([["a", "stored"], ["b", "new"], ["c", "new"], ["d", "new"]])
     );
+}
+
+#[test]
+fn stats_count_calls_commits_and_aborts_by_reason() {
+    // The test cluster preloads lambdastore, so the counters are in shared
+    // memory and survive the aborted calls.
+    let (mut c, app, id) = bench("micro_stats");
+    call(&mut c, id, "get", json!({"key": "k"}));
+    call(&mut c, id, "get", json!({"key": "k"}));
+    c.batch_execute("SET lambdastore.timeout = '50ms'").unwrap();
+    expect_sqlstate(invoke(&mut c, id, "spin", json!({})), "57014");
+    expect_sqlstate(invoke(&mut c, id, "panic", json!({})), "38000");
+    expect_sqlstate(invoke(&mut c, id, "alloc", json!({"bytes": 1u64 << 30})), "53200");
+    expect_sqlstate(invoke(&mut c, id, "fail", json!({"message": "no"})), "P0001");
+
+    let mut row = |function: &str| -> Vec<i64> {
+        let r = c
+            .query_one(
+                "SELECT calls, commits, aborts_conflict, aborts_timeout, aborts_trap, aborts_limit, aborts_other
+                   FROM lambdastore.stats WHERE app = $1 AND type_name = 'Bench' AND function = $2",
+                &[&app, &function],
+            )
+            .unwrap();
+        (0..7).map(|i| r.get::<_, i64>(i)).collect()
+    };
+    assert_eq!(row("get"), vec![2, 2, 0, 0, 0, 0, 0]);
+    assert_eq!(row("spin"), vec![1, 0, 0, 1, 0, 0, 0]);
+    assert_eq!(row("panic"), vec![1, 0, 0, 0, 1, 0, 0]);
+    assert_eq!(row("alloc"), vec![1, 0, 0, 0, 0, 1, 0]);
+    assert_eq!(row("fail"), vec![1, 0, 0, 0, 0, 0, 1]);
+    drop(row);
+    let mean: f64 = c
+        .query_one("SELECT mean_ms FROM lambdastore.stats WHERE app = $1 AND function = 'spin'", &[&app])
+        .unwrap()
+        .get(0);
+    assert!(mean >= 50.0, "spin ran for its 50 ms timeout, mean {mean} ms");
 }

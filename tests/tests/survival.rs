@@ -74,7 +74,8 @@ fn an_sql_error_inside_a_host_call_fails_only_the_statement() {
     tx.batch_execute(&format!(
         "CREATE ROLE {role} NOSUPERUSER;
          GRANT USAGE ON SCHEMA lambdastore TO {role};
-         GRANT SELECT ON lambdastore.objects, lambdastore.applications, lambdastore.modules TO {role};"
+         GRANT SELECT ON lambdastore.objects, lambdastore.applications, lambdastore.modules,
+                         lambdastore.entry_sets TO {role};"
     ))
     .unwrap();
     let mut attempt = tx.transaction().unwrap();

@@ -69,6 +69,20 @@ mod lambdastore {
         })
     }
 
+    /// Inserts a guard at (field, key): the entry set containing it is split
+    /// in two, both halves with versions above the old one. For experiments;
+    /// at commit, hot sets are split automatically. False if already a guard.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn split(object_id: i64, field: &str, key: &[u8]) -> bool {
+        let outcome = crate::catalog::objects::lookup(object_id)
+            .and_then(|found| found.ok_or(LambdaError::UnknownObject(object_id)))
+            .and_then(|_| crate::txn::occ::split(object_id, field, key));
+        match outcome {
+            Ok(split) => split,
+            Err(err) => raise(err, format!("split({object_id})")),
+        }
+    }
+
     /// Deletes an object and all its entries.
     #[pg_extern(volatile, parallel_unsafe)]
     fn delete_object(object_id: i64) {

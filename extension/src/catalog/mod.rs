@@ -6,6 +6,7 @@
 //! statement takes a fresh snapshot and sees the transaction's own writes.
 
 pub mod entries;
+pub mod entry_sets;
 pub mod modules;
 pub mod objects;
 

@@ -29,6 +29,7 @@ fn check_writable(state: &HostState) -> Result<()> {
 
 pub fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
     let key = key_of(state, field, key, "read")?;
+    state.workflow.record_read(key.0, &key.1, &key.2)?;
     if let Some(buffered) = state.workflow.writes.borrow().get(&key) {
         return Ok(buffered.clone());
     }
@@ -45,6 +46,7 @@ pub fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Re
 pub fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<bool> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
+    state.workflow.record_read(key.0, &key.1, &key.2)?;
     let existed = match state.workflow.writes.borrow().get(&key) {
         Some(buffered) => buffered.is_some(),
         None => table::get(&key)?.is_some(),
@@ -69,6 +71,7 @@ pub fn scan(
     if limit == 0 || matches!((&start, &end), (Some(s), Some(e)) if s >= e) {
         return Ok(Vec::new());
     }
+    state.workflow.record_scan(object, &field, start.as_deref().unwrap_or_default(), end.as_deref())?;
     let writes = state.workflow.writes.borrow();
     let buffered: Vec<(&[u8], &Option<Vec<u8>>)> = {
         let range = writes.range(object, &field, start.as_deref(), end.as_deref());

@@ -8,11 +8,18 @@
 //! the caller may carry on.
 
 mod buffer;
+pub mod entry_sets;
+pub mod occ;
 
 pub use buffer::{EntryKey, WriteBuffer};
 
+use crate::catalog;
+use crate::error::Result;
+use crate::gucs;
+use entry_sets::{EntrySets, SetId};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Where an object lives: its application and type.
@@ -28,6 +35,10 @@ pub struct Workflow {
     pub writes: RefCell<WriteBuffer>,
     /// Objects looked up or created during this workflow.
     objects: RefCell<HashMap<i64, ObjectInfo>>,
+    /// Each touched object's entry sets, loaded at its first access.
+    sets: RefCell<HashMap<i64, Rc<EntrySets>>>,
+    /// The read set: entry sets read, with the version seen.
+    pub reads: RefCell<BTreeMap<SetId, i64>>,
 }
 
 impl Workflow {
@@ -37,7 +48,49 @@ impl Workflow {
             deadline: Instant::now() + timeout,
             writes: RefCell::new(WriteBuffer::default()),
             objects: RefCell::new(HashMap::new()),
+            sets: RefCell::new(HashMap::new()),
+            reads: RefCell::new(BTreeMap::new()),
         }
+    }
+
+    pub fn is_created(&self, object: i64) -> bool {
+        self.writes.borrow().created().iter().any(|(id, _, _)| *id == object)
+    }
+
+    /// The object's entry sets as of its first access in this workflow.
+    pub fn sets_of(&self, object: i64) -> Result<Rc<EntrySets>> {
+        if let Some(sets) = self.sets.borrow().get(&object) {
+            return Ok(sets.clone());
+        }
+        let sets = Rc::new(if self.is_created(object) { EntrySets::fresh() } else { catalog::entry_sets::load(object)? });
+        self.sets.borrow_mut().insert(object, sets.clone());
+        Ok(sets)
+    }
+
+    /// Records a point read (or an existence check) of (field, key). Must
+    /// run before the value is read: see `occ`.
+    pub fn record_read(&self, object: i64, field: &str, key: &[u8]) -> Result<()> {
+        if !gucs::occ() || self.is_created(object) {
+            return Ok(());
+        }
+        let sets = self.sets_of(object)?;
+        let set = sets.containing(field, key);
+        self.reads.borrow_mut().entry((object, set.lower.clone())).or_insert(set.version);
+        Ok(())
+    }
+
+    /// Records a range scan: every set it overlaps, so that an entry
+    /// inserted into the range later (a phantom) changes a version it saw.
+    pub fn record_scan(&self, object: i64, field: &str, start: &[u8], end: Option<&[u8]>) -> Result<()> {
+        if !gucs::occ() || self.is_created(object) {
+            return Ok(());
+        }
+        let sets = self.sets_of(object)?;
+        let mut reads = self.reads.borrow_mut();
+        for set in sets.overlapping(field, start, end) {
+            reads.entry((object, set.lower.clone())).or_insert(set.version);
+        }
+        Ok(())
     }
 
     pub fn known_object(&self, id: i64) -> Option<ObjectInfo> {

@@ -7,6 +7,7 @@
 //! own applications under names from [`app`].
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod concurrent;
 pub mod rogue;
 
 use postgres::{Client, GenericClient, NoTls};

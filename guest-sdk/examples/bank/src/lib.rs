@@ -106,6 +106,36 @@ impl Account {
         Ok(balance - amount)
     }
 
+    /// Debits `amount` from this account if this account and `other`
+    /// together hold at least `amount`; returns this account's new balance,
+    /// which may be negative (an overdraft covered by the other account).
+    ///
+    /// The check reads both balances and the debit writes only this one: two
+    /// concurrent calls on either side of a pair are the textbook write
+    /// skew, which only serializable execution prevents.
+    fn withdraw_if_covered(&self, other: AccountRef, amount: i64) -> Result<i64> {
+        if amount <= 0 {
+            bail!("amount must be positive, got {amount}");
+        }
+        if other == AccountRef::from_id(self_id()) {
+            bail!("the covering account must be another account");
+        }
+        let balance = self.balance.get_or_default();
+        let covering = other.balance()?;
+        if balance + covering < amount {
+            bail!("not covered: balance {balance} + {covering} < {amount}");
+        }
+        self.balance.set(&(balance - amount));
+        Ok(balance - amount)
+    }
+
+    /// This account's balance plus `other`'s: two reads that must see the
+    /// same moment (a transfer between them leaves the sum unchanged).
+    #[readonly]
+    fn total_with(&self, other: AccountRef) -> Result<i64> {
+        Ok(self.balance.get_or_default() + other.balance()?)
+    }
+
     /// The newest `limit` audit entries (default 20), newest first.
     #[readonly]
     fn history(&self, limit: Option<u32>) -> Vec<HistoryEntry> {
@@ -272,6 +302,65 @@ mod tests {
         let a = host.create("Account", json!(["ada"])).unwrap();
         assert_eq!(host.invoke(a, "owner", Value::Null).unwrap(), json!("ada"));
         assert_eq!(balance(&host, a), 0);
+    }
+
+    #[test]
+    fn withdraw_if_covered_may_overdraw_what_the_other_account_covers() {
+        let host = MockHost::for_app::<App>();
+        let (a, b) = (open(&host, "ada", 100), open(&host, "bob", 100));
+        let args = json!({"other": b, "amount": 150});
+        assert_eq!(
+            host.invoke(a, "withdraw_if_covered", args.clone()).unwrap(),
+            json!(-50)
+        );
+        assert_eq!((balance(&host, a), balance(&host, b)), (-50, 100));
+        // 50 left between them: the same withdrawal on the other side is refused.
+        let err = host
+            .invoke(b, "withdraw_if_covered", json!({"other": a, "amount": 150}))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            CallError::Application("not covered: balance 100 + -50 < 150".into())
+        );
+        assert_eq!((balance(&host, a), balance(&host, b)), (-50, 100));
+    }
+
+    #[test]
+    fn withdraw_if_covered_checks_its_arguments() {
+        let host = MockHost::for_app::<App>();
+        let (a, b) = (open(&host, "ada", 100), open(&host, "bob", 100));
+        for (other, amount) in [(b, 0), (b, -1), (a, 10)] {
+            let args = json!({"other": other, "amount": amount});
+            assert!(matches!(
+                host.invoke(a, "withdraw_if_covered", args),
+                Err(CallError::Application(_))
+            ));
+        }
+        // The covering account must exist: its error aborts the withdrawal.
+        let err = host
+            .invoke(a, "withdraw_if_covered", json!([999, 10]))
+            .unwrap_err();
+        assert!(
+            matches!(err, CallError::Application(ref m) if m.contains("999")),
+            "{err}"
+        );
+        assert_eq!(balance(&host, a), 100);
+    }
+
+    #[test]
+    fn total_with_adds_both_balances() {
+        let host = MockHost::for_app::<App>();
+        let (a, b) = (open(&host, "ada", 70), open(&host, "bob", 30));
+        host.invoke(a, "transfer", json!({"to": b, "amount": 20}))
+            .unwrap();
+        assert_eq!(
+            host.invoke(a, "total_with", json!({"other": b})).unwrap(),
+            json!(100)
+        );
+        assert_eq!(
+            host.invoke(b, "total_with", json!([a])).unwrap(),
+            json!(100)
+        );
     }
 
     #[test]

@@ -52,12 +52,26 @@ fn random_keys(k: u32) -> Result<Vec<u32>> {
 
 #[lambda_functions]
 impl Bench {
-    /// Fills `data` with 100 entries of 1 KiB.
+    /// Fills `data` with `entries` (default 100) entries of 1 KiB.
     #[constructor]
-    fn new(&self) {
-        for key in 0..ENTRIES {
+    fn new(&self, entries: Option<u32>) {
+        for key in 0..entries.unwrap_or(ENTRIES) {
             self.data.insert(&key, &value(key.into()));
         }
+    }
+
+    /// Reads the entries `keys` of `data`, or overwrites them with new 1 KiB
+    /// values if `write`; returns how many there were. The contention
+    /// benchmark's transaction.
+    fn touch(&self, keys: Vec<u32>, write: bool) -> u32 {
+        let mut found = 0;
+        for key in &keys {
+            found += u32::from(self.data.contains_key(key));
+            if write {
+                self.data.insert(key, &value(random_u64()));
+            }
+        }
+        found
     }
 
     /// `n` chained rounds of SHA-512 over a 1 KiB buffer; the hex of the last digest.
@@ -160,6 +174,26 @@ impl Bench {
             iter = iter.rev();
         }
         iter.collect()
+    }
+
+    /// Counts the entries of `kv` with `start <= key < end`; if there are
+    /// fewer than `max`, inserts `key` (which must be in the range, value
+    /// "x") and returns true, else returns false.
+    ///
+    /// The decision rests on a range scan, so two concurrent calls that
+    /// both count `max - 1` and both insert are a phantom, which only
+    /// serializable execution prevents.
+    fn insert_if_fewer(&self, start: String, end: String, max: u32, key: String) -> Result<bool> {
+        if !(start <= key && key < end) {
+            bail!("key {key:?} is not in [{start:?}, {end:?})");
+        }
+        // `limit`: once `max` entries are seen the answer is known.
+        let count = self.kv.range(start..end).limit(max).count() as u32;
+        if count >= max {
+            return Ok(false);
+        }
+        self.kv.insert(&key, "x");
+        Ok(true)
     }
 
     /// Applies `puts` and `deletes` to `kv`, then lists it like `list`: the
@@ -323,6 +357,45 @@ mod tests {
             .invoke(id, "list", json!({"limit": 2, "reverse": true}))
             .unwrap();
         assert_eq!(list, json!([["d", "D"], ["c", "C"]]));
+    }
+
+    #[test]
+    fn insert_if_fewer_fills_a_range_up_to_max() {
+        let (host, id) = bench();
+        // Entries outside the range do not count.
+        for key in ["a", "q", "q/", "z"] {
+            host.invoke(id, "put", json!([key, "outside"])).unwrap();
+        }
+        let attempt = |key: &str| {
+            host.invoke(
+                id,
+                "insert_if_fewer",
+                json!({"start": "p/", "end": "p0", "max": 3, "key": key}),
+            )
+            .unwrap()
+        };
+        let inserted: Vec<_> = ["p/5", "p/1", "p/9", "p/3", "p/"].map(attempt).into();
+        assert_eq!(
+            inserted,
+            [true, true, true, false, false].map(|b| json!(b)).to_vec()
+        );
+        let list = host
+            .invoke(id, "list", json!({"start": "p/", "end": "p0"}))
+            .unwrap();
+        assert_eq!(list, json!([["p/1", "x"], ["p/5", "x"], ["p/9", "x"]]));
+    }
+
+    #[test]
+    fn insert_if_fewer_refuses_a_key_outside_its_range() {
+        let (host, id) = bench();
+        for key in ["a", "p0", "p1"] {
+            let args = json!({"start": "p/", "end": "p0", "max": 5, "key": key});
+            assert!(matches!(
+                host.invoke(id, "insert_if_fewer", args),
+                Err(CallError::Application(_))
+            ));
+        }
+        assert_eq!(host.invoke(id, "list", json!({})).unwrap(), json!([]));
     }
 
     #[test]

@@ -1,0 +1,223 @@
+//! Helpers for tests with real concurrency: connections in a chosen
+//! concurrency-control mode, the client retry loop a serializable database
+//! asks for, worker threads under a watchdog, and a small random generator.
+
+use super::{connect, describe};
+use postgres::Client;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// `lambdastore.concurrency_control`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cc {
+    /// Serializable workflows (the default).
+    Occ,
+    /// No locking or validation: what OCC prevents becomes possible.
+    Off,
+}
+
+impl Cc {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cc::Occ => "occ",
+            Cc::Off => "off",
+        }
+    }
+}
+
+impl fmt::Display for Cc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A connection with `lambdastore.concurrency_control = cc`.
+///
+/// The time limits are safety nets far above what any statement of these
+/// tests needs: OCC never waits for a lock, so a statement still waiting
+/// after `lock_timeout` (55P03) means transactions wait for each other, and
+/// `statement_timeout` (57014) ends anything else that hangs.
+pub fn connect_cc(cc: Cc) -> Client {
+    let mut c = connect();
+    c.batch_execute(&format!(
+        "SET lambdastore.concurrency_control = {cc};
+         SET lambdastore.timeout = '10s';
+         SET lock_timeout = '20s';
+         SET statement_timeout = '60s';"
+    ))
+    .unwrap_or_else(|e| panic!("configure a connection for {cc}: {}", describe(&e)));
+    c
+}
+
+/// The SQLSTATE of a database error.
+pub fn sqlstate(err: &postgres::Error) -> Option<&str> {
+    err.code().map(|code| code.code())
+}
+
+/// What a worker's transactions did.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    /// Transactions that committed.
+    pub committed: u64,
+    /// Transactions the application refused (P0001), as the test expects
+    /// some to be: "not covered", "insufficient funds".
+    pub refused: u64,
+    /// Serialization failures (40001), each followed by a retry.
+    pub retries: u64,
+    /// Deadlocks PostgreSQL detected (40P01); retried under `off` only,
+    /// where transactions may wait for each other's row locks.
+    pub deadlocks: u64,
+    /// The message of the first serialization failure.
+    pub first_conflict: Option<String>,
+}
+
+impl Tally {
+    pub fn sum<'a>(tallies: impl IntoIterator<Item = &'a Tally>) -> Tally {
+        let mut total = Tally::default();
+        for t in tallies {
+            total.committed += t.committed;
+            total.refused += t.refused;
+            total.retries += t.retries;
+            total.deadlocks += t.deadlocks;
+            if total.first_conflict.is_none() {
+                total.first_conflict.clone_from(&t.first_conflict);
+            }
+        }
+        total
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} committed, {} refused, {} retries (40001)",
+            self.committed, self.refused, self.retries
+        )?;
+        if self.deadlocks > 0 {
+            write!(f, ", {} deadlocks (40P01)", self.deadlocks)?;
+        }
+        Ok(())
+    }
+}
+
+/// Consecutive serialization failures of one transaction after which the
+/// test gives up: far more than contention explains, so a livelock.
+const MAX_ATTEMPTS: u32 = 2000;
+
+/// Runs `txn` until it does not fail with a serialization failure, as a
+/// client of a serializable database must, and returns its outcome (any
+/// other error included). `txn` must start its work from scratch each time:
+/// a retried transaction re-reads what it decides on.
+pub fn retrying<T>(
+    cc: Cc,
+    tally: &mut Tally,
+    rng: &mut Rng,
+    mut txn: impl FnMut() -> Result<T, postgres::Error>,
+) -> Result<T, postgres::Error> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match txn() {
+            Err(e) if sqlstate(&e) == Some("40001") => {
+                tally.retries += 1;
+                if tally.first_conflict.is_none() {
+                    tally.first_conflict = Some(describe(&e));
+                }
+                assert!(
+                    attempt < MAX_ATTEMPTS,
+                    "{attempt} serialization failures in a row (a livelock?), the last: {}",
+                    describe(&e)
+                );
+            }
+            Err(e) if cc == Cc::Off && sqlstate(&e) == Some("40P01") => tally.deadlocks += 1,
+            outcome => return outcome,
+        }
+        backoff(attempt, rng);
+    }
+}
+
+/// After the second failure in a row, a random pause of up to 20 µs × 2^n
+/// (at most about 5 ms), as clients of optimistic systems do: transactions
+/// that abort each other (each holding a read lock the other needs to
+/// write) would otherwise retry in step.
+fn backoff(attempt: u32, rng: &mut Rng) {
+    if attempt >= 2 {
+        let ceiling = 20u64 << attempt.min(8);
+        std::thread::sleep(Duration::from_micros(rng.below(ceiling)));
+    }
+}
+
+/// Runs `work(0)`, …, `work(n - 1)` on `n` threads and returns their
+/// results in that order. A worker that panics fails the test with its
+/// message; one still running after `bound` fails it as a hang (a deadlock or
+/// a livelock: `bound` is far above what the work needs).
+pub fn run_workers<T, F>(what: &str, n: usize, bound: Duration, work: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> T + Send + Sync + 'static,
+{
+    let work = Arc::new(work);
+    let (done, finished) = mpsc::channel();
+    for i in 0..n {
+        let (work, done) = (work.clone(), done.clone());
+        std::thread::Builder::new()
+            .name(format!("{what}-{i}"))
+            .spawn(move || {
+                let outcome = catch_unwind(AssertUnwindSafe(|| work(i)));
+                let _ = done.send((i, outcome));
+            })
+            .expect("spawn a worker thread");
+    }
+    drop(done);
+
+    let deadline = Instant::now() + bound;
+    let mut results: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
+        match finished.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((i, Ok(result))) => results[i] = Some(result),
+            Ok((i, Err(panic))) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                panic!("{what}: worker {i} failed: {message}");
+            }
+            Err(_) => {
+                let running: Vec<usize> = (0..n).filter(|i| results[*i].is_none()).collect();
+                panic!("{what}: workers {running:?} still running after {bound:?}: a hang");
+            }
+        }
+    }
+    results.into_iter().map(Option::unwrap).collect()
+}
+
+/// SplitMix64: enough randomness for choosing keys and amounts, without a
+/// dependency. Seeded from the clock, so each run contends differently.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(stream: u64) -> Rng {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        Rng(nanos ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0), up to a negligible bias.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}

@@ -1,0 +1,1228 @@
+//! Serializable workflows under real concurrency (DESIGN §6): many
+//! connections, thousands of transactions, and a client that retries on
+//! 40001 like any client of a serializable database.
+//!
+//! Each anomaly test is one scenario run through [`prove`] twice, by two test
+//! functions: with `lambdastore.concurrency_control = occ` it must find no
+//! anomaly (and must have met contention: serialization failures); with
+//! `off` it must find at least one, which proves that the check can fail and
+//! that the workers really race. Contention comes from the workers alone
+//! (barriers at the start of each round, no sleeps).
+//!
+//! Run with `-- --nocapture` to see the counts of every run.
+
+mod common;
+
+use common::concurrent::*;
+use common::*;
+use postgres::{Client, GenericClient};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Display;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+/// Client connections per test.
+const THREADS: usize = 8;
+/// How long a test's workers may take before they count as hung: several
+/// times what they need on a busy 2-core machine.
+const WATCHDOG: Duration = Duration::from_secs(180);
+/// Runs of a scenario under `off` before concluding that it cannot find
+/// its anomaly.
+const OFF_ROUNDS: usize = 5;
+
+// ---------------------------------------------------------------------------
+// The harness
+
+/// What one run of a scenario saw.
+struct Outcome {
+    tally: Tally,
+    /// Violations of the scenario's invariant.
+    anomalies: u64,
+    /// The numbers behind `anomalies`, for the report.
+    details: String,
+}
+
+/// Runs `scenario` under `cc` and checks what it must show: no anomaly
+/// under `occ`, at least one under `off` (repeating the run a few times, as
+/// races are races).
+fn prove(test: &str, cc: Cc, scenario: impl Fn(Cc) -> Outcome) {
+    let report = |run: usize, o: &Outcome| {
+        println!(
+            "{test} [{cc}] run {run}: {} anomalies; {}; {}",
+            o.anomalies, o.tally, o.details
+        )
+    };
+    match cc {
+        Cc::Occ => {
+            let outcome = scenario(cc);
+            report(1, &outcome);
+            assert_eq!(
+                outcome.anomalies, 0,
+                "{test}: anomalies under occ: {}",
+                outcome.details
+            );
+            assert!(
+                outcome.tally.retries > 0,
+                "{test}: not one serialization failure under occ, so the workers never \
+                 contended and the run proves nothing ({})",
+                outcome.tally
+            );
+        }
+        Cc::Off => {
+            for run in 1..=OFF_ROUNDS {
+                let outcome = scenario(cc);
+                report(run, &outcome);
+                assert_eq!(
+                    outcome.tally.retries, 0,
+                    "{test}: serialization failures under off, which validates nothing: {:?}",
+                    outcome.tally.first_conflict
+                );
+                if outcome.anomalies > 0 {
+                    return;
+                }
+            }
+            panic!(
+                "{test}: no anomaly under off in {OFF_ROUNDS} runs, so this test cannot tell \
+                 occ from off"
+            );
+        }
+    }
+}
+
+/// The result of a call the test expects to succeed (after retries).
+#[track_caller]
+fn ok<T>(result: Result<T, postgres::Error>, what: impl Display) -> T {
+    result.unwrap_or_else(|e| panic!("{what}: {}", describe(&e)))
+}
+
+/// Whether `result` is the application's refusal (P0001) with a message
+/// containing `expected`; any other error fails the test.
+#[track_caller]
+fn refused<T>(result: &Result<T, postgres::Error>, expected: &str, what: impl Display) -> bool {
+    match result {
+        Ok(_) => false,
+        Err(e) if sqlstate(e) == Some("P0001") => {
+            let message = describe(e);
+            assert!(message.contains(expected), "{what}: {message}");
+            true
+        }
+        Err(e) => panic!("{what}: {}", describe(e)),
+    }
+}
+
+fn as_i64(value: Value) -> i64 {
+    value
+        .as_i64()
+        .unwrap_or_else(|| panic!("expected an integer, got {value}"))
+}
+
+fn balance(c: &mut impl GenericClient, account: i64) -> i64 {
+    as_i64(call(c, account, "balance", json!({})))
+}
+
+fn counter_value(c: &mut impl GenericClient, counter: i64) -> i64 {
+    as_i64(call(c, counter, "get", json!({})))
+}
+
+/// Opens `n` accounts with `initial` each, in one transaction.
+fn open_accounts(c: &mut Client, bank: &str, n: usize, initial: i64) -> Vec<i64> {
+    let mut tx = c.transaction().unwrap();
+    let ids = (0..n)
+        .map(|i| {
+            let owner = format!("owner {i}");
+            create(
+                &mut tx,
+                bank,
+                "Account",
+                json!({"owner": owner, "initial": initial}),
+            )
+        })
+        .collect();
+    tx.commit().unwrap();
+    ids
+}
+
+/// The SDK's key encoding of a string (guest-sdk/sdk/src/key.rs): the
+/// bytes with 0x00 escaped as 0x00 0xFF, then 0x00 0x01.
+fn string_key(s: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    for &b in s.as_bytes() {
+        out.push(b);
+        if b == 0 {
+            out.push(0xff);
+        }
+    }
+    out.extend([0, 1]);
+    out
+}
+
+/// One row of `lambdastore.entry_sets(object)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct EntrySet {
+    field: String,
+    key: Vec<u8>,
+    version: i64,
+    conflicts: i64,
+}
+
+impl EntrySet {
+    fn lower(&self) -> (&str, &[u8]) {
+        (&self.field, &self.key)
+    }
+}
+
+fn entry_sets(c: &mut impl GenericClient, object: i64) -> Vec<EntrySet> {
+    c.query(
+        "SELECT lower_field, lower_key, version, conflicts FROM lambdastore.entry_sets($1)",
+        &[&object],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| EntrySet {
+        field: r.get(0),
+        key: r.get(1),
+        version: r.get(2),
+        conflicts: r.get(3),
+    })
+    .collect()
+}
+
+/// `lambdastore.split(object, field, key)`: whether a guard was inserted.
+fn split(
+    c: &mut impl GenericClient,
+    object: i64,
+    field: &str,
+    key: &[u8],
+) -> Result<bool, postgres::Error> {
+    let row = c.query_one(
+        "SELECT lambdastore.split($1, $2, $3)",
+        &[&object, &field, &key],
+    )?;
+    Ok(row.get(0))
+}
+
+// ---------------------------------------------------------------------------
+// Lost update
+
+/// Concurrent increments of one counter: the final value must equal the
+/// number of increments that committed.
+fn lost_update(cc: Cc) -> Outcome {
+    const PER_THREAD: usize = 250;
+    let mut c = connect();
+    let app = app(&format!("lost_update_{cc}"));
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+
+    let tallies = run_workers("lost_update", THREADS, WATCHDOG, move |i| {
+        let mut c = connect_cc(cc);
+        let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+        for _ in 0..PER_THREAD {
+            let done = retrying(cc, &mut tally, &mut rng, || {
+                invoke(&mut c, counter, "increment", json!({}))
+            });
+            ok(done, "increment");
+            tally.committed += 1;
+        }
+        tally
+    });
+
+    let tally = Tally::sum(&tallies);
+    let value = counter_value(&mut c, counter);
+    Outcome {
+        anomalies: tally.committed.abs_diff(value as u64),
+        details: format!(
+            "{} increments committed, the counter is at {value}",
+            tally.committed
+        ),
+        tally,
+    }
+}
+
+#[test]
+fn lost_update_occ() {
+    prove("lost_update", Cc::Occ, lost_update);
+}
+
+#[test]
+fn lost_update_off() {
+    prove("lost_update", Cc::Off, lost_update);
+}
+
+// ---------------------------------------------------------------------------
+// Write skew
+
+/// Pairs of accounts with 100 each; in each round all workers call
+/// `withdraw_if_covered(other, 150)` on the same pair, half on each side.
+/// Each call checks the sum of both and debits only its own side, so in any
+/// serial order exactly one withdrawal succeeds (200 >= 150, then 50 < 150)
+/// and the pair ends at 50.
+fn write_skew(cc: Cc) -> Outcome {
+    const PAIRS: usize = 200;
+    let mut c = connect();
+    let bank = app(&format!("write_skew_{cc}"));
+    deploy_example(&mut c, &bank, "bank");
+    let accounts = open_accounts(&mut c, &bank, 2 * PAIRS, 100);
+    let pairs: Arc<Vec<(i64, i64)>> = Arc::new(accounts.chunks(2).map(|p| (p[0], p[1])).collect());
+    let barrier = Arc::new(Barrier::new(THREADS));
+
+    let results = run_workers("write_skew", THREADS, WATCHDOG, {
+        let pairs = pairs.clone();
+        move |i| {
+            let mut c = connect_cc(cc);
+            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+            let mut withdrew = Vec::new();
+            for (p, &(a, b)) in pairs.iter().enumerate() {
+                let (me, other) = if i % 2 == 0 { (a, b) } else { (b, a) };
+                barrier.wait();
+                let result = retrying(cc, &mut tally, &mut rng, || {
+                    invoke(
+                        &mut c,
+                        me,
+                        "withdraw_if_covered",
+                        json!({"other": other, "amount": 150}),
+                    )
+                });
+                if refused(&result, "not covered", "withdraw_if_covered") {
+                    tally.refused += 1;
+                } else {
+                    withdrew.push(p);
+                    tally.committed += 1;
+                }
+            }
+            (tally, withdrew)
+        }
+    });
+
+    let tally = Tally::sum(results.iter().map(|(t, _)| t));
+    let mut withdrawals = vec![0i64; PAIRS];
+    for p in results.iter().flat_map(|(_, w)| w) {
+        withdrawals[*p] += 1;
+    }
+    let (mut anomalies, mut example) = (0, String::new());
+    for (p, &(a, b)) in pairs.iter().enumerate() {
+        let (ba, bb) = (balance(&mut c, a), balance(&mut c, b));
+        let n = withdrawals[p];
+        if n != 1 || ba + bb != 200 - 150 * n {
+            anomalies += 1;
+            if example.is_empty() {
+                example =
+                    format!("; e.g. pair {p}: {n} withdrawals of 150, balances {ba} and {bb}");
+            }
+        }
+    }
+    Outcome {
+        anomalies,
+        details: format!(
+            "{PAIRS} pairs, each must end with one withdrawal and a sum of 50{example}"
+        ),
+        tally,
+    }
+}
+
+#[test]
+fn write_skew_occ() {
+    prove("write_skew", Cc::Occ, write_skew);
+}
+
+#[test]
+fn write_skew_off() {
+    prove("write_skew", Cc::Off, write_skew);
+}
+
+// ---------------------------------------------------------------------------
+// Phantom
+
+/// In each round all workers call `insert_if_fewer` on the same fresh key
+/// range of one object with `max` 5, each with its own key: the range scan
+/// decides, so in any serial order exactly 5 inserts succeed.
+fn phantom(cc: Cc) -> Outcome {
+    const ROUNDS: usize = 250;
+    const MAX: usize = 5;
+    let mut c = connect();
+    let app = app(&format!("phantom_{cc}"));
+    deploy_example(&mut c, &app, "micro");
+    let bench = create(&mut c, &app, "Bench", json!({}));
+    let range = |round: usize| (format!("r{round:04}/"), format!("r{round:04}0"));
+    let barrier = Arc::new(Barrier::new(THREADS));
+
+    let results = run_workers("phantom", THREADS, WATCHDOG, move |i| {
+        let mut c = connect_cc(cc);
+        let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+        let mut inserted = Vec::new();
+        for round in 0..ROUNDS {
+            let (start, end) = range(round);
+            let args =
+                json!({"start": start, "end": end, "max": MAX, "key": format!("{start}t{i}")});
+            barrier.wait();
+            let result = retrying(cc, &mut tally, &mut rng, || {
+                invoke(&mut c, bench, "insert_if_fewer", args.clone())
+            });
+            if ok(result, "insert_if_fewer") == json!(true) {
+                inserted.push(round);
+            }
+            tally.committed += 1;
+        }
+        (tally, inserted)
+    });
+
+    let tally = Tally::sum(results.iter().map(|(t, _)| t));
+    let mut said_inserted = vec![0usize; ROUNDS];
+    for round in results.iter().flat_map(|(_, r)| r) {
+        said_inserted[*round] += 1;
+    }
+    let listing: Vec<(String, String)> =
+        serde_json::from_value(call(&mut c, bench, "list", json!({}))).unwrap();
+    let mut present = vec![0usize; ROUNDS];
+    for (key, _) in &listing {
+        present[key[1..5].parse::<usize>().unwrap()] += 1;
+    }
+    let (mut anomalies, mut example) = (0, String::new());
+    for round in 0..ROUNDS {
+        if present[round] != MAX || said_inserted[round] != present[round] {
+            anomalies += 1;
+            if example.is_empty() {
+                example = format!(
+                    "; e.g. round {round}: {} entries in the range, {} calls returned true",
+                    present[round], said_inserted[round]
+                );
+            }
+        }
+    }
+    Outcome {
+        anomalies,
+        details: format!("{ROUNDS} ranges, each must end with {MAX} entries{example}"),
+        tally,
+    }
+}
+
+#[test]
+fn phantom_occ() {
+    prove("phantom", Cc::Occ, phantom);
+}
+
+#[test]
+fn phantom_off() {
+    prove("phantom", Cc::Off, phantom);
+}
+
+// ---------------------------------------------------------------------------
+// Read skew
+
+/// One writer moves money back and forth between two accounts (one writer,
+/// so that the total stays constant even without OCC: only the readers can
+/// go wrong); the other workers read both balances with `total_with`, which
+/// reads its own balance, then the other's in a nested call. Each must see
+/// the constant total.
+fn read_skew(cc: Cc) -> Outcome {
+    const TRANSFERS: usize = 600;
+    const TOTAL: i64 = 2000;
+    let mut c = connect();
+    let bank = app(&format!("read_skew_{cc}"));
+    deploy_example(&mut c, &bank, "bank");
+    let ids = open_accounts(&mut c, &bank, 2, TOTAL / 2);
+    let (a, b) = (ids[0], ids[1]);
+    let writing = Arc::new(AtomicBool::new(true));
+    let barrier = Arc::new(Barrier::new(THREADS));
+
+    let results = run_workers("read_skew", THREADS, WATCHDOG, move |i| {
+        let mut c = connect_cc(cc);
+        let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+        let mut skewed: Vec<i64> = Vec::new();
+        barrier.wait();
+        if i == 0 {
+            for _ in 0..TRANSFERS {
+                let (from, to) = if rng.below(2) == 0 { (a, b) } else { (b, a) };
+                let amount = 1 + rng.below(100) as i64;
+                let result = retrying(cc, &mut tally, &mut rng, || {
+                    invoke(
+                        &mut c,
+                        from,
+                        "transfer",
+                        json!({"to": to, "amount": amount}),
+                    )
+                });
+                if refused(&result, "insufficient funds", "transfer") {
+                    tally.refused += 1;
+                } else {
+                    tally.committed += 1;
+                }
+            }
+            writing.store(false, Ordering::SeqCst);
+        } else {
+            while writing.load(Ordering::SeqCst) {
+                let (me, other) = if rng.below(2) == 0 { (a, b) } else { (b, a) };
+                let total = retrying(cc, &mut tally, &mut rng, || {
+                    invoke(&mut c, me, "total_with", json!({"other": other}))
+                });
+                let total = as_i64(ok(total, "total_with"));
+                if total != TOTAL {
+                    skewed.push(total);
+                }
+                tally.committed += 1;
+            }
+        }
+        (tally, skewed)
+    });
+
+    let reads: u64 = results[1..].iter().map(|(t, _)| t.committed).sum();
+    let skewed: Vec<i64> = results.iter().flat_map(|(_, s)| s.clone()).collect();
+    let tally = Tally::sum(results.iter().map(|(t, _)| t));
+    let after = balance(&mut c, a) + balance(&mut c, b);
+    Outcome {
+        anomalies: skewed.len() as u64 + u64::from(after != TOTAL),
+        details: format!(
+            "{reads} reads saw {} totals other than {TOTAL} (e.g. {:?}); total at the end {after}",
+            skewed.len(),
+            skewed.first()
+        ),
+        tally,
+    }
+}
+
+#[test]
+fn read_skew_occ() {
+    prove("read_skew", Cc::Occ, read_skew);
+}
+
+#[test]
+fn read_skew_off() {
+    prove("read_skew", Cc::Off, read_skew);
+}
+
+// ---------------------------------------------------------------------------
+// Bank invariant
+
+/// Random transfers among 100 accounts: the total (summed with `balance`
+/// calls) never changes, no account goes negative, and every committed
+/// transfer left its two audit entries.
+fn bank_invariant(cc: Cc) -> Outcome {
+    const ACCOUNTS: usize = 100;
+    const INITIAL: i64 = 1000;
+    const PER_THREAD: usize = 300;
+    let mut c = connect();
+    let bank = app(&format!("bank_invariant_{cc}"));
+    deploy_example(&mut c, &bank, "bank");
+    let accounts = Arc::new(open_accounts(&mut c, &bank, ACCOUNTS, INITIAL));
+
+    let tallies = run_workers("bank_invariant", THREADS, WATCHDOG, {
+        let accounts = accounts.clone();
+        move |i| {
+            let mut c = connect_cc(cc);
+            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+            for _ in 0..PER_THREAD {
+                let from = accounts[rng.below(ACCOUNTS as u64) as usize];
+                let to = loop {
+                    let to = accounts[rng.below(ACCOUNTS as u64) as usize];
+                    if to != from {
+                        break to;
+                    }
+                };
+                let amount = 1 + rng.below(300) as i64;
+                let result = retrying(cc, &mut tally, &mut rng, || {
+                    invoke(
+                        &mut c,
+                        from,
+                        "transfer",
+                        json!({"to": to, "amount": amount}),
+                    )
+                });
+                if refused(&result, "insufficient funds", "transfer") {
+                    tally.refused += 1;
+                } else {
+                    tally.committed += 1;
+                }
+            }
+            tally
+        }
+    });
+
+    let tally = Tally::sum(&tallies);
+    let balances: Vec<i64> = accounts.iter().map(|&a| balance(&mut c, a)).collect();
+    let total: i64 = balances.iter().sum();
+    let negative = balances.iter().filter(|b| **b < 0).count() as u64;
+    let audit: i64 = c
+        .query_one(
+            "SELECT count(*) FROM lambdastore.entries WHERE object_id = ANY($1) AND field = 'audit'",
+            &[&*accounts],
+        )
+        .unwrap()
+        .get(0);
+    let expected_total = ACCOUNTS as i64 * INITIAL;
+    let expected_audit = 2 * tally.committed as i64;
+    Outcome {
+        anomalies: u64::from(total != expected_total)
+            + negative
+            + u64::from(audit != expected_audit),
+        details: format!(
+            "total {total} (must be {expected_total}), {negative} negative accounts, \
+             {audit} audit entries (must be {expected_audit})"
+        ),
+        tally,
+    }
+}
+
+#[test]
+fn bank_invariant_occ() {
+    prove("bank_invariant", Cc::Occ, bank_invariant);
+}
+
+#[test]
+fn bank_invariant_off() {
+    prove("bank_invariant", Cc::Off, bank_invariant);
+}
+
+// ---------------------------------------------------------------------------
+// A transaction of several invocations
+
+/// Write skew again, but decided by the client across statements of one SQL
+/// transaction: BEGIN; read counter A; read counter B; if A + B >= 150,
+/// subtract 150 from one of them; COMMIT. Each invocation is a workflow of
+/// its own, so only read locks kept until COMMIT make the whole transaction
+/// serializable: exactly one subtraction per pair.
+fn multi_statement(cc: Cc) -> Outcome {
+    const PAIRS: usize = 150;
+    let mut c = connect();
+    let app = app(&format!("multi_statement_{cc}"));
+    deploy_example(&mut c, &app, "counter");
+    let pairs: Arc<Vec<(i64, i64)>> = Arc::new(
+        (0..PAIRS)
+            .map(|_| {
+                let a = create(&mut c, &app, "Counter", json!({"initial": 100}));
+                let b = create(&mut c, &app, "Counter", json!({"initial": 100}));
+                (a, b)
+            })
+            .collect(),
+    );
+    let barrier = Arc::new(Barrier::new(THREADS));
+
+    let results = run_workers("multi_statement", THREADS, WATCHDOG, {
+        let pairs = pairs.clone();
+        move |i| {
+            let mut c = connect_cc(cc);
+            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+            let mut subtracted = Vec::new();
+            for (p, &(a, b)) in pairs.iter().enumerate() {
+                let mine = if i % 2 == 0 { a } else { b };
+                barrier.wait();
+                let wrote = retrying(cc, &mut tally, &mut rng, || {
+                    let mut tx = c.transaction()?;
+                    let va = as_i64(invoke(&mut tx, a, "get", json!({}))?);
+                    let vb = as_i64(invoke(&mut tx, b, "get", json!({}))?);
+                    let covered = va + vb >= 150;
+                    if covered {
+                        invoke(&mut tx, mine, "add", json!({"n": -150}))?;
+                    }
+                    tx.commit()?;
+                    Ok(covered)
+                });
+                if ok(wrote, "the transaction") {
+                    subtracted.push(p);
+                }
+                tally.committed += 1;
+            }
+            (tally, subtracted)
+        }
+    });
+
+    let tally = Tally::sum(results.iter().map(|(t, _)| t));
+    let mut subtractions = vec![0i64; PAIRS];
+    for p in results.iter().flat_map(|(_, s)| s) {
+        subtractions[*p] += 1;
+    }
+    let (mut anomalies, mut example) = (0, String::new());
+    for (p, &(a, b)) in pairs.iter().enumerate() {
+        let (va, vb) = (counter_value(&mut c, a), counter_value(&mut c, b));
+        let n = subtractions[p];
+        if n != 1 || va + vb != 200 - 150 * n {
+            anomalies += 1;
+            if example.is_empty() {
+                example = format!("; e.g. pair {p}: {n} subtractions, counters {va} and {vb}");
+            }
+        }
+    }
+    Outcome {
+        anomalies,
+        details: format!(
+            "{PAIRS} pairs, each must end with one subtraction and a sum of 50{example}"
+        ),
+        tally,
+    }
+}
+
+#[test]
+fn multi_statement_transaction_occ() {
+    prove("multi_statement_transaction", Cc::Occ, multi_statement);
+}
+
+#[test]
+fn multi_statement_transaction_off() {
+    prove("multi_statement_transaction", Cc::Off, multi_statement);
+}
+
+// ---------------------------------------------------------------------------
+// Locks: held until the transaction ends, never waited for
+
+#[test]
+fn a_transaction_holds_its_entry_set_locks_until_it_ends() {
+    let mut c = connect();
+    let app = app("locks_held");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+    let (mut first, mut second) = (connect_cc(Cc::Occ), connect_cc(Cc::Occ));
+
+    // A read validated in an open transaction keeps its entry set locked
+    // shared: a writer cannot commit under it, and fails at once rather
+    // than waiting for the reader.
+    first.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut first, counter, "get", json!({})), json!(0));
+    let started = Instant::now();
+    let message = expect_sqlstate(
+        invoke(&mut second, counter, "increment", json!({})),
+        "40001",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the writer waited {:?} before failing",
+        started.elapsed()
+    );
+    assert!(
+        message.contains(&format!("object {counter}")) && message.contains("entry set"),
+        "a serialization failure names the object and the entry set: {message}"
+    );
+    first.batch_execute("COMMIT").unwrap();
+    assert_eq!(call(&mut second, counter, "increment", json!({})), json!(1));
+
+    // A write keeps its entry set locked exclusively: a reader cannot
+    // validate against the uncommitted version.
+    first.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut first, counter, "increment", json!({})), json!(2));
+    expect_sqlstate(invoke(&mut second, counter, "get", json!({})), "40001");
+    // The writer's own transaction goes on reading and writing the set.
+    assert_eq!(call(&mut first, counter, "get", json!({})), json!(2));
+    assert_eq!(call(&mut first, counter, "increment", json!({})), json!(3));
+    first.batch_execute("COMMIT").unwrap();
+    assert_eq!(call(&mut second, counter, "get", json!({})), json!(3));
+
+    // A rolled-back transaction releases its locks and leaves nothing.
+    first.batch_execute("BEGIN").unwrap();
+    call(&mut first, counter, "increment", json!({}));
+    first.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(call(&mut second, counter, "increment", json!({})), json!(4));
+}
+
+/// Transactions that take the same entry sets in opposite orders (several
+/// invocations each, plus single-call transfers that lock two accounts
+/// through a nested call) must all finish: OCC try-locks and aborts instead
+/// of waiting, so there is nothing to deadlock on. A monitor also checks
+/// that no backend of the test ever waits for another's row or advisory lock.
+#[test]
+fn transactions_locking_in_opposite_orders_never_hang() {
+    const PER_THREAD: usize = 60;
+    const INITIAL: i64 = 10_000;
+    let mut c = connect();
+    let (counters, bank) = (app("opposite_counters"), app("opposite_bank"));
+    deploy_example(&mut c, &counters, "counter");
+    deploy_example(&mut c, &bank, "bank");
+    let p = create(&mut c, &counters, "Counter", json!({}));
+    let q = create(&mut c, &counters, "Counter", json!({}));
+    let xy = open_accounts(&mut c, &bank, 2, INITIAL);
+    let (x, y) = (xy[0], xy[1]);
+
+    let pids = Arc::new(Mutex::new(Vec::<i32>::new()));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(Barrier::new(THREADS + 1));
+    #[derive(Default)]
+    struct Moved {
+        tally: Tally,
+        x_to_y: i64,
+        y_to_x: i64,
+        waits: Vec<String>,
+    }
+
+    let results = run_workers("opposite_orders", THREADS + 1, WATCHDOG, move |i| {
+        let mut c = connect_cc(Cc::Occ);
+        let mut moved = Moved::default();
+        if i == THREADS {
+            // The monitor: polls pg_locks while the workers run.
+            barrier.wait();
+            let pids = pids.lock().unwrap().clone();
+            while finished.load(Ordering::SeqCst) < THREADS {
+                for row in c
+                    .query(
+                        "SELECT locktype, mode, pid FROM pg_locks
+                          WHERE NOT granted AND pid = ANY($1)
+                            AND locktype IN ('transactionid', 'tuple', 'advisory')",
+                        &[&pids],
+                    )
+                    .unwrap()
+                {
+                    let (kind, mode, pid): (String, String, i32) =
+                        (row.get(0), row.get(1), row.get(2));
+                    moved
+                        .waits
+                        .push(format!("backend {pid} waits for a {mode} {kind} lock"));
+                }
+                // A polling interval, not a wait for an event.
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            return moved;
+        }
+        pids.lock().unwrap().push(backend_pid(&mut c));
+        barrier.wait();
+        let mut rng = Rng::new(i as u64);
+        for _ in 0..PER_THREAD {
+            let kind = i % 4;
+            let result = retrying(Cc::Occ, &mut moved.tally, &mut rng, || {
+                let mut tx = c.transaction()?;
+                match kind {
+                    0 => {
+                        invoke(&mut tx, p, "increment", json!({}))?;
+                        invoke(&mut tx, q, "increment", json!({}))?;
+                    }
+                    1 => {
+                        invoke(&mut tx, q, "increment", json!({}))?;
+                        invoke(&mut tx, p, "increment", json!({}))?;
+                    }
+                    2 => {
+                        invoke(&mut tx, x, "transfer", json!({"to": y, "amount": 1}))?;
+                        invoke(&mut tx, p, "increment", json!({}))?;
+                        invoke(&mut tx, q, "increment", json!({}))?;
+                    }
+                    _ => {
+                        invoke(&mut tx, q, "increment", json!({}))?;
+                        invoke(&mut tx, y, "transfer", json!({"to": x, "amount": 1}))?;
+                        invoke(&mut tx, p, "increment", json!({}))?;
+                    }
+                }
+                tx.commit()
+            });
+            ok(result, format!("transaction of kind {kind}"));
+            moved.tally.committed += 1;
+            match kind {
+                2 => moved.x_to_y += 1,
+                3 => moved.y_to_x += 1,
+                _ => {}
+            }
+        }
+        finished.fetch_add(1, Ordering::SeqCst);
+        moved
+    });
+
+    let tally = Tally::sum(results.iter().map(|m| &m.tally));
+    let x_to_y: i64 = results.iter().map(|m| m.x_to_y).sum();
+    let y_to_x: i64 = results.iter().map(|m| m.y_to_x).sum();
+    let waits: Vec<&String> = results.iter().flat_map(|m| &m.waits).collect();
+    println!(
+        "opposite_orders [occ]: {tally}; {x_to_y} transfers x->y, {y_to_x} y->x; {} lock waits seen",
+        waits.len()
+    );
+    let committed = tally.committed as i64;
+    assert_eq!(committed, (THREADS * PER_THREAD) as i64);
+    assert_eq!(counter_value(&mut c, p), committed);
+    assert_eq!(counter_value(&mut c, q), committed);
+    assert_eq!(balance(&mut c, x), INITIAL - x_to_y + y_to_x);
+    assert_eq!(balance(&mut c, y), INITIAL + x_to_y - y_to_x);
+    assert!(
+        waits.is_empty(),
+        "{} times a backend waited for another's lock, e.g. {}",
+        waits.len(),
+        waits[0]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Isolation levels
+
+#[test]
+fn repeatable_read_and_serializable_are_refused_under_occ_and_run_under_off() {
+    let mut c = connect();
+    let app = app("isolation_levels");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+
+    let mut c = connect_cc(Cc::Occ);
+    for level in ["REPEATABLE READ", "SERIALIZABLE"] {
+        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
+            .unwrap();
+        let message = expect_sqlstate(invoke(&mut c, counter, "get", json!({})), "0A000");
+        assert!(
+            message.contains("lambdastore.concurrency_control"),
+            "the refusal says how to run under {level}: {message}"
+        );
+        c.batch_execute("ROLLBACK").unwrap();
+
+        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
+            .unwrap();
+        expect_sqlstate(create_object(&mut c, &app, "Counter", json!({})), "0A000");
+        c.batch_execute("ROLLBACK").unwrap();
+    }
+    // The level of statements outside a transaction block counts too.
+    c.batch_execute("SET default_transaction_isolation = 'repeatable read'")
+        .unwrap();
+    expect_sqlstate(invoke(&mut c, counter, "increment", json!({})), "0A000");
+    c.batch_execute("RESET default_transaction_isolation")
+        .unwrap();
+    assert_eq!(counter_value(&mut c, counter), 0);
+
+    // Under off, PostgreSQL's own isolation is the user's choice.
+    let mut c = connect_cc(Cc::Off);
+    for (level, expected) in [("REPEATABLE READ", 1), ("SERIALIZABLE", 2)] {
+        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
+            .unwrap();
+        assert_eq!(
+            call(&mut c, counter, "increment", json!({})),
+            json!(expected)
+        );
+        c.batch_execute("COMMIT").unwrap();
+    }
+    assert_eq!(counter_value(&mut connect(), counter), 2);
+}
+
+// ---------------------------------------------------------------------------
+// Entry sets and splits
+
+#[test]
+fn entry_sets_show_versions_rising_with_writes_and_splits() {
+    let mut c = connect_cc(Cc::Occ);
+    // No adaptive splits: this test places every guard itself.
+    c.batch_execute("SET lambdastore.split_chance = 0").unwrap();
+    let app = app("entry_sets");
+    deploy_example(&mut c, &app, "micro");
+    let bench = create(&mut c, &app, "Bench", json!({}));
+
+    // A new object is one set covering everything.
+    let sets = entry_sets(&mut c, bench);
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    assert_eq!(sets[0].lower(), ("", &[][..]));
+    let v0 = sets[0].version;
+
+    call(&mut c, bench, "put", json!({"key": "m", "value": "1"}));
+    let v1 = entry_sets(&mut c, bench)[0].version;
+    assert!(v1 > v0, "a write raises the version: {v0} -> {v1}");
+
+    // Reads and failed workflows change nothing.
+    call(&mut c, bench, "get", json!({"key": "m"}));
+    call(&mut c, bench, "list", json!({}));
+    expect_sqlstate(
+        invoke(
+            &mut c,
+            bench,
+            "put_then_fail",
+            json!({"key": "n", "value": "2"}),
+        ),
+        "P0001",
+    );
+    assert_eq!(entry_sets(&mut c, bench)[0].version, v1);
+
+    // A guard splits the set; both halves get versions above the old one.
+    let m = string_key("m");
+    assert!(ok(split(&mut c, bench, "kv", &m), "split"));
+    let sets = entry_sets(&mut c, bench);
+    let lowers: Vec<_> = sets.iter().map(EntrySet::lower).collect();
+    assert_eq!(lowers, [("", &[][..]), ("kv", &m[..])]);
+    assert!(
+        sets.iter().all(|s| s.version > v1),
+        "after a split at version {v1}: {sets:?}"
+    );
+    // The same guard again is not a new split.
+    assert!(!ok(split(&mut c, bench, "kv", &m), "split again"));
+    assert_eq!(entry_sets(&mut c, bench), sets);
+
+    // A write raises the version of its own set only.
+    let versions =
+        |c: &mut Client| -> Vec<i64> { entry_sets(c, bench).iter().map(|s| s.version).collect() };
+    let before = versions(&mut c);
+    call(&mut c, bench, "put", json!({"key": "z", "value": "1"}));
+    let after = versions(&mut c);
+    assert!(
+        after[0] == before[0] && after[1] > before[1],
+        "write above the guard: {before:?} -> {after:?}"
+    );
+    let before = after;
+    call(&mut c, bench, "put", json!({"key": "a", "value": "1"}));
+    call(&mut c, bench, "write", json!({"k": 3})); // field "data" < "kv"
+    let after = versions(&mut c);
+    assert!(
+        after[0] > before[0] && after[1] == before[1],
+        "writes below the guard: {before:?} -> {after:?}"
+    );
+    // The entries are all there, in order.
+    let listing = call(&mut c, bench, "list", json!({}));
+    assert_eq!(listing, json!([["a", "1"], ["m", "1"], ["z", "1"]]));
+}
+
+#[test]
+fn adaptive_splitting_puts_guards_at_written_keys_up_to_the_limit() {
+    let mut c = connect_cc(Cc::Occ);
+    let app = app("adaptive_split");
+    deploy_example(&mut c, &app, "micro");
+
+    // A split chance of 0 never splits.
+    c.batch_execute("SET lambdastore.split_chance = 0").unwrap();
+    let calm = create(&mut c, &app, "Bench", json!({}));
+    for i in 0..20 {
+        call(
+            &mut c,
+            calm,
+            "put",
+            json!({"key": format!("k{i}"), "value": "v"}),
+        );
+    }
+    assert_eq!(entry_sets(&mut c, calm).len(), 1);
+
+    // A split chance of 1 splits at every commit, at the key written, until
+    // the object has max_entry_sets sets.
+    c.batch_execute("SET lambdastore.split_chance = 1; SET lambdastore.max_entry_sets = 4")
+        .unwrap();
+    let hot = create(&mut c, &app, "Bench", json!({}));
+    let mut expected = vec![(String::new(), vec![])];
+    for key in ["k1", "k2", "k3", "k4", "k5"] {
+        let before = entry_sets(&mut c, hot);
+        call(&mut c, hot, "put", json!({"key": key, "value": "v"}));
+        if expected.len() < 4 {
+            expected.push(("kv".to_string(), string_key(key)));
+        }
+        let sets = entry_sets(&mut c, hot);
+        let lowers: Vec<_> = sets
+            .iter()
+            .map(|s| (s.field.clone(), s.key.clone()))
+            .collect();
+        assert_eq!(lowers, expected, "after writing {key}");
+        let old = before.last().unwrap().version;
+        assert!(
+            sets[before.len() - 1..].iter().all(|s| s.version > old),
+            "the halves of a split set get versions above its old one ({old}): {sets:?}"
+        );
+    }
+    let listing = call(&mut c, hot, "list", json!({}));
+    assert_eq!(
+        listing,
+        json!([
+            ["k1", "v"],
+            ["k2", "v"],
+            ["k3", "v"],
+            ["k4", "v"],
+            ["k5", "v"]
+        ])
+    );
+}
+
+#[test]
+fn splitting_an_unknown_object_is_42704() {
+    let mut c = connect();
+    expect_sqlstate(split(&mut c, -42, "kv", &string_key("k")), "42704");
+}
+
+/// Writers insert distinct keys into one object (with adaptive splitting
+/// turned up) while another worker inserts guards at random keys and readers
+/// list, scan and read: no entry may ever be lost or hidden. Every key whose
+/// write committed before a read started must be seen by that read, listings
+/// must be in key order, and at the end every key and every guard is there.
+#[test]
+fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
+    const WRITERS: usize = 4;
+    const KEYS: usize = 200;
+    const MAX_SPLITS: usize = 300;
+    let mut c = connect();
+    let app = app("splits_concurrent");
+    deploy_example(&mut c, &app, "micro");
+    let bench = create(&mut c, &app, "Bench", json!({}));
+    let key = |w: usize, n: usize| format!("w{w}-{n:04}");
+    let value = |k: &str| format!("{k}=v");
+
+    let committed = Arc::new(Mutex::new(BTreeMap::<String, String>::new()));
+    let writers_done = Arc::new(AtomicUsize::new(0));
+    // The key each writer is writing now.
+    let progress: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..WRITERS).map(|_| AtomicUsize::new(0)).collect());
+    let barrier = Arc::new(Barrier::new(THREADS));
+
+    #[derive(Default)]
+    struct Work {
+        tally: Tally,
+        guards: Vec<(String, Vec<u8>)>,
+        checks: u64,
+    }
+
+    let results = run_workers("splits_concurrent", THREADS, WATCHDOG, {
+        let committed = committed.clone();
+        move |i| {
+            let mut c = connect_cc(Cc::Occ);
+            let mut rng = Rng::new(i as u64);
+            let mut work = Work::default();
+            barrier.wait();
+            if i < WRITERS {
+                c.batch_execute("SET lambdastore.split_chance = 0.1")
+                    .unwrap();
+                for n in 0..KEYS {
+                    progress[i].store(n, Ordering::SeqCst);
+                    let k = key(i, n);
+                    let args = json!({"key": k, "value": value(&k)});
+                    let result = retrying(Cc::Occ, &mut work.tally, &mut rng, || {
+                        invoke(&mut c, bench, "put", args.clone())
+                    });
+                    ok(result, format!("put {k}"));
+                    work.tally.committed += 1;
+                    committed.lock().unwrap().insert(k.clone(), value(&k));
+                }
+                writers_done.fetch_add(1, Ordering::SeqCst);
+            } else if i == WRITERS {
+                // The splitter: half its guards at the keys the writers
+                // are about to write (so that writes land in sets split
+                // under them), the others between random keys (a `+` sorts
+                // after a key and before the next) or in the `data` field
+                // the readers read too.
+                while writers_done.load(Ordering::SeqCst) < WRITERS
+                    && work.guards.len() < MAX_SPLITS
+                {
+                    let w = rng.below(WRITERS as u64) as usize;
+                    let (field, guard) = match rng.below(8) {
+                        0 => ("data", (rng.below(100) as u32).to_be_bytes().to_vec()),
+                        1..=4 => {
+                            let n = progress[w].load(Ordering::SeqCst) + rng.below(3) as usize;
+                            ("kv", string_key(&key(w, n.min(KEYS - 1))))
+                        }
+                        _ => {
+                            let k = key(w, rng.below(KEYS as u64) as usize);
+                            ("kv", string_key(&format!("{k}+")))
+                        }
+                    };
+                    let result = retrying(Cc::Occ, &mut work.tally, &mut rng, || {
+                        split(&mut c, bench, field, &guard)
+                    });
+                    if ok(result, "lambdastore.split") {
+                        work.guards.push((field.to_string(), guard));
+                    }
+                    work.tally.committed += 1;
+                }
+            } else {
+                while writers_done.load(Ordering::SeqCst) < WRITERS {
+                    // Committed before the read starts, so it must be seen.
+                    let before = committed.lock().unwrap().clone();
+                    let w = rng.below(WRITERS as u64) as usize;
+                    let (method, args, prefix) = match rng.below(4) {
+                        0 => ("list", json!({}), String::new()),
+                        1 => {
+                            // One writer's keys: "w1-" up to "w1." ('.' follows '-').
+                            let args = json!({"start": format!("w{w}-"), "end": format!("w{w}.")});
+                            ("list", args, format!("w{w}-"))
+                        }
+                        2 => {
+                            let Some((k, _)) = before
+                                .iter()
+                                .nth(rng.below(before.len().max(1) as u64) as usize)
+                            else {
+                                continue;
+                            };
+                            ("get", json!({"key": k}), k.clone())
+                        }
+                        _ => ("read", json!({"k": 20}), String::new()),
+                    };
+                    let result = retrying(Cc::Occ, &mut work.tally, &mut rng, || {
+                        invoke(&mut c, bench, method, args.clone())
+                    });
+                    let result = ok(result, format!("{method} {args}"));
+                    work.tally.committed += 1;
+                    work.checks += 1;
+                    match method {
+                        "list" => {
+                            let listing: Vec<(String, String)> =
+                                serde_json::from_value(result).unwrap();
+                            check_listing(&listing, &before, &prefix, &value);
+                        }
+                        "get" => assert_eq!(
+                            result,
+                            json!(before[&prefix]),
+                            "get {prefix} after its write committed"
+                        ),
+                        _ => assert_eq!(result, json!(20 * 1024), "read 20 entries of data"),
+                    }
+                }
+            }
+            work
+        }
+    });
+
+    let tally = Tally::sum(results.iter().map(|w| &w.tally));
+    let guards: Vec<&(String, Vec<u8>)> = results.iter().flat_map(|w| &w.guards).collect();
+    let checks: u64 = results.iter().map(|w| w.checks).sum();
+    let committed = committed.lock().unwrap().clone();
+    assert_eq!(committed.len(), WRITERS * KEYS);
+
+    // Every key is there, in order, through the lambda and in the table.
+    let listing: Vec<(String, String)> =
+        serde_json::from_value(call(&mut c, bench, "list", json!({}))).unwrap();
+    let expected: Vec<(String, String)> = committed.clone().into_iter().collect();
+    assert_eq!(listing, expected, "the final listing");
+    let stored: Vec<Vec<u8>> = entries(&mut c, bench)
+        .into_iter()
+        .filter(|(field, _, _)| field == "kv")
+        .map(|(_, key, _)| key)
+        .collect();
+    let expected_keys: Vec<Vec<u8>> = committed.keys().map(|k| string_key(k)).collect();
+    assert_eq!(stored, expected_keys, "the kv rows of lambdastore.entries");
+    assert_eq!(
+        call(&mut c, bench, "read", json!({"k": 100})),
+        json!(100 * 1024)
+    );
+
+    // Every guard is there, and the sets are in strictly increasing order.
+    let sets = entry_sets(&mut c, bench);
+    assert!(
+        sets.windows(2).all(|w| w[0].lower() < w[1].lower()),
+        "entry sets out of order: {sets:?}"
+    );
+    assert_eq!(sets[0].lower(), ("", &[][..]));
+    for (field, guard) in &guards {
+        assert!(
+            sets.iter()
+                .any(|s| s.lower() == (field.as_str(), guard.as_slice())),
+            "the guard at {field} {guard:?} is gone"
+        );
+    }
+    println!(
+        "splits_concurrent [occ]: {tally}; {} manual splits, {} entry sets at the end, \
+         {checks} reads checked",
+        guards.len(),
+        sets.len()
+    );
+    assert!(
+        sets.len() > guards.len(),
+        "{} sets for {} guards",
+        sets.len(),
+        guards.len()
+    );
+}
+
+/// A listing (all of `kv`, or the keys starting with `prefix`) is in strict
+/// key order, holds only the keys' own values, and holds every key of
+/// `before` in its range.
+fn check_listing(
+    listing: &[(String, String)],
+    before: &BTreeMap<String, String>,
+    prefix: &str,
+    value: &impl Fn(&str) -> String,
+) {
+    assert!(
+        listing.windows(2).all(|w| w[0].0 < w[1].0),
+        "a listing out of order or with duplicates: {listing:?}"
+    );
+    for (k, v) in listing {
+        assert!(k.starts_with(prefix), "{k} listed for prefix {prefix:?}");
+        assert_eq!(*v, value(k), "the value of {k}");
+    }
+    let listed: BTreeSet<&str> = listing.iter().map(|(k, _)| k.as_str()).collect();
+    let hidden: Vec<&String> = before
+        .keys()
+        .filter(|k| k.starts_with(prefix) && !listed.contains(k.as_str()))
+        .collect();
+    assert!(
+        hidden.is_empty(),
+        "a listing of {prefix:?} missed {} committed keys, e.g. {:?} ({} listed)",
+        hidden.len(),
+        hidden.first(),
+        listing.len()
+    );
+}
