@@ -15,6 +15,7 @@
 //!    together at commit;
 //! 4. maybe splits a written set, with a probability that grows with its
 //!    recent conflicts.
+//!
 //! Locks are held until the SQL transaction ends, so a transaction of
 //! several workflows is serializable as a whole. Any failure is 40001.
 
