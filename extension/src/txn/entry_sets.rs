@@ -2,7 +2,7 @@
 //! ranges, each with a version. They are the unit of locking and
 //! validation: a set covers [its lower bound, the next set's lower bound).
 
-use std::ops::Bound;
+use std::collections::BTreeMap;
 
 /// A position in an object's key space, in `entries` primary-key order.
 pub type Position = (String, Vec<u8>);
@@ -14,54 +14,39 @@ pub type SetId = (i64, Position);
 pub struct EntrySet {
     pub lower: Position,
     pub version: i64,
-    pub conflicts: i64,
 }
 
-/// The entry sets of one object, sorted by lower bound. The first always
-/// starts at ("", "") so every position has a set.
-#[derive(Clone, Debug)]
-pub struct EntrySets(pub Vec<EntrySet>);
+/// What a workflow knows of one object's entry sets: the sets it has
+/// touched, each with the lower bound of the next set (its upper bound), as
+/// loaded at first touch. Loading set by set keeps objects with many guards
+/// cheap; a set that changed since it was loaded fails validation.
+#[derive(Debug, Default)]
+pub struct KnownSets {
+    /// lower bound -> (set, upper bound; None: to the end of the object)
+    sets: BTreeMap<Position, (EntrySet, Option<Position>)>,
+}
 
-impl EntrySets {
-    /// The set of a new object: one set covering everything.
+impl KnownSets {
+    /// The single set of an object created by this workflow.
     pub fn fresh() -> Self {
-        EntrySets(vec![EntrySet { lower: (String::new(), Vec::new()), version: 0, conflicts: 0 }])
+        let mut known = KnownSets::default();
+        let set = EntrySet { lower: (String::new(), Vec::new()), version: 0 };
+        known.sets.insert(set.lower.clone(), (set, None));
+        known
     }
 
-    fn index_of(&self, field: &str, key: &[u8]) -> usize {
-        // Last set whose lower bound is <= (field, key).
-        let after = self.0.partition_point(|s| (s.lower.0.as_str(), s.lower.1.as_slice()) <= (field, key));
-        after.saturating_sub(1)
+    /// The known set containing (field, key), if any.
+    pub fn containing(&self, field: &str, key: &[u8]) -> Option<&EntrySet> {
+        let position = (field.to_string(), key.to_vec());
+        let (_, (set, upper)) = self.sets.range(..=position.clone()).next_back()?;
+        match upper {
+            Some(upper) if position >= *upper => None,
+            _ => Some(set),
+        }
     }
 
-    pub fn containing(&self, field: &str, key: &[u8]) -> &EntrySet {
-        &self.0[self.index_of(field, key)]
-    }
-
-    /// Every set overlapping the entries of `field` with start <= key < end.
-    pub fn overlapping(&self, field: &str, start: &[u8], end: Option<&[u8]>) -> &[EntrySet] {
-        let first = self.index_of(field, start);
-        let upper: Bound<(&str, &[u8])> = match end {
-            Some(end) => Bound::Excluded((field, end)),
-            None => Bound::Unbounded,
-        };
-        let last = self.0[first..]
-            .iter()
-            .take_while(|s| {
-                let lower = (s.lower.0.as_str(), s.lower.1.as_slice());
-                match upper {
-                    Bound::Excluded(hi) => lower < hi,
-                    // Without an end, the range ends with the field itself:
-                    // sets starting in a later field do not overlap it.
-                    _ => lower.0 <= field,
-                }
-            })
-            .count();
-        &self.0[first..first + last.max(1)]
-    }
-
-    pub fn find(&self, lower: &Position) -> Option<&EntrySet> {
-        self.0.binary_search_by(|s| s.lower.cmp(lower)).ok().map(|i| &self.0[i])
+    pub fn insert(&mut self, set: EntrySet, upper: Option<Position>) {
+        self.sets.insert(set.lower.clone(), (set, upper));
     }
 }
 

@@ -16,10 +16,9 @@ pub use buffer::{EntryKey, WriteBuffer};
 use crate::catalog;
 use crate::error::Result;
 use crate::gucs;
-use entry_sets::{EntrySets, SetId};
+use entry_sets::{EntrySet, KnownSets, SetId};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Where an object lives: its application and type.
@@ -35,8 +34,9 @@ pub struct Workflow {
     pub writes: RefCell<WriteBuffer>,
     /// Objects looked up or created during this workflow.
     objects: RefCell<HashMap<i64, ObjectInfo>>,
-    /// Each touched object's entry sets, loaded at its first access.
-    sets: RefCell<HashMap<i64, Rc<EntrySets>>>,
+    /// The entry sets touched so far, per object, each as loaded at its
+    /// first touch (before any value under it was read).
+    sets: RefCell<HashMap<i64, KnownSets>>,
     /// The read set: entry sets read, with the version seen.
     pub reads: RefCell<BTreeMap<SetId, i64>>,
 }
@@ -57,14 +57,20 @@ impl Workflow {
         self.writes.borrow().created().iter().any(|(id, _, _)| *id == object)
     }
 
-    /// The object's entry sets as of its first access in this workflow.
-    pub fn sets_of(&self, object: i64) -> Result<Rc<EntrySets>> {
-        if let Some(sets) = self.sets.borrow().get(&object) {
-            return Ok(sets.clone());
+    /// The entry set containing (field, key) of `object`, as of its first
+    /// touch in this workflow.
+    pub fn containing(&self, object: i64, field: &str, key: &[u8]) -> Result<EntrySet> {
+        let mut sets = self.sets.borrow_mut();
+        if !sets.contains_key(&object) && self.is_created(object) {
+            sets.insert(object, KnownSets::fresh());
         }
-        let sets = Rc::new(if self.is_created(object) { EntrySets::fresh() } else { catalog::entry_sets::load(object)? });
-        self.sets.borrow_mut().insert(object, sets.clone());
-        Ok(sets)
+        let known = sets.entry(object).or_default();
+        if let Some(set) = known.containing(field, key) {
+            return Ok(set.clone());
+        }
+        let (set, upper) = catalog::entry_sets::around(object, field, key)?;
+        known.insert(set.clone(), upper);
+        Ok(set)
     }
 
     /// Records a point read (or an existence check) of (field, key). Must
@@ -73,9 +79,8 @@ impl Workflow {
         if !gucs::occ() || self.is_created(object) {
             return Ok(());
         }
-        let sets = self.sets_of(object)?;
-        let set = sets.containing(field, key);
-        self.reads.borrow_mut().entry((object, set.lower.clone())).or_insert(set.version);
+        let set = self.containing(object, field, key)?;
+        self.reads.borrow_mut().entry((object, set.lower)).or_insert(set.version);
         Ok(())
     }
 
@@ -85,10 +90,11 @@ impl Workflow {
         if !gucs::occ() || self.is_created(object) {
             return Ok(());
         }
-        let sets = self.sets_of(object)?;
+        let first = self.containing(object, field, start)?;
+        let inside = catalog::entry_sets::inside(object, field, start, end)?;
         let mut reads = self.reads.borrow_mut();
-        for set in sets.overlapping(field, start, end) {
-            reads.entry((object, set.lower.clone())).or_insert(set.version);
+        for set in std::iter::once(first).chain(inside) {
+            reads.entry((object, set.lower)).or_insert(set.version);
         }
         Ok(())
     }

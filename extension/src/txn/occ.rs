@@ -19,7 +19,7 @@
 //! Locks are held until the SQL transaction ends, so a transaction of
 //! several workflows is serializable as a whole. Any failure is 40001.
 
-use super::entry_sets::{lock_key, EntrySets, SetId};
+use super::entry_sets::{lock_key, Position, SetId};
 use super::Workflow;
 use crate::catalog;
 use crate::error::{LambdaError, Result};
@@ -88,12 +88,12 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
 
     // Which set each write falls in, by the sets loaded during the workflow.
     // Objects created by this workflow are invisible to others: no locks.
-    let mut written: BTreeMap<SetId, Vec<(String, Vec<u8>)>> = BTreeMap::new();
+    let mut written: BTreeMap<SetId, Vec<Position>> = BTreeMap::new();
     for ((object, field, key), _) in writes.entries() {
         if workflow.is_created(*object) {
             continue;
         }
-        let lower = workflow.sets_of(*object)?.containing(field, key).lower.clone();
+        let lower = workflow.containing(*object, field, key)?.lower;
         written.entry((*object, lower)).or_default().push((field.clone(), key.clone()));
     }
     let reads = workflow.reads.borrow();
@@ -109,23 +109,25 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
         }
     }
 
-    // 2. Validate against the sets as committed now.
-    let mut current: HashMap<i64, EntrySets> = HashMap::new();
-    for (object, _) in locks.keys() {
-        if !current.contains_key(object) {
-            current.insert(*object, catalog::entry_sets::load(*object)?);
+    // 2. Validate against the sets as committed now: read versions are
+    //    unchanged, and no set starts between a written set's lower bound
+    //    and the highest key written in it (a split since we loaded it).
+    let mut now: HashMap<&SetId, (i64, i64)> = HashMap::new();
+    for set in locks.keys() {
+        if let Some(current) = catalog::entry_sets::current(set)? {
+            now.insert(set, current);
         }
     }
     for (set, seen) in reads.iter() {
-        match current[&set.0].find(&set.1) {
-            Some(now) if now.version == *seen => {}
-            Some(now) => return Err(conflict(set, &format!("changed (version {seen} -> {})", now.version))),
+        match now.get(set) {
+            Some((version, _)) if version == seen => {}
+            Some((version, _)) => return Err(conflict(set, &format!("changed (version {seen} -> {version})"))),
             None => return Err(conflict(set, "was merged away")),
         }
     }
     for (set, keys) in &written {
-        let sets = &current[&set.0];
-        if keys.iter().any(|(field, key)| sets.containing(field, key).lower != set.1) {
+        let highest = keys.iter().max().expect("a written set has keys");
+        if catalog::entry_sets::split_since(set, highest)? {
             return Err(conflict(set, "was split by a concurrent transaction"));
         }
     }
@@ -145,15 +147,14 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
     //    just written. We hold the set's exclusive lock, so no one else can
     //    be validating against it; both halves end above its old version.
     for ((set, seen), keys) in bumped.iter().zip(written.values()) {
-        let sets = &current[&set.0];
-        let Some(now) = sets.find(&set.1) else { continue };
-        let heat = 1.0 + (now.conflicts / 2 + seen) as f64;
-        if sets.0.len() >= gucs::max_entry_sets() || random() >= gucs::split_chance() * heat {
+        let Some((version, conflicts)) = now.get(set).copied() else { continue };
+        let heat = 1.0 + (conflicts / 2 + seen) as f64;
+        if random() >= gucs::split_chance() * heat || catalog::entry_sets::count(set.0)? >= gucs::max_entry_sets() {
             continue;
         }
-        let (field, key) = &keys[(random() * keys.len() as f64) as usize % keys.len()];
-        if (field, key) > (&set.1 .0, &set.1 .1) {
-            catalog::entry_sets::insert_guard(set.0, field, key, now.version + 1)?;
+        let guard = &keys[(random() * keys.len() as f64) as usize % keys.len()];
+        if *guard > set.1 {
+            catalog::entry_sets::insert_guard(set.0, &guard.0, &guard.1, version + 1)?;
         }
     }
     Ok(())
@@ -162,20 +163,19 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
 /// `lambdastore.split(object, field, key)`: inserts a guard by hand.
 /// Returns false if `(field, key)` already starts a set.
 pub fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
-    let sets = catalog::entry_sets::load(object)?;
-    let set = sets.containing(field, key);
+    let (set, _) = catalog::entry_sets::around(object, field, key)?;
     if set.lower.0 == field && set.lower.1 == key {
         return Ok(false);
     }
-    let id: SetId = (object, set.lower.clone());
+    let id: SetId = (object, set.lower);
     if !try_lock(&id, true) {
         return Err(conflict(&id, "is locked by a concurrent transaction"));
     }
-    // Reload under the lock: the set may have changed since.
-    let sets = catalog::entry_sets::load(object)?;
-    let Some(now) = sets.find(&id.1) else {
-        return Err(conflict(&id, "was merged away"));
-    };
+    // Check again under the lock: the set may have been split since.
+    let (now, _) = catalog::entry_sets::around(object, field, key)?;
+    if now.lower != id.1 {
+        return Err(conflict(&id, "was split by a concurrent transaction"));
+    }
     catalog::entry_sets::bump(&[(id.clone(), 0)])?;
     catalog::entry_sets::insert_guard(object, field, key, now.version + 1)?;
     Ok(true)
