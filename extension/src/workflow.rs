@@ -53,7 +53,7 @@ fn run_method(
         depth: 0,
     };
     let result = runtime::run(workflow, &app, frame, FunctionKind::Method, args)?;
-    commit(workflow)?;
+    occ::commit(workflow)?;
     Ok(result)
 }
 
@@ -78,7 +78,7 @@ fn run_static(app_name: &str, type_name: &str, function: &str, args: &str) -> Re
         depth: 0,
     };
     let result = runtime::run(&workflow, &app, frame, FunctionKind::Static, args)?;
-    commit(&workflow)?;
+    occ::commit(&workflow)?;
     Ok(result)
 }
 
@@ -97,7 +97,7 @@ fn run_create(app_name: &str, type_name: &str, args: &str) -> Result<i64> {
         refuse_protected(&app, type_name, ctor)?;
     }
     let id = create_object(&workflow, &app, type_name, args, 0, false)?;
-    commit(&workflow)?;
+    occ::commit(&workflow)?;
     Ok(id)
 }
 
@@ -114,11 +114,6 @@ fn refuse_protected(app: &AppVersion, type_name: &str, f: &runtime::FnDesc) -> R
         });
     }
     Ok(())
-}
-
-/// Validates the workflow (OCC) and applies its buffered writes.
-fn commit(workflow: &Workflow) -> Result<()> {
-    occ::commit(workflow)
 }
 
 fn create_object(

@@ -51,59 +51,36 @@ pub fn scan(
 }
 
 /// Inserts the created objects (each with its first entry set), then
-/// deletes and upserts entries, each kind in one statement.
+/// deletes and upserts entries. One kept single-row statement per change:
+/// statements with array arguments would be re-planned on every execution
+/// (their generic plan never looks cheaper than a custom one), and a
+/// workflow writes few entries.
 pub fn apply(writes: &WriteBuffer) -> Result<()> {
-    let created = writes.created();
-    if !created.is_empty() {
-        let ids: Vec<i64> = created.iter().map(|(id, _, _)| *id).collect();
-        let apps: Vec<String> = created.iter().map(|(_, app, _)| app.clone()).collect();
-        let types: Vec<String> = created.iter().map(|(_, _, ty)| ty.clone()).collect();
+    for (id, app, type_name) in writes.created() {
         query(
-            "WITH o AS (INSERT INTO lambdastore.objects (object_id, app, type_name)
-                        SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) RETURNING object_id)
-             INSERT INTO lambdastore.entry_sets (object_id) SELECT object_id FROM o",
-            &[INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID],
-            &[ids.into(), apps.into(), types.into()],
+            "WITH o AS (INSERT INTO lambdastore.objects (object_id, app, type_name) VALUES ($1, $2, $3))
+             INSERT INTO lambdastore.entry_sets (object_id) VALUES ($1)",
+            &[INT8OID, TEXTOID, TEXTOID],
+            &[(*id).into(), app.as_str().into(), type_name.as_str().into()],
             |_| Ok(()),
         )?;
     }
-
-    let (mut put_ids, mut put_fields, mut put_keys, mut put_values) = (vec![], vec![], vec![], vec![]);
-    let (mut del_ids, mut del_fields, mut del_keys) = (vec![], vec![], vec![]);
     for ((object, field, key), slot) in writes.entries() {
         match slot {
-            Some(value) => {
-                put_ids.push(*object);
-                put_fields.push(field.clone());
-                put_keys.push(key.clone());
-                put_values.push(value.clone());
-            }
-            None => {
-                del_ids.push(*object);
-                del_fields.push(field.clone());
-                del_keys.push(key.clone());
-            }
+            Some(value) => query(
+                "INSERT INTO lambdastore.entries (object_id, field, key, value) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (object_id, field, key) DO UPDATE SET value = EXCLUDED.value",
+                &[INT8OID, TEXTOID, BYTEAOID, BYTEAOID],
+                &[(*object).into(), field.as_str().into(), key.as_slice().into(), value.as_slice().into()],
+                |_| Ok(()),
+            )?,
+            None => query(
+                "DELETE FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key = $3",
+                &[INT8OID, TEXTOID, BYTEAOID],
+                &[(*object).into(), field.as_str().into(), key.as_slice().into()],
+                |_| Ok(()),
+            )?,
         }
-    }
-    if !del_ids.is_empty() {
-        query(
-            "DELETE FROM lambdastore.entries e
-              USING unnest($1::bigint[], $2::text[], $3::bytea[]) AS d(object_id, field, key)
-              WHERE e.object_id = d.object_id AND e.field = d.field AND e.key = d.key",
-            &[INT8ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID],
-            &[del_ids.into(), del_fields.into(), del_keys.into()],
-            |_| Ok(()),
-        )?;
-    }
-    if !put_ids.is_empty() {
-        query(
-            "INSERT INTO lambdastore.entries (object_id, field, key, value)
-             SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bytea[])
-             ON CONFLICT (object_id, field, key) DO UPDATE SET value = EXCLUDED.value",
-            &[INT8ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID],
-            &[put_ids.into(), put_fields.into(), put_keys.into(), put_values.into()],
-            |_| Ok(()),
-        )?;
     }
     Ok(())
 }

@@ -101,20 +101,16 @@ pub fn count(object: i64) -> Result<usize> {
     })
 }
 
-/// Makes the sets' new versions (and their recent conflicts, halved then
+/// Makes the set's new version (and its recent conflicts, halved then
 /// increased by what this backend saw) part of this transaction.
-pub fn bump(sets: &[(SetId, i64)]) -> Result<()> {
-    let ids: Vec<i64> = sets.iter().map(|((o, _), _)| *o).collect();
-    let fields: Vec<String> = sets.iter().map(|((_, (f, _)), _)| f.clone()).collect();
-    let keys: Vec<Vec<u8>> = sets.iter().map(|((_, (_, k)), _)| k.clone()).collect();
-    let conflicts: Vec<i64> = sets.iter().map(|(_, c)| *c).collect();
+pub fn bump((object, (field, key)): &SetId, conflicts: i64) -> Result<()> {
     query(
         "INSERT INTO lambdastore.entry_sets AS s (object_id, lower_field, lower_key, version, conflicts)
-         SELECT o, f, k, 1, c FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bigint[]) AS u(o, f, k, c)
+         VALUES ($1, $2, $3, 1, $4)
          ON CONFLICT (object_id, lower_field, lower_key)
          DO UPDATE SET version = s.version + 1, conflicts = s.conflicts / 2 + EXCLUDED.conflicts",
-        &[INT8ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, INT8ARRAYOID],
-        &[ids.into(), fields.into(), keys.into(), conflicts.into()],
+        &[INT8OID, TEXTOID, BYTEAOID, INT8OID],
+        &[(*object).into(), field.as_str().into(), key.as_slice().into(), conflicts.into()],
         |_| Ok(()),
     )
 }

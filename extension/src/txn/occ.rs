@@ -141,7 +141,9 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
         let mut seen = seen.borrow_mut();
         written.keys().map(|set| (set.clone(), seen.remove(set).unwrap_or(0))).collect()
     });
-    catalog::entry_sets::bump(&bumped)?;
+    for (set, conflicts) in &bumped {
+        catalog::entry_sets::bump(set, *conflicts)?;
+    }
 
     // 4. Maybe split: the hotter the set, the likelier a guard at a key
     //    just written. We hold the set's exclusive lock, so no one else can
@@ -176,7 +178,7 @@ pub fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
     if now.lower != id.1 {
         return Err(conflict(&id, "was split by a concurrent transaction"));
     }
-    catalog::entry_sets::bump(&[(id.clone(), 0)])?;
+    catalog::entry_sets::bump(&id, 0)?;
     catalog::entry_sets::insert_guard(object, field, key, now.version + 1)?;
     Ok(true)
 }
