@@ -28,6 +28,11 @@ test-sdk: lambdas ## SDK, macro and example-app unit tests on the mock host (no 
 .PHONY: test-e2e
 test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL
 	scripts/e2e.sh
+	scripts/faults.sh
+
+.PHONY: test-faults
+test-faults: lambdas ## Only the tests that kill and restart the server (a cluster of their own)
+	scripts/faults.sh
 
 .PHONY: test
 test: lambdas install test-sdk test-e2e ## Everything CI runs

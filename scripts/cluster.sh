@@ -2,7 +2,10 @@
 # A PostgreSQL cluster owned by the project: initdb on first start, pg_ctl
 # for the rest. Used by `make demo` (name "demo") and `make test` ("test").
 #
-#   scripts/cluster.sh start|stop|status|url|psql NAME [psql args...]
+#   scripts/cluster.sh start|stop|crash|status|url|log|psql NAME [psql args...]
+#
+# `crash` is `pg_ctl restart -m immediate`: every process is killed without
+# a checkpoint and the server recovers from the WAL (used by the job tests).
 #
 # The data directory is .lambdastore/NAME under the repository. PostgreSQL
 # refuses to run as root, so as root the cluster runs as the `postgres`
@@ -17,9 +20,9 @@ shift 2 || true
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bindir=$(pg_config --bindir)
 case $name in
-  demo) port=${LAMBDASTORE_DEMO_PORT:-54329} ;;
-  test) port=${LAMBDASTORE_TEST_PORT:-54330} ;;
-  *)    port=${LAMBDASTORE_PORT:-54331} ;;
+  demo) port=${LAMBDASTORE_DEMO_PORT:-54329}; db=lambdastore_demo ;;
+  test) port=${LAMBDASTORE_TEST_PORT:-54330}; db=lambdastore_test ;;
+  *)    port=${LAMBDASTORE_PORT:-54331}; db=lambdastore_test ;;
 esac
 
 if [ "$(id -u)" = 0 ]; then
@@ -55,13 +58,22 @@ log_min_messages = warning
 # Loaded once in the postmaster and inherited by every backend, so a new
 # connection does not pay for loading the library (see README).
 shared_preload_libraries = 'lambdastore'
+# The background job runners serve one database.
+lambdastore.database = '$db'
 CONF
     fi
     if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
       # Without RUST_BACKTRACE, pgrx does not append Rust backtraces to errors.
       as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null
     fi
+    # The workers' database, so that they can connect from the start.
+    pg_psql() { "$bindir/psql" -h "$run" -p "$port" -U postgres -d postgres -X -Atq "$@"; }
+    pg_psql -c "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1 \
+      || pg_psql -c "CREATE DATABASE $db" >/dev/null
     url
+    ;;
+  crash)
+    as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -m immediate -w -t 60 restart >/dev/null
     ;;
   stop)
     if [ -f "$data/PG_VERSION" ] && as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then

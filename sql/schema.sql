@@ -81,3 +81,35 @@ LANGUAGE sql STABLE AS $$
      ORDER BY s.lower_field, s.lower_key
 $$;
 
+
+-- Asynchronous jobs: a call of `method` on an object, run by a background
+-- worker as its own transaction. A worker claims a queued row (FOR UPDATE
+-- SKIP LOCKED), runs the call and records the outcome in one transaction,
+-- so a job's effects and its 'done' are committed together or not at all;
+-- 'running' is therefore never stored (see lambdastore.queue).
+CREATE SEQUENCE lambdastore.job_id_seq;
+
+CREATE TABLE lambdastore.jobs (
+    object_id        bigint NOT NULL,
+    job_id           bigint NOT NULL DEFAULT nextval('lambdastore.job_id_seq'),
+    app              text NOT NULL,
+    method           text NOT NULL,
+    args             jsonb NOT NULL DEFAULT '{}',
+    state            text NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'done', 'failed')),
+    attempts         int NOT NULL DEFAULT 0,   -- runs started, including retried conflicts
+    result           jsonb,
+    error            text,                     -- the last error, also kept while retrying
+    sqlstate         text,
+    idempotency_key  text,
+    submitted_by     oid NOT NULL,             -- the role the job runs as
+    parent_job_id    bigint,                   -- set when a job's lambda spawned it
+    submitted_at     timestamptz NOT NULL DEFAULT now(),
+    run_after        timestamptz NOT NULL DEFAULT now(),  -- later while backing off
+    finished_at      timestamptz,
+    PRIMARY KEY (object_id, job_id)
+);
+CREATE INDEX jobs_by_id ON lambdastore.jobs (job_id);
+CREATE INDEX jobs_queued ON lambdastore.jobs (run_after, job_id) WHERE state = 'queued';
+-- "The same idempotency key on the same application returns the same job."
+CREATE UNIQUE INDEX jobs_idempotency ON lambdastore.jobs (app, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;

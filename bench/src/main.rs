@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod contention;
+mod jobs;
 
 #[derive(Parser)]
 #[command(about = "LambdaStore benchmarks")]
@@ -52,6 +53,20 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         entries: u32,
     },
+    /// Asynchronous jobs: pool throughput against the same calls made
+    /// synchronously, and submit-to-done latency. Connects to the database
+    /// in `lambdastore.database`.
+    Jobs {
+        /// Jobs (and synchronous calls) in the throughput measurement.
+        #[arg(long, default_value_t = 20000)]
+        jobs: i64,
+        /// Counters the calls are spread over.
+        #[arg(long, default_value_t = 64)]
+        objects: i64,
+        /// Jobs submitted and waited for one at a time.
+        #[arg(long, default_value_t = 1000)]
+        latency_samples: u64,
+    },
 }
 
 fn main() -> Result<()> {
@@ -59,6 +74,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Foundation { calls, connections, spins } => foundation(&cli.url, &cli.lambdas, calls, connections, spins),
         Command::Contention { clients, seconds, entries } => contention::run(&cli.url, &cli.lambdas, clients, seconds, entries),
+        Command::Jobs { jobs, objects, latency_samples } => jobs::run(&cli.url, &cli.lambdas, jobs, objects, latency_samples),
     }
 }
 

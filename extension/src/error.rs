@@ -50,12 +50,16 @@ pub enum LambdaError {
     SerializationFailure(String),
     #[error("{0}")]
     IsolationLevel(String),
-    #[error("{0} is not supported yet")]
-    NotSupported(String),
     #[error("{0}")]
     InvalidName(String),
     #[error("invalid module: {0}")]
     InvalidModule(String),
+    #[error("job {0} does not exist")]
+    UnknownJob(i64),
+    #[error("idempotency key \"{key}\" was already used for a different call (job {job})")]
+    IdempotencyKeyReused { key: String, job: i64 },
+    #[error("job {0} was submitted by this transaction: commit it before waiting for the job")]
+    JobNotCommitted(i64),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -67,7 +71,11 @@ impl LambdaError {
         use LambdaError::*;
         use PgSqlErrorCode::*;
         match self {
-            UnknownApplication(_) | UnknownObject(_) | UnknownType { .. } => ERRCODE_UNDEFINED_OBJECT,
+            UnknownApplication(_) | UnknownObject(_) | UnknownType { .. } | UnknownJob(_) => {
+                ERRCODE_UNDEFINED_OBJECT
+            }
+            IdempotencyKeyReused { .. } => ERRCODE_UNIQUE_VIOLATION,
+            JobNotCommitted(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             UnknownFunction { .. } => ERRCODE_UNDEFINED_FUNCTION,
             Protected { .. } | CrossApplication { .. } | PermissionDenied(_) => {
                 ERRCODE_INSUFFICIENT_PRIVILEGE
@@ -82,7 +90,7 @@ impl LambdaError {
             ReadonlyWrite { .. } | NoObject { .. } => {
                 ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED
             }
-            NotSupported(_) | IsolationLevel(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IsolationLevel(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
             SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,

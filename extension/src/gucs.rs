@@ -5,6 +5,7 @@
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::PostgresGucEnum;
+use std::ffi::CString;
 use std::time::Duration;
 
 /// Upper bound of `lambdastore.max_call_depth`; the per-backend instance
@@ -56,7 +57,52 @@ static SPLIT_CHANCE: GucSetting<f64> = GucSetting::<f64>::new(0.01);
 /// it, objects stop splitting.
 static MAX_ENTRY_SETS: GucSetting<i32> = GucSetting::<i32>::new(1024);
 
+/// `lambdastore.workers` (default 2, needs a restart): background workers
+/// that run asynchronous jobs. Two keeps a 2-core machine responsive to
+/// synchronous calls while jobs drain; each worker is one connection.
+static WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
+
+/// `lambdastore.database` (default `postgres`, needs a restart): the
+/// database whose jobs the workers run. A worker connects to one database
+/// for its life, as every PostgreSQL background worker does.
+static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
+
+/// `lambdastore.job_max_attempts` (default 20): runs of a job that keeps
+/// failing with a serialization failure (40001) or deadlock (40P01) before
+/// it is marked failed. Conflicts are transient, so retrying with backoff
+/// almost always succeeds; the bound keeps a pathological hot spot from
+/// retrying forever.
+static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(20);
+
 pub fn define() {
+    GucRegistry::define_int_guc(
+        c"lambdastore.workers",
+        c"Number of background workers that run asynchronous jobs.",
+        c"Needs lambdastore in shared_preload_libraries; 0 turns the job runners off.",
+        &WORKERS,
+        0,
+        crate::workers::MAX_WORKERS as i32,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"lambdastore.database",
+        c"Database whose jobs the background workers run.",
+        c"",
+        &DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.job_max_attempts",
+        c"Runs of a job failing with serialization failures before it is marked failed.",
+        c"",
+        &JOB_MAX_ATTEMPTS,
+        1,
+        1000,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     GucRegistry::define_enum_guc(
         c"lambdastore.concurrency_control",
         c"How concurrent workflows are isolated: occ (serializable) or off.",
@@ -167,4 +213,16 @@ pub fn max_args_bytes() -> usize {
 
 pub fn max_result_bytes() -> usize {
     MAX_RESULT_KB.get() as usize * 1024
+}
+
+pub fn workers() -> usize {
+    WORKERS.get().max(0) as usize
+}
+
+pub fn database() -> String {
+    DATABASE.get().map(|name| name.to_string_lossy().into_owned()).unwrap_or_else(|| "postgres".into())
+}
+
+pub fn job_max_attempts() -> i32 {
+    JOB_MAX_ATTEMPTS.get()
 }

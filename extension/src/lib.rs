@@ -13,9 +13,11 @@ mod catalog;
 mod error;
 mod gucs;
 mod host;
+mod jobs;
 mod runtime;
 mod stats;
 mod txn;
+mod workers;
 mod workflow;
 
 pgrx::pg_module_magic!(name, version);
@@ -25,13 +27,16 @@ pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!("../../sql/views.sql", name = "views", finalize);
 
 /// Runs in the postmaster when preloaded, or in a backend at first use.
-/// Only GUCs and (when preloaded) shared memory are set up here: the wasmtime engine and its epoch thread are
-/// created lazily inside each backend, because forked children do not
-/// inherit threads.
+/// Only GUCs, (when preloaded) shared memory and the job runners, and the
+/// end-of-transaction callback are set up here: the wasmtime engine and its
+/// epoch thread are created lazily inside each process, because forked
+/// children do not inherit threads.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::define();
     stats::init();
+    workers::init();
+    jobs::init();
 }
 
 #[cfg(test)]

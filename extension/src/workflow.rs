@@ -12,7 +12,7 @@ use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::{Frame, FunctionKind, HostState};
 use crate::runtime::{self, AppVersion};
-use crate::txn::{occ, ObjectInfo, Workflow};
+use crate::txn::{occ, ObjectInfo, Spawned, Workflow};
 use crate::stats;
 use std::rc::Rc;
 use std::time::Instant;
@@ -55,6 +55,18 @@ fn run_method(
     let result = runtime::run(workflow, &app, frame, FunctionKind::Method, args)?;
     occ::commit(workflow)?;
     Ok(result)
+}
+
+/// What `lambdastore.submit` checks before queueing a job, so that a typo
+/// fails now rather than later in a worker: the object exists and the method
+/// is one SQL may call. Returns the object's application.
+pub fn check_submittable(object: i64, method: &str, args: &str) -> Result<String> {
+    let (info, module) = catalog::objects::lookup(object)?.ok_or(LambdaError::UnknownObject(object))?;
+    let app = runtime::load(&module)?;
+    let f = app.function(&info.type_name, method, FunctionKind::Method)?;
+    refuse_protected(&app, &info.type_name, f)?;
+    runtime::check_args_size(args)?;
+    Ok(info.app)
 }
 
 /// `lambdastore.invoke_static(app, type, function, args)`.
@@ -238,4 +250,30 @@ pub fn call_static(caller: &HostState, type_name: &str, function: &str, args: &s
 pub fn create_nested(caller: &HostState, type_name: &str, args: &str) -> Result<i64> {
     let depth = enter(caller)?;
     create_object(&caller.workflow, &caller.app, type_name, args, depth, caller.frame.readonly)
+}
+
+/// Host `spawn`: a method call on an object of this application, queued as
+/// a job when the workflow commits. A callee's spawns are undone with its
+/// savepoint, like its writes.
+pub fn spawn(caller: &HostState, target: i64, function: &str, args: &str) -> Result<()> {
+    if caller.frame.readonly {
+        return Err(LambdaError::ReadonlyWrite {
+            ty: caller.frame.type_name.clone(),
+            function: caller.frame.function.clone(),
+        });
+    }
+    let info = object_info(&caller.workflow, target)?;
+    if info.app != caller.app.app {
+        return Err(LambdaError::CrossApplication { object: target, caller: caller.app.app.clone(), target: info.app });
+    }
+    // Protected methods are allowed: the call comes from a lambda.
+    caller.app.function(&info.type_name, function, FunctionKind::Method)?;
+    runtime::check_args_size(args)?;
+    caller.workflow.writes.borrow_mut().spawn(Spawned {
+        object: target,
+        app: info.app,
+        method: function.to_string(),
+        args: args.to_string(),
+    });
+    Ok(())
 }

@@ -183,12 +183,6 @@ fn a_static_function_that_touches_entries_is_38002() {
 }
 
 #[test]
-fn spawn_is_not_supported_yet_0a000() {
-    let (mut c, _, id) = rogue("spawn");
-    fails_cleanly(&mut c, id, "spawn", json!({}), "0A000");
-}
-
-#[test]
 fn an_error_aborts_the_sql_transaction() {
     let (mut c, _, id) = bench("abort_txn");
     let mut tx = c.transaction().unwrap();

@@ -83,6 +83,37 @@ mod lambdastore {
         }
     }
 
+    /// Queues a call of `method` on the object as a job that a background
+    /// worker runs in a transaction of its own; returns the job id. With an
+    /// idempotency key already used in this application, returns that job.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn submit(
+        object_id: i64,
+        method: &str,
+        args: default!(JsonB, "'{}'"),
+        idempotency_key: default!(Option<&str>, "NULL"),
+    ) -> i64 {
+        match crate::jobs::submit(object_id, method, &json_args(&args), idempotency_key) {
+            Ok(job) => job,
+            Err(err) => raise(err, format!("submit({object_id}, '{method}')")),
+        }
+    }
+
+    /// Behind `lambdastore.wait` (sql/views.sql), which then returns the job.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _wait_for_job(job_id: i64, timeout_ms: i64) {
+        let timeout = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+        if let Err(err) = crate::jobs::wait(job_id, timeout) {
+            raise(err, format!("wait({job_id})"));
+        }
+    }
+
+    /// Jobs the background workers are running now (behind `lambdastore.queue`).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _running_jobs() -> TableIterator<'static, (name!(job_id, i64),)> {
+        TableIterator::new(crate::workers::running_jobs().into_iter().map(|job| (job,)))
+    }
+
     /// Deletes an object and all its entries.
     #[pg_extern(volatile, parallel_unsafe)]
     fn delete_object(object_id: i64) {

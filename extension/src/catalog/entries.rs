@@ -51,7 +51,7 @@ pub fn scan(
 }
 
 /// Inserts the created objects (each with its first entry set), then
-/// deletes and upserts entries. One kept single-row statement per change:
+/// deletes and upserts entries, then queues the spawned calls as jobs. One kept single-row statement per change:
 /// statements with array arguments would be re-planned on every execution
 /// (their generic plan never looks cheaper than a custom one), and a
 /// workflow writes few entries.
@@ -81,6 +81,10 @@ pub fn apply(writes: &WriteBuffer) -> Result<()> {
                 |_| Ok(()),
             )?,
         }
+    }
+    if !writes.spawned().is_empty() {
+        super::jobs::insert_spawned(writes.spawned(), crate::jobs::current_job())?;
+        crate::jobs::wake_workers_at_commit();
     }
     Ok(())
 }

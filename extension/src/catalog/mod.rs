@@ -7,6 +7,7 @@
 
 pub mod entries;
 pub mod entry_sets;
+pub mod jobs;
 pub mod modules;
 pub mod objects;
 

@@ -118,8 +118,8 @@ impl lambdastore::lambda::host::Host for HostState {
         recoverable(workflow::call_static(self, &type_name, &function, &args))
     }
 
-    fn spawn(&mut self, _target: i64, _function: String, _args: String) -> wasmtime::Result<Result<(), CallError>> {
-        Err(LambdaError::NotSupported("spawn (asynchronous jobs need the background workers)".into()).into())
+    fn spawn(&mut self, target: i64, function: String, args: String) -> wasmtime::Result<Result<(), CallError>> {
+        recoverable(workflow::spawn(self, target, &function, &args))
     }
 
     fn now_micros(&mut self) -> wasmtime::Result<i64> {

@@ -250,7 +250,7 @@ pub fn run(
     kind: FunctionKind,
     args: &str,
 ) -> Result<String> {
-    check_size("the arguments are", args.len(), gucs::max_args_bytes(), "lambdastore.max_args_size")?;
+    check_args_size(args)?;
     let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
     let outcome = with_store(workflow, app, frame, |store, lambda| {
         lambda.call_dispatch(store, kind, &ty, &function, object, args)
@@ -279,6 +279,12 @@ fn guest_error(err: CallError, ty: &str, function: &str) -> LambdaError {
         },
         CallError::NotAllowed(message) => LambdaError::PermissionDenied(message),
     }
+}
+
+/// Arguments past `lambdastore.max_args_size` are refused before any call
+/// (or job) is made with them.
+pub fn check_args_size(args: &str) -> Result<()> {
+    check_size("the arguments are", args.len(), gucs::max_args_bytes(), "lambdastore.max_args_size")
 }
 
 fn check_size(what: &'static str, size: usize, limit: usize, setting: &'static str) -> Result<()> {

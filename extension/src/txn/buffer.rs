@@ -15,6 +15,19 @@ enum Undo {
     Entry(EntryKey, Option<Slot>),
     /// An object created by this workflow.
     Created(i64),
+    /// A spawned call (the last one).
+    Spawned,
+}
+
+/// A call spawned by the workflow: inserted as a job when the workflow
+/// commits (an outbox), so it exists only if the workflow commits.
+#[derive(Clone, Debug)]
+pub struct Spawned {
+    pub object: i64,
+    pub app: String,
+    pub method: String,
+    /// JSON text.
+    pub args: String,
 }
 
 #[derive(Default)]
@@ -22,6 +35,7 @@ pub struct WriteBuffer {
     entries: BTreeMap<EntryKey, Slot>,
     /// Objects to insert, in creation order: (id, app, type).
     created: Vec<(i64, String, String)>,
+    spawned: Vec<Spawned>,
     journal: Vec<Undo>,
 }
 
@@ -45,6 +59,9 @@ impl WriteBuffer {
                 Undo::Created(id) => {
                     self.created.retain(|(created, _, _)| *created != id);
                     forgotten.push(id);
+                }
+                Undo::Spawned => {
+                    self.spawned.pop();
                 }
             }
         }
@@ -75,6 +92,11 @@ impl WriteBuffer {
         self.journal.push(Undo::Created(id));
     }
 
+    pub fn spawn(&mut self, call: Spawned) {
+        self.spawned.push(call);
+        self.journal.push(Undo::Spawned);
+    }
+
     /// Buffered entries of one field with start <= key < end.
     pub fn range<'a>(
         &'a self,
@@ -96,7 +118,11 @@ impl WriteBuffer {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.created.is_empty()
+        self.entries.is_empty() && self.created.is_empty() && self.spawned.is_empty()
+    }
+
+    pub fn spawned(&self) -> &[Spawned] {
+        &self.spawned
     }
 
     pub fn created(&self) -> &[(i64, String, String)] {

@@ -11,7 +11,7 @@ mod buffer;
 pub mod entry_sets;
 pub mod occ;
 
-pub use buffer::{EntryKey, WriteBuffer};
+pub use buffer::{EntryKey, Spawned, WriteBuffer};
 
 use crate::catalog;
 use crate::error::Result;

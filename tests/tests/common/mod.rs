@@ -320,3 +320,53 @@ pub fn wait_until_running(observer: &mut Client, pid: i32, needle: &str) {
         std::thread::sleep(std::time::Duration::from_millis(5)); // polling interval, not a wait for an event
     }
 }
+
+/// `lambdastore.submit(object, method, args, idempotency_key)`.
+pub fn submit(
+    c: &mut impl GenericClient,
+    object: i64,
+    method: &str,
+    args: Value,
+    key: Option<&str>,
+) -> Result<i64, postgres::Error> {
+    let row = c.query_one(
+        "SELECT lambdastore.submit($1, $2, $3::text::jsonb, $4)",
+        &[&object, &method, &args.to_string(), &key],
+    )?;
+    Ok(row.get(0))
+}
+
+/// A row of `lambdastore.job` / `lambdastore.wait`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub state: String,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub sqlstate: Option<String>,
+    pub attempts: i32,
+}
+
+/// `lambdastore.wait(job, timeout)`: the job once finished, or as it is
+/// when the timeout passes.
+pub fn wait_job(c: &mut impl GenericClient, job: i64, timeout_secs: u32) -> Result<Job, postgres::Error> {
+    let row = c.query_one(
+        "SELECT state, result::text, error, sqlstate, attempts
+           FROM lambdastore.wait($1, make_interval(secs => $2::int))",
+        &[&job, &(timeout_secs as i32)],
+    )?;
+    Ok(Job {
+        state: row.get(0),
+        result: row.get::<_, Option<String>>(1).map(|text| json(&text)),
+        error: row.get(2),
+        sqlstate: row.get(3),
+        attempts: row.get(4),
+    })
+}
+
+/// Waits for a job that must finish within a minute.
+#[track_caller]
+pub fn finished(c: &mut impl GenericClient, job: i64) -> Job {
+    let job_row = wait_job(c, job, 60).unwrap_or_else(|e| panic!("wait({job}): {}", describe(&e)));
+    assert_ne!(job_row.state, "queued", "job {job} did not finish within a minute");
+    job_row
+}

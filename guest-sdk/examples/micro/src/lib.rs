@@ -19,6 +19,10 @@ pub struct Bench {
     data: Map<u32, String>,
     /// A plain key-value map for generic tests.
     kv: Map<String, String>,
+    /// How many times `tally` ran.
+    count: Cell<i64>,
+    /// Per `tally` tag, how many times it ran with that tag.
+    seen: Map<u64, u32>,
 }
 
 /// A 1 KiB value derived from `seed` (printable, so psql shows it).
@@ -234,6 +238,31 @@ impl Bench {
     /// the error was seen. The write must be gone, the caller goes on.
     fn call_and_recover(&self, target: BenchRef, key: String, value: String) -> bool {
         target.put_then_fail(key, value).is_err()
+    }
+
+    /// Adds one to `count` and counts `tag` in `seen`. Run as jobs with
+    /// distinct tags, a tag seen twice is a job applied twice.
+    fn tally(&self, tag: u64) -> i64 {
+        let count = self.count.get_or_default() + 1;
+        self.count.set(&count);
+        self.seen.insert(&tag, &(self.seen.get(&tag).unwrap_or(0) + 1));
+        count
+    }
+
+    /// Spawns `method(args)` on `target`, then fails if `fail`: a failed
+    /// workflow's spawns must never run.
+    fn spawn_then(&self, target: ObjectId, method: String, args: serde_json::Value, fail: bool) -> Result<()> {
+        lambdastore_sdk::spawn(target, &method, &args)?;
+        if fail {
+            bail!("spawn_then: failing after spawning {method}");
+        }
+        Ok(())
+    }
+
+    /// Calls `spawn_then(.., fail: true)` on itself and ignores the error:
+    /// the callee's spawn goes with its other effects.
+    fn spawn_in_failed_callee(&self, target: ObjectId, method: String, args: serde_json::Value) -> bool {
+        BenchRef::from_id(self_id()).spawn_then(target, method, args, true).is_err()
     }
 
     /// Protected: only lambdas of this application may call it.
@@ -495,5 +524,26 @@ mod tests {
             (record.level, record.message.as_str(), record.object),
             (lambdastore_sdk::host::LogLevel::Notice, "hello", id)
         );
+    }
+
+    #[test]
+    fn tally_counts_runs_and_tags() {
+        let (host, id) = bench();
+        host.invoke(id, "tally", json!({"tag": 7})).unwrap();
+        assert_eq!(host.invoke(id, "tally", json!({"tag": 8})).unwrap(), json!(2));
+        assert_eq!(host.cell::<i64>(id, "count"), Some(2));
+    }
+
+    #[test]
+    fn only_a_committed_workflow_spawns() {
+        let (host, id) = bench();
+        let args = json!({"target": id, "method": "tally", "args": {"tag": 1}});
+        host.invoke(id, "spawn_then", json!({"fail": false, "target": id, "method": "tally", "args": {"tag": 1}}))
+            .unwrap();
+        assert_eq!(host.take_spawned().len(), 1);
+        let failing = json!({"fail": true, "target": id, "method": "tally", "args": {"tag": 2}});
+        assert!(host.invoke(id, "spawn_then", failing).is_err());
+        assert_eq!(host.invoke(id, "spawn_in_failed_callee", args).unwrap(), json!(true));
+        assert!(host.take_spawned().is_empty(), "a failed workflow or callee spawned");
     }
 }

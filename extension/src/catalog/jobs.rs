@@ -1,0 +1,175 @@
+//! Job rows (`lambdastore.jobs`): submitting, claiming, and recording an
+//! outcome. The worker's claim and its outcome run in one transaction; see
+//! `workers::job_runner`.
+
+use super::query;
+use crate::error::{LambdaError, Result};
+use crate::txn::Spawned;
+use pgrx::pg_sys::{self, BuiltinOid::*};
+
+/// A job to insert.
+pub struct NewJob<'a> {
+    pub object: i64,
+    pub app: &'a str,
+    pub method: &'a str,
+    /// JSON text.
+    pub args: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    /// The job whose lambda spawned this one.
+    pub parent: Option<i64>,
+}
+
+/// The job's id, and whether this call inserted it (false: an earlier
+/// submission with the same idempotency key).
+pub fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
+    // SAFETY: reads the current user id of this backend.
+    let role = unsafe { pg_sys::GetUserId() };
+    let inserted = query(
+        "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id)
+         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
+         ON CONFLICT (app, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+         RETURNING job_id",
+        &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, OIDOID, INT8OID],
+        &[
+            job.object.into(),
+            job.app.into(),
+            job.method.into(),
+            job.args.into(),
+            job.idempotency_key.into(),
+            role.into(),
+            job.parent.into(),
+        ],
+        |rows| Ok(rows.into_iter().next().map(|row| row.get::<i64>(1)).transpose()?.flatten()),
+    )?;
+    if let Some(id) = inserted {
+        return Ok((id, true));
+    }
+    // The key was taken: by a committed transaction (ON CONFLICT waited for
+    // it) or by this one. Its row is visible to this new statement.
+    let key = job.idempotency_key.unwrap_or_default();
+    let (id, same) = query(
+        "SELECT job_id, object_id = $3 AND method = $4 AND args = $5::jsonb
+           FROM lambdastore.jobs WHERE app = $1 AND idempotency_key = $2",
+        &[TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID],
+        &[job.app.into(), key.into(), job.object.into(), job.method.into(), job.args.into()],
+        |rows| {
+            let row = rows.first();
+            Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<bool>(2)?.unwrap_or_default()))
+        },
+    )?;
+    if !same {
+        return Err(LambdaError::IdempotencyKeyReused { key: key.to_string(), job: id });
+    }
+    Ok((id, false))
+}
+
+/// Inserts the calls a workflow spawned, in spawn order.
+pub fn insert_spawned(spawned: &[Spawned], parent: Option<i64>) -> Result<()> {
+    for call in spawned {
+        insert(&NewJob {
+            object: call.object,
+            app: &call.app,
+            method: &call.method,
+            args: &call.args,
+            idempotency_key: None,
+            parent,
+        })?;
+    }
+    Ok(())
+}
+
+/// A queued job, claimed (row-locked) by this transaction.
+pub struct Claimed {
+    pub object: i64,
+    pub job: i64,
+    pub method: String,
+    pub args: String,
+    pub attempts: i32,
+    pub role: pg_sys::Oid,
+}
+
+/// Locks the oldest due job no other worker holds. The lock lasts until the
+/// transaction ends, which is also when its outcome commits.
+pub fn claim() -> Result<Option<Claimed>> {
+    query(
+        "SELECT object_id, job_id, method, args::text, attempts, submitted_by
+           FROM lambdastore.jobs
+          WHERE state = 'queued' AND run_after <= now()
+          ORDER BY run_after, job_id
+          LIMIT 1
+            FOR UPDATE SKIP LOCKED",
+        &[],
+        &[],
+        |rows| {
+            let Some(row) = rows.into_iter().next() else { return Ok(None) };
+            Ok(Some(Claimed {
+                object: row.get(1)?.unwrap_or_default(),
+                job: row.get(2)?.unwrap_or_default(),
+                method: row.get(3)?.unwrap_or_default(),
+                args: row.get(4)?.unwrap_or_default(),
+                attempts: row.get(5)?.unwrap_or_default(),
+                role: row.get(6)?.unwrap_or(pg_sys::InvalidOid),
+            }))
+        },
+    )
+}
+
+/// Milliseconds until the next job that is waiting out a backoff becomes
+/// due; `None` if none is. Jobs already due are either claimable (the
+/// caller just found none) or held by another worker, who will finish them.
+pub fn next_backoff_ms() -> Result<Option<i64>> {
+    query(
+        "SELECT ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000)::bigint
+           FROM lambdastore.jobs WHERE state = 'queued' AND run_after > now()",
+        &[],
+        &[],
+        |rows| Ok(rows.first().get::<i64>(1)?),
+    )
+}
+
+pub fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
+    query(
+        "UPDATE lambdastore.jobs
+            SET state = 'done', result = $3::jsonb, error = NULL, sqlstate = NULL,
+                attempts = attempts + 1, finished_at = clock_timestamp()
+          WHERE object_id = $1 AND job_id = $2",
+        &[INT8OID, INT8OID, TEXTOID],
+        &[claimed.object.into(), claimed.job.into(), result.into()],
+        |_| Ok(()),
+    )
+}
+
+pub fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> Result<()> {
+    query(
+        "UPDATE lambdastore.jobs
+            SET state = 'failed', error = $3, sqlstate = $4,
+                attempts = attempts + 1, finished_at = clock_timestamp()
+          WHERE object_id = $1 AND job_id = $2",
+        &[INT8OID, INT8OID, TEXTOID, TEXTOID],
+        &[claimed.object.into(), claimed.job.into(), error.into(), sqlstate.into()],
+        |_| Ok(()),
+    )
+}
+
+/// Leaves the job queued, due again after `backoff_ms`.
+pub fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i64) -> Result<()> {
+    query(
+        "UPDATE lambdastore.jobs
+            SET error = $3, sqlstate = $4, attempts = attempts + 1,
+                run_after = clock_timestamp() + $5 * interval '1 millisecond'
+          WHERE object_id = $1 AND job_id = $2",
+        &[INT8OID, INT8OID, TEXTOID, TEXTOID, INT8OID],
+        &[claimed.object.into(), claimed.job.into(), error.into(), sqlstate.into(), backoff_ms.into()],
+        |_| Ok(()),
+    )
+}
+
+/// The job's state as committed now; `None` if there is no such job.
+pub fn state(job: i64) -> Result<Option<String>> {
+    query(
+        "SELECT state FROM lambdastore.jobs WHERE job_id = $1",
+        &[INT8OID],
+        &[job.into()],
+        |rows| Ok(rows.into_iter().next().map(|row| row.get::<String>(1)).transpose()?.flatten()),
+    )
+}

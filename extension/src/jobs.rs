@@ -1,0 +1,133 @@
+//! Asynchronous jobs as a session sees them: submitting (with idempotency
+//! keys), waiting for one, and the outbox of spawned calls. The background
+//! workers that run jobs are in `workers/`.
+//!
+//! Workers are woken only when a transaction that queued jobs commits: a
+//! job's row is invisible to them before that, so waking them earlier would
+//! find nothing and lose the wake-up.
+
+use crate::catalog::{self, jobs::NewJob};
+use crate::error::{LambdaError, Result};
+use crate::{gucs, workers, workflow};
+use pgrx::pg_sys;
+use std::cell::{Cell, RefCell};
+use std::time::{Duration, Instant};
+
+thread_local! {
+    /// The job this backend (a worker) is running: the parent of the jobs
+    /// its lambdas spawn.
+    static CURRENT_JOB: Cell<Option<i64>> = const { Cell::new(None) };
+    /// Jobs inserted by the current transaction: waiting for one of them
+    /// could only time out.
+    static UNCOMMITTED: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
+    static WAKE_AT_COMMIT: Cell<bool> = const { Cell::new(false) };
+    static WARNED_NO_RUNNER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Registers the end-of-transaction callback of this process.
+pub fn init() {
+    // SAFETY: registers a plain function; called once per process from _PG_init.
+    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+}
+
+/// Must not fail (it runs after the commit record is written): it only
+/// sets latches and clears backend-local state.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    if !matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE) {
+        return;
+    }
+    UNCOMMITTED.with(|jobs| jobs.borrow_mut().clear());
+    if WAKE_AT_COMMIT.replace(false) && event == XACT_EVENT_COMMIT {
+        workers::wake_workers();
+    }
+}
+
+/// Wakes the workers once the current transaction commits.
+pub fn wake_workers_at_commit() {
+    WAKE_AT_COMMIT.set(true);
+}
+
+pub fn current_job() -> Option<i64> {
+    CURRENT_JOB.get()
+}
+
+pub fn set_current_job(job: Option<i64>) {
+    CURRENT_JOB.set(job);
+}
+
+/// `lambdastore.submit`: queues a method call; returns the job id (the
+/// earlier job's, for an idempotency key already used by this application).
+pub fn submit(object: i64, method: &str, args: &str, idempotency_key: Option<&str>) -> Result<i64> {
+    let app = workflow::check_submittable(object, method, args)?;
+    let job = NewJob { object, app: &app, method, args, idempotency_key, parent: None };
+    let (id, inserted) = catalog::jobs::insert(&job)?;
+    if inserted {
+        UNCOMMITTED.with(|jobs| jobs.borrow_mut().push(id));
+        wake_workers_at_commit();
+        warn_if_no_runner();
+    }
+    Ok(id)
+}
+
+/// Jobs queue in any database, but only `lambdastore.database` has workers.
+fn warn_if_no_runner() {
+    if WARNED_NO_RUNNER.get() {
+        return;
+    }
+    let database = current_database();
+    if workers::running_for(&database) {
+        return;
+    }
+    WARNED_NO_RUNNER.set(true);
+    pgrx::warning!(
+        "no lambdastore background worker runs the jobs of database \"{database}\": jobs stay queued \
+         (workers need lambdastore in shared_preload_libraries, lambdastore.workers > 0 and \
+         lambdastore.database = '{database}'; it is '{}')",
+        gucs::database()
+    );
+}
+
+fn current_database() -> String {
+    // SAFETY: MyDatabaseId is set once connected; get_database_name returns a palloc'd copy or NULL.
+    unsafe {
+        let name = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        if name.is_null() {
+            return String::new();
+        }
+        std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+    }
+}
+
+/// `lambdastore.wait`: returns when the job is done or failed, or when
+/// `timeout` has passed (the caller then reads the job's state either way).
+pub fn wait(job: i64, timeout: Duration) -> Result<()> {
+    // SAFETY: a plain int of the current transaction.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        return Err(LambdaError::IsolationLevel(
+            "lambdastore.wait needs READ COMMITTED isolation: under a transaction snapshot it would never \
+             see the job finish"
+                .into(),
+        ));
+    }
+    let deadline = Instant::now() + timeout;
+    // Registered before the first look, so a worker finishing the job
+    // after that look still sets our latch.
+    let waiter = workers::Waiter::register(job);
+    loop {
+        match catalog::jobs::state(job)?.as_deref() {
+            None => return Err(LambdaError::UnknownJob(job)),
+            Some("queued") => {}
+            Some(_) => return Ok(()),
+        }
+        if UNCOMMITTED.with(|jobs| jobs.borrow().contains(&job)) {
+            return Err(LambdaError::JobNotCommitted(job));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        waiter.sleep(left);
+    }
+}

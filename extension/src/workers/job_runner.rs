@@ -1,0 +1,257 @@
+//! The job runner: a background worker that runs queued jobs, each in one
+//! transaction of its own.
+//!
+//! Exactly once: the worker claims a job (`FOR UPDATE SKIP LOCKED`), runs
+//! its workflow and records the outcome in the same transaction. The
+//! workflow's writes, the jobs it spawned and the job's `done` commit
+//! together; if the worker or the server dies before the commit, none of
+//! them exists and the job is still queued for the next worker.
+//!
+//! The workflow runs in a subtransaction, like a PL/pgSQL exception block,
+//! so that its failure (ours or PostgreSQL's) rolls back its effects but
+//! not the claim: the outcome is then recorded as `failed`, or, for a
+//! serialization failure, as a retry after a backoff.
+
+use super::{attach_worker, set_running, wait_latch, wake_waiters};
+use crate::catalog::jobs::{self, Claimed};
+use crate::error::LambdaError;
+use crate::{gucs, workflow};
+use pgrx::bgworkers::BackgroundWorker;
+use pgrx::pg_sys::{self, panic::CaughtError};
+use pgrx::{pg_guard, PgSqlErrorCode, PgTryBuilder};
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+/// Longest sleep without a wake-up: a safety net for jobs queued without
+/// one (a `COMMIT PREPARED`, or rows inserted by hand), not the mechanism.
+const MAX_IDLE: Duration = Duration::from_secs(60);
+
+/// Entry point, named in the worker's registration (`workers::init`).
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
+    let index = arg.value();
+    // SAFETY: PostgreSQL's own handlers, installed before signals are
+    // unblocked. die() only sets ProcDiePending: the worker acts on it
+    // between jobs, and a running lambda's epoch callback stops the lambda
+    // first, so SIGTERM never lands in the middle of wasm.
+    unsafe {
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_handlers::die));
+        pg_sys::pqsignal(pg_sys::SIGHUP as i32, Some(postgres_handlers::SignalHandlerForConfigReload));
+        pg_sys::BackgroundWorkerUnblockSignals();
+    }
+    BackgroundWorker::connect_worker_to_spi(Some(&gucs::database()), None);
+    // OCC needs READ COMMITTED, whatever the server's default is.
+    // SAFETY: C strings that outlive the call.
+    unsafe {
+        pg_sys::SetConfigOption(
+            c"default_transaction_isolation".as_ptr(),
+            c"read committed".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        );
+    }
+    attach_worker(index);
+    loop {
+        let next = run_until_idle(index);
+        wait_latch(next.map_or(MAX_IDLE, |due| due.min(MAX_IDLE)));
+        reload_config_if_asked();
+    }
+}
+
+/// The C functions themselves: pgrx's `pg_sys` wraps them in Rust
+/// functions, which cannot be signal handlers.
+mod postgres_handlers {
+    unsafe extern "C-unwind" {
+        pub fn die(signal: std::ffi::c_int);
+        pub fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
+    }
+}
+
+fn reload_config_if_asked() {
+    // SAFETY: flag set by the SIGHUP handler; read and reset on the main thread.
+    unsafe {
+        if pg_sys::ConfigReloadPending != 0 {
+            pg_sys::ConfigReloadPending = 0;
+            pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+        }
+    }
+}
+
+/// Runs due jobs until none is left; returns when the next backed-off job
+/// is due, if any.
+fn run_until_idle(index: usize) -> Option<Duration> {
+    if !transaction(installed) {
+        return None; // woken again by the first submit, which needs the extension
+    }
+    loop {
+        match transaction(|| run_one(index)) {
+            Step::Ran(job) => {
+                set_running(index, 0);
+                wake_waiters(job);
+                pgrx::check_for_interrupts!();
+                reload_config_if_asked();
+            }
+            Step::Idle(next) => return next,
+        }
+    }
+}
+
+fn transaction<R>(body: impl FnOnce() -> R) -> R {
+    // SAFETY: the worker is connected and between transactions.
+    unsafe {
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let result = body();
+    // SAFETY: pairs with the calls above.
+    unsafe {
+        pg_sys::PopActiveSnapshot();
+        pg_sys::CommitTransactionCommand();
+    }
+    result
+}
+
+fn installed() -> bool {
+    crate::catalog::query("SELECT to_regclass('lambdastore.jobs') IS NOT NULL", &[], &[], |rows| {
+        Ok(rows.first().get::<bool>(1)?.unwrap_or(false))
+    })
+    .unwrap_or(false)
+}
+
+enum Step {
+    Ran(i64),
+    Idle(Option<Duration>),
+}
+
+/// One job, in the caller's transaction: claim, run, record.
+fn run_one(index: usize) -> Step {
+    let claimed = jobs::claim().unwrap_or_else(|e| e.report("claiming a job"));
+    let Some(job) = claimed else {
+        let next = jobs::next_backoff_ms().unwrap_or_else(|e| e.report("looking for backed-off jobs"));
+        return Step::Idle(next.map(|ms| Duration::from_millis(ms.max(1) as u64)));
+    };
+    set_running(index, job.job);
+    crate::jobs::set_current_job(Some(job.job));
+    let outcome = as_role(job.role, || in_subtransaction(|| run_workflow(&job)));
+    crate::jobs::set_current_job(None);
+    record(&job, outcome).unwrap_or_else(|e| e.report("recording a job's outcome"));
+    Step::Ran(job.job)
+}
+
+fn run_workflow(job: &Claimed) -> Result<String, Failure> {
+    let result = workflow::invoke_method(job.object, &job.method, &job.args)?;
+    // Checked here, where a bad result fails the job, not the worker.
+    serde_json::from_str::<serde_json::Value>(&result).map_err(|e| {
+        Failure::from(LambdaError::Trap { message: format!("the result is not JSON: {e}"), backtrace: String::new() })
+    })?;
+    Ok(result)
+}
+
+fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Result<()> {
+    let failure = match outcome {
+        Ok(result) => return jobs::finish_done(job, &result),
+        Err(failure) => failure,
+    };
+    if failure.canceled {
+        // SIGTERM: leave the job queued; processing the interrupt ends this
+        // process and aborts the claim. A cancel (pg_cancel_backend) of the
+        // worker fails the job instead.
+        pgrx::check_for_interrupts!();
+        // SAFETY: flag of this process, main thread.
+        unsafe { pg_sys::QueryCancelPending = 0 };
+    }
+    if failure.retryable() && job.attempts + 1 < gucs::job_max_attempts() {
+        jobs::retry_later(job, &failure.message, &failure.sqlstate, backoff_ms(job.attempts))
+    } else {
+        jobs::finish_failed(job, &failure.message, &failure.sqlstate)
+    }
+}
+
+/// Exponential from 10 ms, capped at 1 s, with jitter so that two jobs
+/// that conflicted do not meet again at the same instant.
+fn backoff_ms(attempts: i32) -> i64 {
+    let base = 10i64.saturating_mul(1 << attempts.clamp(0, 7)).min(1000);
+    // SAFETY: the backend's PRNG, seeded at start, used on the main thread.
+    let jitter = unsafe { pg_sys::pg_prng_double(&raw mut pg_sys::pg_global_prng_state) };
+    (base as f64 * (0.5 + jitter)) as i64
+}
+
+/// Why a job's workflow failed, from our error or PostgreSQL's.
+struct Failure {
+    message: String,
+    sqlstate: String,
+    canceled: bool,
+}
+
+impl Failure {
+    fn retryable(&self) -> bool {
+        matches!(self.sqlstate.as_str(), "40001" | "40P01")
+    }
+}
+
+impl From<LambdaError> for Failure {
+    fn from(err: LambdaError) -> Self {
+        Failure { sqlstate: sqlstate_text(err.sqlstate()), canceled: matches!(err, LambdaError::Canceled), message: err.to_string() }
+    }
+}
+
+impl From<CaughtError> for Failure {
+    fn from(caught: CaughtError) -> Self {
+        let report = match &caught {
+            CaughtError::PostgresError(report) | CaughtError::ErrorReport(report) => report,
+            CaughtError::RustPanic { ereport, .. } => ereport,
+        };
+        Failure { message: report.message().to_string(), sqlstate: sqlstate_text(report.sql_error_code()), canceled: false }
+    }
+}
+
+/// "40001" from PostgreSQL's packed form (five 6-bit characters).
+fn sqlstate_text(code: PgSqlErrorCode) -> String {
+    let packed = code as i32;
+    (0..5).map(|i| (((packed >> (6 * i)) & 0x3F) as u8 + b'0') as char).collect()
+}
+
+/// Runs `body` as the role that submitted the job, as a synchronous call
+/// would have run.
+fn as_role<R>(role: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: saves and sets this backend's current user; restored below
+    // (and by the subtransaction's abort on an error inside).
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(role, context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
+    }
+    let result = body();
+    // SAFETY: restores what was saved above.
+    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
+    result
+}
+
+/// Runs `body` in a subtransaction: on any error, everything it did is
+/// rolled back and the error returned, and the enclosing transaction goes on.
+fn in_subtransaction<T>(body: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+    // SAFETY: in a transaction, on the main thread; the memory context and
+    // resource owner are restored below as PL/pgSQL does.
+    let (context, owner) = unsafe { (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner) };
+    unsafe {
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+    }
+    let outcome = PgTryBuilder::new(AssertUnwindSafe(body))
+        .catch_others(|caught| Err(Failure::from(caught)))
+        .catch_rust_panic(|caught| Err(Failure::from(caught)))
+        .execute();
+    // SAFETY: ends the subtransaction begun above.
+    unsafe {
+        if outcome.is_ok() {
+            pg_sys::ReleaseCurrentSubTransaction();
+        } else {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+        }
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+    }
+    outcome
+}

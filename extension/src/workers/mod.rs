@@ -1,0 +1,199 @@
+//! Background workers that run asynchronous jobs, and the shared memory
+//! through which sessions wake them.
+//!
+//! Background workers must be registered in `_PG_init()` and can only be
+//! started when the library is loaded through `shared_preload_libraries`.
+//! The registry in shared memory holds, per worker, the `PGPROC` number
+//! whose latch wakes it and the job it is running (the `running` column of
+//! `lambdastore.queue`), and, per session blocked in `lambdastore.wait`, the
+//! job it waits for. Latches, not polling: a worker sleeps until a commit
+//! that queued jobs sets its latch, or until a retried job's backoff ends.
+
+pub mod job_runner;
+
+use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
+use pgrx::lwlock::PgLwLock;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::shmem::PGRXSharedMemory;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Upper bound of `lambdastore.workers`.
+pub const MAX_WORKERS: usize = 64;
+/// Sessions that can block in `lambdastore.wait` with a latch; more
+/// waiters still work, by polling every `POLL` instead.
+const MAX_WAITERS: usize = 256;
+const POLL: Duration = Duration::from_millis(10);
+
+#[derive(Clone, Copy)]
+struct Slot {
+    /// Index into `ProcGlobal->allProcs`, -1 if free.
+    procno: i32,
+    /// A worker's running job, or a waiter's awaited job; 0 if none.
+    job: i64,
+}
+
+impl Slot {
+    const FREE: Slot = Slot { procno: -1, job: 0 };
+}
+
+#[derive(Clone, Copy)]
+pub struct Registry {
+    workers: [Slot; MAX_WORKERS],
+    waiters: [Slot; MAX_WAITERS],
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry { workers: [Slot::FREE; MAX_WORKERS], waiters: [Slot::FREE; MAX_WAITERS] }
+    }
+}
+
+// SAFETY: plain old data: no pointers, fixed size.
+unsafe impl PGRXSharedMemory for Registry {}
+
+// SAFETY: the name is unique to this extension.
+static REGISTRY: PgLwLock<Registry> = unsafe { PgLwLock::new(c"lambdastore_workers") };
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Requests the shared memory and registers `lambdastore.workers` job
+/// runners; only possible while preloading.
+#[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
+pub fn init() {
+    // SAFETY: a flag the postmaster sets while loading preload libraries.
+    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
+    pgrx::pg_shmem_init!(REGISTRY);
+    ENABLED.store(true, Ordering::Relaxed);
+    for index in 0..crate::gucs::workers() {
+        BackgroundWorkerBuilder::new(&format!("lambdastore job runner {index}"))
+            .set_type("lambdastore job runner")
+            .set_library("lambdastore")
+            .set_function("lambdastore_job_runner_main")
+            .set_argument(Some(pg_sys::Datum::from(index)))
+            .enable_spi_access()
+            .set_start_time(BgWorkerStartTime::RecoveryFinished)
+            // After an error exit; after a crash of any process, the
+            // postmaster restarts every worker itself.
+            .set_restart_time(Some(Duration::from_secs(5)))
+            .load();
+    }
+}
+
+/// Whether job runners serve `database` (by configuration: they may be
+/// starting or restarting right now).
+pub fn running_for(database: &str) -> bool {
+    ENABLED.load(Ordering::Relaxed) && crate::gucs::workers() > 0 && crate::gucs::database() == database
+}
+
+fn set_latch(procno: i32) {
+    // SAFETY: ProcGlobal->allProcs is shared memory sized at startup and
+    // procno was taken from MyProc. A stale procno (its process exited)
+    // only sets some other process's latch, which is harmless.
+    unsafe {
+        let proc = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
+        pg_sys::SetLatch(&raw mut (*proc).procLatch);
+    }
+}
+
+fn my_procno() -> i32 {
+    // SAFETY: MyProc is set for every backend and background worker.
+    unsafe { (*pg_sys::MyProc).pgprocno }
+}
+
+/// Wakes every job runner.
+pub fn wake_workers() {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let registry = REGISTRY.share();
+    for slot in registry.workers.iter().filter(|s| s.procno >= 0) {
+        set_latch(slot.procno);
+    }
+}
+
+/// Wakes the sessions waiting for `job`.
+pub fn wake_waiters(job: i64) {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let registry = REGISTRY.share();
+    for slot in registry.waiters.iter().filter(|s| s.procno >= 0 && s.job == job) {
+        set_latch(slot.procno);
+    }
+}
+
+/// The jobs the workers are running now.
+pub fn running_jobs() -> Vec<i64> {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return Vec::new();
+    }
+    REGISTRY.share().workers.iter().filter(|s| s.procno >= 0 && s.job != 0).map(|s| s.job).collect()
+}
+
+/// Takes worker slot `index` for this process until it exits.
+fn attach_worker(index: usize) {
+    REGISTRY.exclusive().workers[index] = Slot { procno: my_procno(), job: 0 };
+    // SAFETY: registers a plain function with a by-value argument.
+    unsafe { pg_sys::before_shmem_exit(Some(detach_worker), pg_sys::Datum::from(index)) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn detach_worker(_code: std::ffi::c_int, index: pg_sys::Datum) {
+    REGISTRY.exclusive().workers[index.value()] = Slot::FREE;
+}
+
+fn set_running(index: usize, job: i64) {
+    REGISTRY.exclusive().workers[index].job = job;
+}
+
+/// A session's place among the waiters, given up when dropped (also when
+/// a cancel unwinds out of `lambdastore.wait`).
+pub struct Waiter {
+    slot: Option<usize>,
+}
+
+impl Waiter {
+    pub fn register(job: i64) -> Waiter {
+        if !ENABLED.load(Ordering::Relaxed) {
+            return Waiter { slot: None };
+        }
+        let mut registry = REGISTRY.exclusive();
+        let slot = registry.waiters.iter().position(|s| s.procno < 0);
+        if let Some(index) = slot {
+            registry.waiters[index] = Slot { procno: my_procno(), job };
+        }
+        Waiter { slot }
+    }
+
+    /// Sleeps until the latch is set (the job may have finished), `left`
+    /// has passed, or an interrupt arrives (which is then processed: a
+    /// cancel raises its error here).
+    pub fn sleep(&self, left: Duration) {
+        let left = if self.slot.is_some() { left } else { left.min(POLL) };
+        wait_latch(left);
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Some(index) = self.slot {
+            REGISTRY.exclusive().waiters[index] = Slot::FREE;
+        }
+    }
+}
+
+/// Waits on this process's latch for at most `timeout`, then resets it and
+/// processes interrupts.
+fn wait_latch(timeout: Duration) {
+    let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as std::ffi::c_long;
+    // SAFETY: MyLatch is this process's latch; called on the main thread.
+    unsafe {
+        pg_sys::WaitLatch(pg_sys::MyLatch, events as i32, ms, pg_sys::PG_WAIT_EXTENSION);
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+    pgrx::check_for_interrupts!();
+}

@@ -1,0 +1,174 @@
+//! Exactly-once jobs under faults: workers killed with SIGKILL and the
+//! server restarted with `pg_ctl restart -m immediate` while thousands of
+//! jobs run; and a clean stop while a job runs.
+//!
+//! These tests kill the server, so they are `#[ignore]`d in the main suite
+//! and run by scripts/faults.sh on a cluster of their own, named in
+//! `LAMBDASTORE_CLUSTER`.
+
+mod common;
+
+use common::*;
+use postgres::{Client, NoTls};
+use serde_json::json;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn cluster(command: &str) -> String {
+    let name = std::env::var("LAMBDASTORE_CLUSTER").expect("LAMBDASTORE_CLUSTER: run these with scripts/faults.sh");
+    let script = workspace().join("scripts/cluster.sh");
+    let out = Command::new(&script).args([command, &name]).output().expect("run scripts/cluster.sh");
+    assert!(out.status.success(), "cluster.sh {command} {name}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Connects, retrying while the server is restarting or recovering.
+fn reconnect() -> Client {
+    let url = std::env::var("LAMBDASTORE_TEST_URL").unwrap();
+    let mut config: postgres::Config = url.parse().unwrap();
+    config.dbname(DATABASE);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(mut c) = config.connect(NoTls) {
+            if c.simple_query("SELECT 1").is_ok() {
+                return c;
+            }
+        }
+        assert!(Instant::now() < deadline, "the server did not come back within two minutes");
+        std::thread::sleep(Duration::from_millis(50)); // retry interval while it recovers
+    }
+}
+
+fn count_state(c: &mut Client, app: &str, state: &str) -> Option<i64> {
+    c.query_one("SELECT count(*) FROM lambdastore.jobs WHERE app = $1 AND state = $2", &[&app, &state])
+        .ok()
+        .map(|row| row.get(0))
+}
+
+fn runner_pids(c: &mut Client) -> Vec<i32> {
+    c.query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'", &[])
+        .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+#[ignore = "kills the server: run by scripts/faults.sh"]
+fn every_job_is_applied_exactly_once_across_kills_and_restarts() {
+    const JOBS: i64 = 3000;
+    let mut c = connect();
+    let app = app("faults");
+    deploy_example(&mut c, &app, "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    // One transaction: the workers start when all jobs are visible.
+    c.execute(
+        "SELECT lambdastore.submit($1, 'tally', jsonb_build_object('tag', g)) FROM generate_series(1, $2::bigint) g",
+        &[&id, &JOBS],
+    )
+    .unwrap();
+
+    // A fault after every few hundred jobs done, alternating a SIGKILL of
+    // a worker (the postmaster then resets every process) and an
+    // immediate restart of the whole server.
+    let mut faults = Vec::new();
+    let mut next_fault_at = 200;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let done = count_state(&mut c, &app, "done");
+        let queued = count_state(&mut c, &app, "queued");
+        let (Some(done), Some(queued)) = (done, queued) else {
+            c = reconnect(); // a fault killed this session too
+            continue;
+        };
+        if queued == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{queued} jobs still queued after ten minutes: stuck");
+        if done >= next_fault_at && faults.len() < 8 {
+            if faults.len() % 2 == 0 {
+                let pids = runner_pids(&mut c);
+                let Some(pid) = pids.first() else { continue };
+                let killed = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+                assert!(killed.success());
+                faults.push(format!("SIGKILL worker {pid} at {done} done"));
+            } else {
+                cluster("crash");
+                faults.push(format!("restart -m immediate at {done} done"));
+            }
+            c = reconnect();
+            next_fault_at = done + 250;
+            continue;
+        }
+        // Blocks until some job finishes (or 1 s passes), without polling.
+        let oldest: Option<i64> = c
+            .query_opt(
+                "SELECT job_id FROM lambdastore.jobs WHERE app = $1 AND state = 'queued' ORDER BY job_id LIMIT 1",
+                &[&app],
+            )
+            .ok()
+            .flatten()
+            .map(|r| r.get(0));
+        if let Some(job) = oldest {
+            let _ = wait_job(&mut c, job, 1);
+        }
+    }
+    eprintln!("faults injected: {faults:#?}");
+    assert!(faults.len() >= 4, "the run ended before enough faults were injected: {faults:?}");
+
+    // Every job done, none failed, and its effects applied once.
+    assert_eq!(count_state(&mut c, &app, "done"), Some(JOBS));
+    assert_eq!(count_state(&mut c, &app, "failed"), Some(0));
+    let value = |c: &mut Client, field: &str| -> Vec<String> {
+        c.query(
+            "SELECT convert_from(value, 'UTF8') FROM lambdastore.entries WHERE object_id = $1 AND field = $2",
+            &[&id, &field],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert_eq!(value(&mut c, "count"), vec![JOBS.to_string()], "the counter is not the number of jobs");
+    let seen = value(&mut c, "seen");
+    assert_eq!(seen.len() as i64, JOBS, "some tag was never counted");
+    let twice: Vec<&String> = seen.iter().filter(|times| *times != "1").collect();
+    assert!(twice.is_empty(), "jobs applied more than once: {twice:?}");
+}
+
+#[test]
+#[ignore = "stops the server: run by scripts/faults.sh"]
+fn workers_stop_cleanly_on_shutdown_and_an_interrupted_job_runs_again() {
+    let mut c = connect();
+    let app = app("shutdown");
+    deploy_example(&mut c, &app, "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    let spin = submit(&mut c, id, "spin", json!({}), None).unwrap();
+    // Stop while a worker is inside the spinning lambda.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c
+        .query_one("SELECT running FROM lambdastore.queue WHERE app = $1 AND function = 'spin'", &[&app])
+        .map(|r| r.get::<_, i64>(0))
+        .unwrap()
+        == 0
+    {
+        assert!(Instant::now() < deadline, "the spin job never started");
+        std::thread::sleep(Duration::from_millis(5)); // polling interval
+    }
+    let log = std::fs::read_to_string(cluster("log").trim()).unwrap_or_default();
+    let stopping = Instant::now();
+    cluster("stop");
+    let took = stopping.elapsed();
+    let log_after = std::fs::read_to_string(cluster("log").trim()).unwrap_or_default();
+    let new_lines = &log_after[log.len().min(log_after.len())..];
+    assert!(
+        new_lines.contains("terminating background worker \"lambdastore job runner\" due to administrator command"),
+        "the workers did not stop on SIGTERM:\n{new_lines}"
+    );
+    assert!(!new_lines.contains("terminated by signal"), "a process crashed on shutdown:\n{new_lines}");
+    eprintln!("fast shutdown with a spinning job took {took:?}");
+
+    cluster("start");
+    let mut c = reconnect();
+    let job = finished(&mut c, spin);
+    // The interrupted run was rolled back with its claim: it is not counted.
+    assert_eq!((job.state.as_str(), job.sqlstate.as_deref(), job.attempts), ("failed", Some("57014"), 1));
+}
