@@ -56,6 +56,17 @@ echo
 echo "== errors are precise and leave nothing behind, e.g. a protected function called from SQL:"
 thread=$(sql -Atc "SELECT max(object_id) FROM lambdastore.objects WHERE type_name = 'Thread'")
 sql -c "SELECT lambda_invoke($thread, 'add_comment', '{\"author\": 1, \"text\": \"spam\"}')" 2>&1 | sed 's/^/  /' || true
+
+echo
+echo "== an asynchronous job: a background worker adds the comment, exactly once"
+alice=$(sql -Atc "SELECT min(object_id) FROM lambdastore.objects WHERE type_name = 'Account'")
+sql -At <<SQL
+SELECT lambdastore.submit($alice, 'add_comment', '{"thread": $thread, "text": "posted by a job"}', 'demo-job') AS job \gset
+SELECT format('  job %s: %s, result %s, after %s run(s)', job_id, state, result, attempts)
+  FROM lambdastore.wait(:job, '10 seconds');
+SELECT format('  queue: %s', string_agg(format('%s.%s done %s failed %s waiting %s', app, function, done, failed, depth), '; '))
+  FROM lambdastore.queue;
+SQL
 url=$("$cluster" url demo)
 echo
 echo "== connect:  psql \"${url/dbname=postgres/dbname=lambdastore_demo}\""
