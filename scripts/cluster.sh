@@ -2,7 +2,9 @@
 # A PostgreSQL cluster owned by the project: initdb on first start, pg_ctl
 # for the rest. Used by `make demo` (name "demo") and `make test` ("test").
 #
-#   scripts/cluster.sh start|stop|crash|status|url|log|psql NAME [psql args...]
+#   scripts/cluster.sh start|fresh|stop|crash|status|url|log|psql NAME [psql args...]
+#
+# `fresh` stops the cluster, deletes its data and starts it anew.
 #
 # `crash` is `pg_ctl restart -m immediate`: every process is killed without
 # a checkpoint and the server recovers from the WAL (used by the job tests).
@@ -40,6 +42,11 @@ log=$dir/postgresql.log
 url() { echo "host=$run port=$port user=postgres dbname=postgres"; }
 
 case $cmd in
+  fresh)
+    "$0" stop "$name"
+    rm -rf "$data"
+    exec "$0" start "$name"
+    ;;
   start)
     mkdir -p "$dir" "$run"
     [ "$(id -u)" = 0 ] && chown -R postgres:postgres "$base"

@@ -6,9 +6,7 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster=$repo/scripts/cluster.sh
 
-"$cluster" stop test
-rm -rf "$(dirname "$("$cluster" log test)")/data"
-url=$("$cluster" start test) || exit 1
+url=$("$cluster" fresh test) || exit 1
 trap '"$cluster" stop test' EXIT
 log=$("$cluster" log test)
 started=$("$cluster" psql test -d postgres -Atc "SELECT pg_postmaster_start_time()")

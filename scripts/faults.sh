@@ -6,9 +6,7 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster=$repo/scripts/cluster.sh
 
-"$cluster" stop faults
-rm -rf "$(dirname "$("$cluster" log faults)")/data"
-url=$("$cluster" start faults) || exit 1
+url=$("$cluster" fresh faults) || exit 1
 trap '"$cluster" stop faults' EXIT
 LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CLUSTER=faults \
   cargo test -p lambdastore-tests --test faults -- --ignored --test-threads=1 --nocapture "$@"

@@ -110,6 +110,11 @@ CREATE TABLE lambdastore.jobs (
 );
 CREATE INDEX jobs_by_id ON lambdastore.jobs (job_id);
 CREATE INDEX jobs_queued ON lambdastore.jobs (run_after, job_id) WHERE state = 'queued';
+-- Every finished job leaves a dead entry in jobs_queued, and each claim's
+-- index scan steps over the dead entries left of the queue's head until a
+-- vacuum removes them; the default scale factor (20% of a table that keeps
+-- every finished job) would let them pile up without bound.
+ALTER TABLE lambdastore.jobs SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000);
 -- "The same idempotency key on the same application returns the same job."
 CREATE UNIQUE INDEX jobs_idempotency ON lambdastore.jobs (app, idempotency_key)
     WHERE idempotency_key IS NOT NULL;

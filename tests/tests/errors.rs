@@ -7,15 +7,6 @@ use common::*;
 use postgres::Client;
 use serde_json::{json, Value};
 
-/// A fresh `micro` application with one `Bench` object (100 entries).
-fn bench(test: &str) -> (Client, String, i64) {
-    let mut c = connect();
-    let app = app(test);
-    deploy_example(&mut c, &app, "micro");
-    let id = create(&mut c, &app, "Bench", json!({}));
-    (c, app, id)
-}
-
 /// A fresh application running the hand-written `rogue` component, with
 /// one `Rogue` object.
 fn rogue(test: &str) -> (Client, String, i64) {
@@ -50,7 +41,7 @@ fn an_unknown_application_is_42704() {
 
 #[test]
 fn an_unknown_type_is_42704() {
-    let (mut c, app, _) = bench("unknown_type");
+    let (mut c, app, _) = micro_object("unknown_type");
     expect_sqlstate(create_object(&mut c, &app, "Nope", json!({})), "42704");
     expect_sqlstate(
         invoke_static(&mut c, &app, "Nope", "version", json!({})),
@@ -60,7 +51,7 @@ fn an_unknown_type_is_42704() {
 
 #[test]
 fn an_unknown_function_is_42883() {
-    let (mut c, app, id) = bench("unknown_function");
+    let (mut c, app, id) = micro_object("unknown_function");
     fails_cleanly(&mut c, id, "no_such_method", json!({}), "42883");
     expect_sqlstate(
         invoke_static(&mut c, &app, "Bench", "no_such_function", json!({})),
@@ -70,7 +61,7 @@ fn an_unknown_function_is_42883() {
 
 #[test]
 fn a_function_called_as_the_wrong_kind_is_42883() {
-    let (mut c, app, id) = bench("wrong_kind");
+    let (mut c, app, id) = micro_object("wrong_kind");
     // `version` is static, `hash` a method, `new` the constructor.
     fails_cleanly(&mut c, id, "version", json!({}), "42883");
     fails_cleanly(&mut c, id, "new", json!({}), "42883");
@@ -82,13 +73,13 @@ fn a_function_called_as_the_wrong_kind_is_42883() {
 
 #[test]
 fn a_protected_function_called_from_sql_is_42501() {
-    let (mut c, _, id) = bench("protected");
+    let (mut c, _, id) = micro_object("protected");
     fails_cleanly(&mut c, id, "secret", json!({}), "42501");
 }
 
 #[test]
 fn bad_arguments_are_22023() {
-    let (mut c, _, id) = bench("bad_arguments");
+    let (mut c, _, id) = micro_object("bad_arguments");
     fails_cleanly(&mut c, id, "hash", json!({"n": "many"}), "22023"); // wrong type
     fails_cleanly(&mut c, id, "hash", json!({}), "22023"); // missing
     fails_cleanly(&mut c, id, "hash", json!({"n": 1, "m": 2}), "22023"); // unknown name
@@ -110,7 +101,7 @@ fn arguments_for_a_type_without_constructor_are_22023() {
 
 #[test]
 fn an_application_error_is_p0001_with_its_message() {
-    let (mut c, _, id) = bench("app_error");
+    let (mut c, _, id) = micro_object("app_error");
     let message = fails_cleanly(
         &mut c,
         id,
@@ -123,7 +114,7 @@ fn an_application_error_is_p0001_with_its_message() {
 
 #[test]
 fn writes_before_an_application_error_are_not_kept() {
-    let (mut c, _, id) = bench("put_then_fail");
+    let (mut c, _, id) = micro_object("put_then_fail");
     fails_cleanly(
         &mut c,
         id,
@@ -136,7 +127,7 @@ fn writes_before_an_application_error_are_not_kept() {
 
 #[test]
 fn a_guest_panic_is_38000() {
-    let (mut c, _, id) = bench("panic");
+    let (mut c, _, id) = micro_object("panic");
     fails_cleanly(&mut c, id, "panic", json!({}), "38000");
 }
 
@@ -184,7 +175,7 @@ fn a_static_function_that_touches_entries_is_38002() {
 
 #[test]
 fn an_error_aborts_the_sql_transaction() {
-    let (mut c, _, id) = bench("abort_txn");
+    let (mut c, _, id) = micro_object("abort_txn");
     let mut tx = c.transaction().unwrap();
     call(&mut tx, id, "put", json!({"key": "before", "value": "1"}));
     expect_sqlstate(
@@ -205,7 +196,7 @@ fn a_callee_error_is_rolled_back_and_the_caller_goes_on() {
     // call_and_recover calls put_then_fail on the target, which writes and
     // then returns its own error: the caller sees the error, the write is
     // undone (savepoint), and the caller's call succeeds.
-    let (mut c, app, caller) = bench("savepoint");
+    let (mut c, app, caller) = micro_object("savepoint");
     let target = create(&mut c, &app, "Bench", json!({}));
     let target_before = entries(&mut c, target);
 
@@ -228,7 +219,7 @@ fn a_callee_error_is_rolled_back_and_the_caller_goes_on() {
 fn a_refused_nested_call_aborts_the_whole_workflow() {
     // Unlike a callee's own error, a refusal (here: the target belongs to
     // another application) is not handed back to the caller to recover from.
-    let (mut c, _, caller) = bench("refusal_aborts");
+    let (mut c, _, caller) = micro_object("refusal_aborts");
     let other_app = app("refusal_aborts_other");
     deploy_example(&mut c, &other_app, "micro");
     let foreign = create(&mut c, &other_app, "Bench", json!({}));
@@ -246,7 +237,7 @@ fn a_refused_nested_call_aborts_the_whole_workflow() {
 
 #[test]
 fn a_nested_call_to_an_unknown_object_aborts_with_42704() {
-    let (mut c, _, caller) = bench("nested_unknown");
+    let (mut c, _, caller) = micro_object("nested_unknown");
     fails_cleanly(
         &mut c,
         caller,
@@ -361,7 +352,7 @@ fn a_failed_workflow_creates_no_objects() {
 
 #[test]
 fn a_deleted_object_is_gone() {
-    let (mut c, app, id) = bench("delete");
+    let (mut c, app, id) = micro_object("delete");
     c.execute("SELECT lambdastore.delete_object($1)", &[&id])
         .unwrap();
 

@@ -9,15 +9,6 @@ use common::*;
 use postgres::Client;
 use serde_json::{json, Value};
 
-/// A fresh `micro` application with one `Bench` object.
-fn bench(test: &str) -> (Client, String, i64) {
-    let mut c = connect();
-    let app = app(test);
-    deploy_example(&mut c, &app, "micro");
-    let id = create(&mut c, &app, "Bench", json!({}));
-    (c, app, id)
-}
-
 #[track_caller]
 fn submitted(c: &mut Client, object: i64, method: &str, args: Value) -> i64 {
     submit(c, object, method, args.clone(), None)
@@ -30,7 +21,7 @@ fn jobs_of(c: &mut Client, app: &str) -> i64 {
 
 #[test]
 fn a_job_runs_in_a_worker_and_keeps_its_result() {
-    let (mut c, _, id) = bench("job_runs");
+    let (mut c, _, id) = micro_object("job_runs");
     let job = submitted(&mut c, id, "put", json!({"key": "k", "value": "from a job"}));
     let put = finished(&mut c, job);
     assert_eq!(put, Job { state: "done".into(), result: Some(Value::Null), error: None, sqlstate: None, attempts: 1 });
@@ -55,7 +46,7 @@ fn two_job_runners_serve_the_test_database() {
 
 #[test]
 fn a_failing_job_ends_failed_with_its_error_and_no_effects() {
-    let (mut c, _, id) = bench("job_fails");
+    let (mut c, _, id) = micro_object("job_fails");
     let before = entries(&mut c, id);
     let job = submitted(&mut c, id, "put_then_fail", json!({"key": "k", "value": "v"}));
     let failed = finished(&mut c, job);
@@ -72,7 +63,7 @@ fn a_failing_job_ends_failed_with_its_error_and_no_effects() {
 
 #[test]
 fn an_async_spin_times_out_and_the_worker_goes_on() {
-    let (mut c, _, id) = bench("job_spin");
+    let (mut c, _, id) = micro_object("job_spin");
     let spins: Vec<i64> = (0..2).map(|_| submitted(&mut c, id, "spin", json!({}))).collect();
     let after = submitted(&mut c, id, "put", json!({"key": "after", "value": "spin"}));
     for spin in spins {
@@ -86,7 +77,7 @@ fn an_async_spin_times_out_and_the_worker_goes_on() {
 
 #[test]
 fn the_memory_limit_applies_to_jobs() {
-    let (mut c, _, id) = bench("job_memory");
+    let (mut c, _, id) = micro_object("job_memory");
     let job = submitted(&mut c, id, "alloc", json!({"bytes": 200u64 << 20}));
     let failed = finished(&mut c, job);
     assert_eq!((failed.state.as_str(), failed.sqlstate.as_deref()), ("failed", Some("53200")));
@@ -94,7 +85,7 @@ fn the_memory_limit_applies_to_jobs() {
 
 #[test]
 fn idempotency_keys_dedupe_submissions() {
-    let (mut c, app, id) = bench("job_idempotency");
+    let (mut c, app, id) = micro_object("job_idempotency");
     let first = submit(&mut c, id, "tally", json!({"tag": 1}), Some("order-1")).unwrap();
     let again = submit(&mut c, id, "tally", json!({"tag": 1}), Some("order-1")).unwrap();
     assert_eq!(first, again);
@@ -111,14 +102,14 @@ fn idempotency_keys_dedupe_submissions() {
     assert_eq!(jobs_of(&mut c, &app), 2);
 
     // Keys are per application.
-    let (mut d, _, elsewhere) = bench("job_idempotency_other");
+    let (mut d, _, elsewhere) = micro_object("job_idempotency_other");
     let theirs = submit(&mut d, elsewhere, "tally", json!({"tag": 1}), Some("order-1")).unwrap();
     assert_ne!(theirs, first);
 }
 
 #[test]
 fn concurrent_submissions_with_one_key_make_one_job() {
-    let (c, app, id) = bench("job_idempotency_race");
+    let (c, app, id) = micro_object("job_idempotency_race");
     drop(c);
     let ids: Vec<i64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
@@ -138,7 +129,7 @@ fn concurrent_submissions_with_one_key_make_one_job() {
 
 #[test]
 fn submit_refuses_bad_input_and_queues_nothing() {
-    let (mut c, app, id) = bench("job_bad_input");
+    let (mut c, app, id) = micro_object("job_bad_input");
     expect_sqlstate(submit(&mut c, -1, "tally", json!({}), None), "42704");
     expect_sqlstate(submit(&mut c, id, "no_such_method", json!({}), None), "42883");
     expect_sqlstate(submit(&mut c, id, "secret", json!({}), None), "42501");
@@ -154,7 +145,7 @@ fn submit_refuses_bad_input_and_queues_nothing() {
 
 #[test]
 fn waiting_for_an_unknown_or_uncommitted_job_is_an_error() {
-    let (mut c, _, id) = bench("job_wait_errors");
+    let (mut c, _, id) = micro_object("job_wait_errors");
     expect_sqlstate(wait_job(&mut c, -5, 1), "42704");
     let mut tx = c.transaction().unwrap();
     let job = submitted_in(&mut tx, id);
@@ -170,7 +161,7 @@ fn submitted_in(tx: &mut postgres::Transaction<'_>, id: i64) -> i64 {
 
 #[test]
 fn wait_under_repeatable_read_is_refused() {
-    let (mut c, _, id) = bench("job_wait_rr");
+    let (mut c, _, id) = micro_object("job_wait_rr");
     let job = submitted(&mut c, id, "tally", json!({"tag": 1}));
     c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
     expect_sqlstate(wait_job(&mut c, job, 1), "0A000");
@@ -192,7 +183,7 @@ fn spawned(c: &mut Client, object: i64) -> Vec<(i64, String)> {
 
 #[test]
 fn spawned_children_exist_only_for_committed_parents() {
-    let (mut c, _, id) = bench("job_spawn");
+    let (mut c, _, id) = micro_object("job_spawn");
     let child = |tag: i32, fail: bool| json!({"target": id, "method": "tally", "args": {"tag": tag}, "fail": fail});
 
     // A failed workflow, a failed callee, a rolled-back transaction: no child.
@@ -213,7 +204,7 @@ fn spawned_children_exist_only_for_committed_parents() {
 
 #[test]
 fn a_job_can_spawn_jobs_which_name_their_parent() {
-    let (mut c, _, id) = bench("job_spawn_chain");
+    let (mut c, _, id) = micro_object("job_spawn_chain");
     let parent = submitted(&mut c, id, "spawn_then", json!({"target": id, "method": "tally", "args": {"tag": 9}, "fail": false}));
     assert_eq!(finished(&mut c, parent).state, "done");
     let row = c
@@ -224,8 +215,8 @@ fn a_job_can_spawn_jobs_which_name_their_parent() {
 
 #[test]
 fn spawn_is_refused_across_applications_and_to_unknown_objects() {
-    let (mut c, _, id) = bench("job_spawn_refused");
-    let (_, _, foreign) = bench("job_spawn_refused_other");
+    let (mut c, _, id) = micro_object("job_spawn_refused");
+    let (_, _, foreign) = micro_object("job_spawn_refused_other");
     let to = |target: i64| json!({"target": target, "method": "tally", "args": {"tag": 1}, "fail": false});
     expect_sqlstate(invoke(&mut c, id, "spawn_then", to(foreign)), "42501");
     expect_sqlstate(invoke(&mut c, id, "spawn_then", to(-7)), "42704");
@@ -234,7 +225,7 @@ fn spawn_is_refused_across_applications_and_to_unknown_objects() {
 
 #[test]
 fn the_queue_view_counts_per_application_and_function() {
-    let (mut c, app, id) = bench("job_queue_view");
+    let (mut c, app, id) = micro_object("job_queue_view");
     let done: Vec<i64> = (0..3).map(|tag| submitted(&mut c, id, "tally", json!({"tag": tag}))).collect();
     let failed = submitted(&mut c, id, "fail", json!({"message": "no"}));
     for job in done.iter().chain([&failed]) {

@@ -14,10 +14,7 @@ use std::time::{Duration, Instant};
 /// once on this connection so that later calls are warm (engine created,
 /// module loaded).
 fn bench(test: &str) -> (Client, String, i64) {
-    let mut c = connect();
-    let app = app(test);
-    deploy_example(&mut c, &app, "micro");
-    let id = create(&mut c, &app, "Bench", json!({}));
+    let (mut c, app, id) = micro_object(test);
     call(&mut c, id, "read", json!({"k": 1}));
     (c, app, id)
 }

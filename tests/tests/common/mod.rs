@@ -321,6 +321,15 @@ pub fn wait_until_running(observer: &mut Client, pid: i32, needle: &str) {
     }
 }
 
+/// A fresh `micro` application with one `Bench` object (100 entries).
+pub fn micro_object(test: &str) -> (Client, String, i64) {
+    let mut c = connect();
+    let app = app(test);
+    deploy_example(&mut c, &app, "micro");
+    let id = create(&mut c, &app, "Bench", serde_json::json!({}));
+    (c, app, id)
+}
+
 /// `lambdastore.submit(object, method, args, idempotency_key)`.
 pub fn submit(
     c: &mut impl GenericClient,
