@@ -28,7 +28,7 @@ pub fn invoke_method(object: i64, method: &str, args: &str) -> Result<String> {
     occ::check_isolation()?;
     let started = Instant::now();
     let workflow = Rc::new(Workflow::new(gucs::timeout()));
-    let (info, module) = catalog::objects::lookup(object)?.ok_or(LambdaError::UnknownObject(object))?;
+    let (info, module) = catalog::objects::lookup(object)?;
     workflow.remember_object(object, info.clone());
     let outcome = run_method(&workflow, &info, &module, object, method, args);
     counted(&info.app, &info.type_name, method, started, outcome)
@@ -42,14 +42,12 @@ fn run_method(
     method: &str,
     args: &str,
 ) -> Result<String> {
-    let app = runtime::load(module)?;
-    let f = app.function(&info.type_name, method, FunctionKind::Method)?;
-    refuse_protected(&app, &info.type_name, f)?;
+    let (app, readonly) = method_callable_from_sql(info, module, method)?;
     let frame = Frame {
         object,
         type_name: info.type_name.clone(),
         function: method.to_string(),
-        readonly: f.readonly,
+        readonly,
         depth: 0,
     };
     let result = runtime::run(workflow, &app, frame, FunctionKind::Method, args)?;
@@ -61,12 +59,24 @@ fn run_method(
 /// fails now rather than later in a worker: the object exists and the method
 /// is one SQL may call. Returns the object's application.
 pub fn check_submittable(object: i64, method: &str, args: &str) -> Result<String> {
-    let (info, module) = catalog::objects::lookup(object)?.ok_or(LambdaError::UnknownObject(object))?;
-    let app = runtime::load(&module)?;
-    let f = app.function(&info.type_name, method, FunctionKind::Method)?;
-    refuse_protected(&app, &info.type_name, f)?;
+    let (info, module) = catalog::objects::lookup(object)?;
+    method_callable_from_sql(&info, &module, method)?;
     runtime::check_args_size(args)?;
     Ok(info.app)
+}
+
+/// The code version to run `method` of an object with, if it is a method
+/// SQL may call (not protected); and whether it is readonly.
+fn method_callable_from_sql(
+    info: &ObjectInfo,
+    module: &catalog::modules::ModuleKey,
+    method: &str,
+) -> Result<(Rc<AppVersion>, bool)> {
+    let app = runtime::load(module)?;
+    let f = app.function(&info.type_name, method, FunctionKind::Method)?;
+    refuse_protected(&app, &info.type_name, f)?;
+    let readonly = f.readonly;
+    Ok((app, readonly))
 }
 
 /// `lambdastore.invoke_static(app, type, function, args)`.
@@ -194,8 +204,17 @@ fn object_info(workflow: &Workflow, id: i64) -> Result<ObjectInfo> {
     if let Some(info) = workflow.known_object(id) {
         return Ok(info);
     }
-    let (info, _) = catalog::objects::lookup(id)?.ok_or(LambdaError::UnknownObject(id))?;
+    let (info, _) = catalog::objects::lookup(id)?;
     workflow.remember_object(id, info.clone());
+    Ok(info)
+}
+
+/// An object a lambda may reach: one of its own application's.
+fn same_application_object(caller: &HostState, target: i64) -> Result<ObjectInfo> {
+    let info = object_info(&caller.workflow, target)?;
+    if info.app != caller.app.app {
+        return Err(LambdaError::CrossApplication { object: target, caller: caller.app.app.clone(), target: info.app });
+    }
     Ok(info)
 }
 
@@ -212,14 +231,7 @@ fn nested(caller: &HostState, frame: Frame, kind: FunctionKind, args: &str) -> R
 /// Host `call`: a method of another object of the same application.
 pub fn call(caller: &HostState, target: i64, function: &str, args: &str) -> Result<String> {
     let depth = enter(caller)?;
-    let info = object_info(&caller.workflow, target)?;
-    if info.app != caller.app.app {
-        return Err(LambdaError::CrossApplication {
-            object: target,
-            caller: caller.app.app.clone(),
-            target: info.app,
-        });
-    }
+    let info = same_application_object(caller, target)?;
     let f = caller.app.function(&info.type_name, function, FunctionKind::Method)?;
     let frame = Frame {
         object: target,
@@ -262,10 +274,7 @@ pub fn spawn(caller: &HostState, target: i64, function: &str, args: &str) -> Res
             function: caller.frame.function.clone(),
         });
     }
-    let info = object_info(&caller.workflow, target)?;
-    if info.app != caller.app.app {
-        return Err(LambdaError::CrossApplication { object: target, caller: caller.app.app.clone(), target: info.app });
-    }
+    let info = same_application_object(caller, target)?;
     // Protected methods are allowed: the call comes from a lambda.
     caller.app.function(&info.type_name, function, FunctionKind::Method)?;
     runtime::check_args_size(args)?;

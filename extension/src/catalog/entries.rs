@@ -50,11 +50,11 @@ pub fn scan(
     })
 }
 
-/// Inserts the created objects (each with its first entry set), then
-/// deletes and upserts entries, then queues the spawned calls as jobs. One kept single-row statement per change:
-/// statements with array arguments would be re-planned on every execution
-/// (their generic plan never looks cheaper than a custom one), and a
-/// workflow writes few entries.
+/// Inserts the created objects (each with its first entry set), deletes
+/// and upserts entries, then queues the spawned calls as jobs (the outbox).
+/// One kept single-row statement per change: statements with array
+/// arguments would be re-planned on every execution (their generic plan
+/// never looks cheaper than a custom one), and a workflow writes few entries.
 pub fn apply(writes: &WriteBuffer) -> Result<()> {
     for (id, app, type_name) in writes.created() {
         query(

@@ -1,13 +1,18 @@
 //! Object rows.
 
 use super::query;
-use crate::error::Result;
+use crate::error::{LambdaError, Result};
 use crate::txn::ObjectInfo;
 use super::modules::ModuleKey;
 use pgrx::pg_sys::BuiltinOid::*;
 
-/// The object's application and type, and the application's current module.
-pub fn lookup(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
+/// The object's application and type, and the application's current
+/// module; 42704 if there is no such object.
+pub fn lookup(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
+    find(object_id)?.ok_or(LambdaError::UnknownObject(object_id))
+}
+
+fn find(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
     query(
         "SELECT o.app, o.type_name, a.module_id, m.sha256
            FROM lambdastore.objects o JOIN lambdastore.applications a ON a.name = o.app
