@@ -25,6 +25,7 @@ pgrx::pg_module_magic!(name, version);
 // The catalog (tables, sequences, grants) is plain SQL, shipped in sql/.
 pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!("../../sql/views.sql", name = "views", finalize);
+pgrx::extension_sql_file!("../../sql/gateway.sql", name = "gateway", requires = ["schema"]);
 
 /// Runs in the postmaster when preloaded, or in a backend at first use.
 /// Only GUCs, (when preloaded) shared memory and the job runners, and the

@@ -1,0 +1,70 @@
+//! Command-line and environment configuration.
+
+use clap::Parser;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+fn duration(text: &str) -> Result<Duration, humantime::DurationError> {
+    humantime::parse_duration(text)
+}
+
+/// The LambdaStore HTTP gateway: a small stateless service in front of
+/// PostgreSQL servers with the lambdastore extension.
+#[derive(Parser, Debug, Clone)]
+#[command(version, about)]
+pub struct Config {
+    /// PostgreSQL connection string (URL or `key=value` form) of the
+    /// gateway's least-privilege role; see the README.
+    #[arg(long, env = "LAMBDASTORE_DATABASE_URL")]
+    pub database_url: String,
+
+    /// Address to listen on.
+    #[arg(long, env = "LAMBDASTORE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Database connections in the pool (per node).
+    #[arg(long, env = "LAMBDASTORE_POOL_SIZE", default_value_t = 16)]
+    pub pool_size: usize,
+
+    /// Longest time a request may take, retries and waiting for a pooled
+    /// connection included; also each connection's `statement_timeout`.
+    #[arg(long, env = "LAMBDASTORE_REQUEST_TIMEOUT", default_value = "30s", value_parser = duration)]
+    pub request_timeout: Duration,
+
+    /// Largest request body accepted (modules are uploaded whole).
+    #[arg(long, env = "LAMBDASTORE_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Re-runs of a call that failed with a serialization failure (40001)
+    /// or a deadlock (40P01) before the client gets 409.
+    #[arg(long, env = "LAMBDASTORE_MAX_RETRIES", default_value_t = 10)]
+    pub max_retries: u32,
+
+    /// Backoff before the first retry; it doubles per retry up to
+    /// `--retry-max-backoff`, and each sleep is drawn uniformly below it.
+    #[arg(long, default_value = "2ms", value_parser = duration)]
+    pub retry_base_backoff: Duration,
+
+    #[arg(long, default_value = "200ms", value_parser = duration)]
+    pub retry_max_backoff: Duration,
+
+    /// How long a stored Idempotency-Key response is kept.
+    #[arg(long, env = "LAMBDASTORE_IDEMPOTENCY_TTL", default_value = "24h", value_parser = duration)]
+    pub idempotency_ttl: Duration,
+
+    /// After SIGTERM or Ctrl-C, how long in-flight requests may still run.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Log as JSON lines instead of text (filter with RUST_LOG).
+    #[arg(long, env = "LAMBDASTORE_LOG_JSON")]
+    pub log_json: bool,
+}
+
+impl Config {
+    /// The longest `timeout_ms` a wait request may ask for: the request's
+    /// own deadline, less a margin for the round trip around the wait.
+    pub fn max_wait(&self) -> Duration {
+        self.request_timeout.saturating_sub(Duration::from_secs(1)).max(Duration::from_millis(100))
+    }
+}

@@ -1,0 +1,137 @@
+//! Request extractors whose failures use the gateway's error shape.
+
+use crate::error::ApiError;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
+use serde::de::DeserializeOwned;
+
+/// The caller's API key, from `Authorization: Bearer <key>`.
+pub struct ApiKey(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ApiKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let value = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+        match value.split_once(' ') {
+            Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") && !key.trim().is_empty() => {
+                Ok(ApiKey(key.trim().to_string()))
+            }
+            _ => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing_api_key",
+                "send the application's API key as `Authorization: Bearer <key>`",
+            )),
+        }
+    }
+}
+
+/// The optional `Idempotency-Key` header: 1-255 visible ASCII characters.
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(IdempotencyKey(None));
+        };
+        match value.to_str() {
+            Ok(key) if (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic()) => {
+                Ok(IdempotencyKey(Some(key.to_string())))
+            }
+            _ => Err(ApiError::bad_request("Idempotency-Key must be 1-255 visible ASCII characters")),
+        }
+    }
+}
+
+/// Path parameters; a malformed one (an object id that is not an integer) is 400.
+pub struct PathParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathParams(p.0))
+            .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+    }
+}
+
+/// Query parameters, 400 when malformed.
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| QueryParams(q.0))
+            .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+    }
+}
+
+fn body_error(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the request body is larger than the gateway accepts")
+    } else {
+        ApiError::bad_request(rejection.body_text())
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().unwrap_or("invalid");
+    Some(value.split(';').next().unwrap_or("").trim())
+}
+
+fn unsupported(expected: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!("the request body must be {expected}"),
+    )
+}
+
+/// A call's JSON arguments; an empty body means `{}`.
+pub struct Args(pub serde_json::Value);
+
+impl<S: Send + Sync> FromRequest<S> for Args {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let json = matches!(content_type(request.headers()), None | Some("application/json"));
+        let bytes = Bytes::from_request(request, state).await.map_err(body_error)?;
+        if bytes.is_empty() {
+            return Ok(Args(serde_json::json!({})));
+        }
+        if !json {
+            return Err(unsupported("application/json"));
+        }
+        serde_json::from_slice(&bytes)
+            .map(Args)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+    }
+}
+
+/// A WebAssembly component, uploaded as `application/wasm` (or `application/octet-stream`).
+pub struct Module(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Module {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if !matches!(content_type(request.headers()), Some("application/wasm" | "application/octet-stream")) {
+            return Err(unsupported("application/wasm"));
+        }
+        let bytes = Bytes::from_request(request, state).await.map_err(body_error)?;
+        if bytes.is_empty() {
+            return Err(ApiError::bad_request("the request body is empty: send the component's bytes"));
+        }
+        Ok(Module(bytes))
+    }
+}

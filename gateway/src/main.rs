@@ -1,0 +1,162 @@
+//! The LambdaStore HTTP gateway: a stateless axum service that turns HTTP
+//! requests into calls of the `lambdastore_gateway` SQL functions, over a
+//! pool of connections per database node. See the README's "HTTP gateway"
+//! section for the API and docs/ARCHITECTURE.md for the design.
+
+mod config;
+mod db;
+mod error;
+mod extract;
+mod openapi;
+mod placement;
+mod routes;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use axum::Router;
+use clap::Parser;
+use config::Config;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use placement::{Placement, SingleNode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+pub struct AppState {
+    pub config: Config,
+    pub placement: Arc<dyn Placement>,
+    pub prometheus: PrometheusHandle,
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    let max_body = state.config.max_body_bytes;
+    let api = Router::new()
+        .route("/v1/apps/{app}/module", put(routes::deploy))
+        .route("/v1/apps/{app}/types/{type_name}/objects", post(routes::create_object))
+        .route("/v1/apps/{app}/types/{type_name}/functions/{function}", post(routes::invoke_static))
+        .route("/v1/objects/{object_id}/methods/{method}", post(routes::invoke))
+        .route("/v1/objects/{object_id}/methods/{method}/jobs", post(routes::submit))
+        .route("/v1/jobs/{job_id}", get(routes::job))
+        .route("/v1/jobs/{job_id}/wait", get(routes::wait))
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz))
+        .route("/metrics", get(routes::metrics))
+        .route("/openapi.json", get(routes::openapi))
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn(track))
+        .with_state(state);
+    let request_id = axum::http::HeaderName::from_static("x-request-id");
+    api.layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
+            let id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::info_span!("request", method = %request.method(), uri = %request.uri(), id)
+        }))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+}
+
+/// Counts requests by route template and status, times them, and tracks
+/// how many are in flight (graceful shutdown drains them).
+async fn track(request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let in_flight = metrics::gauge!("lambdastore_gateway_requests_in_flight");
+    in_flight.increment(1);
+    let response = next.run(request).await;
+    in_flight.decrement(1);
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("lambdastore_gateway_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!("lambdastore_gateway_request_duration_seconds", "route" => route, "method" => method)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+fn pool(config: &Config) -> anyhow::Result<Pool> {
+    let mut pg: tokio_postgres::Config = config.database_url.parse()?;
+    // The server enforces the request deadline too: a statement still
+    // running when the client has been told 504 is canceled there.
+    let timeout_ms = config.request_timeout.as_millis();
+    let options = format!("{} -c statement_timeout={timeout_ms}", pg.get_options().unwrap_or(""));
+    pg.options(options.trim()).application_name("lambdastore-gateway");
+    let manager = Manager::from_config(pg, tokio_postgres::NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Ok(Pool::builder(manager)
+        .max_size(config.pool_size)
+        .wait_timeout(Some(config.request_timeout))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()?)
+}
+
+fn prometheus() -> anyhow::Result<PrometheusHandle> {
+    const BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0];
+    Ok(PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full("lambdastore_gateway_request_duration_seconds".into()), BUCKETS)?
+        .install_recorder()?)
+}
+
+/// Forgets stored Idempotency-Key responses older than the TTL, every
+/// tenth of it (at most hourly).
+async fn purge_idempotency_keys(state: Arc<AppState>) {
+    let ttl = state.config.idempotency_ttl;
+    let every = (ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    let older_than = format!("{} seconds", ttl.as_secs());
+    loop {
+        tokio::time::sleep(every).await;
+        for (node, pool) in state.placement.pools() {
+            let purged = async {
+                let client = pool.get().await?;
+                let row = client.query_one("SELECT lambdastore_gateway.purge_idempotency_keys($1::text::interval)", &[&older_than]).await?;
+                anyhow::Ok(row.get::<_, i64>(0))
+            };
+            match purged.await {
+                Ok(n) => tracing::debug!(node, n, "purged idempotency keys"),
+                Err(e) => tracing::warn!(node, error = %e, "purging idempotency keys failed"),
+            }
+        }
+    }
+}
+
+async fn shutdown_signal(notify: Arc<Notify>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+    tracing::info!("shutting down: no new connections, draining in-flight requests");
+    notify.notify_waiters();
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if config.log_json {
+        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let placement: Arc<dyn Placement> = Arc::new(SingleNode::new(pool(&config)?));
+    let state = Arc::new(AppState { config: config.clone(), placement, prometheus: prometheus()? });
+    tokio::spawn(purge_idempotency_keys(state.clone()));
+
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    tracing::info!(listen = %listener.local_addr()?, pool_size = config.pool_size, "lambdastore gateway listening");
+    let stopping = Arc::new(Notify::new());
+    let stopped = stopping.notified();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal(stopping.clone()));
+    tokio::select! {
+        result = server => result?,
+        _ = async { stopped.await; tokio::time::sleep(config.shutdown_timeout).await } => {
+            tracing::warn!(timeout = ?config.shutdown_timeout, "requests still in flight after the shutdown timeout; exiting");
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,367 @@
+//! The versioned API. Each handler is one call of a `lambdastore_gateway`
+//! SQL function (sql/gateway.sql), which checks the API key itself.
+
+use crate::db::Outcome;
+use crate::error::ApiError;
+use crate::extract::{ApiKey, Args, IdempotencyKey, Module, PathParams, QueryParams};
+use crate::AppState;
+use axum::extract::State;
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use utoipa::{IntoParams, ToSchema};
+
+pub const RETRIES: HeaderName = HeaderName::from_static("lambdastore-retries");
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+type Shared = State<Arc<AppState>>;
+
+/// The result of a method or static function.
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct CallResult {
+    /// What the function returned (any JSON value).
+    #[schema(value_type = Value)]
+    pub result: Value,
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct CreatedObject {
+    pub object_id: i64,
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct SubmittedJob {
+    pub job_id: i64,
+}
+
+/// A job's state and outcome.
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Job {
+    pub job_id: i64,
+    /// `queued` until a worker committed its outcome (also after a wait timed out).
+    #[schema(pattern = "^(queued|done|failed)$")]
+    pub state: String,
+    /// The function's result when `done`.
+    #[schema(value_type = Value)]
+    pub result: Value,
+    /// The last error, when `failed` (or while retrying a conflict).
+    pub error: Option<String>,
+    pub sqlstate: Option<String>,
+    pub attempts: i32,
+    pub submitted_at: String,
+    pub finished_at: Option<String>,
+}
+
+/// What a deploy registered.
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Deployed {
+    pub app: String,
+    pub version: i32,
+    pub module_id: i64,
+    pub sha256: String,
+    /// True when these bytes were already the current version.
+    pub unchanged: bool,
+    #[schema(value_type = Value)]
+    pub sdk: Value,
+    /// The object types, their fields and functions, as the module described them.
+    #[schema(value_type = Value)]
+    pub types: Value,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitParams {
+    /// How long to wait, in milliseconds (default 30000, at most the
+    /// gateway's request timeout less one second).
+    #[param(minimum = 0)]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Ready {
+    pub status: String,
+    /// The installed lambdastore extension's version.
+    pub extension: String,
+}
+
+fn with_headers(status: StatusCode, body: impl Serialize, retries: u32, replayed: bool) -> Response {
+    let mut response = (status, Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(RETRIES, HeaderValue::from(retries));
+    if replayed {
+        headers.insert(REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// A row of `(result jsonb, replayed boolean)`.
+fn replayable(outcome: Outcome) -> (Value, bool, u32) {
+    (outcome.row.get(0), outcome.row.get(1), outcome.retries)
+}
+
+fn from_db_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|e| {
+        tracing::error!(error = %e, "unexpected JSON from the database");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error (logged by the gateway)")
+    })
+}
+
+/// Invoke a method on an object.
+///
+/// Runs the method inside PostgreSQL, next to the object's data, as one
+/// serializable workflow; nested calls are part of it. Serialization
+/// failures are retried by the gateway (`lambdastore-retries` says how often).
+#[utoipa::path(
+    post, path = "/v1/objects/{object_id}/methods/{method}", tag = "calls",
+    params(
+        ("object_id" = i64, Path, description = "The object"),
+        ("method" = String, Path, description = "A public method of the object's type"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first attempt's response instead of running again (per application, kept for --idempotency-ttl)"),
+    ),
+    request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments (an object by parameter name, or an array); empty means {}"),
+    responses((status = 200, description = "The method's result", body = CallResult,
+        headers(("lambdastore-retries" = u32, description = "Serialization failures retried"),
+                ("idempotent-replayed" = String, description = "`true` when the response is a stored one")))),
+    security(("api_key" = []))
+)]
+pub async fn invoke(
+    State(state): Shared,
+    ApiKey(key): ApiKey,
+    IdempotencyKey(idempotency): IdempotencyKey,
+    PathParams((object_id, method)): PathParams<(i64, String)>,
+    Args(args): Args,
+) -> Result<Response, ApiError> {
+    let outcome = state
+        .call(
+            "invoke",
+            Some(object_id),
+            "SELECT result, replayed FROM lambdastore_gateway.invoke($1, $2, $3, $4, $5)",
+            &[&key, &object_id, &method, &args, &idempotency],
+        )
+        .await?;
+    let (result, replayed, retries) = replayable(outcome);
+    Ok(with_headers(StatusCode::OK, CallResult { result }, retries, replayed))
+}
+
+/// Invoke a static function of a type.
+#[utoipa::path(
+    post, path = "/v1/apps/{app}/types/{type_name}/functions/{function}", tag = "calls",
+    params(
+        ("app" = String, Path, description = "The application (the API key's)"),
+        ("type_name" = String, Path),
+        ("function" = String, Path, description = "A static function of the type"),
+        ("Idempotency-Key" = Option<String>, Header, description = "As for methods"),
+    ),
+    request_body(content = Option<Value>, content_type = "application/json", description = "The function's arguments; empty means {}"),
+    responses((status = 200, description = "The function's result", body = CallResult,
+        headers(("lambdastore-retries" = u32), ("idempotent-replayed" = String)))),
+    security(("api_key" = []))
+)]
+pub async fn invoke_static(
+    State(state): Shared,
+    ApiKey(key): ApiKey,
+    IdempotencyKey(idempotency): IdempotencyKey,
+    PathParams((app, type_name, function)): PathParams<(String, String, String)>,
+    Args(args): Args,
+) -> Result<Response, ApiError> {
+    let outcome = state
+        .call(
+            "invoke_static",
+            None,
+            "SELECT result, replayed FROM lambdastore_gateway.invoke_static($1, $2, $3, $4, $5, $6)",
+            &[&key, &app, &type_name, &function, &args, &idempotency],
+        )
+        .await?;
+    let (result, replayed, retries) = replayable(outcome);
+    Ok(with_headers(StatusCode::OK, CallResult { result }, retries, replayed))
+}
+
+/// Create an object: runs its type's constructor.
+#[utoipa::path(
+    post, path = "/v1/apps/{app}/types/{type_name}/objects", tag = "objects",
+    params(
+        ("app" = String, Path, description = "The application (the API key's)"),
+        ("type_name" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "A retry returns the object the first attempt created"),
+    ),
+    request_body(content = Option<Value>, content_type = "application/json", description = "The constructor's arguments; empty means {}"),
+    responses((status = 201, description = "Created", body = CreatedObject,
+        headers(("location" = String, description = "/v1/objects/{object_id}"), ("lambdastore-retries" = u32), ("idempotent-replayed" = String)))),
+    security(("api_key" = []))
+)]
+pub async fn create_object(
+    State(state): Shared,
+    ApiKey(key): ApiKey,
+    IdempotencyKey(idempotency): IdempotencyKey,
+    PathParams((app, type_name)): PathParams<(String, String)>,
+    Args(args): Args,
+) -> Result<Response, ApiError> {
+    let outcome = state
+        .call(
+            "create_object",
+            None,
+            "SELECT result, replayed FROM lambdastore_gateway.create_object($1, $2, $3, $4, $5)",
+            &[&key, &app, &type_name, &args, &idempotency],
+        )
+        .await?;
+    let (result, replayed, retries) = replayable(outcome);
+    let object_id: i64 = from_db_json(result)?;
+    let mut response = with_headers(StatusCode::CREATED, CreatedObject { object_id }, retries, replayed);
+    response.headers_mut().insert(header::LOCATION, location("objects", object_id));
+    Ok(response)
+}
+
+fn location(kind: &str, id: i64) -> HeaderValue {
+    HeaderValue::try_from(format!("/v1/{kind}/{id}")).expect("an ASCII path")
+}
+
+/// Deploy a new version of the application's code.
+///
+/// The body is a WebAssembly component built with the guest SDK. The same
+/// bytes again change nothing (`unchanged: true`).
+#[utoipa::path(
+    put, path = "/v1/apps/{app}/module", tag = "apps",
+    params(("app" = String, Path, description = "The application (the API key's)")),
+    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The component's bytes"),
+    responses((status = 200, description = "Deployed", body = Deployed)),
+    security(("api_key" = []))
+)]
+pub async fn deploy(
+    State(state): Shared,
+    ApiKey(key): ApiKey,
+    PathParams(app): PathParams<String>,
+    Module(module): Module,
+) -> Result<Json<Deployed>, ApiError> {
+    let module: &[u8] = &module;
+    let outcome = state.call("deploy", None, "SELECT lambdastore_gateway.deploy($1, $2, $3)", &[&key, &app, &module]).await?;
+    Ok(Json(from_db_json(outcome.row.get(0))?))
+}
+
+/// Submit an asynchronous call: a background worker runs it exactly once.
+#[utoipa::path(
+    post, path = "/v1/objects/{object_id}/methods/{method}/jobs", tag = "jobs",
+    params(
+        ("object_id" = i64, Path),
+        ("method" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "The same key returns the same job (per application); a different call with it is 409"),
+    ),
+    request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments; empty means {}"),
+    responses((status = 202, description = "Queued", body = SubmittedJob,
+        headers(("location" = String, description = "/v1/jobs/{job_id}"), ("lambdastore-retries" = u32)))),
+    security(("api_key" = []))
+)]
+pub async fn submit(
+    State(state): Shared,
+    ApiKey(key): ApiKey,
+    IdempotencyKey(idempotency): IdempotencyKey,
+    PathParams((object_id, method)): PathParams<(i64, String)>,
+    Args(args): Args,
+) -> Result<Response, ApiError> {
+    let outcome = state
+        .call(
+            "submit",
+            Some(object_id),
+            "SELECT lambdastore_gateway.submit($1, $2, $3, $4, $5)",
+            &[&key, &object_id, &method, &args, &idempotency],
+        )
+        .await?;
+    let job_id: i64 = outcome.row.get(0);
+    let mut response = with_headers(StatusCode::ACCEPTED, SubmittedJob { job_id }, outcome.retries, false);
+    response.headers_mut().insert(header::LOCATION, location("jobs", job_id));
+    Ok(response)
+}
+
+/// A job's state and outcome.
+#[utoipa::path(
+    get, path = "/v1/jobs/{job_id}", tag = "jobs",
+    params(("job_id" = i64, Path)),
+    responses((status = 200, description = "The job", body = Job)),
+    security(("api_key" = []))
+)]
+pub async fn job(State(state): Shared, ApiKey(key): ApiKey, PathParams(job_id): PathParams<i64>) -> Result<Json<Job>, ApiError> {
+    let outcome = state.call("job", None, "SELECT lambdastore_gateway.job($1, $2)", &[&key, &job_id]).await?;
+    Ok(Json(from_db_json(outcome.row.get(0))?))
+}
+
+/// Wait for a job to finish, up to `timeout_ms`, then return it.
+///
+/// After a timeout the job is returned with state `queued`.
+#[utoipa::path(
+    get, path = "/v1/jobs/{job_id}/wait", tag = "jobs",
+    params(("job_id" = i64, Path), WaitParams),
+    responses((status = 200, description = "The job, finished or (after the timeout) still queued", body = Job)),
+    security(("api_key" = []))
+)]
+pub async fn wait(
+    State(state): Shared,
+    ApiKey(key): ApiKey,
+    PathParams(job_id): PathParams<i64>,
+    QueryParams(params): QueryParams<WaitParams>,
+) -> Result<Json<Job>, ApiError> {
+    let max = state.config.max_wait();
+    let timeout = Duration::from_millis(params.timeout_ms.unwrap_or(30_000));
+    if timeout > max {
+        return Err(ApiError::bad_request(format!("timeout_ms may be at most {} on this gateway", max.as_millis())));
+    }
+    let timeout_ms = timeout.as_millis() as i64;
+    let outcome = state.call("wait", None, "SELECT lambdastore_gateway.wait($1, $2, $3)", &[&key, &job_id, &timeout_ms]).await?;
+    Ok(Json(from_db_json(outcome.row.get(0))?))
+}
+
+/// Liveness: the process serves requests.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "Alive", body = String, content_type = "text/plain")))]
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Readiness: every database is reachable, has the extension, and lets the
+/// gateway's role use it.
+#[utoipa::path(get, path = "/readyz", tag = "operations", responses((status = 200, description = "Ready", body = Ready)))]
+pub async fn readyz(State(state): Shared) -> Result<Json<Ready>, ApiError> {
+    let mut extension = String::new();
+    for (node, pool) in state.placement.pools() {
+        let client = pool.get().await.map_err(|e| {
+            tracing::warn!(node, error = %e, "not ready: no database connection");
+            ApiError::unavailable(format!("node {node}: the database is unreachable"))
+        })?;
+        let row = client.query_one("SELECT lambdastore_gateway.ready()", &[]).await.map_err(|e| {
+            tracing::warn!(node, error = %e, "not ready");
+            ApiError::unavailable(format!("node {node}: the lambdastore extension is missing or this role may not use it"))
+        })?;
+        extension = row.get::<_, Option<String>>(0).ok_or_else(|| ApiError::unavailable(format!("node {node}: lambdastore is not installed")))?;
+    }
+    Ok(Json(Ready { status: "ready".into(), extension }))
+}
+
+/// Prometheus metrics: requests by route and status, latency histograms,
+/// retries, pool usage.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
+pub async fn metrics(State(state): Shared) -> impl IntoResponse {
+    for (node, pool) in state.placement.pools() {
+        let status = pool.status();
+        let node = node.to_string();
+        metrics::gauge!("lambdastore_gateway_pool_connections", "node" => node.clone(), "state" => "open").set(status.size as f64);
+        metrics::gauge!("lambdastore_gateway_pool_connections", "node" => node.clone(), "state" => "idle").set(status.available as f64);
+        metrics::gauge!("lambdastore_gateway_pool_connections_max", "node" => node.clone()).set(status.max_size as f64);
+        metrics::gauge!("lambdastore_gateway_pool_waiting_requests", "node" => node).set(status.waiting as f64);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.prometheus.render())
+}
+
+/// The OpenAPI 3.1 description of this API.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1 document", body = Object)))]
+pub async fn openapi() -> impl IntoResponse {
+    Json(crate::openapi::document())
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; see /openapi.json")
+}
+
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that HTTP method; see /openapi.json")
+}

@@ -1,0 +1,307 @@
+-- The HTTP gateway's side of the database: API keys, idempotency keys and
+-- the schema lambdastore_gateway, the only thing the gateway's role may use.
+--
+-- Every function in lambdastore_gateway takes the caller's API key, hashes
+-- it and finds its application; a request may only touch that application.
+-- They are SECURITY DEFINER (owned by the role that created the extension),
+-- so the gateway's role needs no privilege on any table: a stolen gateway
+-- password reaches only applications whose keys the thief also has.
+
+-- API keys: an application's credentials at the gateway. Only a SHA-256 of
+-- the key is kept (the keys are 244 random bits, so a fast hash is enough).
+CREATE TABLE lambdastore.api_keys (
+    key_id      bigserial PRIMARY KEY,
+    app         text NOT NULL REFERENCES lambdastore.applications(name) ON DELETE CASCADE,
+    label       text,
+    sha256      bytea NOT NULL UNIQUE,
+    prefix      text NOT NULL,              -- the key's first 12 characters, to recognise it
+    created     timestamptz NOT NULL DEFAULT now(),
+    created_by  name NOT NULL DEFAULT current_user,
+    revoked     timestamptz                 -- set by revoke_api_key; the row stays for audit
+);
+
+-- Responses of calls made with an Idempotency-Key, written in the same
+-- transaction as the call's effects: the key is claimed (inserted) before
+-- the call runs, so a concurrent duplicate waits on the row and then reads
+-- the response; if the call fails, the claim rolls back with its effects.
+CREATE TABLE lambdastore.idempotency_keys (
+    app       text NOT NULL,
+    key       text NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
+    request   bytea NOT NULL,               -- SHA-256 of the request: a reuse must be the same call
+    response  jsonb,
+    created   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (app, key)
+);
+CREATE INDEX idempotency_keys_by_age ON lambdastore.idempotency_keys (created);
+
+-- True if the current role owns `app` or is a superuser; raises 42501
+-- otherwise, and 42704 if there is no such application.
+CREATE FUNCTION lambdastore._check_app_owner(app text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    owner name;
+BEGIN
+    SELECT a.owner INTO owner FROM lambdastore.applications a WHERE a.name = $1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'application "%" does not exist', $1 USING ERRCODE = '42704';
+    END IF;
+    IF owner <> current_user AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+        RAISE EXCEPTION 'application "%" belongs to role "%"', $1, owner USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+-- Creates an API key for `app` and returns it: this is the only time the
+-- key is shown. Creates the application (owned by the current role) if it
+-- does not exist yet, so that its first deploy can come over HTTP.
+CREATE FUNCTION lambdastore.create_api_key(app text, label text DEFAULT NULL)
+RETURNS TABLE (key_id bigint, api_key text)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    secret text := 'lsk_' || replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
+BEGIN
+    IF $1 IS NULL OR $1 !~ '^[A-Za-z_][A-Za-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'application name "%" must be 1-63 letters, digits, ''_'', ''.'' or ''-'', starting with a letter or ''_''', $1
+            USING ERRCODE = '42602';
+    END IF;
+    INSERT INTO lambdastore.applications (name) VALUES ($1) ON CONFLICT (name) DO NOTHING;
+    PERFORM lambdastore._check_app_owner($1);
+    RETURN QUERY
+        INSERT INTO lambdastore.api_keys AS k (app, label, sha256, prefix)
+        VALUES ($1, $2, sha256(convert_to(secret, 'UTF8')), left(secret, 12))
+        RETURNING k.key_id, secret;
+END
+$$;
+
+-- Revokes a key at once (the next request with it is refused); false if
+-- it was already revoked.
+CREATE FUNCTION lambdastore.revoke_api_key(key_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    key_app text;
+BEGIN
+    SELECT k.app INTO key_app FROM lambdastore.api_keys k WHERE k.key_id = $1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'API key % does not exist', $1 USING ERRCODE = '42704';
+    END IF;
+    PERFORM lambdastore._check_app_owner(key_app);
+    UPDATE lambdastore.api_keys k SET revoked = now() WHERE k.key_id = $1 AND k.revoked IS NULL;
+    RETURN FOUND;
+END
+$$;
+
+-- Forgets idempotency keys older than `older_than`; returns how many. The
+-- gateway calls it periodically (--idempotency-ttl).
+CREATE FUNCTION lambdastore.purge_idempotency_keys(older_than interval DEFAULT '24 hours') RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    WITH gone AS (DELETE FROM lambdastore.idempotency_keys WHERE created < now() - $1 RETURNING 1)
+    SELECT count(*) FROM gone
+$$;
+
+
+CREATE SCHEMA lambdastore_gateway;
+
+-- The application of a valid, unrevoked key; 28000 otherwise.
+CREATE FUNCTION lambdastore_gateway.authenticate(api_key text) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    app text;
+BEGIN
+    SELECT k.app INTO app FROM lambdastore.api_keys k
+     WHERE k.sha256 = sha256(convert_to($1, 'UTF8')) AND k.revoked IS NULL;
+    IF app IS NULL THEN
+        RAISE EXCEPTION 'invalid or revoked API key' USING ERRCODE = '28000';
+    END IF;
+    RETURN app;
+END
+$$;
+
+-- 42704 if the object does not exist, 42501 if it belongs to another application.
+CREATE FUNCTION lambdastore_gateway._check_object(app text, object_id bigint) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    object_app text;
+BEGIN
+    SELECT o.app INTO object_app FROM lambdastore.objects o WHERE o.object_id = $2;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'object % does not exist', $2 USING ERRCODE = '42704';
+    END IF;
+    IF object_app <> $1 THEN
+        RAISE EXCEPTION 'object % belongs to another application', $2 USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+-- Claims an idempotency key for `request`, or returns the response stored
+-- under it. NULL means "claimed: run the call, then _store its response".
+-- A concurrent claim of the same key waits here until the first commits
+-- (then reads its response) or rolls back (then claims the key itself).
+CREATE FUNCTION lambdastore_gateway._claim(app text, key text, request jsonb) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    fingerprint bytea := sha256(convert_to(request::text, 'UTF8'));
+    stored record;
+BEGIN
+    INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, $2, fingerprint)
+        ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT i.request, i.response INTO stored FROM lambdastore.idempotency_keys i WHERE i.app = $1 AND i.key = $2;
+    IF stored.request <> fingerprint THEN
+        RAISE EXCEPTION 'idempotency key "%" was already used for a different request', $2 USING ERRCODE = '23505';
+    END IF;
+    RETURN stored.response;
+END
+$$;
+
+CREATE FUNCTION lambdastore_gateway._store(app text, key text, response jsonb) RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    UPDATE lambdastore.idempotency_keys SET response = $3 WHERE app = $1 AND key = $2
+$$;
+
+-- Runs `call` (a statement returning one jsonb, with $1 the argument list)
+-- under an optional idempotency key: the response of an earlier identical
+-- request is returned instead of running it again (replayed = true).
+CREATE FUNCTION lambdastore_gateway._once(app text, key text, request jsonb, call text)
+RETURNS TABLE (result jsonb, replayed boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    stored jsonb;
+    response jsonb;
+BEGIN
+    IF $2 IS NOT NULL THEN
+        stored := lambdastore_gateway._claim($1, $2, $3);
+        IF stored IS NOT NULL THEN
+            RETURN QUERY SELECT stored, true;
+            RETURN;
+        END IF;
+    END IF;
+    EXECUTE $4 INTO response USING $3;
+    IF $2 IS NOT NULL THEN
+        PERFORM lambdastore_gateway._store($1, $2, response);
+    END IF;
+    RETURN QUERY SELECT response, false;
+END
+$$;
+
+-- Runs a method of one of the key's application's objects.
+CREATE FUNCTION lambdastore_gateway.invoke(api_key text, object_id bigint, method text, args jsonb,
+                                           idempotency_key text DEFAULT NULL)
+RETURNS TABLE (result jsonb, replayed boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    app text := lambdastore_gateway.authenticate($1);
+BEGIN
+    PERFORM lambdastore_gateway._check_object(app, $2);
+    IF $5 IS NULL THEN
+        -- The hot path: no key, no dynamic SQL.
+        RETURN QUERY SELECT @extschema@.lambda_invoke($2, $3, $4), false;
+    ELSE
+        RETURN QUERY SELECT * FROM lambdastore_gateway._once(app, $5, jsonb_build_array('invoke', $2, $3, $4),
+            'SELECT @extschema@.lambda_invoke(($1->>1)::bigint, $1->>2, $1->3)');
+    END IF;
+END
+$$;
+
+-- Creates an object of one of the application's types; result is its id.
+CREATE FUNCTION lambdastore_gateway.create_object(api_key text, app text, type_name text, args jsonb,
+                                                  idempotency_key text DEFAULT NULL)
+RETURNS TABLE (result jsonb, replayed boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore_gateway._check_app($1, $2);
+    RETURN QUERY SELECT * FROM lambdastore_gateway._once($2, $5, jsonb_build_array('create', $3, $4),
+        format('SELECT to_jsonb(lambdastore.create_object(%L, $1->>1, $1->2))', $2));
+END
+$$;
+
+-- Runs a static function of one of the application's types.
+CREATE FUNCTION lambdastore_gateway.invoke_static(api_key text, app text, type_name text, function text,
+                                                  args jsonb, idempotency_key text DEFAULT NULL)
+RETURNS TABLE (result jsonb, replayed boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore_gateway._check_app($1, $2);
+    RETURN QUERY SELECT * FROM lambdastore_gateway._once($2, $6, jsonb_build_array('static', $3, $4, $5),
+        format('SELECT lambdastore.invoke_static(%L, $1->>1, $1->>2, $1->3)', $2));
+END
+$$;
+
+-- 28000 unless the key is valid and 42501 unless it belongs to `app`.
+CREATE FUNCTION lambdastore_gateway._check_app(api_key text, app text) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF lambdastore_gateway.authenticate($1) IS DISTINCT FROM $2 THEN
+        RAISE EXCEPTION 'the API key does not belong to application "%"', $2 USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+-- Deploys a new version of the application's code.
+CREATE FUNCTION lambdastore_gateway.deploy(api_key text, app text, module bytea) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore_gateway._check_app($1, $2);
+    RETURN lambdastore.deploy($2, $3);
+END
+$$;
+
+-- Queues a job; the idempotency key is the job's own (lambdastore.submit).
+CREATE FUNCTION lambdastore_gateway.submit(api_key text, object_id bigint, method text, args jsonb,
+                                           idempotency_key text DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore_gateway._check_object(lambdastore_gateway.authenticate($1), $2);
+    RETURN lambdastore.submit($2, $3, $4, $5);
+END
+$$;
+
+-- A job of the key's application as JSON (lambdastore.job's columns).
+CREATE FUNCTION lambdastore_gateway.job(api_key text, job_id bigint) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore_gateway._check_job($1, $2);
+    RETURN (SELECT to_jsonb(j) FROM lambdastore.job($2) j);
+END
+$$;
+
+-- Waits up to `timeout_ms` for a job to finish, then returns it as job() does.
+CREATE FUNCTION lambdastore_gateway.wait(api_key text, job_id bigint, timeout_ms bigint) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore_gateway._check_job($1, $2);
+    RETURN (SELECT to_jsonb(j) FROM lambdastore.wait($2, make_interval(secs => greatest($3, 0) / 1000.0)) j);
+END
+$$;
+
+CREATE FUNCTION lambdastore_gateway._check_job(api_key text, job_id bigint) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    app text := lambdastore_gateway.authenticate($1);
+    job_app text;
+BEGIN
+    SELECT j.app INTO job_app FROM lambdastore.jobs j WHERE j.job_id = $2;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', $2 USING ERRCODE = '42704';
+    END IF;
+    IF job_app <> app THEN
+        RAISE EXCEPTION 'job % belongs to another application', $2 USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+-- For /readyz: the extension is installed and this role may use it.
+CREATE FUNCTION lambdastore_gateway.ready() RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT extversion FROM pg_extension WHERE extname = 'lambdastore'
+$$;
+
+CREATE FUNCTION lambdastore_gateway.purge_idempotency_keys(older_than interval) RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT lambdastore.purge_idempotency_keys($1)
+$$;
+
+-- Only roles granted it may call the gateway's functions (README:
+-- "Running the HTTP gateway" shows the role to create).
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway FROM PUBLIC;
