@@ -11,7 +11,7 @@ trap '"$cluster" stop test' EXIT
 log=$("$cluster" log test)
 started=$("$cluster" psql test -d postgres -Atc "SELECT pg_postmaster_start_time()")
 
-LAMBDASTORE_TEST_URL="$url" cargo test -p lambdastore-tests --no-fail-fast "$@"
+LAMBDASTORE_TEST_URL="$url" cargo test -p lambdastore-tests -p lambdastore-gateway --no-fail-fast "$@"
 status=$?
 
 # Checked whatever the tests said: a crash can hide behind a failing test.

@@ -99,11 +99,13 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 
-CREATE SCHEMA lambdastore_gateway;
+-- Helpers of the gateway's functions, in the lambdastore schema so that
+-- the gateway's role (which may only use lambdastore_gateway) cannot call
+-- them directly. They run with the privileges of the functions calling them.
 
 -- The application of a valid, unrevoked key; 28000 otherwise.
-CREATE FUNCTION lambdastore_gateway.authenticate(api_key text) RETURNS text
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION lambdastore._api_key_app(api_key text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     app text;
 BEGIN
@@ -116,28 +118,57 @@ BEGIN
 END
 $$;
 
--- 42704 if the object does not exist, 42501 if it belongs to another application.
-CREATE FUNCTION lambdastore_gateway._check_object(app text, object_id bigint) RETURNS void
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- 28000 unless the key is valid, 42501 unless it belongs to `app`.
+CREATE FUNCTION lambdastore._check_key_app(api_key text, app text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF lambdastore._api_key_app($1) IS DISTINCT FROM $2 THEN
+        RAISE EXCEPTION 'the API key does not belong to application "%"', $2 USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+-- The key's application, if the object exists (42704) and belongs to it (42501).
+CREATE FUNCTION lambdastore._check_key_object(api_key text, object_id bigint) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
+    app text := lambdastore._api_key_app($1);
     object_app text;
 BEGIN
     SELECT o.app INTO object_app FROM lambdastore.objects o WHERE o.object_id = $2;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'object % does not exist', $2 USING ERRCODE = '42704';
     END IF;
-    IF object_app <> $1 THEN
+    IF object_app <> app THEN
         RAISE EXCEPTION 'object % belongs to another application', $2 USING ERRCODE = '42501';
+    END IF;
+    RETURN app;
+END
+$$;
+
+-- Likewise for a job.
+CREATE FUNCTION lambdastore._check_key_job(api_key text, job_id bigint) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    app text := lambdastore._api_key_app($1);
+    job_app text;
+BEGIN
+    SELECT j.app INTO job_app FROM lambdastore.jobs j WHERE j.job_id = $2;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', $2 USING ERRCODE = '42704';
+    END IF;
+    IF job_app <> app THEN
+        RAISE EXCEPTION 'job % belongs to another application', $2 USING ERRCODE = '42501';
     END IF;
 END
 $$;
 
 -- Claims an idempotency key for `request`, or returns the response stored
--- under it. NULL means "claimed: run the call, then _store its response".
+-- under it. NULL means "claimed: make the call, then _store_response".
 -- A concurrent claim of the same key waits here until the first commits
 -- (then reads its response) or rolls back (then claims the key itself).
-CREATE FUNCTION lambdastore_gateway._claim(app text, key text, request jsonb) RETURNS jsonb
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION lambdastore._claim_idempotency_key(app text, key text, request jsonb) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     fingerprint bytea := sha256(convert_to(request::text, 'UTF8'));
     stored record;
@@ -155,35 +186,17 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION lambdastore_gateway._store(app text, key text, response jsonb) RETURNS void
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION lambdastore._store_response(app text, key text, response jsonb) RETURNS void
+LANGUAGE sql VOLATILE AS $$
     UPDATE lambdastore.idempotency_keys SET response = $3 WHERE app = $1 AND key = $2
 $$;
 
--- Runs `call` (a statement returning one jsonb, with $1 the argument list)
--- under an optional idempotency key: the response of an earlier identical
--- request is returned instead of running it again (replayed = true).
-CREATE FUNCTION lambdastore_gateway._once(app text, key text, request jsonb, call text)
-RETURNS TABLE (result jsonb, replayed boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    stored jsonb;
-    response jsonb;
-BEGIN
-    IF $2 IS NOT NULL THEN
-        stored := lambdastore_gateway._claim($1, $2, $3);
-        IF stored IS NOT NULL THEN
-            RETURN QUERY SELECT stored, true;
-            RETURN;
-        END IF;
-    END IF;
-    EXECUTE $4 INTO response USING $3;
-    IF $2 IS NOT NULL THEN
-        PERFORM lambdastore_gateway._store($1, $2, response);
-    END IF;
-    RETURN QUERY SELECT response, false;
-END
-$$;
+
+-- What the gateway's role may call. SECURITY DEFINER, with a fixed
+-- search_path; each function checks the key before anything else.
+-- Calls that take an idempotency key return (result, replayed): with a key
+-- already used for the same request, the stored result and true.
+CREATE SCHEMA lambdastore_gateway;
 
 -- Runs a method of one of the key's application's objects.
 CREATE FUNCTION lambdastore_gateway.invoke(api_key text, object_id bigint, method text, args jsonb,
@@ -191,16 +204,22 @@ CREATE FUNCTION lambdastore_gateway.invoke(api_key text, object_id bigint, metho
 RETURNS TABLE (result jsonb, replayed boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    app text := lambdastore_gateway.authenticate($1);
+    app text := lambdastore._check_key_object($1, $2);
+    stored jsonb;
 BEGIN
-    PERFORM lambdastore_gateway._check_object(app, $2);
-    IF $5 IS NULL THEN
-        -- The hot path: no key, no dynamic SQL.
-        RETURN QUERY SELECT @extschema@.lambda_invoke($2, $3, $4), false;
-    ELSE
-        RETURN QUERY SELECT * FROM lambdastore_gateway._once(app, $5, jsonb_build_array('invoke', $2, $3, $4),
-            'SELECT @extschema@.lambda_invoke(($1->>1)::bigint, $1->>2, $1->3)');
+    IF $5 IS NOT NULL THEN
+        stored := lambdastore._claim_idempotency_key(app, $5, jsonb_build_array('invoke', $2, $3, $4));
+        IF stored IS NOT NULL THEN
+            RETURN QUERY SELECT stored, true;
+            RETURN;
+        END IF;
     END IF;
+    result := @extschema@.lambda_invoke($2, $3, $4);
+    IF $5 IS NOT NULL THEN
+        PERFORM lambdastore._store_response(app, $5, result);
+    END IF;
+    replayed := false;
+    RETURN NEXT;
 END
 $$;
 
@@ -209,10 +228,23 @@ CREATE FUNCTION lambdastore_gateway.create_object(api_key text, app text, type_n
                                                   idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    stored jsonb;
 BEGIN
-    PERFORM lambdastore_gateway._check_app($1, $2);
-    RETURN QUERY SELECT * FROM lambdastore_gateway._once($2, $5, jsonb_build_array('create', $3, $4),
-        format('SELECT to_jsonb(lambdastore.create_object(%L, $1->>1, $1->2))', $2));
+    PERFORM lambdastore._check_key_app($1, $2);
+    IF $5 IS NOT NULL THEN
+        stored := lambdastore._claim_idempotency_key($2, $5, jsonb_build_array('create', $3, $4));
+        IF stored IS NOT NULL THEN
+            RETURN QUERY SELECT stored, true;
+            RETURN;
+        END IF;
+    END IF;
+    result := to_jsonb(lambdastore.create_object($2, $3, $4));
+    IF $5 IS NOT NULL THEN
+        PERFORM lambdastore._store_response($2, $5, result);
+    END IF;
+    replayed := false;
+    RETURN NEXT;
 END
 $$;
 
@@ -221,20 +253,23 @@ CREATE FUNCTION lambdastore_gateway.invoke_static(api_key text, app text, type_n
                                                   args jsonb, idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    stored jsonb;
 BEGIN
-    PERFORM lambdastore_gateway._check_app($1, $2);
-    RETURN QUERY SELECT * FROM lambdastore_gateway._once($2, $6, jsonb_build_array('static', $3, $4, $5),
-        format('SELECT lambdastore.invoke_static(%L, $1->>1, $1->>2, $1->3)', $2));
-END
-$$;
-
--- 28000 unless the key is valid and 42501 unless it belongs to `app`.
-CREATE FUNCTION lambdastore_gateway._check_app(api_key text, app text) RETURNS void
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF lambdastore_gateway.authenticate($1) IS DISTINCT FROM $2 THEN
-        RAISE EXCEPTION 'the API key does not belong to application "%"', $2 USING ERRCODE = '42501';
+    PERFORM lambdastore._check_key_app($1, $2);
+    IF $6 IS NOT NULL THEN
+        stored := lambdastore._claim_idempotency_key($2, $6, jsonb_build_array('static', $3, $4, $5));
+        IF stored IS NOT NULL THEN
+            RETURN QUERY SELECT stored, true;
+            RETURN;
+        END IF;
     END IF;
+    result := lambdastore.invoke_static($2, $3, $4, $5);
+    IF $6 IS NOT NULL THEN
+        PERFORM lambdastore._store_response($2, $6, result);
+    END IF;
+    replayed := false;
+    RETURN NEXT;
 END
 $$;
 
@@ -242,7 +277,7 @@ $$;
 CREATE FUNCTION lambdastore_gateway.deploy(api_key text, app text, module bytea) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM lambdastore_gateway._check_app($1, $2);
+    PERFORM lambdastore._check_key_app($1, $2);
     RETURN lambdastore.deploy($2, $3);
 END
 $$;
@@ -252,7 +287,7 @@ CREATE FUNCTION lambdastore_gateway.submit(api_key text, object_id bigint, metho
                                            idempotency_key text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM lambdastore_gateway._check_object(lambdastore_gateway.authenticate($1), $2);
+    PERFORM lambdastore._check_key_object($1, $2);
     RETURN lambdastore.submit($2, $3, $4, $5);
 END
 $$;
@@ -261,7 +296,7 @@ $$;
 CREATE FUNCTION lambdastore_gateway.job(api_key text, job_id bigint) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM lambdastore_gateway._check_job($1, $2);
+    PERFORM lambdastore._check_key_job($1, $2);
     RETURN (SELECT to_jsonb(j) FROM lambdastore.job($2) j);
 END
 $$;
@@ -270,28 +305,12 @@ $$;
 CREATE FUNCTION lambdastore_gateway.wait(api_key text, job_id bigint, timeout_ms bigint) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM lambdastore_gateway._check_job($1, $2);
+    PERFORM lambdastore._check_key_job($1, $2);
     RETURN (SELECT to_jsonb(j) FROM lambdastore.wait($2, make_interval(secs => greatest($3, 0) / 1000.0)) j);
 END
 $$;
 
-CREATE FUNCTION lambdastore_gateway._check_job(api_key text, job_id bigint) RETURNS void
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    app text := lambdastore_gateway.authenticate($1);
-    job_app text;
-BEGIN
-    SELECT j.app INTO job_app FROM lambdastore.jobs j WHERE j.job_id = $2;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'job % does not exist', $2 USING ERRCODE = '42704';
-    END IF;
-    IF job_app <> app THEN
-        RAISE EXCEPTION 'job % belongs to another application', $2 USING ERRCODE = '42501';
-    END IF;
-END
-$$;
-
--- For /readyz: the extension is installed and this role may use it.
+-- For /readyz: the extension's version (the role may use the gateway's functions).
 CREATE FUNCTION lambdastore_gateway.ready() RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT extversion FROM pg_extension WHERE extname = 'lambdastore'
@@ -302,6 +321,6 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
     SELECT lambdastore.purge_idempotency_keys($1)
 $$;
 
--- Only roles granted it may call the gateway's functions (README:
--- "Running the HTTP gateway" shows the role to create).
+-- Only roles granted it may call the gateway's functions (the README's
+-- "HTTP gateway" section shows the role to create).
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway FROM PUBLIC;

@@ -1,0 +1,414 @@
+//! The gateway over real HTTP, in front of a real PostgreSQL with the
+//! extension: every endpoint, every error mapping a request can reach,
+//! idempotent replay (also of concurrent duplicates and after the client
+//! went away), retries of serialization failures, API keys, limits and
+//! graceful shutdown.
+
+mod harness;
+
+use harness::*;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::time::Duration;
+
+#[test]
+fn deploy_create_invoke_and_static_over_http() {
+    let gw = Gateway::start();
+    let app = App::new("gw_tour");
+    let deploy = |bytes: Vec<u8>| {
+        gw.http
+            .put(gw.url(&format!("/v1/apps/{}/module", app.name)))
+            .bearer_auth(&app.key)
+            .header("content-type", "application/wasm")
+            .body(bytes)
+            .send()
+            .unwrap()
+    };
+    let first: Value = deploy(component("micro")).json().unwrap();
+    assert_eq!((first["version"].as_i64(), first["unchanged"].as_bool()), (Some(1), Some(false)), "{first}");
+    let again: Value = deploy(component("micro")).json().unwrap();
+    assert_eq!((again["version"].as_i64(), again["unchanged"].as_bool()), (Some(1), Some(true)));
+    let second: Value = deploy(component("counter")).json().unwrap();
+    assert_eq!(second["version"], 2);
+    assert_eq!(second["types"][0]["name"], "Counter");
+
+    let created = gw.post(&app.key, &format!("/v1/apps/{}/types/Counter/objects", app.name)).json(&json!({"initial": 40})).send().unwrap();
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap().to_string();
+    let id = created.json::<Value>().unwrap()["object_id"].as_i64().unwrap();
+    assert_eq!(location, format!("/v1/objects/{id}"));
+
+    let incremented = gw.invoke(&app.key, id, "increment", json!({}));
+    assert_eq!(incremented.headers()["lambdastore-retries"], "0");
+    assert!(incremented.headers().get("idempotent-replayed").is_none());
+    assert_eq!(result_of(incremented), json!(41));
+    // An empty body is `{}`; positional arguments are an array.
+    let empty = gw.post(&app.key, &format!("/v1/objects/{id}/methods/get")).send().unwrap();
+    assert_eq!(result_of(empty), json!(41));
+    assert_eq!(result_of(gw.invoke(&app.key, id, "add", json!([1]))), json!(42));
+    assert_eq!(counter_value(id), 42);
+
+    let micro = App::deployed("gw_static", "micro");
+    let version = gw.post(&micro.key, &format!("/v1/apps/{}/types/Bench/functions/version", micro.name)).send().unwrap();
+    assert_eq!(result_of(version), json!(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn submit_get_and_wait_for_jobs() {
+    let gw = Gateway::start();
+    let app = App::deployed("gw_jobs", "counter");
+    let id = app.create("Counter", json!({"initial": 1}));
+    let submitted = gw.post(&app.key, &format!("/v1/objects/{id}/methods/add/jobs")).json(&json!({"n": 9})).send().unwrap();
+    assert_eq!(submitted.status(), 202);
+    let location = submitted.headers()["location"].to_str().unwrap().to_string();
+    let job = submitted.json::<Value>().unwrap()["job_id"].as_i64().unwrap();
+    assert_eq!(location, format!("/v1/jobs/{job}"));
+
+    let waited: Value = gw.get(&app.key, &format!("/v1/jobs/{job}/wait?timeout_ms=20000")).send().unwrap().json().unwrap();
+    assert_eq!((waited["state"].as_str(), &waited["result"]), (Some("done"), &json!(10)), "{waited}");
+    let got: Value = gw.get(&app.key, &location).send().unwrap().json().unwrap();
+    assert_eq!(got, waited);
+    assert_eq!(counter_value(id), 10);
+
+    // The same Idempotency-Key is the same job.
+    let submit_once = || {
+        gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment/jobs")).header("Idempotency-Key", "job-1").send().unwrap().json::<Value>().unwrap()
+    };
+    assert_eq!(submit_once(), submit_once());
+
+    // A failing job reports its error and SQLSTATE.
+    let micro = App::deployed("gw_jobs_fail", "micro");
+    let bench = micro.create("Bench", json!({"entries": 1}));
+    let failing = gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/fail/jobs")).json(&json!({"message": "no"})).send().unwrap();
+    let failing = failing.json::<Value>().unwrap()["job_id"].as_i64().unwrap();
+    let failed: Value = gw.get(&micro.key, &format!("/v1/jobs/{failing}/wait")).send().unwrap().json().unwrap();
+    assert_eq!((failed["state"].as_str(), failed["sqlstate"].as_str()), (Some("failed"), Some("P0001")), "{failed}");
+
+    // Jobs of another application, unknown jobs, and waits past the limit.
+    assert_eq!(error_of(gw.get(&micro.key, &location).send().unwrap()).0, 403);
+    assert_eq!(error_of(gw.get(&app.key, "/v1/jobs/9223372036854775807").send().unwrap()).1, "undefined_object");
+    let too_long = error_of(gw.get(&app.key, &format!("{location}/wait?timeout_ms=99999999")).send().unwrap());
+    assert_eq!((too_long.0, too_long.1.as_str()), (400, "bad_request"));
+}
+
+/// Every SQLSTATE of the README's error table that an HTTP request can
+/// cause, with the status the README gives it; none leaves an effect.
+#[test]
+fn each_error_maps_to_its_status_and_changes_nothing() {
+    let gw = Gateway::start();
+    let micro = App::deployed("gw_errors", "micro");
+    let bench = micro.create("Bench", json!({"entries": 1}));
+    let other = App::deployed("gw_errors_other", "counter");
+    let counter = other.create("Counter", json!({}));
+    let entries = || sql().query_one("SELECT count(*) FROM lambdastore.entries WHERE object_id = $1", &[&bench]).unwrap().get::<_, i64>(0);
+    let before = entries();
+
+    let cases: Vec<(&str, reqwest::blocking::Response, u16, &str, Option<&str>)> = vec![
+        ("unknown object", gw.invoke(&micro.key, 9_000_000_000, "get", json!({})), 404, "undefined_object", Some("42704")),
+        ("unknown method", gw.invoke(&micro.key, bench, "nope", json!({})), 404, "undefined_function", Some("42883")),
+        ("unknown type", gw.post(&micro.key, &format!("/v1/apps/{}/types/Nope/objects", micro.name)).send().unwrap(), 404, "undefined_object", Some("42704")),
+        ("protected method", gw.invoke(&micro.key, bench, "secret", json!({})), 403, "insufficient_privilege", Some("42501")),
+        ("another app's object", gw.invoke(&micro.key, counter, "increment", json!({})), 403, "insufficient_privilege", Some("42501")),
+        ("bad arguments", gw.invoke(&micro.key, bench, "put", json!({"key": 1})), 400, "invalid_parameter_value", Some("22023")),
+        ("function error", gw.invoke(&micro.key, bench, "put_then_fail", json!({"key": "k", "value": "v"})), 422, "raise_exception", Some("P0001")),
+        ("trap", gw.invoke(&micro.key, bench, "panic", json!({})), 502, "external_routine_exception", Some("38000")),
+        ("memory limit", gw.invoke(&micro.key, bench, "alloc", json!({"bytes": 1u64 << 30})), 502, "out_of_memory", Some("53200")),
+        ("timeout", gw.invoke(&micro.key, bench, "spin", json!({})), 504, "query_canceled", Some("57014")),
+        ("result too large", gw.invoke(&micro.key, bench, "big_result", json!({"bytes": 2u64 << 20})), 413, "program_limit_exceeded", Some("54000")),
+        ("too deep", gw.invoke(&micro.key, bench, "deep", json!({"depth": 100})), 508, "statement_too_complex", Some("54001")),
+        ("invalid module", gw.http.put(gw.url(&format!("/v1/apps/{}/module", micro.name))).bearer_auth(&micro.key)
+            .header("content-type", "application/wasm").body(b"\0asm garbage".to_vec()).send().unwrap(), 422, "invalid_function_definition", Some("42P13")),
+        ("wrong key", gw.invoke("lsk_wrong", bench, "get", json!({})), 401, "invalid_authorization_specification", Some("28000")),
+        ("no key", gw.http.post(gw.url(&format!("/v1/objects/{bench}/methods/get"))).send().unwrap(), 401, "missing_api_key", None),
+        ("bad JSON", gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get")).header("content-type", "application/json").body("{").send().unwrap(), 400, "bad_request", None),
+        ("not JSON", gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get")).header("content-type", "text/plain").body("x").send().unwrap(), 415, "unsupported_media_type", None),
+        ("bad object id", gw.post(&micro.key, "/v1/objects/abc/methods/get").send().unwrap(), 400, "bad_request", None),
+        ("bad idempotency key", gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get")).header("Idempotency-Key", "has space").send().unwrap(), 400, "bad_request", None),
+        ("no such route", gw.get(&micro.key, "/v2/nothing").send().unwrap(), 404, "not_found", None),
+        ("wrong method", gw.http.delete(gw.url(&format!("/v1/objects/{bench}/methods/get"))).send().unwrap(), 405, "method_not_allowed", None),
+    ];
+    for (what, response, status, code, sqlstate) in cases {
+        let (got_status, got_code, got_sqlstate, message) = error_of(response);
+        assert_eq!((got_status, got_code.as_str(), got_sqlstate.as_deref()), (status, code, sqlstate), "{what}: {message}");
+        assert!(!message.is_empty(), "{what}");
+    }
+    assert_eq!(entries(), before, "a failed request left entries behind");
+    assert_eq!(counter_value(counter), 0, "another application's object was changed");
+}
+
+#[test]
+fn api_keys_are_refused_when_revoked_and_only_reach_their_application() {
+    let gw = Gateway::start();
+    let a = App::deployed("gw_auth_a", "counter");
+    let b = App::deployed("gw_auth_b", "counter");
+    let counter_a = a.create("Counter", json!({}));
+    let counter_b = b.create("Counter", json!({}));
+
+    let refused = gw.http.post(gw.url(&format!("/v1/objects/{counter_a}/methods/get"))).send().unwrap();
+    assert_eq!(refused.headers()["www-authenticate"], "Bearer");
+    assert_eq!(error_of(refused).0, 401);
+
+    // b's key on a's objects, types, code and jobs.
+    assert_eq!(error_of(gw.invoke(&b.key, counter_a, "increment", json!({}))).0, 403);
+    assert_eq!(error_of(gw.post(&b.key, &format!("/v1/objects/{counter_a}/methods/increment/jobs")).send().unwrap()).0, 403);
+    assert_eq!(error_of(gw.post(&b.key, &format!("/v1/apps/{}/types/Counter/objects", a.name)).send().unwrap()).0, 403);
+    let overwrite = gw.http.put(gw.url(&format!("/v1/apps/{}/module", a.name))).bearer_auth(&b.key)
+        .header("content-type", "application/wasm").body(component("micro")).send().unwrap();
+    assert_eq!(error_of(overwrite).0, 403);
+    assert_eq!(counter_value(counter_a), 0);
+    let versions: i64 = sql().query_one("SELECT count(*) FROM lambdastore.modules WHERE app = $1", &[&a.name]).unwrap().get(0);
+    assert_eq!(versions, 1, "b's key deployed over a");
+    assert_eq!(result_of(gw.invoke(&b.key, counter_b, "increment", json!({}))), json!(1));
+
+    // The key is stored hashed, and a revoked key is refused at once.
+    let stored: i64 = sql().query_one("SELECT count(*) FROM lambdastore.api_keys WHERE sha256 = convert_to($1, 'UTF8') OR prefix = $1", &[&a.key]).unwrap().get(0);
+    assert_eq!(stored, 0, "the key itself is not stored");
+    assert!(sql().query_one("SELECT lambdastore.revoke_api_key($1)", &[&a.key_id]).unwrap().get::<_, bool>(0));
+    let (status, code, _, _) = error_of(gw.invoke(&a.key, counter_a, "get", json!({})));
+    assert_eq!((status, code.as_str()), (401, "invalid_authorization_specification"));
+}
+
+#[test]
+fn the_gateway_role_can_only_execute_the_gateway_functions() {
+    let app = App::deployed("gw_role", "counter");
+    let id = app.create("Counter", json!({}));
+    let mut gateway_role = postgres::Client::connect(&url_as(ROLE), postgres::NoTls).unwrap();
+    for statement in [
+        "SELECT * FROM lambdastore.api_keys".to_string(),
+        "SELECT * FROM lambdastore.entries".to_string(),
+        format!("SELECT lambda_invoke({id}, 'increment')"),
+        format!("SELECT lambdastore.submit({id}, 'increment')"),
+        "SELECT lambdastore.create_api_key('gw_role_stolen')".to_string(),
+        "SELECT lambdastore._store_response('x', 'y', '1')".to_string(),
+    ] {
+        let err = gateway_role.batch_execute(&statement).expect_err(&statement);
+        assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{statement}: {err}");
+    }
+    assert_eq!(counter_value(id), 0);
+
+    // A gateway whose role has no grants is not ready.
+    let mut admin = sql();
+    admin.batch_execute("DO $$ BEGIN CREATE ROLE lambdastore_gateway_nogrant LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$").unwrap();
+    let unready = Gateway::start_with("lambdastore_gateway_nogrant", &[]);
+    assert_eq!(error_of(unready.http.get(unready.url("/readyz")).send().unwrap()).0, 503);
+}
+
+#[test]
+fn an_idempotency_key_replays_the_stored_response() {
+    let gw = Gateway::start();
+    let app = App::deployed("gw_idem", "counter");
+    let id = app.create("Counter", json!({}));
+    let call = |key: &str, method: &str| gw.post(&app.key, &format!("/v1/objects/{id}/methods/{method}")).header("Idempotency-Key", key).send().unwrap();
+
+    let first = call("k1", "increment");
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    assert_eq!(result_of(first), json!(1));
+    let replay = call("k1", "increment");
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(result_of(replay), json!(1));
+    assert_eq!(counter_value(id), 1, "the replay ran the call again");
+
+    let (status, code, sqlstate, _) = error_of(call("k1", "add"));
+    assert_eq!((status, code.as_str(), sqlstate.as_deref()), (409, "unique_violation", Some("23505")));
+    // A failed call stores nothing: the key can be used again.
+    let micro = App::deployed("gw_idem_fail", "micro");
+    let bench = micro.create("Bench", json!({"entries": 1}));
+    let put_then_fail = || gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/put_then_fail")).header("Idempotency-Key", "f")
+        .json(&json!({"key": "k", "value": "v"})).send().unwrap();
+    assert_eq!(error_of(put_then_fail()).0, 422);
+    assert_eq!(error_of(put_then_fail()).0, 422);
+
+    // Creating an object with a key creates it once.
+    let create = || gw.post(&app.key, &format!("/v1/apps/{}/types/Counter/objects", app.name)).header("Idempotency-Key", "c1").send().unwrap();
+    let (a, b) = (create(), create());
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (201, 201));
+    assert_eq!(b.headers()["idempotent-replayed"], "true");
+    assert_eq!(a.json::<Value>().unwrap(), b.json::<Value>().unwrap());
+    // Keys are per application.
+    let other = App::deployed("gw_idem_other", "counter");
+    let other_id = other.create("Counter", json!({}));
+    let theirs = gw.post(&other.key, &format!("/v1/objects/{other_id}/methods/increment")).header("Idempotency-Key", "k1").send().unwrap();
+    assert!(theirs.headers().get("idempotent-replayed").is_none());
+}
+
+#[test]
+fn concurrent_duplicates_run_once_and_all_get_the_same_response() {
+    let gw = Gateway::start();
+    let app = App::deployed("gw_dupes", "counter");
+    let id = app.create("Counter", json!({}));
+    for round in 0..5 {
+        let key = format!("dupe-{round}");
+        let responses: Vec<(Value, bool)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        let response = gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).header("Idempotency-Key", &key).send().unwrap();
+                        let replayed = response.headers().contains_key("idempotent-replayed");
+                        (result_of(response), replayed)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(responses.iter().all(|(r, _)| *r == json!(round + 1)), "round {round}: {responses:?}");
+        assert_eq!(responses.iter().filter(|(_, replayed)| !replayed).count(), 1, "round {round}: {responses:?}");
+        assert_eq!(counter_value(id), round + 1, "round {round} ran more than once");
+    }
+}
+
+/// The first attempt's client disconnects while its call waits in the
+/// database; the call still commits with its stored response, and the
+/// client's retry gets that response instead of running again.
+#[test]
+fn a_retry_after_the_client_went_away_gets_the_first_attempts_response() {
+    let gw = Gateway::start();
+    let app = App::deployed("gw_gone", "counter");
+    let id = app.create("Counter", json!({"initial": 5}));
+
+    // Hold the key's claim in an open transaction, so the first attempt blocks on it.
+    let mut holder = sql();
+    let mut txn = holder.transaction().unwrap();
+    txn.execute("INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, 'gone', 'x')", &[&app.name]).unwrap();
+
+    let address = gw.base.trim_start_matches("http://").to_string();
+    let mut first = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        first,
+        "POST /v1/objects/{id}/methods/increment HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nIdempotency-Key: gone\r\nContent-Length: 0\r\n\r\n",
+        app.key
+    )
+    .unwrap();
+    eventually("the first attempt waits on the claim", || {
+        sql().query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", &[&ROLE]).unwrap().get::<_, i64>(0) >= 1
+    });
+    first.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(first);
+    txn.rollback().unwrap(); // the first attempt now claims the key and runs
+
+    let retry = gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).header("Idempotency-Key", "gone").send().unwrap();
+    assert_eq!(retry.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap()), Some("true"), "the retry ran the call itself");
+    assert_eq!(result_of(retry), json!(6));
+    assert_eq!(counter_value(id), 6);
+}
+
+/// An entry set held by an open SQL transaction makes the HTTP call fail
+/// validation with 40001; the gateway retries until the holder commits.
+#[test]
+fn serialization_failures_are_retried_and_counted() {
+    let gw = Gateway::start_with(ROLE, &["--max-retries", "1000", "--retry-max-backoff", "20ms"]);
+    let app = App::deployed("gw_retry", "counter");
+    let id = app.create("Counter", json!({}));
+    let mut holder = sql();
+    let mut txn = holder.transaction().unwrap();
+    txn.execute("SELECT lambda_invoke($1, 'increment')", &[&id]).unwrap();
+
+    let (response, retries) = std::thread::scope(|s| {
+        let call = s.spawn(|| gw.invoke(&app.key, id, "increment", json!({})));
+        eventually("the gateway retried a serialization failure", || {
+            gw.metric("lambdastore_gateway_retries_total", &["sqlstate=\"40001\""]) >= 1.0
+        });
+        txn.commit().unwrap();
+        let response = call.join().unwrap();
+        let retries: u32 = response.headers()["lambdastore-retries"].to_str().unwrap().parse().unwrap();
+        (response, retries)
+    });
+    assert!(retries >= 1);
+    assert_eq!(result_of(response), json!(2));
+    assert_eq!(gw.metric("lambdastore_gateway_retries_total", &["route=\"invoke\""]) as u32, retries);
+
+    // Without retries the client sees the conflict as 409, and nothing changed.
+    let impatient = Gateway::start_with(ROLE, &["--max-retries", "0"]);
+    let mut txn = holder.transaction().unwrap();
+    txn.execute("SELECT lambda_invoke($1, 'increment')", &[&id]).unwrap();
+    let (status, code, sqlstate, _) = error_of(impatient.invoke(&app.key, id, "increment", json!({})));
+    assert_eq!((status, code.as_str(), sqlstate.as_deref()), (409, "serialization_failure", Some("40001")));
+    txn.rollback().unwrap();
+    assert_eq!(counter_value(id), 2);
+}
+
+#[test]
+fn body_size_and_request_time_are_limited() {
+    let gw = Gateway::start_with(ROLE, &["--max-body-bytes", "1024", "--request-timeout", "400ms"]);
+    let app = App::deployed("gw_limits", "micro");
+    let bench = app.create("Bench", json!({"entries": 1}));
+    let big = json!({"key": "k", "value": "x".repeat(4096)});
+    let (status, code, _, _) = error_of(gw.invoke(&app.key, bench, "put", big));
+    assert_eq!((status, code.as_str()), (413, "payload_too_large"));
+    // spin runs until the connection's statement_timeout (the request
+    // timeout, shorter than lambdastore.timeout) stops it.
+    let started = std::time::Instant::now();
+    let (status, _, _, _) = error_of(gw.invoke(&app.key, bench, "spin", json!({})));
+    assert_eq!(status, 504);
+    assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
+    // The connection serves the next request.
+    assert_eq!(result_of(gw.invoke(&app.key, bench, "get", json!({"key": "nothing"}))), Value::Null);
+}
+
+#[test]
+fn health_readiness_metrics_and_the_openapi_document() {
+    let gw = Gateway::start();
+    assert_eq!(gw.http.get(gw.url("/healthz")).send().unwrap().status(), 200);
+    let ready: Value = gw.http.get(gw.url("/readyz")).send().unwrap().json().unwrap();
+    assert_eq!(ready["status"], "ready");
+    let version: String = sql().query_one("SELECT extversion FROM pg_extension WHERE extname = 'lambdastore'", &[]).unwrap().get(0);
+    assert_eq!(ready["extension"], version);
+
+    let app = App::deployed("gw_metrics", "counter");
+    let id = app.create("Counter", json!({}));
+    for _ in 0..3 {
+        result_of(gw.invoke(&app.key, id, "increment", json!({})));
+    }
+    error_of(gw.invoke(&app.key, id, "nope", json!({})));
+    let route = "route=\"/v1/objects/{object_id}/methods/{method}\"";
+    assert_eq!(gw.metric("lambdastore_gateway_requests_total", &[route, "status=\"200\""]), 3.0);
+    assert_eq!(gw.metric("lambdastore_gateway_requests_total", &[route, "status=\"404\""]), 1.0);
+    assert_eq!(gw.metric("lambdastore_gateway_request_duration_seconds_count", &[route]), 4.0);
+    assert!(gw.metric("lambdastore_gateway_request_duration_seconds_bucket", &[route, "le=\"+Inf\""]) == 4.0);
+    assert!(gw.metric("lambdastore_gateway_pool_connections", &["state=\"open\""]) >= 1.0);
+    assert_eq!(gw.metric("lambdastore_gateway_pool_connections_max", &[]), 8.0);
+
+    let doc: Value = gw.http.get(gw.url("/openapi.json")).send().unwrap().json().unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    for (path, method) in [
+        ("/v1/apps/{app}/module", "put"),
+        ("/v1/apps/{app}/types/{type_name}/objects", "post"),
+        ("/v1/apps/{app}/types/{type_name}/functions/{function}", "post"),
+        ("/v1/objects/{object_id}/methods/{method}", "post"),
+        ("/v1/objects/{object_id}/methods/{method}/jobs", "post"),
+        ("/v1/jobs/{job_id}", "get"),
+        ("/v1/jobs/{job_id}/wait", "get"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/metrics", "get"),
+    ] {
+        assert!(doc["paths"][path][method].is_object(), "{method} {path} is not documented");
+    }
+}
+
+/// SIGTERM stops accepting connections at once but lets a request already
+/// running finish and answer.
+#[test]
+fn shutdown_drains_in_flight_requests() {
+    let mut gw = Gateway::start();
+    let app = App::deployed("gw_drain", "counter");
+    let id = app.create("Counter", json!({}));
+    let mut holder = sql();
+    let mut txn = holder.transaction().unwrap();
+    txn.execute("INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, 'drain', 'x')", &[&app.name]).unwrap();
+
+    std::thread::scope(|s| {
+        let in_flight = s.spawn(|| gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).header("Idempotency-Key", "drain").send());
+        eventually("the request waits in the database", || {
+            sql().query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", &[&ROLE]).unwrap().get::<_, i64>(0) >= 1
+        });
+        let pid = gw.child.id().to_string();
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let address = gw.base.trim_start_matches("http://").to_string();
+        eventually("the gateway stops accepting connections", || std::net::TcpStream::connect(&address).is_err());
+        txn.rollback().unwrap();
+        let response = in_flight.join().unwrap().expect("the in-flight request was answered");
+        assert_eq!(result_of(response), json!(1));
+    });
+    let status = gw.child.wait().unwrap();
+    assert!(status.success(), "the gateway exited with {status}");
+}
