@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests: a fresh project-owned cluster with the installed
-# extension, the Rust tests in tests/ against it, and a final check that
+# extension, the Rust tests in tests/ and the gateway's HTTP tests in
+# gateway/tests/ against it, and a final check that
 # no backend crashed and the server never restarted during the run.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

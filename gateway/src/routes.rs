@@ -75,8 +75,8 @@ pub struct Deployed {
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct WaitParams {
-    /// How long to wait, in milliseconds (default 30000, at most the
-    /// gateway's request timeout less one second).
+    /// How long to wait, in milliseconds: at most the gateway's request
+    /// timeout less one second, which is also the default if under 30000.
     #[param(minimum = 0)]
     pub timeout_ms: Option<u64>,
 }
@@ -120,7 +120,8 @@ fn from_db_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiEr
     params(
         ("object_id" = i64, Path, description = "The object"),
         ("method" = String, Path, description = "A public method of the object's type"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first attempt's response instead of running again (per application, kept for --idempotency-ttl)"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first attempt's response instead of running again (per application, kept for --idempotency-ttl)",
+            min_length = 1, max_length = 255, pattern = "^[!-~]+$"),
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments (an object by parameter name, or an array); empty means {}"),
     responses((status = 200, description = "The method's result", body = CallResult,
@@ -154,7 +155,8 @@ pub async fn invoke(
         ("app" = String, Path, description = "The application (the API key's)"),
         ("type_name" = String, Path),
         ("function" = String, Path, description = "A static function of the type"),
-        ("Idempotency-Key" = Option<String>, Header, description = "As for methods"),
+        ("Idempotency-Key" = Option<String>, Header, description = "As for methods",
+            min_length = 1, max_length = 255, pattern = "^[!-~]+$"),
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The function's arguments; empty means {}"),
     responses((status = 200, description = "The function's result", body = CallResult,
@@ -186,7 +188,8 @@ pub async fn invoke_static(
     params(
         ("app" = String, Path, description = "The application (the API key's)"),
         ("type_name" = String, Path),
-        ("Idempotency-Key" = Option<String>, Header, description = "A retry returns the object the first attempt created"),
+        ("Idempotency-Key" = Option<String>, Header, description = "A retry returns the object the first attempt created",
+            min_length = 1, max_length = 255, pattern = "^[!-~]+$"),
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The constructor's arguments; empty means {}"),
     responses((status = 201, description = "Created", body = CreatedObject,
@@ -226,7 +229,7 @@ fn location(kind: &str, id: i64) -> HeaderValue {
 #[utoipa::path(
     put, path = "/v1/apps/{app}/module", tag = "apps",
     params(("app" = String, Path, description = "The application (the API key's)")),
-    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The component's bytes"),
+    request_body(content(("application/wasm"), ("application/octet-stream")), description = "The component's bytes"),
     responses((status = 200, description = "Deployed", body = Deployed)),
     security(("api_key" = []))
 )]
@@ -247,7 +250,8 @@ pub async fn deploy(
     params(
         ("object_id" = i64, Path),
         ("method" = String, Path),
-        ("Idempotency-Key" = Option<String>, Header, description = "The same key returns the same job (per application); a different call with it is 409"),
+        ("Idempotency-Key" = Option<String>, Header, description = "The same key returns the same job (per application); a different call with it is 409",
+            min_length = 1, max_length = 255, pattern = "^[!-~]+$"),
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments; empty means {}"),
     responses((status = 202, description = "Queued", body = SubmittedJob,
@@ -303,7 +307,7 @@ pub async fn wait(
     QueryParams(params): QueryParams<WaitParams>,
 ) -> Result<Json<Job>, ApiError> {
     let max = state.config.max_wait();
-    let timeout = Duration::from_millis(params.timeout_ms.unwrap_or(30_000));
+    let timeout = params.timeout_ms.map_or(max.min(Duration::from_secs(30)), Duration::from_millis);
     if timeout > max {
         return Err(ApiError::bad_request(format!("timeout_ms may be at most {} on this gateway", max.as_millis())));
     }
