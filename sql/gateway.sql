@@ -118,13 +118,14 @@ BEGIN
 END
 $$;
 
--- 28000 unless the key is valid, 42501 unless it belongs to `app`.
-CREATE FUNCTION lambdastore._check_key_app(api_key text, app text) RETURNS void
+-- `app`, if the key is valid (28000) and belongs to it (42501).
+CREATE FUNCTION lambdastore._check_key_app(api_key text, app text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF lambdastore._api_key_app($1) IS DISTINCT FROM $2 THEN
         RAISE EXCEPTION 'the API key does not belong to application "%"', $2 USING ERRCODE = '42501';
     END IF;
+    RETURN $2;
 END
 $$;
 
@@ -164,7 +165,7 @@ END
 $$;
 
 -- Claims an idempotency key for `request`, or returns the response stored
--- under it. NULL means "claimed: make the call, then _store_response".
+-- under it. NULL means "claimed: make the call and store its response" (_call).
 -- A concurrent claim of the same key waits here until the first commits
 -- (then reads its response) or rolls back (then claims the key itself).
 CREATE FUNCTION lambdastore._claim_idempotency_key(app text, key text, request jsonb) RETURNS jsonb
@@ -186,9 +187,34 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION lambdastore._store_response(app text, key text, response jsonb) RETURNS void
-LANGUAGE sql VOLATILE AS $$
-    UPDATE lambdastore.idempotency_keys SET response = $3 WHERE app = $1 AND key = $2
+-- Makes the call `request` describes (['invoke', object, method, args],
+-- ['create', type, args] or ['static', type, function, args]) for `app`.
+-- With an idempotency key, the key is claimed first and the response
+-- stored after, in this transaction; an earlier identical request's stored
+-- response is returned instead (replayed).
+CREATE FUNCTION lambdastore._call(app text, idempotency_key text, request jsonb)
+RETURNS TABLE (result jsonb, replayed boolean)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF $2 IS NOT NULL THEN
+        result := lambdastore._claim_idempotency_key($1, $2, $3);
+        IF result IS NOT NULL THEN
+            replayed := true;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    result := CASE $3->>0
+        WHEN 'invoke' THEN @extschema@.lambda_invoke(($3->>1)::bigint, $3->>2, $3->3)
+        WHEN 'create' THEN to_jsonb(lambdastore.create_object($1, $3->>1, $3->2))
+        WHEN 'static' THEN lambdastore.invoke_static($1, $3->>1, $3->>2, $3->3)
+    END;
+    IF $2 IS NOT NULL THEN
+        UPDATE lambdastore.idempotency_keys i SET response = result WHERE i.app = $1 AND i.key = $2;
+    END IF;
+    replayed := false;
+    RETURN NEXT;
+END
 $$;
 
 
@@ -202,75 +228,24 @@ CREATE SCHEMA lambdastore_gateway;
 CREATE FUNCTION lambdastore_gateway.invoke(api_key text, object_id bigint, method text, args jsonb,
                                            idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    app text := lambdastore._check_key_object($1, $2);
-    stored jsonb;
-BEGIN
-    IF $5 IS NOT NULL THEN
-        stored := lambdastore._claim_idempotency_key(app, $5, jsonb_build_array('invoke', $2, $3, $4));
-        IF stored IS NOT NULL THEN
-            RETURN QUERY SELECT stored, true;
-            RETURN;
-        END IF;
-    END IF;
-    result := @extschema@.lambda_invoke($2, $3, $4);
-    IF $5 IS NOT NULL THEN
-        PERFORM lambdastore._store_response(app, $5, result);
-    END IF;
-    replayed := false;
-    RETURN NEXT;
-END
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT * FROM lambdastore._call(lambdastore._check_key_object($1, $2), $5, jsonb_build_array('invoke', $2, $3, $4))
 $$;
 
 -- Creates an object of one of the application's types; result is its id.
 CREATE FUNCTION lambdastore_gateway.create_object(api_key text, app text, type_name text, args jsonb,
                                                   idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    stored jsonb;
-BEGIN
-    PERFORM lambdastore._check_key_app($1, $2);
-    IF $5 IS NOT NULL THEN
-        stored := lambdastore._claim_idempotency_key($2, $5, jsonb_build_array('create', $3, $4));
-        IF stored IS NOT NULL THEN
-            RETURN QUERY SELECT stored, true;
-            RETURN;
-        END IF;
-    END IF;
-    result := to_jsonb(lambdastore.create_object($2, $3, $4));
-    IF $5 IS NOT NULL THEN
-        PERFORM lambdastore._store_response($2, $5, result);
-    END IF;
-    replayed := false;
-    RETURN NEXT;
-END
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT * FROM lambdastore._call(lambdastore._check_key_app($1, $2), $5, jsonb_build_array('create', $3, $4))
 $$;
 
 -- Runs a static function of one of the application's types.
 CREATE FUNCTION lambdastore_gateway.invoke_static(api_key text, app text, type_name text, function text,
                                                   args jsonb, idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    stored jsonb;
-BEGIN
-    PERFORM lambdastore._check_key_app($1, $2);
-    IF $6 IS NOT NULL THEN
-        stored := lambdastore._claim_idempotency_key($2, $6, jsonb_build_array('static', $3, $4, $5));
-        IF stored IS NOT NULL THEN
-            RETURN QUERY SELECT stored, true;
-            RETURN;
-        END IF;
-    END IF;
-    result := lambdastore.invoke_static($2, $3, $4, $5);
-    IF $6 IS NOT NULL THEN
-        PERFORM lambdastore._store_response($2, $6, result);
-    END IF;
-    replayed := false;
-    RETURN NEXT;
-END
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT * FROM lambdastore._call(lambdastore._check_key_app($1, $2), $6, jsonb_build_array('static', $3, $4, $5))
 $$;
 
 -- Deploys a new version of the application's code.

@@ -179,7 +179,7 @@ fn the_gateway_role_can_only_execute_the_gateway_functions() {
         format!("SELECT lambda_invoke({id}, 'increment')"),
         format!("SELECT lambdastore.submit({id}, 'increment')"),
         "SELECT lambdastore.create_api_key('gw_role_stolen')".to_string(),
-        "SELECT lambdastore._store_response('x', 'y', '1')".to_string(),
+        "SELECT * FROM lambdastore._call('x', 'y', '[\"invoke\", 1, \"get\", {}]')".to_string(),
     ] {
         let err = gateway_role.batch_execute(&statement).expect_err(&statement);
         assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{statement}: {err}");
