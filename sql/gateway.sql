@@ -129,39 +129,33 @@ BEGIN
 END
 $$;
 
--- The key's application, if the object exists (42704) and belongs to it (42501).
-CREATE FUNCTION lambdastore._check_key_object(api_key text, object_id bigint) RETURNS text
+-- The key's application, if `owner` (the application of the object or job
+-- that `what` names) exists (42704) and is the key's (42501).
+CREATE FUNCTION lambdastore._check_key_owns(api_key text, what text, owner text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     app text := lambdastore._api_key_app($1);
-    object_app text;
 BEGIN
-    SELECT o.app INTO object_app FROM lambdastore.objects o WHERE o.object_id = $2;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'object % does not exist', $2 USING ERRCODE = '42704';
+    IF owner IS NULL THEN
+        RAISE EXCEPTION '% does not exist', what USING ERRCODE = '42704';
     END IF;
-    IF object_app <> app THEN
-        RAISE EXCEPTION 'object % belongs to another application', $2 USING ERRCODE = '42501';
+    IF owner <> app THEN
+        RAISE EXCEPTION '% belongs to another application', what USING ERRCODE = '42501';
     END IF;
     RETURN app;
 END
 $$;
 
--- Likewise for a job.
-CREATE FUNCTION lambdastore._check_key_job(api_key text, job_id bigint) RETURNS void
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    app text := lambdastore._api_key_app($1);
-    job_app text;
-BEGIN
-    SELECT j.app INTO job_app FROM lambdastore.jobs j WHERE j.job_id = $2;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'job % does not exist', $2 USING ERRCODE = '42704';
-    END IF;
-    IF job_app <> app THEN
-        RAISE EXCEPTION 'job % belongs to another application', $2 USING ERRCODE = '42501';
-    END IF;
-END
+CREATE FUNCTION lambdastore._check_key_object(api_key text, object_id bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT lambdastore._check_key_owns($1, format('object %s', $2),
+                                      (SELECT o.app FROM lambdastore.objects o WHERE o.object_id = $2))
+$$;
+
+CREATE FUNCTION lambdastore._check_key_job(api_key text, job_id bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT lambdastore._check_key_owns($1, format('job %s', $2),
+                                      (SELECT j.app FROM lambdastore.jobs j WHERE j.job_id = $2))
 $$;
 
 -- Claims an idempotency key for `request`, or returns the response stored
