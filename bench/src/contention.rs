@@ -129,7 +129,7 @@ fn drive(url: &str, object: i64, config: &Config, clients: usize, seconds: u64, 
 }
 
 /// splitmix64: the drivers' own deterministic key choice.
-fn next(state: &mut u64) -> u64 {
+pub(crate) fn next(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -1,6 +1,7 @@
 //! Workload drivers. `foundation` measures what a single call costs:
 //! warm latency of `lambda_invoke`, cold start in a new connection, and how
-//! far past its deadline a runaway lambda is stopped.
+//! far past its deadline a runaway lambda is stopped. `http` loads the HTTP
+//! gateway and compares it with the same calls over SQL.
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod contention;
+mod http;
 mod jobs;
 
 #[derive(Parser)]
@@ -67,6 +69,27 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         latency_samples: u64,
     },
+    /// The HTTP gateway under a closed-loop load of counter.get and
+    /// counter.increment, side by side with the same calls over SQL.
+    /// Deploys `counter` and creates its objects through --url.
+    Http {
+        /// The gateway's base URL, e.g. http://127.0.0.1:8080.
+        #[arg(long)]
+        gateway: String,
+        /// An API key of the application `counter`
+        /// (SELECT api_key FROM lambdastore.create_api_key('counter')).
+        #[arg(long, env = "LAMBDASTORE_API_KEY", hide_env_values = true)]
+        key: String,
+        /// Concurrent connections, for the gateway and for SQL alike.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// Measured time per row.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Unmeasured time before it, per row.
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        warmup: Duration,
+    },
 }
 
 fn main() -> Result<()> {
@@ -75,6 +98,9 @@ fn main() -> Result<()> {
         Command::Foundation { calls, connections, spins } => foundation(&cli.url, &cli.lambdas, calls, connections, spins),
         Command::Contention { clients, seconds, entries } => contention::run(&cli.url, &cli.lambdas, clients, seconds, entries),
         Command::Jobs { jobs, objects, latency_samples } => jobs::run(&cli.url, &cli.lambdas, jobs, objects, latency_samples),
+        Command::Http { gateway, key, connections, duration, warmup } => {
+            http::run(&cli.url, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
+        }
     }
 }
 
