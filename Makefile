@@ -34,6 +34,10 @@ test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL
 test-faults: lambdas ## Only the tests that kill and restart the server (a cluster of their own)
 	scripts/faults.sh
 
+.PHONY: check-api
+check-api: lambdas ## Run schemathesis (all checks) against a live gateway's /openapi.json (its own cluster)
+	scripts/check-api.sh
+
 .PHONY: test
 test: lambdas install test-sdk test-e2e ## Everything CI runs
 

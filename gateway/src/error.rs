@@ -43,6 +43,8 @@ pub const SQLSTATES: &[(&str, u16, &str)] = &[
     ("42883", 404, "undefined_function"),
     ("22023", 400, "invalid_parameter_value"),
     ("22P02", 400, "invalid_text_representation"),
+    ("22P05", 400, "untranslatable_character"),
+    ("22021", 400, "character_not_in_repertoire"),
     ("42602", 400, "invalid_name"),
     ("23514", 400, "check_violation"),
     ("23505", 409, "unique_violation"),

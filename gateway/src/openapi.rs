@@ -3,12 +3,16 @@
 //! responses the gateway can give, all with the one error shape.
 
 use crate::error::{ErrorBody, SQLSTATES};
+use crate::extract::MAX_NUMBER;
 use crate::routes;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
-use utoipa::openapi::path::Operation;
+use std::time::Duration;
+use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::schema::{Schema, SchemaType, Type};
+use utoipa::openapi::RefOr;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, ResponseBuilder};
+use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, Required, ResponseBuilder};
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]
@@ -62,37 +66,125 @@ fn operations(doc: &mut Document) -> impl Iterator<Item = (&String, &mut Operati
     })
 }
 
-pub fn document() -> &'static Document {
-    static DOCUMENT: OnceLock<Document> = OnceLock::new();
-    DOCUMENT.get_or_init(|| {
-        let mut doc = ApiDoc::openapi();
-        let components = doc.components.get_or_insert_with(Default::default);
-        components.add_security_scheme("api_key", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
-        let statuses = error_statuses();
-        let mut responses = BTreeMap::new();
-        for status in &statuses {
-            let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
-            responses.insert(
-                format!("Error{status}"),
-                ResponseBuilder::new().description(describe(*status)).content("application/json", content).build(),
-            );
-        }
-        components.responses.extend(responses.into_iter().map(|(k, v)| (k, v.into())));
-        for (path, op) in operations(&mut doc) {
-            // The operations probes call cannot fail with a request error.
-            let probes = !path.starts_with("/v1/");
-            for status in &statuses {
-                if probes && ![405, 500, 503].contains(status) {
-                    continue;
+/// No U+0000: PostgreSQL's `text` and `jsonb` cannot hold it (such a request is 400).
+const NO_NUL: &str = "^[^\\u0000]*$";
+
+/// Call arguments are stored as `jsonb`: a JSON object (by name), an array
+/// (by position) or null, whose strings and keys have no U+0000 and whose
+/// numbers are below `MAX_NUMBER` in magnitude.
+fn argument_schemas() -> [(&'static str, serde_json::Value); 2] {
+    let number = serde_json::json!({"type": "number", "exclusiveMinimum": -MAX_NUMBER, "exclusiveMaximum": MAX_NUMBER});
+    let array = serde_json::json!({"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}});
+    let object = serde_json::json!({
+        "type": "object",
+        "propertyNames": {"type": "string", "pattern": NO_NUL},
+        "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
+    });
+    [
+        (
+            "Arguments",
+            serde_json::json!({
+                "description": "The arguments: an object (by parameter name), an array (by position) or null. \
+                    Strings and keys may not contain U+0000, which PostgreSQL's jsonb cannot store; \
+                    numbers must lie strictly between -1e308 and 1e308.",
+                "anyOf": [object, array, {"type": "null"}],
+            }),
+        ),
+        (
+            "JsonValue",
+            serde_json::json!({
+                "description": "Any JSON value whose strings and keys contain no U+0000 and whose numbers lie strictly between -1e308 and 1e308.",
+                "anyOf": [{"type": ["null", "boolean"]}, number, {"type": "string", "pattern": NO_NUL}, array, object],
+            }),
+        ),
+    ]
+}
+
+fn schema(json: serde_json::Value) -> Schema {
+    serde_json::from_value(json).expect("a valid schema")
+}
+
+/// Request bodies and path parameters as the gateway takes them: JSON bodies
+/// are call arguments (`Arguments`), a module is non-empty bytes, and a
+/// string in the path has no U+0000.
+fn constrain_inputs(doc: &mut Document) {
+    let components = doc.components.get_or_insert_with(Default::default);
+    for (name, json) in argument_schemas() {
+        components.schemas.insert(name.to_string(), schema(json).into());
+    }
+    for (_, op) in operations(doc) {
+        if let Some(body) = op.request_body.as_mut() {
+            if body.content.contains_key("application/json") {
+                // Optional: an empty body means {}.
+                body.content.values_mut().for_each(|content| content.schema = Some(Ref::from_schema_name("Arguments").into()));
+            } else {
+                body.required = Some(Required::True);
+                for content in body.content.values_mut() {
+                    content.schema = Some(schema(serde_json::json!({"type": "string", "format": "binary", "minLength": 1})).into());
                 }
-                op.responses
-                    .responses
-                    .entry(status.to_string())
-                    .or_insert_with(|| Ref::new(format!("#/components/responses/Error{status}")).into());
             }
         }
-        doc
-    })
+        for parameter in op.parameters.iter_mut().flatten().filter(|p| p.parameter_in == ParameterIn::Path) {
+            if let Some(RefOr::T(Schema::Object(object))) = parameter.schema.as_mut() {
+                if object.schema_type == SchemaType::Type(Type::String) {
+                    object.pattern = Some(NO_NUL.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// Sets `maximum` of the wait operation's `timeout_ms`: a larger one is 400.
+fn limit_wait(doc: &mut Document, max: Duration) {
+    let wait = doc.paths.paths.get_mut("/v1/jobs/{job_id}/wait").and_then(|item| item.get.as_mut());
+    let parameters = wait.and_then(|op| op.parameters.as_mut()).into_iter().flatten();
+    for parameter in parameters.filter(|p| p.name == "timeout_ms") {
+        if let Some(RefOr::T(Schema::Object(schema))) = parameter.schema.as_mut() {
+            let ms = usize::try_from(max.as_millis()).unwrap_or(usize::MAX);
+            schema.maximum = Some(utoipa::Number::UInt(ms));
+        }
+    }
+}
+
+/// The document for this gateway; `max_wait` (its configuration's longest
+/// `timeout_ms`, fixed for the process) becomes the wait parameter's maximum.
+pub fn document(max_wait: Duration) -> &'static Document {
+    static DOCUMENT: OnceLock<Document> = OnceLock::new();
+    DOCUMENT.get_or_init(|| build(Some(max_wait)))
+}
+
+fn build(max_wait: Option<Duration>) -> Document {
+    let mut doc = ApiDoc::openapi();
+    if let Some(max) = max_wait {
+        limit_wait(&mut doc, max);
+    }
+    constrain_inputs(&mut doc);
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme("api_key", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+    let statuses = error_statuses();
+    let mut responses = BTreeMap::new();
+    for status in &statuses {
+        let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
+        responses.insert(
+            format!("Error{status}"),
+            ResponseBuilder::new().description(describe(*status)).content("application/json", content).build(),
+        );
+    }
+    components.responses.extend(responses.into_iter().map(|(k, v)| (k, v.into())));
+    for (path, op) in operations(&mut doc) {
+        // The operations probes call cannot fail with a request error.
+        let probes = !path.starts_with("/v1/");
+        for status in &statuses {
+            if probes && ![405, 500, 503].contains(status) {
+                continue;
+            }
+            op.responses
+                .responses
+                .entry(status.to_string())
+                .or_insert_with(|| Ref::new(format!("#/components/responses/Error{status}")).into());
+        }
+    }
+    doc
 }
 
 #[cfg(test)]
@@ -101,7 +193,7 @@ mod tests {
 
     #[test]
     fn the_document_is_openapi_3_1_with_every_route_and_the_error_shape() {
-        let json = serde_json::to_value(document()).unwrap();
+        let json = serde_json::to_value(build(None)).unwrap();
         assert!(json["openapi"].as_str().unwrap().starts_with("3.1"));
         for path in ["/v1/objects/{object_id}/methods/{method}", "/v1/jobs/{job_id}/wait", "/v1/apps/{app}/module", "/metrics"] {
             assert!(json["paths"][path].is_object(), "{path} missing");
@@ -111,5 +203,27 @@ mod tests {
             assert!(invoke[status].is_object(), "invoke lacks {status}");
         }
         assert!(json["components"]["schemas"]["ErrorBody"].is_object());
+    }
+
+    #[test]
+    fn the_input_schemas_survive_the_round_trip() {
+        for (name, json) in argument_schemas() {
+            assert_eq!(serde_json::to_value(schema(json.clone())).unwrap(), json, "{name}");
+        }
+        let json = serde_json::to_value(build(None)).unwrap();
+        let invoke = &json["paths"]["/v1/objects/{object_id}/methods/{method}"]["post"];
+        assert_eq!(invoke["requestBody"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/Arguments");
+        assert_eq!(invoke["parameters"][1]["schema"]["pattern"], NO_NUL);
+        let deploy = &json["paths"]["/v1/apps/{app}/module"]["put"]["requestBody"]["content"];
+        assert_eq!(deploy["application/wasm"]["schema"]["minLength"], 1);
+        assert_eq!(json["paths"]["/v1/apps/{app}/module"]["put"]["requestBody"]["required"], true);
+    }
+
+    #[test]
+    fn the_wait_timeout_is_limited_to_the_gateways() {
+        let json = serde_json::to_value(build(Some(Duration::from_secs(29)))).unwrap();
+        let parameters = json["paths"]["/v1/jobs/{job_id}/wait"]["get"]["parameters"].as_array().unwrap();
+        let timeout = parameters.iter().find(|p| p["name"] == "timeout_ms").unwrap();
+        assert_eq!(timeout["schema"]["maximum"], 29000);
     }
 }

@@ -358,8 +358,8 @@ pub async fn metrics(State(state): Shared) -> impl IntoResponse {
 
 /// The OpenAPI 3.1 description of this API.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1 document", body = Object)))]
-pub async fn openapi() -> impl IntoResponse {
-    Json(crate::openapi::document())
+pub async fn openapi(State(state): Shared) -> impl IntoResponse {
+    Json(crate::openapi::document(state.config.max_wait()))
 }
 
 pub async fn not_found() -> ApiError {
