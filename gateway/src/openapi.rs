@@ -3,7 +3,6 @@
 //! responses the gateway can give, all with the one error shape.
 
 use crate::error::{ErrorBody, SQLSTATES};
-use crate::extract::MAX_NUMBER;
 use crate::routes;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -70,10 +69,8 @@ fn operations(doc: &mut Document) -> impl Iterator<Item = (&String, &mut Operati
 const NO_NUL: &str = "^[^\\u0000]*$";
 
 /// Call arguments are stored as `jsonb`: a JSON object (by name), an array
-/// (by position) or null, whose strings and keys have no U+0000 and whose
-/// numbers are below `MAX_NUMBER` in magnitude.
+/// (by position) or null, whose strings and keys have no U+0000.
 fn argument_schemas() -> [(&'static str, serde_json::Value); 2] {
-    let number = serde_json::json!({"type": "number", "exclusiveMinimum": -MAX_NUMBER, "exclusiveMaximum": MAX_NUMBER});
     let array = serde_json::json!({"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}});
     let object = serde_json::json!({
         "type": "object",
@@ -85,16 +82,15 @@ fn argument_schemas() -> [(&'static str, serde_json::Value); 2] {
             "Arguments",
             serde_json::json!({
                 "description": "The arguments: an object (by parameter name), an array (by position) or null. \
-                    Strings and keys may not contain U+0000, which PostgreSQL's jsonb cannot store; \
-                    numbers must lie strictly between -1e308 and 1e308.",
+                    Strings and keys may not contain U+0000, which PostgreSQL's jsonb cannot store.",
                 "anyOf": [object, array, {"type": "null"}],
             }),
         ),
         (
             "JsonValue",
             serde_json::json!({
-                "description": "Any JSON value whose strings and keys contain no U+0000 and whose numbers lie strictly between -1e308 and 1e308.",
-                "anyOf": [{"type": ["null", "boolean"]}, number, {"type": "string", "pattern": NO_NUL}, array, object],
+                "description": "Any JSON value whose strings and keys contain no U+0000.",
+                "anyOf": [{"type": ["null", "boolean", "number"]}, {"type": "string", "pattern": NO_NUL}, array, object],
             }),
         ),
     ]

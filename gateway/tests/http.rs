@@ -110,6 +110,7 @@ fn each_error_maps_to_its_status_and_changes_nothing() {
         ("protected method", gw.invoke(&micro.key, bench, "secret", json!({})), 403, "insufficient_privilege", Some("42501")),
         ("another app's object", gw.invoke(&micro.key, counter, "increment", json!({})), 403, "insufficient_privilege", Some("42501")),
         ("bad arguments", gw.invoke(&micro.key, bench, "put", json!({"key": 1})), 400, "invalid_parameter_value", Some("22023")),
+        ("a number at f64's limit", gw.invoke(&micro.key, bench, "hash", json!({"n": f64::MAX})), 400, "invalid_parameter_value", Some("22023")),
         ("function error", gw.invoke(&micro.key, bench, "put_then_fail", json!({"key": "k", "value": "v"})), 422, "raise_exception", Some("P0001")),
         ("trap", gw.invoke(&micro.key, bench, "panic", json!({})), 502, "external_routine_exception", Some("38000")),
         ("memory limit", gw.invoke(&micro.key, bench, "alloc", json!({"bytes": 1u64 << 30})), 502, "out_of_memory", Some("53200")),

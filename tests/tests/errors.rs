@@ -85,6 +85,8 @@ fn bad_arguments_are_22023() {
     fails_cleanly(&mut c, id, "hash", json!({"n": 1, "m": 2}), "22023"); // unknown name
     fails_cleanly(&mut c, id, "hash", json!([1, 2]), "22023"); // too many
     fails_cleanly(&mut c, id, "hash", json!(5), "22023"); // neither object nor array
+    // jsonb prints this in full, 309 digits; reading it back must not fail with XX000.
+    fails_cleanly(&mut c, id, "hash", json!({"n": -f64::MAX}), "22023");
 }
 
 #[test]
