@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 mod contention;
 mod http;
 mod jobs;
+mod remote;
+mod suite;
 
 #[derive(Parser)]
 #[command(about = "LambdaStore benchmarks")]
@@ -69,6 +71,35 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         latency_samples: u64,
     },
+    /// The paper's experiments on every system side by side (lambdastore,
+    /// disaggregated, PL/pgSQL, raw SQL): JSON, markdown and SVG plots in --out.
+    Suite {
+        /// Scaled-down data and short runs: minutes on 2 cores.
+        #[arg(long)]
+        quick: bool,
+        /// Concurrent clients per run.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Open loop: start this many operations per second over all clients
+        /// (latency counted from when each was due). Default: closed loop.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Unmeasured time before each run (default 2s, 1s with --quick).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        warmup: Option<Duration>,
+        /// Measured time of each run (default 10s, 3s with --quick).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        duration: Option<Duration>,
+        /// Workloads to run, in this order.
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "rw-mix,job-length,cloudforum,retwis,faulty,cold-start")]
+        workloads: Vec<suite::Workload>,
+        /// Systems to measure.
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "lambdastore,disaggregated,plpgsql,raw-sql")]
+        systems: Vec<suite::System>,
+        /// Where results.json, results.md and the plots go.
+        #[arg(long, default_value = "bench/results")]
+        out: PathBuf,
+    },
     /// The HTTP gateway under a closed-loop load of counter.get and
     /// counter.increment, side by side with the same calls over SQL.
     /// Deploys `counter` and creates its objects through --url.
@@ -98,6 +129,18 @@ fn main() -> Result<()> {
         Command::Foundation { calls, connections, spins } => foundation(&cli.url, &cli.lambdas, calls, connections, spins),
         Command::Contention { clients, seconds, entries } => contention::run(&cli.url, &cli.lambdas, clients, seconds, entries),
         Command::Jobs { jobs, objects, latency_samples } => jobs::run(&cli.url, &cli.lambdas, jobs, objects, latency_samples),
+        Command::Suite { quick, clients, rate, warmup, duration, workloads, systems, out } => suite::run(suite::Options {
+            url: cli.url.clone(),
+            lambdas: cli.lambdas.clone(),
+            out,
+            quick,
+            clients,
+            rate,
+            warmup,
+            duration,
+            workloads,
+            systems,
+        }),
         Command::Http { gateway, key, connections, duration, warmup } => {
             http::run(&cli.url, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
         }
@@ -162,14 +205,7 @@ fn foundation(url: &str, lambdas: &Path, calls: u64, connections: u64, spins: u6
     // whatever runs it, so a PL/pgSQL function reading the same row runs
     // side by side in its own new connections: the difference of the two
     // extras is what the sandbox adds.
-    client.batch_execute(
-        "CREATE OR REPLACE FUNCTION bench_plpgsql_get(id bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
-         BEGIN
-           RETURN (SELECT convert_from(value, 'UTF8')::jsonb FROM lambdastore.entries e
-                     JOIN lambdastore.objects o USING (object_id)
-                    WHERE e.object_id = id AND e.field = 'value' AND e.key = '');
-         END $$",
-    )?;
+    client.batch_execute(PLPGSQL_GET)?;
     let mut lambda = ColdStart::default();
     let mut plpgsql = ColdStart::default();
     let mut redeployed = counter.clone();
@@ -210,10 +246,18 @@ fn foundation(url: &str, lambdas: &Path, calls: u64, connections: u64, spins: u6
     Ok(())
 }
 
-struct ColdStart {
-    first: Histogram<u64>,
-    second: Histogram<u64>,
-    extra: Histogram<u64>,
+/// PL/pgSQL reading what `counter.get` reads: the cold-start comparison.
+pub(crate) const PLPGSQL_GET: &str = "CREATE OR REPLACE FUNCTION bench_plpgsql_get(id bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
+     BEGIN
+       RETURN (SELECT convert_from(value, 'UTF8')::jsonb FROM lambdastore.entries e
+                 JOIN lambdastore.objects o USING (object_id)
+                WHERE e.object_id = id AND e.field = 'value' AND e.key = '');
+     END $$";
+
+pub(crate) struct ColdStart {
+    pub first: Histogram<u64>,
+    pub second: Histogram<u64>,
+    pub extra: Histogram<u64>,
 }
 
 impl Default for ColdStart {
@@ -224,7 +268,7 @@ impl Default for ColdStart {
 
 impl ColdStart {
     /// One new connection: the backend is up (`SELECT 1`), then `sql` twice.
-    fn measure(&mut self, url: &str, sql: &str, id: i64) -> Result<()> {
+    pub fn measure(&mut self, url: &str, sql: &str, id: i64) -> Result<()> {
         let mut fresh = Client::connect(url, NoTls)?;
         let stmt = fresh.prepare(sql)?;
         fresh.query_one("SELECT 1", &[])?;
@@ -243,7 +287,7 @@ impl ColdStart {
 
 /// A custom section: changes a component's bytes (so its hash and version)
 /// without changing its code.
-fn custom_section(name: &str) -> Vec<u8> {
+pub(crate) fn custom_section(name: &str) -> Vec<u8> {
     let mut payload = vec![name.len() as u8];
     payload.extend_from_slice(name.as_bytes());
     let mut section = vec![0u8, payload.len() as u8];

@@ -1,0 +1,142 @@
+//! `lambdastore-bench suite`: the paper's experiments, each run on every
+//! system side by side on the same data in one invocation, written as JSON,
+//! a markdown table and SVG plots (`report`).
+
+mod driver;
+mod report;
+mod results;
+mod systems;
+mod workloads;
+
+use anyhow::{Context, Result};
+use postgres::{Client, NoTls};
+use results::{Machine, Results};
+use std::path::PathBuf;
+use std::time::Duration;
+pub use systems::System;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    RwMix,
+    JobLength,
+    Cloudforum,
+    Retwis,
+    Faulty,
+    ColdStart,
+}
+
+pub struct Options {
+    pub url: String,
+    pub lambdas: PathBuf,
+    pub out: PathBuf,
+    pub quick: bool,
+    pub clients: usize,
+    /// Open loop at this many operations per second (over all clients).
+    pub rate: Option<f64>,
+    pub warmup: Option<Duration>,
+    pub duration: Option<Duration>,
+    pub workloads: Vec<Workload>,
+    pub systems: Vec<System>,
+}
+
+pub struct Suite {
+    url: String,
+    lambdas: PathBuf,
+    admin: Client,
+    quick: bool,
+    clients: usize,
+    mode: driver::Mode,
+    timing: driver::Timing,
+    systems: Vec<System>,
+    results: Results,
+}
+
+pub fn run(options: Options) -> Result<()> {
+    let mut admin = Client::connect(&options.url, NoTls).context("connect to --url")?;
+    admin.batch_execute("CREATE EXTENSION IF NOT EXISTS lambdastore")?;
+    let postgres: String = admin.query_one("SELECT version()", &[])?.get(0);
+    let (warmup, measure) = if options.quick { (Duration::from_secs(1), Duration::from_secs(3)) } else { (Duration::from_secs(2), Duration::from_secs(10)) };
+    let mut suite = Suite {
+        url: options.url.clone(),
+        lambdas: options.lambdas.clone(),
+        admin,
+        quick: options.quick,
+        clients: options.clients,
+        mode: options.rate.map_or(driver::Mode::Closed, driver::Mode::Open),
+        timing: driver::Timing {
+            warmup: options.warmup.unwrap_or(warmup),
+            measure: options.duration.unwrap_or(measure),
+            step: Duration::from_millis(100),
+        },
+        systems: options.systems.clone(),
+        results: Results {
+            machine: machine(postgres),
+            started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            quick: options.quick,
+            scale: Vec::new(),
+            runs: Vec::new(),
+        },
+    };
+    println!(
+        "{} clients ({}), {:?} warm-up + {:?} measured per run, systems: {}",
+        suite.clients,
+        options.rate.map_or("closed loop".to_string(), |r| format!("open loop, {r} ops/s")),
+        suite.timing.warmup,
+        suite.timing.measure,
+        suite.systems.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+    );
+    for workload in &options.workloads {
+        println!("== {workload:?}");
+        match workload {
+            Workload::RwMix => suite.rw_mix(),
+            Workload::JobLength => suite.job_length(),
+            Workload::Cloudforum => suite.cloudforum(),
+            Workload::Retwis => suite.retwis(),
+            Workload::Faulty => suite.faulty(),
+            Workload::ColdStart => suite.cold_start(),
+        }
+        .with_context(|| format!("workload {workload:?}"))?;
+    }
+    std::fs::create_dir_all(&options.out)?;
+    let files = report::write(&suite.results, &options.out)?;
+    println!("\n{}", report::markdown(&suite.results));
+    for f in files {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+impl Suite {
+    fn wasm(&self, app: &str) -> Result<Vec<u8>> {
+        let path = self.lambdas.join(format!("{app}.wasm"));
+        std::fs::read(&path).with_context(|| format!("read {} (run make lambdas)", path.display()))
+    }
+
+    /// Deploys `app` under its own name (a no-op when the bytes are unchanged).
+    fn deploy(&mut self, app: &str) -> Result<()> {
+        let wasm = self.wasm(app)?;
+        self.admin.execute("SELECT lambdastore.deploy($1, $2)", &[&app, &wasm])?;
+        Ok(())
+    }
+}
+
+fn machine(postgres: String) -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_else(|| "unknown".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory_kib: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    Machine {
+        cpu_model,
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        memory_gib: memory_kib / (1024.0 * 1024.0),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
+        postgres,
+    }
+}

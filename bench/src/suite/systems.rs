@@ -1,0 +1,129 @@
+//! The systems under test, each behind the same `attempt(op)`:
+//! - `lambdastore`: `SELECT lambda_invoke(...)`, the lambda runs in the backend;
+//! - `disaggregated`: the same component runs in this process (`remote`),
+//!   every entry access a SQL round trip;
+//! - `plpgsql`: stored procedures doing the same reads and writes (bench/sql/plpgsql);
+//! - `raw-sql`: the fewest statements doing them (bench/sql/raw), the ceiling.
+
+use super::driver::Outcome;
+use super::workloads::Op;
+use crate::remote::{RemoteApp, RemoteError, RemoteSession};
+use anyhow::{bail, Result};
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Statement};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum System {
+    Lambdastore,
+    Disaggregated,
+    Plpgsql,
+    RawSql,
+}
+
+impl System {
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Lambdastore => "lambdastore",
+            System::Disaggregated => "disaggregated",
+            System::Plpgsql => "plpgsql",
+            System::RawSql => "raw-sql",
+        }
+    }
+}
+
+pub enum Session {
+    Sql { system: System, client: Client, statements: HashMap<&'static str, Statement> },
+    Remote(RemoteSession),
+}
+
+/// The keys of a touch as SQL `int[]` (the statements encode them).
+fn int_keys(keys: &[u32]) -> Vec<i32> {
+    keys.iter().map(|&k| k as i32).collect()
+}
+
+impl Session {
+    /// A new connection; `setup` runs on it first (e.g. `SET lambdastore.timeout`).
+    /// `app` is the compiled component, needed by `disaggregated` only.
+    pub fn connect(system: System, url: &str, setup: &str, app: Option<&[u8]>) -> Result<Session> {
+        let mut client = Client::connect(url, NoTls)?;
+        client.batch_execute(setup)?;
+        Ok(match system {
+            System::Disaggregated => {
+                let Some(wasm) = app else { bail!("the disaggregated baseline needs the component") };
+                // Each client compiles its own copy: a Store and its
+                // instances are per thread (the Rc-based host state).
+                Session::Remote(RemoteSession::new(Rc::new(RemoteApp::load(wasm)?), client))
+            }
+            _ => Session::Sql { system, client, statements: HashMap::new() },
+        })
+    }
+
+    pub fn attempt(&mut self, op: &Op) -> Result<Outcome> {
+        match self {
+            Session::Remote(remote) => {
+                let (object, method, args) = op.call();
+                match remote.invoke(object, method, &args.to_string()) {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(RemoteError::Retry(_)) => Ok(Outcome::Retry),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Session::Sql { system, client, statements } => {
+                let (sql, params) = statement(*system, op)?;
+                let stmt = match statements.get(sql) {
+                    Some(s) => s.clone(),
+                    None => {
+                        let s = client.prepare(sql)?;
+                        statements.insert(sql, s.clone());
+                        s
+                    }
+                };
+                let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
+                match client.query(&stmt, &refs) {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if matches!(e.code().map(|c| c.code()), Some("40001" | "40P01")) => Ok(Outcome::Retry),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+}
+
+type Param = Box<dyn ToSql + Sync + Send>;
+
+/// The statement and parameters `system` runs for `op`.
+fn statement(system: System, op: &Op) -> Result<(&'static str, Vec<Param>)> {
+    Ok(match system {
+        System::Lambdastore => {
+            let (object, method, args) = op.call();
+            ("SELECT lambda_invoke($1, $2, $3::jsonb)", vec![Box::new(object), Box::new(method.to_string()), Box::new(args)])
+        }
+        System::Plpgsql => match op {
+            Op::Touch { object, keys, write } => {
+                ("SELECT bench_plpgsql.touch($1, $2, $3)", vec![Box::new(*object), Box::new(int_keys(keys)), Box::new(*write)])
+            }
+            Op::Hash { n, .. } => ("SELECT bench_plpgsql.hash($1)", vec![Box::new(*n as i32)]),
+            Op::GetThread { thread } => ("SELECT bench_plpgsql.forum_get_thread($1)", vec![Box::new(*thread)]),
+            Op::AddComment { account, thread, text } => {
+                ("SELECT bench_plpgsql.forum_add_comment($1, $2, $3)", vec![Box::new(*account), Box::new(*thread), Box::new(text.clone())])
+            }
+            Op::Timeline { user } => ("SELECT bench_plpgsql.retwis_get_timeline($1, 50)", vec![Box::new(*user)]),
+            Op::Post { user, text } => ("SELECT bench_plpgsql.retwis_create_post($1, $2)", vec![Box::new(*user), Box::new(text.clone())]),
+            Op::Spin { .. } => ("SELECT bench_plpgsql.spin()", vec![]),
+        },
+        System::RawSql => match op {
+            Op::Touch { object, keys, write: false } => (include_str!("../../sql/raw/touch_read.sql"), vec![Box::new(*object), Box::new(int_keys(keys))]),
+            Op::Touch { object, keys, write: true } => (include_str!("../../sql/raw/touch_write.sql"), vec![Box::new(*object), Box::new(int_keys(keys))]),
+            Op::GetThread { thread } => (include_str!("../../sql/raw/forum_get_thread.sql"), vec![Box::new(*thread)]),
+            Op::AddComment { account, thread, text } => {
+                (include_str!("../../sql/raw/forum_add_comment.sql"), vec![Box::new(*account), Box::new(*thread), Box::new(text.clone())])
+            }
+            Op::Timeline { user } => (include_str!("../../sql/raw/retwis_get_timeline.sql"), vec![Box::new(*user), Box::new(50i32)]),
+            Op::Post { user, text } => (include_str!("../../sql/raw/retwis_create_post.sql"), vec![Box::new(*user), Box::new(text.clone())]),
+            Op::Hash { .. } | Op::Spin { .. } => bail!("raw SQL has no form of {op:?}"),
+        },
+        System::Disaggregated => unreachable!("disaggregated sessions do not run SQL statements"),
+    })
+}
