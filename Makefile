@@ -38,6 +38,14 @@ test-faults: lambdas ## Only the tests that kill and restart the server (a clust
 check-api: lambdas ## Run schemathesis (all checks) against a live gateway's /openapi.json (its own cluster)
 	scripts/check-api.sh
 
+.PHONY: bench
+bench: lambdas install ## The benchmark suite on its own cluster, every system side by side (BENCH_ARGS=... for options)
+	scripts/bench.sh $(BENCH_ARGS)
+
+.PHONY: bench-quick
+bench-quick: lambdas install ## The same with scaled-down data and short runs: minutes on 2 cores
+	scripts/bench.sh --quick $(BENCH_ARGS)
+
 .PHONY: test
 test: lambdas install test-sdk test-e2e ## Everything CI runs
 

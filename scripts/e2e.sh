@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests: a fresh project-owned cluster with the installed
-# extension, the Rust tests in tests/ and the gateway's HTTP tests in
-# gateway/tests/ against it, and a final check that
-# no backend crashed and the server never restarted during the run.
+# extension; the Rust tests in tests/, the gateway's HTTP tests in
+# gateway/tests/ and the bench's baseline-equivalence tests against it; and
+# a final check that no backend crashed and the server never restarted.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster=$repo/scripts/cluster.sh
@@ -12,7 +12,7 @@ trap '"$cluster" stop test' EXIT
 log=$("$cluster" log test)
 started=$("$cluster" psql test -d postgres -Atc "SELECT pg_postmaster_start_time()")
 
-LAMBDASTORE_TEST_URL="$url" cargo test -p lambdastore-tests -p lambdastore-gateway --no-fail-fast "$@"
+LAMBDASTORE_TEST_URL="$url" cargo test -p lambdastore-tests -p lambdastore-gateway -p lambdastore-bench --no-fail-fast "$@"
 status=$?
 
 # Checked whatever the tests said: a crash can hide behind a failing test.

@@ -3,6 +3,8 @@
 //! a markdown table and SVG plots (`report`).
 
 mod driver;
+#[cfg(test)]
+mod equivalence;
 mod report;
 mod results;
 mod systems;
@@ -74,6 +76,7 @@ pub fn run(options: Options) -> Result<()> {
             started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             quick: options.quick,
             scale: Vec::new(),
+            findings: Vec::new(),
             runs: Vec::new(),
         },
     };
@@ -97,6 +100,8 @@ pub fn run(options: Options) -> Result<()> {
         }
         .with_context(|| format!("workload {workload:?}"))?;
     }
+    let goals = goals(&suite.results);
+    suite.results.findings.extend(goals);
     std::fs::create_dir_all(&options.out)?;
     let files = report::write(&suite.results, &options.out)?;
     println!("\n{}", report::markdown(&suite.results));
@@ -118,6 +123,36 @@ impl Suite {
         self.admin.execute("SELECT lambdastore.deploy($1, $2)", &[&app, &wasm])?;
         Ok(())
     }
+}
+
+/// The goals, as ratios measured in this run.
+fn goals(results: &Results) -> Vec<String> {
+    let find = |workload: &str, variant: &str, system: &str| {
+        results.runs.iter().find(|r| r.workload == workload && r.variant == variant && r.system == system)
+    };
+    let ratio = |workload: &str, variant: &str, a: &str, b: &str| match (find(workload, variant, a), find(workload, variant, b)) {
+        (Some(a), Some(b)) if b.throughput > 0.0 => Some(a.throughput / b.throughput),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let goals = [
+        ("0% writes", "disaggregated", 10.0),
+        ("0% writes", "plpgsql", 0.8),
+        ("100% writes", "disaggregated", 1.0),
+    ];
+    for (variant, baseline, goal) in goals {
+        if let Some(r) = ratio("rw-mix", variant, "lambdastore", baseline) {
+            let verdict = if r >= goal { "met" } else { "missed" };
+            out.push(format!("rw-mix {variant}: lambdastore ÷ {baseline} = {r:.2}× (goal ≥ {goal}×: {verdict})"));
+        }
+    }
+    let extra = |system| find("cold-start", "first minus second", system).map(|r| r.latency_us.p50);
+    if let (Some(lambda), Some(plpgsql)) = (extra("lambdastore"), extra("plpgsql")) {
+        let added = (lambda - plpgsql) / 1000.0;
+        let verdict = if added < 1.0 { "met" } else { "missed" };
+        out.push(format!("cold start: the sandbox adds {added:.2} ms to a new connection's first call beyond what PL/pgSQL's first call costs (p50; goal < 1 ms: {verdict})"));
+    }
+    out
 }
 
 fn machine(postgres: String) -> Machine {

@@ -109,6 +109,13 @@ fn header(md: &mut String, results: &Results) -> fmt::Result {
         }
         writeln!(md)?;
     }
+    if !results.findings.is_empty() {
+        writeln!(md, "## Findings\n")?;
+        for line in &results.findings {
+            writeln!(md, "- {line}")?;
+        }
+        writeln!(md)?;
+    }
     Ok(())
 }
 
@@ -974,6 +981,7 @@ mod tests {
             started_at: "2025-01-02T03:04:05Z".into(),
             quick: true,
             scale: vec!["rw-mix: 2,000 objects x 100 entries x 1 KiB".into()],
+            findings: vec!["faulty, lambdastore: back to 90% of the earlier throughput 1.2 s after the fault".into()],
             runs,
         }
     }

@@ -13,6 +13,10 @@ pub struct Results {
     pub quick: bool,
     /// The data sizes actually used, e.g. "rw-mix: 2,000 objects x 100 entries x 1 KiB".
     pub scale: Vec<String>,
+    /// Derived numbers worth a sentence: ratios against the goals,
+    /// recovery times.
+    #[serde(default)]
+    pub findings: Vec<String>,
     pub runs: Vec<Run>,
 }
 

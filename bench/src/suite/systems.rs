@@ -12,6 +12,7 @@ use anyhow::{bail, Result};
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 use std::collections::HashMap;
+use serde_json::Value;
 use std::rc::Rc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -61,12 +62,22 @@ impl Session {
     }
 
     pub fn attempt(&mut self, op: &Op) -> Result<Outcome> {
+        match self.call(op) {
+            Ok(_) => Ok(Outcome::Done),
+            Err(e) if is_retryable(&e) => Ok(Outcome::Retry),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `op` once and returns its result as JSON: the lambda's result,
+    /// or the first column of the statement's first row (null if none).
+    pub fn call(&mut self, op: &Op) -> Result<Value> {
         match self {
             Session::Remote(remote) => {
                 let (object, method, args) = op.call();
                 match remote.invoke(object, method, &args.to_string()) {
-                    Ok(_) => Ok(Outcome::Done),
-                    Err(RemoteError::Retry(_)) => Ok(Outcome::Retry),
+                    Ok(result) => Ok(serde_json::from_str(&result)?),
+                    Err(RemoteError::Retry(e)) => Err(e.into()),
                     Err(e) => Err(e.into()),
                 }
             }
@@ -81,14 +92,29 @@ impl Session {
                     }
                 };
                 let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
-                match client.query(&stmt, &refs) {
-                    Ok(_) => Ok(Outcome::Done),
-                    Err(e) if matches!(e.code().map(|c| c.code()), Some("40001" | "40P01")) => Ok(Outcome::Retry),
-                    Err(e) => Err(e.into()),
-                }
+                let rows = client.query(&stmt, &refs)?;
+                Ok(rows.first().map_or(Ok(Value::Null), first_column)?)
             }
         }
     }
+}
+
+pub(super) fn is_retryable(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<postgres::Error>()
+        .and_then(|e| e.code())
+        .is_some_and(|c| matches!(c.code(), "40001" | "40P01"))
+}
+
+fn first_column(row: &postgres::Row) -> Result<Value> {
+    use postgres::types::Type;
+    let ty = row.columns()[0].type_().clone();
+    Ok(match ty {
+        Type::JSONB | Type::JSON => row.get::<_, Option<Value>>(0).unwrap_or(Value::Null),
+        Type::INT4 => row.get::<_, Option<i32>>(0).map_or(Value::Null, Value::from),
+        Type::INT8 => row.get::<_, Option<i64>>(0).map_or(Value::Null, Value::from),
+        Type::TEXT => row.get::<_, Option<String>>(0).map_or(Value::Null, Value::from),
+        _ => Value::Null, // rows as stored (raw get_thread): not compared
+    })
 }
 
 type Param = Box<dyn ToSql + Sync + Send>;
