@@ -81,7 +81,7 @@ impl Suite {
             if !self.systems.contains(&system) {
                 continue;
             }
-            let (url, setup, wasm) = (self.url.clone(), setup.to_string(), self.component_for(workload)?);
+            let (url, setup, wasm) = (self.url.clone(), setup.to_string(), self.component_for(workload, system)?);
             let generate = generate.clone();
             let label = format!("{workload} {variant} {}", system.name());
             let measured = driver::drive(&label, self.clients, self.mode, &self.timing, move |n| {
@@ -96,8 +96,12 @@ impl Suite {
         Ok(())
     }
 
-    /// The component a workload's lambdas come from (for `disaggregated`).
-    fn component_for(&self, workload: &str) -> Result<Option<Arc<Vec<u8>>>> {
+    /// The component a workload's lambdas come from, for the system that
+    /// runs them itself (`disaggregated`); the others need none.
+    fn component_for(&self, workload: &str, system: System) -> Result<Option<Arc<Vec<u8>>>> {
+        if system != System::Disaggregated {
+            return Ok(None);
+        }
         let app = match workload {
             "cloudforum" => "forum",
             "retwis" => "retwis",
