@@ -36,6 +36,7 @@ pgrx::extension_sql_file!("../../sql/gateway.sql", name = "gateway", requires = 
 pub extern "C-unwind" fn _PG_init() {
     gucs::define();
     stats::init();
+    catalog::cache::init();
     workers::init();
     jobs::init();
 }

@@ -1,12 +1,16 @@
 //! Entry rows: point reads, ordered range scans, and applying a workflow's
 //! buffered writes in a few set-based statements.
 
-use super::query;
+use super::{probe, query};
 use crate::error::Result;
 use crate::txn::{EntryKey, WriteBuffer};
 use pgrx::pg_sys::BuiltinOid::*;
 
 pub fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
+    if probe::usable() {
+        let key = probe::Key { object: *object, text: field, bytes: key };
+        return Ok(probe::by_key(c"entries", c"entries_pkey", &key, |row| row.bytes(4))?.flatten());
+    }
     query(
         "SELECT value FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key = $3",
         &[INT8OID, TEXTOID, BYTEAOID],

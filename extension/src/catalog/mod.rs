@@ -5,11 +5,13 @@
 //! They are mutating plans (`prepare_mut`), so under READ COMMITTED every
 //! statement takes a fresh snapshot and sees the transaction's own writes.
 
+pub mod cache;
 pub mod entries;
 pub mod entry_sets;
 pub mod jobs;
 pub mod modules;
 pub mod objects;
+mod probe;
 
 use crate::error::{LambdaError, Result};
 use pgrx::datum::DatumWithOid;
@@ -35,14 +37,18 @@ pub fn query<R>(
     args: &[DatumWithOid<'_>],
     read: impl FnOnce(SpiTupleTable<'_>) -> pgrx::spi::Result<R>,
 ) -> Result<R> {
-    Spi::connect_mut(|client| {
+    Spi::connect(|client| {
         // Taken out of the map while in use, so that a nested use of the
         // same statement (a trigger calling back into us) prepares its own.
         let plan = match PLANS.with(|plans| plans.borrow_mut().remove(sql)) {
             Some(plan) => plan,
             None => ManuallyDrop::new(prepare(client, sql, types)?),
         };
-        let outcome = client.update(&*plan, None, args).and_then(read);
+        // `select` runs the mutating plan all the same (a fresh snapshot per
+        // statement), but unlike `update` does not force an XID on the
+        // transaction: a read-only call must stay a read-only transaction,
+        // with no commit record to write and flush.
+        let outcome = client.select(&*plan, None, args).and_then(read);
         PLANS.with(|plans| plans.borrow_mut().insert(sql, plan));
         outcome
     })

@@ -49,7 +49,10 @@ pub fn wasm(module_id: i64) -> Result<Vec<u8>> {
 
 /// The module an application runs now.
 pub fn current(app: &str) -> Result<ModuleKey> {
-    query(
+    if let Some(cached) = super::cache::module(app) {
+        return Ok(cached);
+    }
+    let module = query(
         "SELECT a.module_id, m.sha256 FROM lambdastore.applications a
            JOIN lambdastore.modules m ON m.module_id = a.module_id WHERE a.name = $1",
         &[TEXTOID],
@@ -60,7 +63,9 @@ pub fn current(app: &str) -> Result<ModuleKey> {
         },
     )?
     .and_then(|(id, sha)| Some(ModuleKey { module_id: id?, app: app.to_string(), sha256: sha? }))
-    .ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))
+    .ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
+    super::cache::remember_module(&module);
+    Ok(module)
 }
 
 pub struct Deployed {
@@ -126,6 +131,7 @@ pub fn deploy(app: &str, sha256: &str, wasm: &[u8], description: &Description) -
         &[module_id.into(), app.into(), JsonB(description_json).into()],
         |_| Ok(()),
     )?;
+    super::cache::changed();
     query(
         "UPDATE lambdastore.applications SET module_id = $2 WHERE name = $1",
         &[TEXTOID, INT8OID],

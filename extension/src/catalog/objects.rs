@@ -1,6 +1,6 @@
 //! Object rows.
 
-use super::query;
+use super::{cache, query};
 use crate::error::{LambdaError, Result};
 use crate::txn::ObjectInfo;
 use super::modules::ModuleKey;
@@ -9,7 +9,12 @@ use pgrx::pg_sys::BuiltinOid::*;
 /// The object's application and type, and the application's current
 /// module; 42704 if there is no such object.
 pub fn lookup(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
-    find(object_id)?.ok_or(LambdaError::UnknownObject(object_id))
+    if let Some(cached) = cache::object(object_id) {
+        return Ok(cached);
+    }
+    let (info, module) = find(object_id)?.ok_or(LambdaError::UnknownObject(object_id))?;
+    cache::remember_object(object_id, &info, &module);
+    Ok((info, module))
 }
 
 fn find(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
@@ -42,6 +47,8 @@ pub fn next_id() -> Result<i64> {
 
 /// Deletes an object with its entries and entry sets; false if it did not exist.
 pub fn delete(object_id: i64) -> Result<bool> {
+    cache::forget_object(object_id);
+    cache::changed();
     query(
         "DELETE FROM lambdastore.objects WHERE object_id = $1 RETURNING object_id",
         &[INT8OID],

@@ -16,10 +16,11 @@ pub struct EntrySet {
     pub version: i64,
 }
 
-/// What a workflow knows of one object's entry sets: the sets it has
-/// touched, each with the lower bound of the next set (its upper bound), as
-/// loaded at first touch. Loading set by set keeps objects with many guards
-/// cheap; a set that changed since it was loaded fails validation.
+/// What a workflow knows of one object's entry sets, each with the lower
+/// bound of the next set (its upper bound), as loaded at the object's first
+/// touch: all of them for an object with few sets, else each set as it is
+/// touched, which keeps objects with many guards cheap. A set that changed
+/// since it was loaded fails validation.
 #[derive(Debug, Default)]
 pub struct KnownSets {
     /// lower bound -> (set, upper bound; None: to the end of the object)
@@ -43,6 +44,24 @@ impl KnownSets {
             Some(upper) if position >= *upper => None,
             _ => Some(set),
         }
+    }
+
+    /// Every set of an object, in order: each set's upper bound is the
+    /// next one's lower bound. A key space that does not start with a set
+    /// (possible only for rows made by hand) starts with an implicit one.
+    pub fn complete(sets: Vec<EntrySet>) -> Self {
+        let mut known = KnownSets::default();
+        let origin: Position = (String::new(), Vec::new());
+        let mut sets = sets.into_iter().peekable();
+        if sets.peek().is_none_or(|first| first.lower != origin) {
+            let upper = sets.peek().map(|first| first.lower.clone());
+            known.insert(EntrySet { lower: origin, version: 0 }, upper);
+        }
+        while let Some(set) = sets.next() {
+            let upper = sets.peek().map(|next| next.lower.clone());
+            known.insert(set, upper);
+        }
+        known
     }
 
     pub fn insert(&mut self, set: EntrySet, upper: Option<Position>) {

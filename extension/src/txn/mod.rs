@@ -28,6 +28,10 @@ pub struct ObjectInfo {
     pub type_name: String,
 }
 
+/// At its first touch an object with at most this many entry sets has all
+/// of them loaded at once; one with more has each loaded as it is touched.
+const LOAD_ALL_UP_TO: usize = 32;
+
 pub struct Workflow {
     pub timeout: Duration,
     pub deadline: Instant,
@@ -64,7 +68,14 @@ impl Workflow {
         if !sets.contains_key(&object) && self.is_created(object) {
             sets.insert(object, KnownSets::fresh());
         }
-        let known = sets.entry(object).or_default();
+        if !sets.contains_key(&object) {
+            let known = match catalog::entry_sets::all_if_few(object, LOAD_ALL_UP_TO)? {
+                Some(all) => KnownSets::complete(all),
+                None => KnownSets::default(),
+            };
+            sets.insert(object, known);
+        }
+        let known = sets.get_mut(&object).expect("inserted above");
         if let Some(set) = known.containing(field, key) {
             return Ok(set.clone());
         }

@@ -1,0 +1,154 @@
+//! What a warm call would otherwise ask the catalog every time: each
+//! object's application and type, and each application's current module.
+//!
+//! Objects never change application or type, and module rows are immutable.
+//! What can change is which module an application runs (a deploy) and
+//! whether an object exists (a delete). A transaction making either change
+//! calls `changed`, which bumps a generation counter in shared memory once
+//! the transaction has committed, so after its changes are visible; a
+//! backend that finds a new generation when it looks something up forgets
+//! everything it cached. Rows written by the current transaction are never
+//! cached, since they may yet roll back: only transactions without an XID
+//! fill the cache.
+//!
+//! Without `shared_preload_libraries` there is no shared counter, so
+//! nothing is cached and every call asks the catalog.
+
+use super::modules::ModuleKey;
+use crate::txn::ObjectInfo;
+use pgrx::prelude::*;
+use pgrx::PgAtomic;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+// SAFETY: the name is unique to this extension.
+static GENERATION: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"lambdastore_catalog_generation") };
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Objects remembered at most; past this the cache starts again empty.
+const MAX_OBJECTS: usize = 100_000;
+
+#[derive(Default)]
+struct Cached {
+    /// The generation and catalog table these entries were read under: a
+    /// recreated extension has a new `objects` table (and reuses ids).
+    generation: u64,
+    objects_table: pg_sys::Oid,
+    objects: HashMap<i64, ObjectInfo>,
+    modules: HashMap<String, ModuleKey>,
+}
+
+thread_local! {
+    static CACHED: RefCell<Cached> = RefCell::new(Cached::default());
+    static BUMP_AT_COMMIT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Requests the shared counter (only possible while preloading) and
+/// registers the end-of-transaction callback that bumps it.
+#[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
+pub fn init() {
+    // SAFETY: a flag the postmaster sets while loading preload libraries.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        pgrx::pg_shmem_init!(GENERATION);
+        ENABLED.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: registers a plain function; called once per process from _PG_init.
+    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        // A prepared transaction becomes visible at COMMIT PREPARED, in
+        // another session, where nothing would bump the generation.
+        XACT_EVENT_PRE_PREPARE if BUMP_AT_COMMIT.get() => {
+            BUMP_AT_COMMIT.set(false);
+            pgrx::error!("lambdastore: deploy and delete_object cannot be part of a prepared transaction");
+        }
+        XACT_EVENT_COMMIT if BUMP_AT_COMMIT.replace(false) && ENABLED.load(Ordering::Relaxed) => {
+            GENERATION.get().fetch_add(1, Ordering::SeqCst);
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PREPARE => BUMP_AT_COMMIT.set(false),
+        _ => {}
+    }
+}
+
+/// The current transaction changes an application's module or deletes an
+/// object: every backend forgets its cache once it commits.
+pub fn changed() {
+    BUMP_AT_COMMIT.set(true);
+}
+
+/// The cache, emptied first if the catalog changed since it was filled;
+/// None when caching is off.
+fn with_valid<R>(f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let generation = GENERATION.get().load(Ordering::SeqCst);
+    let objects_table = objects_table();
+    CACHED.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if cached.generation != generation || cached.objects_table != objects_table {
+            *cached = Cached { generation, objects_table, ..Cached::default() };
+        }
+        Some(f(&mut cached))
+    })
+}
+
+fn objects_table() -> pg_sys::Oid {
+    // SAFETY: syscache lookups by name; both return InvalidOid when missing.
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true);
+        pg_sys::get_relname_relid(c"objects".as_ptr(), namespace)
+    }
+}
+
+/// Whether rows read now may be cached: not if this transaction has
+/// written anything, since what it read may be its own uncommitted rows.
+fn may_fill() -> bool {
+    // SAFETY: reads the current transaction's state on the main thread.
+    unsafe { pg_sys::GetTopTransactionIdIfAny() == pg_sys::InvalidTransactionId }
+}
+
+/// An object's application and type, with the application's module.
+pub fn object(id: i64) -> Option<(ObjectInfo, ModuleKey)> {
+    with_valid(|cached| {
+        let info = cached.objects.get(&id)?;
+        let module = cached.modules.get(&info.app)?;
+        Some((info.clone(), module.clone()))
+    })
+    .flatten()
+}
+
+pub fn remember_object(id: i64, info: &ObjectInfo, module: &ModuleKey) {
+    if !may_fill() {
+        return;
+    }
+    with_valid(|cached| {
+        if cached.objects.len() >= MAX_OBJECTS {
+            cached.objects.clear();
+        }
+        cached.objects.insert(id, info.clone());
+        cached.modules.insert(module.app.clone(), module.clone());
+    });
+}
+
+/// The module an application runs now.
+pub fn module(app: &str) -> Option<ModuleKey> {
+    with_valid(|cached| cached.modules.get(app).cloned()).flatten()
+}
+
+pub fn remember_module(module: &ModuleKey) {
+    if may_fill() {
+        with_valid(|cached| cached.modules.insert(module.app.clone(), module.clone()));
+    }
+}
+
+/// Forgets an object this transaction deletes, so that its later calls
+/// find it gone (other backends forget it when the delete commits).
+pub fn forget_object(id: i64) {
+    CACHED.with(|cached| cached.borrow_mut().objects.remove(&id));
+}
