@@ -179,6 +179,59 @@ fn a_redeploy_is_seen_by_other_connections() {
         .unwrap_or_else(|e| panic!("Bench.version from another connection: {}", describe(&e)));
 }
 
+/// Backends cache each object's application and type and each
+/// application's module; a delete committed elsewhere must reach them.
+#[test]
+fn an_object_deleted_by_another_connection_is_gone() {
+    let mut c = connect();
+    let mut other = connect();
+    let app = app("deploy_cache_delete");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({"initial": 3}));
+    // `other` remembers the object.
+    assert_eq!(call(&mut other, counter, "get", json!({})), json!(3));
+
+    c.execute("SELECT lambdastore.delete_object($1)", &[&counter]).unwrap();
+
+    expect_sqlstate(invoke(&mut other, counter, "get", json!({})), "42704");
+}
+
+/// Rows a transaction wrote itself may roll back, so they are never
+/// cached: after the rollback the object is unknown again.
+#[test]
+fn an_object_of_a_rolled_back_transaction_is_unknown() {
+    let mut c = connect();
+    let app = app("deploy_cache_rollback");
+    deploy_example(&mut c, &app, "counter");
+
+    let mut tx = c.transaction().unwrap();
+    let counter = create(&mut tx, &app, "Counter", json!({"initial": 4}));
+    assert_eq!(call(&mut tx, counter, "get", json!({})), json!(4));
+    tx.rollback().unwrap();
+
+    expect_sqlstate(invoke(&mut c, counter, "get", json!({})), "42704");
+}
+
+/// Deleting an object and calling it in the same transaction: the call
+/// sees the delete, and after a rollback the object is back.
+#[test]
+fn a_delete_is_seen_by_its_own_transaction_and_undone_by_rollback() {
+    let mut c = connect();
+    let app = app("deploy_cache_own_delete");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({"initial": 5}));
+    assert_eq!(call(&mut c, counter, "get", json!({})), json!(5));
+
+    let mut tx = c.transaction().unwrap();
+    tx.execute("SELECT lambdastore.delete_object($1)", &[&counter]).unwrap();
+    let mut inner = tx.transaction().unwrap(); // a savepoint: the error must not end `tx`
+    expect_sqlstate(invoke(&mut inner, counter, "get", json!({})), "42704");
+    drop(inner);
+    tx.rollback().unwrap();
+
+    assert_eq!(call(&mut c, counter, "get", json!({})), json!(5));
+}
+
 #[test]
 fn a_deploy_takes_effect_when_its_transaction_commits() {
     let mut c = connect();
