@@ -147,7 +147,8 @@ pub fn define() {
         c"Growing memory past this limit traps the lambda with SQLSTATE 53200.",
         &MEMORY_LIMIT_KB,
         2 * 1024,
-        4 * 1024 * 1024 - 1,
+        // What a memory slot reserves (runtime/engine.rs): 4 GiB - 64 KiB.
+        4 * 1024 * 1024 - 64,
         GucContext::Suset,
         GucFlags::UNIT_KB,
     );

@@ -8,7 +8,7 @@ use pgrx::pg_sys::BuiltinOid::*;
 
 pub fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
     if probe::usable() {
-        let key = probe::Key { object: *object, text: field, bytes: key };
+        let key = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
         return Ok(probe::by_key(c"entries", c"entries_pkey", &key, |row| row.bytes(4))?.flatten());
     }
     query(

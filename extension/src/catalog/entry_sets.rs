@@ -45,6 +45,15 @@ pub fn around(object: i64, field: &str, key: &[u8]) -> Result<(EntrySet, Option<
 /// range read instead of one query per set touched, for the common object
 /// with few sets.
 pub fn all_if_few(object: i64, max: usize) -> Result<Option<Vec<EntrySet>>> {
+    if probe::usable() {
+        let sets = probe::by_prefix(c"entry_sets", c"entry_sets_pkey", &[probe::Part::Int8(object)], max + 1, |row| {
+            EntrySet {
+                lower: (row.text(2).unwrap_or_default(), row.bytes(3).unwrap_or_default()),
+                version: row.int8(4).unwrap_or_default(),
+            }
+        })?;
+        return Ok((sets.len() <= max).then_some(sets));
+    }
     let sets = query(
         "SELECT lower_field, lower_key, version FROM lambdastore.entry_sets
           WHERE object_id = $1 ORDER BY lower_field, lower_key LIMIT $2",
@@ -84,7 +93,7 @@ pub fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>) -> Res
 /// every execution).
 pub fn current((object, (field, key)): &SetId) -> Result<Option<(i64, i64)>> {
     if probe::usable() {
-        let key = probe::Key { object: *object, text: field, bytes: key };
+        let key = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
         return Ok(probe::by_key(c"entry_sets", c"entry_sets_pkey", &key, |row| row.int8(4).zip(row.int8(5)))?.flatten());
     }
     query(

@@ -23,11 +23,23 @@ pub fn usable() -> bool {
     unsafe { pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32 }
 }
 
-/// A primary key of (object_id bigint, text collate "C", bytea).
-pub struct Key<'a> {
-    pub object: i64,
-    pub text: &'a str,
-    pub bytes: &'a [u8],
+/// One column of a primary key: (object_id bigint, text collate "C", bytea).
+pub enum Part<'a> {
+    Int8(i64),
+    Text(&'a str),
+    Bytes(&'a [u8]),
+}
+
+impl Part<'_> {
+    /// The datum and equality function of this column (a palloc'd copy
+    /// for text and bytea).
+    fn datum(&self) -> (pg_sys::Datum, u32) {
+        match self {
+            Part::Int8(n) => (pg_sys::Datum::from(*n), pg_sys::F_INT8EQ),
+            Part::Text(t) => (t.into_datum().expect("text is not null"), pg_sys::F_TEXTEQ),
+            Part::Bytes(b) => (b.into_datum().expect("bytea is not null"), pg_sys::F_BYTEAEQ),
+        }
+    }
 }
 
 /// The columns of one row, read while the scan still holds it.
@@ -45,6 +57,13 @@ impl Row {
         })
     }
 
+    pub fn text(&self, attno: usize) -> Option<String> {
+        self.datum(attno).and_then(|(datum, is_null)| {
+            // SAFETY: the column is text (see the callers' tables).
+            unsafe { String::from_polymorphic_datum(datum, is_null, pg_sys::TEXTOID) }
+        })
+    }
+
     pub fn int8(&self, attno: usize) -> Option<i64> {
         self.datum(attno).and_then(|(datum, is_null)| {
             // SAFETY: the column is bigint (see the callers' tables).
@@ -59,13 +78,26 @@ impl Row {
     }
 }
 
-/// Looks up `key` in `table`'s primary-key index `index` (both in schema
-/// lambdastore) and hands the visible row, if any, to `read`.
-pub fn by_key<R>(table: &CStr, index: &CStr, key: &Key<'_>, read: impl FnOnce(&Row) -> R) -> Result<Option<R>> {
+/// The row of `table` (in schema lambdastore) whose primary key, read
+/// through its index `index`, is `key`, handed to `read`.
+pub fn by_key<R>(table: &CStr, index: &CStr, key: &[Part<'_>], read: impl FnOnce(&Row) -> R) -> Result<Option<R>> {
+    let mut read = Some(read);
+    Ok(by_prefix(table, index, key, 1, |row| (read.take().expect("one row"))(row))?.pop())
+}
+
+/// The rows of `table` whose primary key starts with `prefix`, in key
+/// order, at most `limit`, each handed to `read`.
+pub fn by_prefix<R>(
+    table: &CStr,
+    index: &CStr,
+    prefix: &[Part<'_>],
+    limit: usize,
+    mut read: impl FnMut(&Row) -> R,
+) -> Result<Vec<R>> {
     // SAFETY: every call below is a PostgreSQL function used as the
     // executor uses it, on the main thread inside a transaction; an ERROR
     // raised by any of them unwinds to the resource owner, which releases
-    // the relation, scan and snapshot.
+    // the relations, scan and snapshot.
     unsafe {
         let namespace = pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), false);
         let table_oid = pg_sys::get_relname_relid(table.as_ptr(), namespace);
@@ -85,27 +117,42 @@ pub fn by_key<R>(table: &CStr, index: &CStr, key: &Key<'_>, read: impl FnOnce(&R
 
         pg_sys::CommandCounterIncrement();
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
-        let relation = pg_sys::table_open(table_oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::table_open(table_oid, lock);
+        let index = pg_sys::index_open(index_oid, lock);
 
-        let text = key.text.into_datum().expect("text is not null");
-        let bytes = key.bytes.into_datum().expect("bytea is not null");
-        let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
-        let equal = pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber;
-        // Attribute numbers are the table's; ScanKeyInit compares text
-        // under the "C" collation, the columns' own.
-        pg_sys::ScanKeyInit(&mut keys[0], 1, equal, pg_sys::F_INT8EQ.into(), pg_sys::Datum::from(key.object));
-        pg_sys::ScanKeyInit(&mut keys[1], 2, equal, pg_sys::F_TEXTEQ.into(), text);
-        pg_sys::ScanKeyInit(&mut keys[2], 3, equal, pg_sys::F_BYTEAEQ.into(), bytes);
+        let parts: Vec<(pg_sys::Datum, u32)> = prefix.iter().map(Part::datum).collect();
+        let mut keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); parts.len()];
+        for (i, ((datum, equal), key)) in parts.iter().zip(keys.iter_mut()).enumerate() {
+            // Attribute numbers are the table's (the key's columns come
+            // first); ScanKeyInit compares text under the "C" collation,
+            // the columns' own.
+            let attno = pg_sys::AttrNumber::try_from(i + 1).expect("a short key");
+            let strategy = pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber;
+            pg_sys::ScanKeyInit(key, attno, strategy, (*equal).into(), *datum);
+        }
 
-        let scan = pg_sys::systable_beginscan(relation, index_oid, true, snapshot, 3, keys.as_mut_ptr());
-        let tuple = pg_sys::systable_getnext(scan);
-        let result = (!tuple.is_null()).then(|| read(&Row { tuple, desc: (*relation).rd_att }));
-        pg_sys::systable_endscan(scan);
-        // Like the executor, keep the lock until the transaction ends.
+        // The ordered form: the index is used even under
+        // ignore_system_indexes, so rows come in key order.
+        let scan = pg_sys::systable_beginscan_ordered(relation, index, snapshot, keys.len() as i32, keys.as_mut_ptr());
+        let mut rows = Vec::new();
+        while rows.len() < limit {
+            let tuple = pg_sys::systable_getnext_ordered(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if tuple.is_null() {
+                break;
+            }
+            rows.push(read(&Row { tuple, desc: (*relation).rd_att }));
+        }
+        pg_sys::systable_endscan_ordered(scan);
+        // Like the executor, keep the locks until the transaction ends.
+        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::UnregisterSnapshot(snapshot);
-        pg_sys::pfree(text.cast_mut_ptr());
-        pg_sys::pfree(bytes.cast_mut_ptr());
-        Ok(result)
+        for ((datum, equal), _) in parts.iter().zip(prefix) {
+            if *equal != pg_sys::F_INT8EQ {
+                pg_sys::pfree(datum.cast_mut_ptr());
+            }
+        }
+        Ok(rows)
     }
 }
