@@ -61,25 +61,15 @@ CREATE TABLE lambdastore.entries (
 );
 
 -- Entry sets: ranges of an object's (field, key) space, the unit of
--- concurrency control. A new object has one set starting at ('', '').
+-- concurrency control; each row is a guard, the lower bound of a set. A new
+-- object has one set starting at ('', ''). Versions and conflict counts are
+-- in shared memory (see lambdastore.entry_sets() in views.sql).
 CREATE TABLE lambdastore.entry_sets (
     object_id    bigint NOT NULL REFERENCES lambdastore.objects(object_id) ON DELETE CASCADE,
     lower_field  text COLLATE "C" NOT NULL DEFAULT '',
     lower_key    bytea NOT NULL DEFAULT '',
-    version      bigint NOT NULL DEFAULT 0,
-    conflicts    bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (object_id, lower_field, lower_key)
 );
-
--- An object's entry sets in key order: where its guards are, their
--- versions and recent conflicts.
-CREATE FUNCTION lambdastore.entry_sets(object_id bigint)
-RETURNS TABLE (lower_field text, lower_key bytea, version bigint, conflicts bigint)
-LANGUAGE sql STABLE AS $$
-    SELECT s.lower_field, s.lower_key, s.version, s.conflicts
-      FROM lambdastore.entry_sets s WHERE s.object_id = $1
-     ORDER BY s.lower_field, s.lower_key
-$$;
 
 
 -- Asynchronous jobs: a call of `method` on an object, run by a background

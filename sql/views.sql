@@ -6,6 +6,19 @@
 -- lambdastore is in shared_preload_libraries.
 CREATE VIEW lambdastore.stats AS SELECT * FROM lambdastore._stats();
 
+-- An object's entry sets in key order: where its guards are, and each set's
+-- version and recent conflicts (shared memory: they restart from 0 with the
+-- server, and sets whose counters share a stripe show the same values).
+CREATE FUNCTION lambdastore.entry_sets(object_id bigint)
+RETURNS TABLE (lower_field text, lower_key bytea, version bigint, conflicts bigint)
+LANGUAGE sql VOLATILE AS $$
+    SELECT s.lower_field, s.lower_key, c.version, c.conflicts
+      FROM lambdastore.entry_sets s,
+           lambdastore._entry_set_counters(s.object_id, s.lower_field, s.lower_key) c
+     WHERE s.object_id = $1
+     ORDER BY s.lower_field, s.lower_key
+$$;
+
 -- A job's state and outcome; no row if there is no such job.
 CREATE FUNCTION lambdastore.job(id bigint)
 RETURNS TABLE (job_id bigint, state text, result jsonb, error text, sqlstate text, attempts int,

@@ -51,6 +51,8 @@ pub enum LambdaError {
     #[error("{0}")]
     IsolationLevel(String),
     #[error("{0}")]
+    NotPreloaded(String),
+    #[error("{0}")]
     InvalidName(String),
     #[error("invalid module: {0}")]
     InvalidModule(String),
@@ -91,6 +93,7 @@ impl LambdaError {
                 ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED
             }
             IsolationLevel(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
+            NotPreloaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,

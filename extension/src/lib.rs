@@ -37,6 +37,7 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::define();
     stats::init();
     catalog::cache::init();
+    txn::versions::init();
     workers::init();
     jobs::init();
 }

@@ -81,6 +81,18 @@ mod lambdastore {
         }
     }
 
+    /// Behind `lambdastore.entry_sets` (sql/views.sql): a set's version and
+    /// recent conflicts, kept in shared memory.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _entry_set_counters(
+        object_id: i64,
+        lower_field: &str,
+        lower_key: &[u8],
+    ) -> TableIterator<'static, (name!(version, i64), name!(conflicts, i64))> {
+        let set = (object_id, (lower_field.to_string(), lower_key.to_vec()));
+        TableIterator::once((crate::txn::versions::version(&set), crate::txn::versions::conflicts(&set)))
+    }
+
     /// Queues a call of `method` on the object as a job that a background
     /// worker runs in a transaction of its own; returns the job id. With an
     /// idempotency key already used in this application, returns that job.

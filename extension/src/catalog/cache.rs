@@ -15,6 +15,7 @@
 //! nothing is cached and every call asks the catalog.
 
 use super::modules::ModuleKey;
+use crate::txn::entry_sets::Guards;
 use crate::txn::ObjectInfo;
 use pgrx::prelude::*;
 use pgrx::PgAtomic;
@@ -37,6 +38,8 @@ struct Cached {
     objects_table: pg_sys::Oid,
     objects: HashMap<i64, ObjectInfo>,
     modules: HashMap<String, ModuleKey>,
+    /// Each object's guards, with its split count when they were read.
+    guards: HashMap<i64, (u64, Guards)>,
 }
 
 thread_local! {
@@ -147,8 +150,30 @@ pub fn remember_module(module: &ModuleKey) {
     }
 }
 
+/// An object's guards, if cached under the split count `splits`: guards
+/// change only by splits, which bump the count once they are visible.
+pub fn guards(object: i64, splits: u64) -> Option<Guards> {
+    with_valid(|cached| cached.guards.get(&object).filter(|(at, _)| *at == splits).map(|(_, g)| g.clone())).flatten()
+}
+
+pub fn remember_guards(object: i64, splits: u64, guards: &Guards) {
+    if !may_fill() {
+        return;
+    }
+    with_valid(|cached| {
+        if cached.guards.len() >= MAX_OBJECTS {
+            cached.guards.clear();
+        }
+        cached.guards.insert(object, (splits, guards.clone()));
+    });
+}
+
 /// Forgets an object this transaction deletes, so that its later calls
 /// find it gone (other backends forget it when the delete commits).
 pub fn forget_object(id: i64) {
-    CACHED.with(|cached| cached.borrow_mut().objects.remove(&id));
+    CACHED.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        cached.objects.remove(&id);
+        cached.guards.remove(&id);
+    });
 }

@@ -64,13 +64,6 @@ impl Row {
         })
     }
 
-    pub fn int8(&self, attno: usize) -> Option<i64> {
-        self.datum(attno).and_then(|(datum, is_null)| {
-            // SAFETY: the column is bigint (see the callers' tables).
-            unsafe { i64::from_polymorphic_datum(datum, is_null, pg_sys::INT8OID) }
-        })
-    }
-
     fn datum(&self, attno: usize) -> Option<(pg_sys::Datum, bool)> {
         // SAFETY: the tuple and its descriptor are alive for the scan.
         let datum = unsafe { pgrx::heap_getattr_raw(self.tuple, NonZeroUsize::new(attno)?, self.desc) };

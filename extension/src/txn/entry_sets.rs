@@ -3,6 +3,7 @@
 //! validation: a set covers [its lower bound, the next set's lower bound).
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// A position in an object's key space, in `entries` primary-key order.
 pub type Position = (String, Vec<u8>);
@@ -16,57 +17,90 @@ pub struct EntrySet {
     pub version: i64,
 }
 
-/// What a workflow knows of one object's entry sets, each with the lower
-/// bound of the next set (its upper bound), as loaded at the object's first
-/// touch: all of them for an object with few sets, else each set as it is
-/// touched, which keeps objects with many guards cheap. A set that changed
-/// since it was loaded fails validation.
+/// An object's guards in order, starting at ("", ""): each set covers
+/// [its guard, the next guard). Shared between workflows of a backend
+/// (catalog/cache.rs keeps them per split count).
+pub type Guards = Rc<Vec<Position>>;
+
+/// What a workflow knows of one object's entry sets: all its guards when the
+/// object has few enough (else each set is loaded as it is touched), and
+/// the sets touched so far with the version seen at first touch, before
+/// any value under them was read. A set that changed since fails
+/// validation, and so does an object split since `splits` was read (before
+/// any of its guards).
 #[derive(Debug, Default)]
 pub struct KnownSets {
+    guards: Option<Guards>,
     /// lower bound -> (set, upper bound; None: to the end of the object)
     sets: BTreeMap<Position, (EntrySet, Option<Position>)>,
+    pub splits: u64,
 }
 
 impl KnownSets {
     /// The single set of an object created by this workflow.
     pub fn fresh() -> Self {
-        let mut known = KnownSets::default();
-        let set = EntrySet { lower: (String::new(), Vec::new()), version: 0 };
-        known.sets.insert(set.lower.clone(), (set, None));
-        known
+        KnownSets { guards: Some(Rc::new(vec![Position::default()])), ..KnownSets::default() }
     }
 
-    /// The known set containing (field, key), if any.
-    pub fn containing(&self, field: &str, key: &[u8]) -> Option<&EntrySet> {
+    /// Every guard of the object is known.
+    pub fn complete(guards: Guards, splits: u64) -> Self {
+        KnownSets { guards: Some(guards), splits, ..KnownSets::default() }
+    }
+
+    /// Nothing known yet of an object with many sets: each is loaded as it
+    /// is touched.
+    pub fn partial(splits: u64) -> Self {
+        KnownSets { splits, ..KnownSets::default() }
+    }
+
+    /// The set containing (field, key): as touched before, else from the
+    /// guards with its version now (`version`), else None (not known).
+    pub fn containing(&mut self, field: &str, key: &[u8], version: impl Fn(&Position) -> i64) -> Option<EntrySet> {
         let position = (field.to_string(), key.to_vec());
-        let (_, (set, upper)) = self.sets.range(..=position.clone()).next_back()?;
-        match upper {
-            Some(upper) if position >= *upper => None,
-            _ => Some(set),
+        if let Some((_, (set, upper))) = self.sets.range(..=position.clone()).next_back() {
+            if upper.as_ref().is_none_or(|upper| position < *upper) {
+                return Some(set.clone());
+            }
         }
+        let guards = self.guards.clone()?;
+        // The last guard at or below the position; the first is ("", "").
+        let i = guards.partition_point(|guard| *guard <= position).max(1) - 1;
+        Some(self.touch(&guards, i, &version))
     }
 
-    /// Every set of an object, in order: each set's upper bound is the
-    /// next one's lower bound. A key space that does not start with a set
-    /// (possible only for rows made by hand) starts with an implicit one.
-    pub fn complete(sets: Vec<EntrySet>) -> Self {
-        let mut known = KnownSets::default();
-        let origin: Position = (String::new(), Vec::new());
-        let mut sets = sets.into_iter().peekable();
-        if sets.peek().is_none_or(|first| first.lower != origin) {
-            let upper = sets.peek().map(|first| first.lower.clone());
-            known.insert(EntrySet { lower: origin, version: 0 }, upper);
+    /// With every guard known: the sets of `field` starting strictly inside
+    /// (start, end), touched now.
+    pub fn inside(&mut self, field: &str, start: &[u8], end: Option<&[u8]>, version: impl Fn(&Position) -> i64) -> Option<Vec<EntrySet>> {
+        let guards = self.guards.clone()?;
+        let from = (field.to_string(), start.to_vec());
+        let first = guards.partition_point(|guard| *guard <= from);
+        let within = |guard: &Position| guard.0 == field && end.is_none_or(|end| guard.1.as_slice() < end);
+        let count = guards[first..].iter().take_while(|guard| within(guard)).count();
+        Some((first..first + count).map(|i| self.touch(&guards, i, &version)).collect())
+    }
+
+    fn touch(&mut self, guards: &[Position], i: usize, version: &impl Fn(&Position) -> i64) -> EntrySet {
+        let lower = guards[i].clone();
+        if let Some((set, _)) = self.sets.get(&lower) {
+            return set.clone();
         }
-        while let Some(set) = sets.next() {
-            let upper = sets.peek().map(|next| next.lower.clone());
-            known.insert(set, upper);
-        }
-        known
+        let set = EntrySet { version: version(&lower), lower };
+        self.insert(set.clone(), guards.get(i + 1).cloned());
+        set
     }
 
     pub fn insert(&mut self, set: EntrySet, upper: Option<Position>) {
         self.sets.insert(set.lower.clone(), (set, upper));
     }
+}
+
+/// Guards as read from the table, with the origin ("", "") first even for
+/// an object whose rows were made by hand without it.
+pub fn guards(mut lowers: Vec<Position>) -> Guards {
+    if lowers.first() != Some(&Position::default()) {
+        lowers.insert(0, Position::default());
+    }
+    Rc::new(lowers)
 }
 
 /// The advisory-lock key of an entry set: a 64-bit FNV-1a hash of the object

@@ -10,13 +10,14 @@
 mod buffer;
 pub mod entry_sets;
 pub mod occ;
+pub mod versions;
 
 pub use buffer::{EntryKey, Spawned, WriteBuffer};
 
 use crate::catalog;
 use crate::error::Result;
 use crate::gucs;
-use entry_sets::{EntrySet, KnownSets, SetId};
+use entry_sets::{EntrySet, KnownSets, Position, SetId};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -28,9 +29,22 @@ pub struct ObjectInfo {
     pub type_name: String,
 }
 
-/// At its first touch an object with at most this many entry sets has all
-/// of them loaded at once; one with more has each loaded as it is touched.
-const LOAD_ALL_UP_TO: usize = 32;
+/// An object with at most this many entry sets has all its guards read at
+/// once (and kept by the backend until the object is split again); one
+/// with more has each set read as it is touched.
+const LOAD_ALL_UP_TO: usize = 1024;
+
+/// All guards of an object with few sets: from the backend's cache when no
+/// split has committed since they were read, else from the table.
+fn guards_of(object: i64, splits: u64) -> Result<Option<entry_sets::Guards>> {
+    if let Some(guards) = catalog::cache::guards(object, splits) {
+        return Ok(Some(guards));
+    }
+    let Some(lowers) = catalog::entry_sets::all_if_few(object, LOAD_ALL_UP_TO)? else { return Ok(None) };
+    let guards = entry_sets::guards(lowers);
+    catalog::cache::remember_guards(object, splits, &guards);
+    Ok(Some(guards))
+}
 
 pub struct Workflow {
     pub timeout: Duration,
@@ -64,24 +78,38 @@ impl Workflow {
     /// The entry set containing (field, key) of `object`, as of its first
     /// touch in this workflow.
     pub fn containing(&self, object: i64, field: &str, key: &[u8]) -> Result<EntrySet> {
+        let version = |lower: &Position| versions::version(&(object, lower.clone()));
         let mut sets = self.sets.borrow_mut();
-        if !sets.contains_key(&object) && self.is_created(object) {
-            sets.insert(object, KnownSets::fresh());
-        }
         if !sets.contains_key(&object) {
-            let known = match catalog::entry_sets::all_if_few(object, LOAD_ALL_UP_TO)? {
-                Some(all) => KnownSets::complete(all),
-                None => KnownSets::default(),
+            let known = if self.is_created(object) {
+                KnownSets::fresh()
+            } else {
+                // The split counter first, then the guards (versions come
+                // later, at each set's first touch), all before any value
+                // is read (txn/versions.rs).
+                let splits = versions::splits(object);
+                match guards_of(object, splits)? {
+                    Some(guards) => KnownSets::complete(guards, splits),
+                    None => KnownSets::partial(splits),
+                }
             };
             sets.insert(object, known);
         }
         let known = sets.get_mut(&object).expect("inserted above");
-        if let Some(set) = known.containing(field, key) {
-            return Ok(set.clone());
+        if let Some(set) = known.containing(field, key, version) {
+            return Ok(set);
         }
-        let (set, upper) = catalog::entry_sets::around(object, field, key)?;
+        let (lower, upper) = catalog::entry_sets::around(object, field, key)?;
+        let set = EntrySet { version: version(&lower), lower };
         known.insert(set.clone(), upper);
         Ok(set)
+    }
+
+    /// The split counter of each object whose sets this workflow loaded
+    /// (objects it created are invisible to others and left out).
+    pub fn splits_seen(&self) -> Vec<(i64, u64)> {
+        let sets = self.sets.borrow();
+        sets.iter().filter(|(id, _)| !self.is_created(**id)).map(|(id, known)| (*id, known.splits)).collect()
     }
 
     /// Records a point read (or an existence check) of (field, key). Must
@@ -102,7 +130,15 @@ impl Workflow {
             return Ok(());
         }
         let first = self.containing(object, field, start)?;
-        let inside = catalog::entry_sets::inside(object, field, start, end)?;
+        let version = |lower: &Position| versions::version(&(object, lower.clone()));
+        let known = self.sets.borrow_mut().get_mut(&object).and_then(|known| known.inside(field, start, end, version));
+        let inside = match known {
+            Some(sets) => sets,
+            None => catalog::entry_sets::inside(object, field, start, end)?
+                .into_iter()
+                .map(|lower| EntrySet { version: versions::version(&(object, lower.clone())), lower })
+                .collect(),
+        };
         let mut reads = self.reads.borrow_mut();
         for set in std::iter::once(first).chain(inside) {
             reads.entry((object, set.lower)).or_insert(set.version);

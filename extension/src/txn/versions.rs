@@ -1,0 +1,252 @@
+//! Entry-set versions, recent-conflict counts and per-object split
+//! counters, in shared memory: what OCC reads at every first touch and
+//! every validation, and writes at every commit. In a table they cost a
+//! statement each, and every write commit updated the same hot row.
+//!
+//! The counters are striped: a set's live at hash(database, object, lower
+//! bound) mod `STRIPES`. Sets sharing a stripe share counters, so a write
+//! to one looks like a change of the other: a false conflict, never a
+//! missed one.
+//!
+//! A version must never be visible before its data. Writes and splits
+//! therefore only queue their bumps here; the commit callback applies them
+//! after the transaction's rows have become visible and before its
+//! entry-set locks are released (PostgreSQL calls commit callbacks between
+//! the two). A reader that recorded the old version then fails validation;
+//! one that loads the new version reads the new data. An aborted
+//! transaction's bumps are dropped.
+//!
+//! A split moves keys to a new set, so a workflow that loaded the object's
+//! guards before the split became visible would file later reads under the
+//! old set. Each object has a split counter, read before its guards and
+//! bumped after a split commits, that validation checks as well.
+//!
+//! Counters reset when the server restarts, with no transaction in flight.
+
+use super::entry_sets::{lock_key, SetId};
+use pgrx::prelude::*;
+use pgrx::shmem::PGRXSharedMemory;
+use pgrx::PgAtomic;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+const STRIPES: usize = 1 << 16;
+
+pub struct Stripes {
+    versions: [AtomicU64; STRIPES],
+    /// Transactions holding a set of this stripe for writing: Silo's lock
+    /// bit, which readers check instead of taking a lock.
+    writers: [AtomicU32; STRIPES],
+    conflicts: [AtomicU32; STRIPES],
+    splits: [AtomicU64; STRIPES],
+}
+
+impl Default for Stripes {
+    fn default() -> Self {
+        Stripes {
+            versions: [const { AtomicU64::new(0) }; STRIPES],
+            writers: [const { AtomicU32::new(0) }; STRIPES],
+            conflicts: [const { AtomicU32::new(0) }; STRIPES],
+            splits: [const { AtomicU64::new(0) }; STRIPES],
+        }
+    }
+}
+
+// SAFETY: atomics in a fixed-size struct: no pointers.
+unsafe impl PGRXSharedMemory for Stripes {}
+
+// SAFETY: the name is unique to this extension.
+static SHARED: PgAtomic<Stripes> = unsafe { PgAtomic::new(c"lambdastore_entry_set_versions") };
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+enum Pending {
+    /// A written set: one more version.
+    Write(usize),
+    /// A split: the old set and the object move on, and the new set's
+    /// version ends above the old one's.
+    Split { old: usize, new: usize, object: usize },
+}
+
+/// What earlier workflows of the current transaction validated: each later
+/// workflow validates it again, so that a transaction of several workflows
+/// is serializable as a whole.
+#[derive(Default)]
+pub struct Validated {
+    pub reads: BTreeMap<SetId, i64>,
+    pub splits: HashMap<i64, u64>,
+}
+
+thread_local! {
+    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+    /// Stripes this transaction counts itself a writer of, and how often.
+    static HELD: RefCell<HashMap<usize, u32>> = RefCell::new(HashMap::new());
+    static VALIDATED: RefCell<Validated> = RefCell::new(Validated::default());
+}
+
+/// Requests the shared memory (only possible while preloading) and
+/// registers the commit callback.
+#[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
+pub fn init() {
+    // SAFETY: a flag the postmaster sets while loading preload libraries.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        pgrx::pg_shmem_init!(SHARED);
+        ENABLED.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: registers a plain function; called once per process from _PG_init.
+    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+}
+
+/// Whether the counters exist: OCC needs `shared_preload_libraries`.
+pub fn available() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Must not fail after the commit record: it only adds to atomics.
+#[pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_COMMIT => {
+            let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            if let Some(shared) = shared() {
+                for change in pending {
+                    match change {
+                        Pending::Write(set) => {
+                            shared.versions[set].fetch_add(1, Ordering::SeqCst);
+                        }
+                        Pending::Split { old, new, object } => {
+                            let version = shared.versions[old].fetch_add(1, Ordering::SeqCst) + 1;
+                            shared.versions[new].fetch_max(version, Ordering::SeqCst);
+                            shared.splits[object].fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+            release();
+        }
+        // Made visible later by COMMIT PREPARED, in another session, where
+        // nothing would apply the bumps.
+        XACT_EVENT_PRE_PREPARE if HELD.with(|h| !h.borrow().is_empty()) => {
+            pgrx::error!("lambdastore: a transaction that ran writing lambdas cannot be prepared (PREPARE TRANSACTION)");
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
+            PENDING.with(|p| p.borrow_mut().clear());
+            release();
+        }
+        _ => {}
+    }
+}
+
+/// Stops counting this transaction as a writer (after its bumps), and
+/// forgets what it validated.
+fn release() {
+    let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    if let Some(shared) = shared() {
+        for (stripe, count) in held {
+            shared.writers[stripe].fetch_sub(count, Ordering::SeqCst);
+        }
+    }
+    VALIDATED.with(|v| *v.borrow_mut() = Validated::default());
+}
+
+fn shared() -> Option<&'static Stripes> {
+    available().then(|| SHARED.get())
+}
+
+fn database() -> u64 {
+    // SAFETY: set at backend start, read on the main thread.
+    u64::from(unsafe { pg_sys::MyDatabaseId }.to_u32())
+}
+
+fn stripe(set: &SetId) -> usize {
+    let hash = (lock_key(set) as u64) ^ database().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (hash % STRIPES as u64) as usize
+}
+
+fn object_stripe(object: i64) -> usize {
+    let hash = (object as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ database();
+    (hash.rotate_left(29) % STRIPES as u64) as usize
+}
+
+/// The set's version now (0 without shared memory).
+pub fn version(set: &SetId) -> i64 {
+    shared().map_or(0, |s| s.versions[stripe(set)].load(Ordering::SeqCst) as i64)
+}
+
+/// How many splits of the object have committed (0 without shared memory).
+pub fn splits(object: i64) -> u64 {
+    shared().map_or(0, |s| s.splits[object_stripe(object)].load(Ordering::SeqCst))
+}
+
+/// The set's recent conflicts: a count halved at every committed write.
+pub fn conflicts(set: &SetId) -> i64 {
+    shared().map_or(0, |s| i64::from(s.conflicts[stripe(set)].load(Ordering::Relaxed)))
+}
+
+/// A workflow failed validation on this set.
+pub fn count_conflict(set: &SetId) {
+    if let Some(s) = shared() {
+        s.conflicts[stripe(set)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Halves the set's conflict count (a write committed to it); returns the
+/// count before. Heuristic only, so it need not wait for the commit.
+pub fn cool_down(set: &SetId) -> i64 {
+    shared().map_or(0, |s| {
+        let before = s.conflicts[stripe(set)].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c / 2));
+        i64::from(before.unwrap_or(0))
+    })
+}
+
+/// This transaction has just taken the set's exclusive lock: readers of
+/// the set fail validation until it ends.
+pub fn hold(set: &SetId) {
+    let stripe = stripe(set);
+    if let Some(shared) = shared() {
+        shared.writers[stripe].fetch_add(1, Ordering::SeqCst);
+        HELD.with(|h| *h.borrow_mut().entry(stripe).or_default() += 1);
+    }
+}
+
+/// Why a read set is no longer as read.
+pub enum Stale {
+    /// Another transaction holds it for writing.
+    Written,
+    /// Its version has moved to this one.
+    Changed(i64),
+}
+
+/// Whether a set read at version `seen` is still as read. The writer count
+/// is read first: a writer's data becomes visible only while it counts,
+/// and it stops counting only after its bump.
+pub fn unchanged(set: &SetId, seen: i64) -> std::result::Result<(), Stale> {
+    let Some(shared) = shared() else { return Ok(()) };
+    let stripe = stripe(set);
+    let ours = HELD.with(|h| h.borrow().get(&stripe).copied().unwrap_or(0));
+    if shared.writers[stripe].load(Ordering::SeqCst) > ours {
+        return Err(Stale::Written);
+    }
+    match shared.versions[stripe].load(Ordering::SeqCst) as i64 {
+        now if now == seen => Ok(()),
+        now => Err(Stale::Changed(now)),
+    }
+}
+
+/// Runs `f` on what earlier workflows of this transaction validated.
+pub fn validated<R>(f: impl FnOnce(&mut Validated) -> R) -> R {
+    VALIDATED.with(|v| f(&mut v.borrow_mut()))
+}
+
+/// The set's version goes up when this transaction commits.
+pub fn bump_at_commit(set: &SetId) {
+    let set = stripe(set);
+    PENDING.with(|p| p.borrow_mut().push(Pending::Write(set)));
+}
+
+/// A guard at `new` splits `old` when this transaction commits.
+pub fn split_at_commit(old: &SetId, new: &SetId) {
+    let change = Pending::Split { old: stripe(old), new: stripe(new), object: object_stripe(old.0) };
+    PENDING.with(|p| p.borrow_mut().push(change));
+}
