@@ -19,6 +19,8 @@ struct Config {
     setup: &'static str,
     guards: Option<u32>,
     write_percent: u32,
+    /// Run on the previous configuration's object instead of a fresh one.
+    same_object: bool,
 }
 
 struct Outcome {
@@ -36,22 +38,40 @@ pub fn run(url: &str, lambdas: &Path, clients: usize, seconds: u64, entries: u32
     let mut configs: Vec<Config> = [1, 10, 100, 1000]
         .into_iter()
         .filter(|g| *g <= entries)
-        .map(|g| Config { name: format!("occ, {g} manual entry sets"), setup: "SET lambdastore.split_chance = 0", guards: Some(g), write_percent: 50 })
+        .map(|g| Config {
+            name: format!("occ, {g} manual entry sets"),
+            setup: "SET lambdastore.split_chance = 0",
+            guards: Some(g),
+            write_percent: 50,
+            same_object: false,
+        })
         .collect();
-    configs.push(Config { name: "occ, adaptive splitting".into(), setup: "", guards: None, write_percent: 50 });
+    configs.push(Config { name: "occ, adaptive from 1 set".into(), setup: "", guards: None, write_percent: 50, same_object: false });
+    // The same object again: how far splitting got, in steady state.
+    configs.push(Config { name: "occ, adaptive, next run".into(), setup: "", guards: None, write_percent: 50, same_object: true });
     configs.push(Config {
         name: "PostgreSQL SERIALIZABLE, occ off".into(),
         setup: "SET lambdastore.concurrency_control = off; SET default_transaction_isolation = 'serializable'",
         guards: Some(1),
         write_percent: 50,
+        same_object: false,
     });
-    configs.push(Config { name: "read-only, occ".into(), setup: "", guards: Some(1), write_percent: 0 });
-    configs.push(Config { name: "read-only, occ off".into(), setup: "SET lambdastore.concurrency_control = off", guards: Some(1), write_percent: 0 });
+    configs.push(Config { name: "read-only, occ".into(), setup: "", guards: Some(1), write_percent: 0, same_object: false });
+    configs.push(Config {
+        name: "read-only, occ off".into(),
+        setup: "SET lambdastore.concurrency_control = off",
+        guards: Some(1),
+        write_percent: 0,
+        same_object: false,
+    });
 
     println!("{clients} clients, {seconds} s per configuration, one object of {entries} entries x 1 KiB, 5 entries per transaction");
     println!("  {:<36} {:>10} {:>9} {:>12}", "configuration", "commits/s", "abort %", "entry sets");
+    let mut object = 0;
     for config in &configs {
-        let object = fresh_object(&mut admin, entries, config.guards)?;
+        if !config.same_object {
+            object = fresh_object(&mut admin, entries, config.guards)?;
+        }
         let outcome = drive(url, object, config, clients, seconds, entries)?;
         let sets: i64 = admin.query_one("SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1", &[&object])?.get(0);
         let attempts = outcome.commits + outcome.aborts;
