@@ -201,7 +201,8 @@ pub fn cool_down(set: &SetId) -> i64 {
 }
 
 /// This transaction has just taken the set's exclusive lock: readers of
-/// the set fail validation until it ends.
+/// the set fail validation until it ends. (Also after a subtransaction
+/// rollback released the lock early: only false conflicts, until the end.)
 pub fn hold(set: &SetId) {
     let stripe = stripe(set);
     if let Some(shared) = shared() {
