@@ -37,9 +37,11 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::define();
     stats::init();
     catalog::cache::init();
-    txn::versions::init();
     workers::init();
     jobs::init();
+    // Last: commit callbacks run newest first, so entry-set versions are
+    // bumped before the job runners are woken to read them.
+    txn::versions::init();
 }
 
 #[cfg(test)]

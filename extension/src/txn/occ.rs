@@ -17,8 +17,8 @@
 //! 3. applies the writes in this PostgreSQL transaction and queues the
 //!    written sets' version bumps, which the commit callback applies once
 //!    the data is visible and before the locks are released;
-//! 4. maybe splits a written set, with a probability that grows with its
-//!    recent conflicts.
+//! 4. maybe splits a written set at the keys it wrote, with a probability
+//!    that grows with its recent conflicts.
 //!
 //! Write locks are held until the SQL transaction ends, and every workflow
 //! also validates again what the transaction's earlier workflows read, so a
@@ -161,16 +161,21 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
         }
     });
 
-    // 4. Maybe split: the hotter the set, the likelier a guard at a key
-    //    just written. We hold the set's exclusive lock, so no one else can
-    //    be validating against it; both halves end above its old version.
+    // 4. Maybe split: the hotter the set, the likelier it is split, at
+    //    every key just written in it (a contended set is usually contended
+    //    throughout, and one guard per commit converged slowly). We hold the
+    //    set for writing, so no one else writes it and its readers fail
+    //    validation until we end; every part ends above its old version.
     for (set, keys) in &written {
         let heat = 1.0 + versions::cool_down(set) as f64;
-        if random() >= gucs::split_chance() * heat || catalog::entry_sets::count(set.0)? >= gucs::max_entry_sets() {
+        if random() >= gucs::split_chance() * heat {
             continue;
         }
-        let guard = &keys[(random() * keys.len() as f64) as usize % keys.len()];
-        if *guard > set.1 {
+        let room = gucs::max_entry_sets().saturating_sub(catalog::entry_sets::count(set.0)?);
+        let mut guards: Vec<&Position> = keys.iter().filter(|key| **key > set.1).collect();
+        guards.sort();
+        guards.dedup();
+        for guard in guards.into_iter().take(room) {
             catalog::entry_sets::insert_guard(set.0, &guard.0, &guard.1)?;
             versions::split_at_commit(set, &(set.0, guard.clone()));
         }
