@@ -196,6 +196,28 @@ fn an_object_deleted_by_another_connection_is_gone() {
     expect_sqlstate(invoke(&mut other, counter, "get", json!({})), "42704");
 }
 
+/// The cache skips the catalog query, not its permission check: after
+/// `SET ROLE` to a role that may not read the catalog, a call that reads no
+/// entries is refused as it was before anything was cached.
+#[test]
+fn a_cached_object_is_still_refused_to_a_role_without_privileges() {
+    let mut c = connect();
+    let app = app("deploy_cache_role");
+    deploy_example(&mut c, &app, "micro");
+    let bench = create(&mut c, &app, "Bench", json!({}));
+    c.batch_execute(
+        "DO $$ BEGIN CREATE ROLE lambdastore_test_nobody; EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+    )
+    .unwrap();
+    // Filled by this connection's superuser: `now` reads no entries.
+    call(&mut c, bench, "now", json!({}));
+
+    c.batch_execute("SET ROLE lambdastore_test_nobody").unwrap();
+    expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
+    c.batch_execute("RESET ROLE").unwrap();
+    call(&mut c, bench, "now", json!({}));
+}
+
 /// Rows a transaction wrote itself may roll back, so they are never
 /// cached: after the rollback the object is unknown again.
 #[test]

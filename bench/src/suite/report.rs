@@ -562,6 +562,13 @@ fn note_if_empty(area: &Area, empty: bool) -> Result<()> {
 
 /// `0..max` with headroom; `0..1` when there is nothing above zero, as
 /// plotters needs a non-empty range.
+/// A chart in `area` with the margins and label areas every plot uses.
+fn chart_on<'a, 'b>(area: &'a Area<'b>) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(area);
+    builder.margin(10).margin_right(20).x_label_area_size(50).y_label_area_size(70);
+    builder
+}
+
 fn zero_to_max(values: impl Iterator<Item = f64>) -> Range<f64> {
     let max = values.filter(|v| v.is_finite()).fold(0.0, f64::max);
     if max > 0.0 {
@@ -625,11 +632,7 @@ fn throughput_bars(w: &Workload) -> Result<String> {
         |area| {
             let n = w.variants.len();
             let y = zero_to_max(w.runs.iter().map(|r| r.throughput));
-            let mut chart = ChartBuilder::on(area)
-                .margin(10)
-                .x_label_area_size(50)
-                .y_label_area_size(70)
-                .build_cartesian_2d(VariantAxis(n), y)?;
+            let mut chart = chart_on(area).build_cartesian_2d(VariantAxis(n), y)?;
             let label = |x: &f64| {
                 w.variants
                     .get(x.floor() as usize)
@@ -728,12 +731,7 @@ fn throughput_lines(w: &Workload) -> Result<String> {
                 0.0..1.0
             };
             let y = zero_to_max(w.runs.iter().map(|r| r.throughput));
-            let mut chart = ChartBuilder::on(area)
-                .margin(10)
-                .margin_right(20)
-                .x_label_area_size(50)
-                .y_label_area_size(70)
-                .build_cartesian_2d(x, y)?;
+            let mut chart = chart_on(area).build_cartesian_2d(x, y)?;
             chart
                 .configure_mesh()
                 .x_label_formatter(&|x| axis_number(*x))
@@ -776,12 +774,7 @@ fn latency_by_rounds(w: &Workload) -> Result<String> {
         let points: Vec<(f64, f64)> = w.runs.iter().filter_map(|r| point(r)).collect();
         let x = decades(points.iter().map(|p| p.0)).log_scale();
         let y = decades(points.iter().map(|p| p.1)).log_scale();
-        let mut chart = ChartBuilder::on(area)
-            .margin(10)
-            .margin_right(20)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x, y)?;
+        let mut chart = chart_on(area).build_cartesian_2d(x, y)?;
         chart
             .configure_mesh()
             .x_label_formatter(&|x| axis_number(*x))
@@ -858,12 +851,7 @@ fn timeline(w: &Workload) -> Result<String> {
                 .fold(0.0, f64::max);
             let x = 0.0..if end > 0.0 { end } else { 1.0 };
             let y = zero_to_max(runs.iter().flat_map(|r| r.timeline.iter().copied()));
-            let mut chart = ChartBuilder::on(area)
-                .margin(10)
-                .margin_right(20)
-                .x_label_area_size(50)
-                .y_label_area_size(70)
-                .build_cartesian_2d(x, y)?;
+            let mut chart = chart_on(area).build_cartesian_2d(x, y)?;
             chart
                 .configure_mesh()
                 .x_label_formatter(&|x| axis_number(*x))

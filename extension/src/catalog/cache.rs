@@ -85,13 +85,18 @@ pub fn changed() {
 }
 
 /// The cache, emptied first if the catalog changed since it was filled;
-/// None when caching is off.
+/// None when caching is off, or when the current user may not read the
+/// catalog (a `SET ROLE` after the cache was filled): the query then
+/// raises the permission error it always did.
 fn with_valid<R>(f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
     if !ENABLED.load(Ordering::Relaxed) {
         return None;
     }
     let generation = GENERATION.get().load(Ordering::SeqCst);
-    let objects_table = objects_table();
+    let objects_table = super::relation(c"objects");
+    if !super::may_select(objects_table) {
+        return None;
+    }
     CACHED.with(|cached| {
         let mut cached = cached.borrow_mut();
         if cached.generation != generation || cached.objects_table != objects_table {
@@ -99,14 +104,6 @@ fn with_valid<R>(f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
         }
         Some(f(&mut cached))
     })
-}
-
-fn objects_table() -> pg_sys::Oid {
-    // SAFETY: syscache lookups by name; both return InvalidOid when missing.
-    unsafe {
-        let namespace = pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true);
-        pg_sys::get_relname_relid(c"objects".as_ptr(), namespace)
-    }
 }
 
 /// Whether rows read now may be cached: not if this transaction has

@@ -29,6 +29,25 @@ thread_local! {
         RefCell::new(HashMap::new());
 }
 
+/// The OID of relation `name` in schema lambdastore (InvalidOid if there is
+/// none: the extension is being dropped or recreated). Two syscache lookups.
+pub fn relation(name: &std::ffi::CStr) -> pgrx::pg_sys::Oid {
+    use pgrx::pg_sys;
+    // SAFETY: syscache lookups by name; both return InvalidOid when missing.
+    unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true)) }
+}
+
+/// Whether the current user may read relation `oid`: the check SPI makes
+/// on every statement, for the paths that skip SPI (probes, the cache).
+pub fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
+    use pgrx::pg_sys;
+    // SAFETY: an ACL check by OID on the main thread.
+    unsafe {
+        pg_sys::pg_class_aclcheck(oid, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode)
+            == pg_sys::AclResult::ACLCHECK_OK
+    }
+}
+
 /// Runs the kept plan of `sql` (preparing it on first use) and hands the
 /// rows to `read` while the SPI connection is open.
 pub fn query<R>(

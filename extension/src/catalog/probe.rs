@@ -92,15 +92,11 @@ pub fn by_prefix<R>(
     // raised by any of them unwinds to the resource owner, which releases
     // the relations, scan and snapshot.
     unsafe {
-        let namespace = pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), false);
-        let table_oid = pg_sys::get_relname_relid(table.as_ptr(), namespace);
-        let index_oid = pg_sys::get_relname_relid(index.as_ptr(), namespace);
+        let (table_oid, index_oid) = (super::relation(table), super::relation(index));
         if table_oid == pg_sys::InvalidOid || index_oid == pg_sys::InvalidOid {
             return Err(LambdaError::Internal(format!("lambdastore.{table:?} or its index is missing")));
         }
-        if pg_sys::pg_class_aclcheck(table_oid, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode)
-            != pg_sys::AclResult::ACLCHECK_OK
-        {
+        if !super::may_select(table_oid) {
             pg_sys::aclcheck_error(
                 pg_sys::AclResult::ACLCHECK_NO_PRIV,
                 pg_sys::ObjectType::OBJECT_TABLE,
