@@ -19,9 +19,10 @@ mod suite;
 #[derive(Parser)]
 #[command(about = "LambdaStore benchmarks")]
 struct Cli {
-    /// libpq connection string of a server with the extension installed.
+    /// libpq connection string of a server with the extension installed
+    /// (every command but `report`).
     #[arg(long, env = "LAMBDASTORE_URL")]
-    url: String,
+    url: Option<String>,
     /// Directory with the built components (make lambdas).
     #[arg(long, default_value = "target/lambdas")]
     lambdas: PathBuf,
@@ -72,7 +73,7 @@ enum Command {
         latency_samples: u64,
     },
     /// The paper's experiments on every system side by side (lambdastore,
-    /// disaggregated, PL/pgSQL, raw SQL): JSON, markdown and SVG plots in --out.
+    /// disaggregated, PL/pgSQL, raw SQL): JSON, markdown, SVG and PNG plots in --out.
     Suite {
         /// Scaled-down data and short runs: minutes on 2 cores.
         #[arg(long)]
@@ -96,6 +97,16 @@ enum Command {
         /// Systems to measure.
         #[arg(long, value_enum, value_delimiter = ',', default_value = "lambdastore,disaggregated,plpgsql,raw-sql")]
         systems: Vec<suite::System>,
+        /// Where results.json, results.md and the plots go.
+        #[arg(long, default_value = "bench/results")]
+        out: PathBuf,
+    },
+    /// Redraws the markdown and the plots of a suite's results.json (no
+    /// database needed), e.g. after a change to the report.
+    Report {
+        /// The results.json a suite run wrote.
+        #[arg(long, default_value = "bench/results/results.json")]
+        from: PathBuf,
         /// Where results.json, results.md and the plots go.
         #[arg(long, default_value = "bench/results")]
         out: PathBuf,
@@ -125,12 +136,16 @@ enum Command {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Command::Report { from, out } = &cli.command {
+        return suite::redraw(from, out);
+    }
+    let url = cli.url.as_deref().context("--url (or LAMBDASTORE_URL) is required by this command")?;
     match cli.command {
-        Command::Foundation { calls, connections, spins } => foundation(&cli.url, &cli.lambdas, calls, connections, spins),
-        Command::Contention { clients, seconds, entries } => contention::run(&cli.url, &cli.lambdas, clients, seconds, entries),
-        Command::Jobs { jobs, objects, latency_samples } => jobs::run(&cli.url, &cli.lambdas, jobs, objects, latency_samples),
+        Command::Foundation { calls, connections, spins } => foundation(url, &cli.lambdas, calls, connections, spins),
+        Command::Contention { clients, seconds, entries } => contention::run(url, &cli.lambdas, clients, seconds, entries),
+        Command::Jobs { jobs, objects, latency_samples } => jobs::run(url, &cli.lambdas, jobs, objects, latency_samples),
         Command::Suite { quick, clients, rate, warmup, duration, workloads, systems, out } => suite::run(suite::Options {
-            url: cli.url.clone(),
+            url: url.to_string(),
             lambdas: cli.lambdas.clone(),
             out,
             quick,
@@ -141,8 +156,9 @@ fn main() -> Result<()> {
             workloads,
             systems,
         }),
+        Command::Report { .. } => unreachable!("handled above"),
         Command::Http { gateway, key, connections, duration, warmup } => {
-            http::run(&cli.url, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
+            http::run(url, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
         }
     }
 }

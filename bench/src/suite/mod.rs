@@ -1,10 +1,11 @@
 //! `lambdastore-bench suite`: the paper's experiments, each run on every
 //! system side by side on the same data in one invocation, written as JSON,
-//! a markdown table and SVG plots (`report`).
+//! a markdown table and SVG and PNG plots (`report`).
 
 mod driver;
 #[cfg(test)]
 mod equivalence;
+mod png;
 mod report;
 mod results;
 mod systems;
@@ -51,6 +52,16 @@ pub struct Suite {
     timing: driver::Timing,
     systems: Vec<System>,
     results: Results,
+}
+
+/// Writes the report of an earlier run's `results.json` again into `out`.
+pub fn redraw(from: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    let json = std::fs::read_to_string(from).with_context(|| format!("read {}", from.display()))?;
+    let results: Results = serde_json::from_str(&json).with_context(|| format!("parse {}", from.display()))?;
+    for file in report::write(&results, out)? {
+        println!("{}", file.display());
+    }
+    Ok(())
 }
 
 pub fn run(options: Options) -> Result<()> {

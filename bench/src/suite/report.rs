@@ -1,11 +1,13 @@
 //! The suite's report: `results.json` to read the numbers back, `results.md`
-//! with one table per workload, and one SVG plot per workload.
+//! with one table per workload, and one plot per workload as SVG and, where
+//! the machine has a font to draw its text, as PNG (`png`).
 //!
 //! Plots use plotters' SVG backend without its font features, so the bench
 //! builds on machines without fontconfig: text becomes `<text>` elements laid
 //! out by the viewer, and plotters only estimates their width (from the
 //! character count) to place labels.
 
+use super::png::Renderer;
 use super::results::{Latency, Machine, Results, Run};
 use anyhow::{Context, Result};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
@@ -48,12 +50,13 @@ const OTHER_COLORS: [RGBColor; 6] = [
     RGBColor(0xba, 0xb0, 0xac),
 ];
 
-/// Writes `results.json`, `results.md` and one `<workload>.svg` per
-/// workload into `dir` (created if needed); returns the files in that order.
+/// Writes `results.json`, `results.md` and per workload `<workload>.svg`
+/// and `<workload>.png` into `dir` (created if needed); returns the files in
+/// that order. Without a font for the PNGs it says why and writes the SVGs.
 pub fn write(results: &Results, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     let mut files = Vec::new();
-    let mut put = |name: &str, contents: String| -> Result<()> {
+    let mut put = |name: &str, contents: &[u8]| -> Result<()> {
         let path = dir.join(name);
         std::fs::write(&path, contents).with_context(|| format!("write {}", path.display()))?;
         files.push(path);
@@ -61,12 +64,22 @@ pub fn write(results: &Results, dir: &Path) -> Result<Vec<PathBuf>> {
     };
     put(
         "results.json",
-        serde_json::to_string_pretty(results)? + "\n",
+        (serde_json::to_string_pretty(results)? + "\n").as_bytes(),
     )?;
-    put("results.md", markdown(results))?;
+    put("results.md", markdown(results).as_bytes())?;
+    let renderer = Renderer::new()
+        .inspect_err(|why| eprintln!("plots as SVG only: {why}"))
+        .ok();
     for workload in workloads(results) {
         let svg = plot(&workload).with_context(|| format!("plot {}", workload.name))?;
-        put(&plot_file(workload.name), svg)?;
+        let stem = plot_file(workload.name);
+        put(&format!("{stem}.svg"), svg.as_bytes())?;
+        if let Some(renderer) = &renderer {
+            let png = renderer
+                .png(&svg)
+                .with_context(|| format!("draw {stem}.png"))?;
+            put(&format!("{stem}.png"), &png)?;
+        }
     }
     Ok(files)
 }
@@ -226,7 +239,7 @@ fn section(md: &mut String, w: &Workload) -> fmt::Result {
     if !failed.is_empty() {
         writeln!(md)?;
     }
-    writeln!(md, "![{}]({})\n", w.name, plot_file(w.name))
+    writeln!(md, "![{}]({}.svg)\n", w.name, plot_file(w.name))
 }
 
 fn table_row<'a>(md: &mut String, cells: impl IntoIterator<Item = &'a str>) -> fmt::Result {
@@ -369,8 +382,10 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// The plot's file name without its extension (`.svg`, `.png`).
+/// The plot's file name without its extension (`.svg`, `.png`).
 fn plot_file(workload: &str) -> String {
-    let stem: String = workload
+    workload
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -379,8 +394,7 @@ fn plot_file(workload: &str) -> String {
                 '-'
             }
         })
-        .collect();
-    format!("{stem}.svg")
+        .collect()
 }
 
 /// What each workload's plot shows.
@@ -1147,6 +1161,22 @@ mod tests {
         assert_eq!(axis_number(0.25), "0.25");
     }
 
+    /// Whether this machine can draw PNG plots. Where PNGs are required
+    /// (`LAMBDASTORE_REQUIRE_FONTS`, set by `make test`), a missing font
+    /// fails the test instead of quietly testing the SVG-only path.
+    fn fonts_for_png() -> bool {
+        match Renderer::new() {
+            Ok(_) => true,
+            Err(why) if std::env::var_os("LAMBDASTORE_REQUIRE_FONTS").is_some() => {
+                panic!("LAMBDASTORE_REQUIRE_FONTS is set but {why}")
+            }
+            Err(why) => {
+                eprintln!("PNG checks skipped: {why}");
+                false
+            }
+        }
+    }
+
     #[test]
     fn write_leaves_json_markdown_and_a_plot_per_workload() {
         let dir = temp_dir("write");
@@ -1156,18 +1186,15 @@ mod tests {
             .iter()
             .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(
-            names,
-            [
-                "results.json",
-                "results.md",
-                "rw-mix.svg",
-                "job-length.svg",
-                "faulty.svg",
-                "cold-start.svg",
-                "retwis.svg"
-            ]
-        );
+        let mut expected = vec!["results.json".to_string(), "results.md".to_string()];
+        let pngs = fonts_for_png();
+        for workload in ["rw-mix", "job-length", "faulty", "cold-start", "retwis"] {
+            expected.push(format!("{workload}.svg"));
+            if pngs {
+                expected.push(format!("{workload}.png"));
+            }
+        }
+        assert_eq!(names, expected);
         for file in &files {
             assert!(
                 file.starts_with(&dir) && file.is_file(),
@@ -1183,6 +1210,65 @@ mod tests {
             std::fs::read_to_string(dir.join("results.md")).unwrap(),
             markdown(&results)
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The RGBA pixels of a PNG, with its width and height.
+    fn pixels(png: &[u8]) -> (u32, u32, Vec<[u8; 4]>) {
+        let pixmap = resvg::tiny_skia::Pixmap::decode_png(png).expect("a PNG");
+        let rgba = pixmap
+            .pixels()
+            .iter()
+            .map(|p| {
+                let c = p.demultiply();
+                [c.red(), c.green(), c.blue(), c.alpha()]
+            })
+            .collect();
+        (pixmap.width(), pixmap.height(), rgba)
+    }
+
+    fn dark(pixels: &[[u8; 4]]) -> usize {
+        pixels
+            .iter()
+            .filter(|[r, g, b, a]| *a > 0 && u16::from(*r) + u16::from(*g) + u16::from(*b) < 200)
+            .count()
+    }
+
+    #[test]
+    fn a_png_plot_is_the_svg_drawn_with_its_labels() {
+        if !fonts_for_png() {
+            return;
+        }
+        let dir = temp_dir("png");
+        write(&results(), &dir).unwrap();
+        let svg = svg(&dir, "rw-mix.svg");
+        let png = std::fs::read(dir.join("rw-mix.png")).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "PNG signature");
+        let (width, height, rgba) = pixels(&png);
+        let attribute = |name: &str| -> u32 {
+            let after = svg.split(&format!(" {name}=\"")).nth(1).unwrap();
+            after.split('"').next().unwrap().parse().unwrap()
+        };
+        assert_eq!((width, height), (attribute("width"), attribute("height")));
+        for (system, colour) in SYSTEM_COLORS {
+            let RGBColor(r, g, b) = colour;
+            assert!(
+                rgba.iter().any(|p| *p == [r, g, b, 255]),
+                "{system}'s colour is drawn"
+            );
+        }
+        // The same plot without its text: the labels are what the font adds.
+        let mut textless = String::new();
+        let mut rest = svg.as_str();
+        while let Some(start) = rest.find("<text") {
+            textless.push_str(&rest[..start]);
+            let end = rest[start..].find("</text>").unwrap() + start + "</text>".len();
+            rest = &rest[end..];
+        }
+        textless.push_str(rest);
+        let (_, _, bare) = pixels(&Renderer::new().unwrap().png(&textless).unwrap());
+        let added = dark(&rgba).saturating_sub(dark(&bare));
+        assert!(added > 1000, "text adds {added} dark pixels");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
