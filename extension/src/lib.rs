@@ -37,6 +37,7 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::define();
     stats::init();
     catalog::cache::init();
+    catalog::init();
     workers::init();
     jobs::init();
     // Last: commit callbacks run newest first, so entry-set versions are

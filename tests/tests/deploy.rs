@@ -218,6 +218,46 @@ fn a_cached_object_is_still_refused_to_a_role_without_privileges() {
     call(&mut c, bench, "now", json!({}));
 }
 
+/// Each backend remembers which catalog tables the current user may read
+/// (catalog/mod.rs); a privilege taken away in another session, by REVOKE
+/// on a table or by revoking membership in the role that held it, must
+/// refuse the very next call, as SPI's check would.
+#[test]
+fn revoked_privileges_refuse_the_next_call() {
+    let mut admin = connect();
+    let app = app("deploy_revoke");
+    deploy_example(&mut admin, &app, "micro");
+    let bench = create(&mut admin, &app, "Bench", json!({}));
+    let (group, member) = ("lambdastore_test_readers", "lambdastore_test_reader");
+    let grant = format!(
+        "GRANT USAGE ON SCHEMA lambdastore TO {group};
+         GRANT SELECT ON ALL TABLES IN SCHEMA lambdastore TO {group};
+         GRANT {group} TO {member};"
+    );
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN CREATE ROLE {group}; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+             DO $$ BEGIN CREATE ROLE {member}; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+             {grant}"
+        ))
+        .unwrap();
+    let mut c = connect();
+    c.batch_execute(&format!("SET ROLE {member}")).unwrap();
+    call(&mut c, bench, "now", json!({}));
+
+    admin.batch_execute(&format!("REVOKE {group} FROM {member}")).unwrap();
+    expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
+
+    admin.batch_execute(&grant).unwrap();
+    call(&mut c, bench, "now", json!({}));
+    admin
+        .batch_execute(&format!("REVOKE SELECT ON ALL TABLES IN SCHEMA lambdastore FROM {group}"))
+        .unwrap();
+    expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
+    c.batch_execute("RESET ROLE").unwrap();
+    call(&mut c, bench, "now", json!({}));
+}
+
 /// Rows a transaction wrote itself may roll back, so they are never
 /// cached: after the rollback the object is unknown again.
 #[test]

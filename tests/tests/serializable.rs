@@ -1019,6 +1019,84 @@ fn splitting_an_unknown_object_is_42704() {
     expect_sqlstate(split(&mut c, -42, "kv", &string_key("k")), "42704");
 }
 
+
+/// A workflow learns an object's entry sets, a split commits, and the
+/// workflow then reads a key the split moved to a new set: by its old
+/// guards it files the read under the set the key used to be in, whose
+/// version a writer of the new set never bumps. Only the object's split
+/// counter shows the workflow that its guards went stale.
+///
+/// The history is a write skew, run step by step: T reads `a`, stops (its
+/// `create` waits for the object-id sequence, which the test holds), the
+/// split commits, W reads `a` and writes `t` (uncommitted), T goes on, reads
+/// the old `t` and writes `a`. Serializable execution lets at most one of
+/// T and W commit; without the split check (txn/occ.rs) both do.
+#[test]
+fn a_workflow_whose_guards_a_split_made_stale_fails() {
+    let mut c = connect();
+    let app = app("stale_guards");
+    deploy_example(&mut c, &app, "micro");
+    let object = create(&mut c, &app, "Bench", json!({"entries": 0}));
+    call(&mut c, object, "put", json!({"key": "a", "value": "A0"}));
+    call(&mut c, object, "put", json!({"key": "t", "value": "T0"}));
+    // Two sets, so that T's first read records only the one holding `a`.
+    assert!(ok(split(&mut c, object, "kv", &string_key("m")), "split at m"));
+
+    let mut sequence = connect();
+    sequence.batch_execute("BEGIN; ALTER SEQUENCE lambdastore.object_id_seq INCREMENT BY 1").unwrap();
+    let mut t = connect_cc(Cc::Occ);
+    let t_pid = backend_pid(&mut t);
+    let skewed = std::thread::spawn(move || {
+        invoke(&mut t, object, "read_pause_copy", json!({"first": "a", "from": "t", "to": "a"}))
+    });
+    let mut observer = connect();
+    wait_until_waiting_for_a_lock(&mut observer, t_pid);
+
+    assert!(ok(split(&mut c, object, "kv", &string_key("t")), "split at t"));
+    let mut w = connect_cc(Cc::Occ);
+    w.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut w, object, "copy", json!({"from": "a", "to": "t"})), json!("A0"));
+    sequence.batch_execute("ROLLBACK").unwrap();
+
+    let t_outcome = skewed.join().expect("T's thread");
+    w.batch_execute("COMMIT").unwrap();
+    let (a, t) = (
+        call(&mut c, object, "get", json!({"key": "a"})),
+        call(&mut c, object, "get", json!({"key": "t"})),
+    );
+    let message = match t_outcome {
+        Ok(result) => panic!(
+            "T committed ({result}) next to W: a write skew (a = {a}, t = {t}: each copied the \
+             other's old value)"
+        ),
+        Err(e) => expect_sqlstate(Err::<(), _>(e), "40001"),
+    };
+    assert!(
+        message.contains("was split by a concurrent transaction"),
+        "T fails on the split: {message}"
+    );
+    assert_eq!((a, t), (json!("A0"), json!("A0")), "only W's copy is there");
+}
+
+/// Polls from `observer` until backend `pid` waits for a heavyweight lock.
+#[track_caller]
+fn wait_until_waiting_for_a_lock(observer: &mut Client, pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting = observer
+            .query_opt(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+                &[&pid],
+            )
+            .unwrap()
+            .is_some();
+        if waiting {
+            return;
+        }
+        assert!(Instant::now() < deadline, "backend {pid} never waited for a lock");
+        std::thread::sleep(Duration::from_millis(5)); // polling interval, not a wait for an event
+    }
+}
 /// Writers insert distinct keys into one object (with adaptive splitting
 /// turned up) while another worker inserts guards at random keys and readers
 /// list, scan and read: no entry may ever be lost or hidden. Every key whose

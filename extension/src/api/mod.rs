@@ -3,6 +3,7 @@
 
 use crate::error::{LambdaError, Result};
 use crate::workflow;
+use json_text::JsonText;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -16,23 +17,24 @@ fn raise(err: LambdaError, context: String) -> ! {
     err.report(&context)
 }
 
-fn json_args(args: &JsonB) -> String {
-    args.0.to_string()
+fn json_args(args: &JsonText) -> String {
+    args.0.clone()
 }
 
-fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> JsonB {
-    match result.and_then(|text| {
-        serde_json::from_str(&text).map(JsonB).map_err(|e| LambdaError::Trap { message: format!("the result is not JSON: {e}"), backtrace: String::new() })
-    }) {
-        Ok(json) => json,
-        Err(err) => raise(err, context()),
-    }
+/// A lambda's result as jsonb; text that is not JSON is the lambda's fault
+/// (a trap), not the caller's bad input.
+fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> JsonText {
+    let checked = result.and_then(|text| match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
+        Ok(_) => Ok(JsonText(text)),
+        Err(e) => Err(LambdaError::Trap { message: format!("the result is not JSON: {e}"), backtrace: String::new() }),
+    });
+    checked.unwrap_or_else(|err| raise(err, context()))
 }
 
 /// Runs a method of an object in this backend, inside the caller's
 /// transaction, and returns its JSON result.
 #[pg_extern(volatile, parallel_unsafe)]
-fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonB, "'{}'")) -> JsonB {
+fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonText, "'{}'")) -> JsonText {
     json_result(workflow::invoke_method(object_id, method, &json_args(&args)), || {
         format!("lambda_invoke({object_id}, '{method}')")
     })
@@ -54,7 +56,7 @@ mod lambdastore {
 
     /// Creates an object and runs its type's constructor; returns its id.
     #[pg_extern(volatile, parallel_unsafe)]
-    fn create_object(app: &str, type_name: &str, args: default!(JsonB, "'{}'")) -> i64 {
+    fn create_object(app: &str, type_name: &str, args: default!(JsonText, "'{}'")) -> i64 {
         match workflow::create(app, type_name, &json_args(&args)) {
             Ok(id) => id,
             Err(err) => raise(err, format!("create_object('{app}', '{type_name}')")),
@@ -63,7 +65,7 @@ mod lambdastore {
 
     /// Runs a static function of a type (no object).
     #[pg_extern(volatile, parallel_unsafe)]
-    fn invoke_static(app: &str, type_name: &str, function: &str, args: default!(JsonB, "'{}'")) -> JsonB {
+    fn invoke_static(app: &str, type_name: &str, function: &str, args: default!(JsonText, "'{}'")) -> JsonText {
         json_result(workflow::invoke_static(app, type_name, function, &json_args(&args)), || {
             format!("invoke_static('{app}', '{}', '{function}')", type_name)
         })
@@ -100,7 +102,7 @@ mod lambdastore {
     fn submit(
         object_id: i64,
         method: &str,
-        args: default!(JsonB, "'{}'"),
+        args: default!(JsonText, "'{}'"),
         idempotency_key: default!(Option<&str>, "NULL"),
     ) -> i64 {
         match crate::jobs::submit(object_id, method, &json_args(&args), idempotency_key) {
@@ -136,3 +138,4 @@ mod lambdastore {
 }
 
 mod deploy;
+mod json_text;

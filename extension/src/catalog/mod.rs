@@ -29,23 +29,84 @@ thread_local! {
         RefCell::new(HashMap::new());
 }
 
+thread_local! {
+    /// Relation OIDs by name, and whether the current user may read them:
+    /// a warm call would otherwise pay four syscache lookups and an ACL
+    /// check per entry it reads. Emptied (`forget_relations`) on every
+    /// relcache invalidation, which a DROP, a re-created extension or a
+    /// GRANT/REVOKE on a relation sends, and on every change of a role or
+    /// of role membership (a revoked role must take its privileges along).
+    /// Invalidations are processed at the latest when a transaction starts
+    /// or takes a lock, as for PostgreSQL's own caches.
+    static RELATIONS: RefCell<Relations> = RefCell::new(Relations::default());
+}
+
+#[derive(Default)]
+struct Relations {
+    oids: HashMap<&'static std::ffi::CStr, pgrx::pg_sys::Oid>,
+    /// (relation, user) pairs allowed SELECT.
+    readable: HashMap<(pgrx::pg_sys::Oid, pgrx::pg_sys::Oid), bool>,
+}
+
+/// Registers the invalidation callbacks of `RELATIONS`; once per process,
+/// from `_PG_init`.
+pub fn init() {
+    use pgrx::pg_sys::{self, SysCacheIdentifier::*};
+    // SAFETY: registers plain functions with no argument.
+    unsafe {
+        pg_sys::CacheRegisterRelcacheCallback(Some(forget_relations), pg_sys::Datum::from(0));
+        for cache in [AUTHMEMROLEMEM, AUTHOID] {
+            pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(forget_roles), pg_sys::Datum::from(0));
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn forget_relations(_arg: pgrx::pg_sys::Datum, _relation: pgrx::pg_sys::Oid) {
+    forget();
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn forget_roles(_arg: pgrx::pg_sys::Datum, _cache: i32, _hash: u32) {
+    forget();
+}
+
+fn forget() {
+    // No PostgreSQL function runs while the cache is borrowed, so no
+    // invalidation can arrive then.
+    RELATIONS.with(|r| *r.borrow_mut() = Relations::default());
+}
+
 /// The OID of relation `name` in schema lambdastore (InvalidOid if there is
-/// none: the extension is being dropped or recreated). Two syscache lookups.
-pub fn relation(name: &std::ffi::CStr) -> pgrx::pg_sys::Oid {
+/// none: the extension is being dropped or recreated).
+pub fn relation(name: &'static std::ffi::CStr) -> pgrx::pg_sys::Oid {
     use pgrx::pg_sys;
+    if let Some(oid) = RELATIONS.with(|r| r.borrow().oids.get(name).copied()) {
+        return oid;
+    }
     // SAFETY: syscache lookups by name; both return InvalidOid when missing.
-    unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true)) }
+    let oid = unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true)) };
+    if oid != pg_sys::InvalidOid {
+        RELATIONS.with(|r| r.borrow_mut().oids.insert(name, oid));
+    }
+    oid
 }
 
 /// Whether the current user may read relation `oid`: the check SPI makes
 /// on every statement, for the paths that skip SPI (probes, the cache).
 pub fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
     use pgrx::pg_sys;
-    // SAFETY: an ACL check by OID on the main thread.
-    unsafe {
-        pg_sys::pg_class_aclcheck(oid, pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode)
-            == pg_sys::AclResult::ACLCHECK_OK
+    // SAFETY: the current user id, read on the main thread.
+    let user = unsafe { pg_sys::GetUserId() };
+    if let Some(allowed) = RELATIONS.with(|r| r.borrow().readable.get(&(oid, user)).copied()) {
+        return allowed;
     }
+    // SAFETY: an ACL check by OID on the main thread.
+    let allowed = unsafe {
+        pg_sys::pg_class_aclcheck(oid, user, pg_sys::ACL_SELECT as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK
+    };
+    RELATIONS.with(|r| r.borrow_mut().readable.insert((oid, user), allowed));
+    allowed
 }
 
 /// Runs the kept plan of `sql` (preparing it on first use) and hands the

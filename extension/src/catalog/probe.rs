@@ -73,7 +73,7 @@ impl Row {
 
 /// The row of `table` (in schema lambdastore) whose primary key, read
 /// through its index `index`, is `key`, handed to `read`.
-pub fn by_key<R>(table: &CStr, index: &CStr, key: &[Part<'_>], read: impl FnOnce(&Row) -> R) -> Result<Option<R>> {
+pub fn by_key<R>(table: &'static CStr, index: &'static CStr, key: &[Part<'_>], read: impl FnOnce(&Row) -> R) -> Result<Option<R>> {
     let mut read = Some(read);
     Ok(by_prefix(table, index, key, 1, |row| (read.take().expect("one row"))(row))?.pop())
 }
@@ -81,8 +81,8 @@ pub fn by_key<R>(table: &CStr, index: &CStr, key: &[Part<'_>], read: impl FnOnce
 /// The rows of `table` whose primary key starts with `prefix`, in key
 /// order, at most `limit`, each handed to `read`.
 pub fn by_prefix<R>(
-    table: &CStr,
-    index: &CStr,
+    table: &'static CStr,
+    index: &'static CStr,
     prefix: &[Part<'_>],
     limit: usize,
     mut read: impl FnMut(&Row) -> R,

@@ -228,6 +228,27 @@ impl Bench {
         Ok(me.deep(depth - 1)? + 1)
     }
 
+    /// Reads `first` of `kv`, creates an empty Bench (a step a test can hold
+    /// up: object ids come from a sequence it can lock), then copies `from`
+    /// to `to`. A workflow that learns the object's entry sets before a
+    /// concurrent split and reads after it: for the split check of OCC.
+    fn read_pause_copy(&self, first: String, from: String, to: String) -> Result<Option<String>> {
+        self.kv.get(&first);
+        BenchRef::new(Some(0))?;
+        let value = self.kv.get(&from);
+        if let Some(value) = &value {
+            self.kv.insert(&to, value);
+        }
+        Ok(value)
+    }
+
+    /// Copies `from` to `to` in `kv`; returns the value copied.
+    fn copy(&self, from: String, to: String) -> Option<String> {
+        let value = self.kv.get(&from)?;
+        self.kv.insert(&to, &value);
+        Some(value)
+    }
+
     /// Writes, then fails: none of the write may be kept.
     fn put_then_fail(&self, key: String, value: String) -> Result<()> {
         self.kv.insert(&key, &value);
