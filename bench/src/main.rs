@@ -136,16 +136,13 @@ enum Command {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    if let Command::Report { from, out } = &cli.command {
-        return suite::redraw(from, out);
-    }
-    let url = cli.url.as_deref().context("--url (or LAMBDASTORE_URL) is required by this command")?;
+    let url = || cli.url.as_deref().context("--url (or LAMBDASTORE_URL) is required by this command");
     match cli.command {
-        Command::Foundation { calls, connections, spins } => foundation(url, &cli.lambdas, calls, connections, spins),
-        Command::Contention { clients, seconds, entries } => contention::run(url, &cli.lambdas, clients, seconds, entries),
-        Command::Jobs { jobs, objects, latency_samples } => jobs::run(url, &cli.lambdas, jobs, objects, latency_samples),
+        Command::Foundation { calls, connections, spins } => foundation(url()?, &cli.lambdas, calls, connections, spins),
+        Command::Contention { clients, seconds, entries } => contention::run(url()?, &cli.lambdas, clients, seconds, entries),
+        Command::Jobs { jobs, objects, latency_samples } => jobs::run(url()?, &cli.lambdas, jobs, objects, latency_samples),
         Command::Suite { quick, clients, rate, warmup, duration, workloads, systems, out } => suite::run(suite::Options {
-            url: url.to_string(),
+            url: url()?.to_string(),
             lambdas: cli.lambdas.clone(),
             out,
             quick,
@@ -156,9 +153,9 @@ fn main() -> Result<()> {
             workloads,
             systems,
         }),
-        Command::Report { .. } => unreachable!("handled above"),
+        Command::Report { from, out } => suite::redraw(&from, &out),
         Command::Http { gateway, key, connections, duration, warmup } => {
-            http::run(url, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
+            http::run(url()?, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
         }
     }
 }

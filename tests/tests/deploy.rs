@@ -205,10 +205,7 @@ fn a_cached_object_is_still_refused_to_a_role_without_privileges() {
     let app = app("deploy_cache_role");
     deploy_example(&mut c, &app, "micro");
     let bench = create(&mut c, &app, "Bench", json!({}));
-    c.batch_execute(
-        "DO $$ BEGIN CREATE ROLE lambdastore_test_nobody; EXCEPTION WHEN duplicate_object THEN NULL; END $$",
-    )
-    .unwrap();
+    create_role(&mut c, "lambdastore_test_nobody");
     // Filled by this connection's superuser: `now` reads no entries.
     call(&mut c, bench, "now", json!({}));
 
@@ -234,13 +231,9 @@ fn revoked_privileges_refuse_the_next_call() {
          GRANT SELECT ON ALL TABLES IN SCHEMA lambdastore TO {group};
          GRANT {group} TO {member};"
     );
-    admin
-        .batch_execute(&format!(
-            "DO $$ BEGIN CREATE ROLE {group}; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
-             DO $$ BEGIN CREATE ROLE {member}; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
-             {grant}"
-        ))
-        .unwrap();
+    create_role(&mut admin, group);
+    create_role(&mut admin, member);
+    admin.batch_execute(&grant).unwrap();
     let mut c = connect();
     c.batch_execute(&format!("SET ROLE {member}")).unwrap();
     call(&mut c, bench, "now", json!({}));

@@ -65,6 +65,49 @@ fn spin_is_stopped_by_the_timeout_on_time() {
     assert_serves_calls(&mut c, id);
 }
 
+/// The backend's epoch ticker thread (runtime/engine.rs), as the kernel
+/// reports it: its `/proc` task directory, if the server runs on this
+/// machine and the ticker exists.
+fn ticker_task(pid: i32) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten().map(|task| task.path()).find(|task| {
+        std::fs::read_to_string(task.join("comm")).is_ok_and(|comm| comm.starts_with("lambdastore-epo"))
+    })
+}
+
+/// The ticker parks after 250 ms without calls, and a call wakes it only if
+/// it finds it parked (a flag and the call's counter, both SeqCst). If that
+/// handshake failed, the first runaway call after a pause would never be
+/// stopped: nothing else interrupts wasm.
+#[test]
+fn a_runaway_call_after_the_ticker_parked_is_still_stopped() {
+    let _alone = one_spinner();
+    let (mut c, _, id) = bench("spin_after_park");
+    c.batch_execute("SET lambdastore.timeout = '300ms'").unwrap();
+    let pid = backend_pid(&mut c);
+    let Some(ticker) = ticker_task(pid) else {
+        eprintln!("skipped: backend {pid} or its ticker thread is not visible in /proc (remote server?)");
+        return;
+    };
+    // Parked is a futex wait; ticking is a nanosleep.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(ticker.join("wchan")).is_ok_and(|wchan| wchan.contains("futex")) {
+        assert!(Instant::now() < deadline, "the ticker never parked");
+        std::thread::sleep(Duration::from_millis(10)); // polling interval, not a wait for an event
+    }
+
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let result = invoke(&mut c, id, "spin", json!({}));
+        let _ = done.send((c, result));
+    });
+    let (mut c, result) = outcome
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the runaway call was not stopped within 30 s: the parked ticker was never woken");
+    let message = expect_sqlstate(result, "57014");
+    assert!(message.contains("lambdastore.timeout"), "{message}");
+    assert_serves_calls(&mut c, id);
+}
+
 #[test]
 fn pg_cancel_backend_stops_a_running_lambda() {
     let _alone = one_spinner();

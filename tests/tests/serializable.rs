@@ -1078,25 +1078,6 @@ fn a_workflow_whose_guards_a_split_made_stale_fails() {
     assert_eq!((a, t), (json!("A0"), json!("A0")), "only W's copy is there");
 }
 
-/// Polls from `observer` until backend `pid` waits for a heavyweight lock.
-#[track_caller]
-fn wait_until_waiting_for_a_lock(observer: &mut Client, pid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting = observer
-            .query_opt(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
-                &[&pid],
-            )
-            .unwrap()
-            .is_some();
-        if waiting {
-            return;
-        }
-        assert!(Instant::now() < deadline, "backend {pid} never waited for a lock");
-        std::thread::sleep(Duration::from_millis(5)); // polling interval, not a wait for an event
-    }
-}
 /// Writers insert distinct keys into one object (with adaptive splitting
 /// turned up) while another worker inserts guards at random keys and readers
 /// list, scan and read: no entry may ever be lost or hidden. Every key whose

@@ -17,10 +17,6 @@ fn raise(err: LambdaError, context: String) -> ! {
     err.report(&context)
 }
 
-fn json_args(args: &JsonText) -> String {
-    args.0.clone()
-}
-
 /// A lambda's result as jsonb; text that is not JSON is the lambda's fault
 /// (a trap), not the caller's bad input.
 fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> JsonText {
@@ -35,7 +31,7 @@ fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> Json
 /// transaction, and returns its JSON result.
 #[pg_extern(volatile, parallel_unsafe)]
 fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonText, "'{}'")) -> JsonText {
-    json_result(workflow::invoke_method(object_id, method, &json_args(&args)), || {
+    json_result(workflow::invoke_method(object_id, method, &args.0), || {
         format!("lambda_invoke({object_id}, '{method}')")
     })
 }
@@ -57,7 +53,7 @@ mod lambdastore {
     /// Creates an object and runs its type's constructor; returns its id.
     #[pg_extern(volatile, parallel_unsafe)]
     fn create_object(app: &str, type_name: &str, args: default!(JsonText, "'{}'")) -> i64 {
-        match workflow::create(app, type_name, &json_args(&args)) {
+        match workflow::create(app, type_name, &args.0) {
             Ok(id) => id,
             Err(err) => raise(err, format!("create_object('{app}', '{type_name}')")),
         }
@@ -66,7 +62,7 @@ mod lambdastore {
     /// Runs a static function of a type (no object).
     #[pg_extern(volatile, parallel_unsafe)]
     fn invoke_static(app: &str, type_name: &str, function: &str, args: default!(JsonText, "'{}'")) -> JsonText {
-        json_result(workflow::invoke_static(app, type_name, function, &json_args(&args)), || {
+        json_result(workflow::invoke_static(app, type_name, function, &args.0), || {
             format!("invoke_static('{app}', '{}', '{function}')", type_name)
         })
     }
@@ -105,7 +101,7 @@ mod lambdastore {
         args: default!(JsonText, "'{}'"),
         idempotency_key: default!(Option<&str>, "NULL"),
     ) -> i64 {
-        match crate::jobs::submit(object_id, method, &json_args(&args), idempotency_key) {
+        match crate::jobs::submit(object_id, method, &args.0, idempotency_key) {
             Ok(job) => job,
             Err(err) => raise(err, format!("submit({object_id}, '{method}')")),
         }

@@ -301,24 +301,38 @@ pub fn backend_pid(c: &mut Client) -> i32 {
 /// contains `needle`; returns when it is, so that a cancel hits the lambda.
 #[track_caller]
 pub fn wait_until_running(observer: &mut Client, pid: i32, needle: &str) {
+    wait_for_backend(observer, pid, "state = 'active' AND position($2 in query) > 0", Some(needle), "started running");
+}
+
+/// Polls from `observer` until backend `pid` waits for a heavyweight lock.
+#[track_caller]
+pub fn wait_until_waiting_for_a_lock(observer: &mut Client, pid: i32) {
+    wait_for_backend(observer, pid, "wait_event_type = 'Lock'", None, "waited for a lock");
+}
+
+/// Polls `pg_stat_activity` until backend `pid`'s row meets `condition`
+/// (SQL over its columns, with `$2` bound to `needle` if given), for at
+/// most 30 s.
+#[track_caller]
+fn wait_for_backend(observer: &mut Client, pid: i32, condition: &str, needle: Option<&str>, what: &str) {
+    let sql = format!("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND {condition}");
+    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&pid];
+    if let Some(needle) = &needle {
+        params.push(needle);
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let running = observer
-            .query_opt(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND position($2 in query) > 0",
-                &[&pid, &needle],
-            )
-            .unwrap()
-            .is_some();
-        if running {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "backend {pid} never started running {needle:?}"
-        );
+    while observer.query_opt(&sql, &params).unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "backend {pid} never {what} {}", needle.unwrap_or(""));
         std::thread::sleep(std::time::Duration::from_millis(5)); // polling interval, not a wait for an event
     }
+}
+
+/// Creates role `name` unless it exists (roles outlive test databases).
+pub fn create_role(c: &mut impl GenericClient, name: &str) {
+    c.batch_execute(&format!(
+        "DO $$ BEGIN CREATE ROLE {name}; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    ))
+    .unwrap();
 }
 
 /// A fresh `micro` application with one `Bench` object (100 entries).
