@@ -44,7 +44,8 @@ url() { echo "host=$run port=$port user=postgres dbname=postgres"; }
 case $cmd in
   fresh)
     "$0" stop "$name"
-    rm -rf "$data"
+    # The log too: e2e.sh greps it for crashes of this cluster's run only.
+    rm -rf "$data" "$log"
     exec "$0" start "$name"
     ;;
   start)

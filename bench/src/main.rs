@@ -57,6 +57,9 @@ enum Command {
         /// Entries of the hot object (1 KiB each).
         #[arg(long, default_value_t = 1000)]
         entries: u32,
+        /// Times the whole list of configurations runs; the report gives medians.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+        rounds: u64,
     },
     /// Asynchronous jobs: pool throughput against the same calls made
     /// synchronously, and submit-to-done latency. Connects to the database
@@ -139,7 +142,9 @@ fn main() -> Result<()> {
     let url = || cli.url.as_deref().context("--url (or LAMBDASTORE_URL) is required by this command");
     match cli.command {
         Command::Foundation { calls, connections, spins } => foundation(url()?, &cli.lambdas, calls, connections, spins),
-        Command::Contention { clients, seconds, entries } => contention::run(url()?, &cli.lambdas, clients, seconds, entries),
+        Command::Contention { clients, seconds, entries, rounds } => {
+            contention::run(url()?, &cli.lambdas, clients, seconds, entries, rounds as usize)
+        }
         Command::Jobs { jobs, objects, latency_samples } => jobs::run(url()?, &cli.lambdas, jobs, objects, latency_samples),
         Command::Suite { quick, clients, rate, warmup, duration, workloads, systems, out } => suite::run(suite::Options {
             url: url()?.to_string(),

@@ -338,13 +338,43 @@ fn write_skew_off() {
 /// range of one object with `max` 5, each with its own key: the range scan
 /// decides, so in any serial order exactly 5 inserts succeed.
 fn phantom(cc: Cc) -> Outcome {
+    phantom_on(cc, "phantom", false)
+}
+
+/// The same on an object split beforehand at every range's start and every
+/// key a worker inserts: more entry sets than a workflow loads at once
+/// (1,024), so each set is looked up as it is touched, and each insert
+/// lands in a set of its own.
+fn phantom_many_sets(cc: Cc) -> Outcome {
+    phantom_on(cc, "phantom_many_sets", true)
+}
+
+fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
     const ROUNDS: usize = 250;
     const MAX: usize = 5;
     let mut c = connect();
-    let app = app(&format!("phantom_{cc}"));
+    let app = app(&format!("{name}_{cc}"));
     deploy_example(&mut c, &app, "micro");
     let bench = create(&mut c, &app, "Bench", json!({}));
     let range = |round: usize| (format!("r{round:04}/"), format!("r{round:04}0"));
+    if presplit {
+        let guards: Vec<Vec<u8>> = (0..ROUNDS)
+            .flat_map(|round| {
+                let start = range(round).0;
+                let keys = (0..THREADS).map(move |i| format!("{start}t{i}"));
+                std::iter::once(range(round).0).chain(keys).map(|key| string_key(&key))
+            })
+            .collect();
+        for batch in guards.chunks(250) {
+            c.execute(
+                "SELECT count(lambdastore.split($1, 'kv', k)) FROM unnest($2::bytea[]) AS k",
+                &[&bench, &batch],
+            )
+            .unwrap();
+        }
+        let sets = entry_sets(&mut c, bench).len();
+        assert!(sets > 1024, "{sets} entry sets: too few to be loaded one by one");
+    }
     let barrier = Arc::new(Barrier::new(THREADS));
 
     let results = run_workers("phantom", THREADS, WATCHDOG, move |i| {
@@ -405,6 +435,16 @@ fn phantom_occ() {
 #[test]
 fn phantom_off() {
     prove("phantom", Cc::Off, phantom);
+}
+
+#[test]
+fn phantom_on_an_object_with_more_sets_than_loaded_at_once_occ() {
+    prove("phantom_many_sets", Cc::Occ, phantom_many_sets);
+}
+
+#[test]
+fn phantom_on_an_object_with_more_sets_than_loaded_at_once_off() {
+    prove("phantom_many_sets", Cc::Off, phantom_many_sets);
 }
 
 // ---------------------------------------------------------------------------

@@ -46,6 +46,8 @@ pub struct Suite {
     url: String,
     lambdas: PathBuf,
     admin: Client,
+    /// CHECKPOINT before each run (superuser or pg_checkpoint).
+    may_checkpoint: bool,
     quick: bool,
     clients: usize,
     mode: driver::Mode,
@@ -68,11 +70,18 @@ pub fn run(options: Options) -> Result<()> {
     let mut admin = Client::connect(&options.url, NoTls).context("connect to --url")?;
     admin.batch_execute("CREATE EXTENSION IF NOT EXISTS lambdastore")?;
     let postgres: String = admin.query_one("SELECT version()", &[])?.get(0);
+    let may_checkpoint: bool = admin
+        .query_one("SELECT rolsuper OR pg_has_role(current_user, 'pg_checkpoint', 'MEMBER') FROM pg_roles WHERE rolname = current_user", &[])?
+        .get(0);
+    if !may_checkpoint {
+        println!("note: this role may not run CHECKPOINT, so a checkpoint may fall inside a run");
+    }
     let (warmup, measure) = if options.quick { (Duration::from_secs(1), Duration::from_secs(3)) } else { (Duration::from_secs(2), Duration::from_secs(10)) };
     let mut suite = Suite {
         url: options.url.clone(),
         lambdas: options.lambdas.clone(),
         admin,
+        may_checkpoint,
         quick: options.quick,
         clients: options.clients,
         mode: options.rate.map_or(driver::Mode::Closed, driver::Mode::Open),

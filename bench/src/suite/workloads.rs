@@ -81,6 +81,7 @@ impl Suite {
             if !self.systems.contains(&system) {
                 continue;
             }
+            self.settle()?;
             let (url, setup, wasm) = (self.url.clone(), setup.to_string(), self.component_for(workload, system)?);
             let generate = generate.clone();
             let label = format!("{workload} {variant} {}", system.name());
@@ -92,6 +93,20 @@ impl Suite {
             println!("  {label:<44} {:>9.0} ops/s  p50 {:>8.2} ms  p99 {:>8.2} ms  retries {:>6}  errors {}",
                 run.throughput, run.latency_us.p50 / 1e3, run.latency_us.p99 / 1e3, run.retries, run.errors);
             self.results.runs.push(run);
+        }
+        Ok(())
+    }
+
+    /// Every run starts from the same state: no dead rows or stale
+    /// statistics left by the load or the previous run, and no checkpoint
+    /// due. Otherwise autovacuum of the entries table (seconds of a core)
+    /// or a checkpoint lands in whichever system's run comes next: a full
+    /// suite showed a run's throughput dropping by a quarter for five
+    /// seconds while the system measured after it ran undisturbed.
+    fn settle(&mut self) -> Result<()> {
+        self.admin.batch_execute("VACUUM ANALYZE")?;
+        if self.may_checkpoint {
+            self.admin.batch_execute("CHECKPOINT")?;
         }
         Ok(())
     }
@@ -148,7 +163,6 @@ impl Suite {
         let started = Instant::now();
         let ids = Arc::new(self.create_objects("micro", "Bench", objects, |_| json!({}))?);
         println!("rw-mix: {objects} objects created in {:.1} s", started.elapsed().as_secs_f64());
-        self.admin.batch_execute("VACUUM ANALYZE lambdastore.entries")?;
         for write_percent in [0u64, 25, 50, 75, 100] {
             let ids = ids.clone();
             self.measure("rw-mix", &format!("{write_percent}% writes"), Some(write_percent as f64), &System::ALL, "", move |_, rng| {
@@ -212,7 +226,6 @@ impl Suite {
             thread_ids.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
         }
         println!("cloudforum: {threads} threads created in {:.1} s", started.elapsed().as_secs_f64());
-        self.admin.batch_execute("VACUUM ANALYZE lambdastore.entries")?;
         let thread_ids = Arc::new(thread_ids);
         self.measure("cloudforum", "90% get-thread, 10% add-comment", None, &System::ALL, "", move |_, rng| {
             if percent(rng) < 90 {
@@ -247,7 +260,6 @@ impl Suite {
         // A few posts per user, so timelines are not empty.
         self.invoke_all(&ids, "create_post", |i| json!({"text": format!("hello from user {i}")}))?;
         println!("retwis: {users} users with followers created in {:.1} s", started.elapsed().as_secs_f64());
-        self.admin.batch_execute("VACUUM ANALYZE lambdastore.entries")?;
         let ids = Arc::new(ids);
         self.measure("retwis", "90% get-timeline, 10% create-post", None, &System::ALL, "", move |_, rng| {
             let user = pick(rng, &ids);

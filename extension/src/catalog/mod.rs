@@ -25,7 +25,8 @@ thread_local! {
     // ManuallyDrop: plans live as long as the backend; freeing them from a
     // thread-local destructor during process exit would touch memory
     // contexts that are already gone.
-    static PLANS: RefCell<HashMap<&'static str, ManuallyDrop<OwnedPreparedStatement>>> =
+    // Keyed by the statement's address (see `Relations`).
+    static PLANS: RefCell<HashMap<usize, ManuallyDrop<OwnedPreparedStatement>>> =
         RefCell::new(HashMap::new());
 }
 
@@ -41,11 +42,20 @@ thread_local! {
     static RELATIONS: RefCell<Relations> = RefCell::new(Relations::default());
 }
 
+/// A handful of entries each, looked up several times per warm call, so
+/// they are scanned rather than hashed; names are keyed by their address.
+/// A `&'static` text at one address never changes, and two copies of one
+/// name only take two slots. A `CStr` key cost `strlen`, SipHash and
+/// `memcmp` at every lookup, several times per call.
 #[derive(Default)]
 struct Relations {
-    oids: HashMap<&'static std::ffi::CStr, pgrx::pg_sys::Oid>,
-    /// (relation, user) pairs allowed SELECT.
-    readable: HashMap<(pgrx::pg_sys::Oid, pgrx::pg_sys::Oid), bool>,
+    oids: Vec<(usize, pgrx::pg_sys::Oid)>,
+    /// (relation, user) pairs, and whether the user may SELECT.
+    readable: Vec<((pgrx::pg_sys::Oid, pgrx::pg_sys::Oid), bool)>,
+}
+
+fn find<K: PartialEq, V: Copy>(entries: &[(K, V)], key: &K) -> Option<V> {
+    entries.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
 }
 
 /// Registers the invalidation callbacks of `RELATIONS`; once per process,
@@ -81,13 +91,14 @@ fn forget() {
 /// none: the extension is being dropped or recreated).
 pub fn relation(name: &'static std::ffi::CStr) -> pgrx::pg_sys::Oid {
     use pgrx::pg_sys;
-    if let Some(oid) = RELATIONS.with(|r| r.borrow().oids.get(name).copied()) {
+    let key = name.as_ptr() as usize;
+    if let Some(oid) = RELATIONS.with(|r| find(&r.borrow().oids, &key)) {
         return oid;
     }
     // SAFETY: syscache lookups by name; both return InvalidOid when missing.
     let oid = unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true)) };
     if oid != pg_sys::InvalidOid {
-        RELATIONS.with(|r| r.borrow_mut().oids.insert(name, oid));
+        RELATIONS.with(|r| r.borrow_mut().oids.push((key, oid)));
     }
     oid
 }
@@ -98,14 +109,21 @@ pub fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
     use pgrx::pg_sys;
     // SAFETY: the current user id, read on the main thread.
     let user = unsafe { pg_sys::GetUserId() };
-    if let Some(allowed) = RELATIONS.with(|r| r.borrow().readable.get(&(oid, user)).copied()) {
+    if let Some(allowed) = RELATIONS.with(|r| find(&r.borrow().readable, &(oid, user))) {
         return allowed;
     }
     // SAFETY: an ACL check by OID on the main thread.
     let allowed = unsafe {
         pg_sys::pg_class_aclcheck(oid, user, pg_sys::ACL_SELECT as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK
     };
-    RELATIONS.with(|r| r.borrow_mut().readable.insert((oid, user), allowed));
+    RELATIONS.with(|r| {
+        let readable = &mut r.borrow_mut().readable;
+        // A backend that switches between many roles starts again.
+        if readable.len() >= 64 {
+            readable.clear();
+        }
+        readable.push(((oid, user), allowed));
+    });
     allowed
 }
 
@@ -120,7 +138,7 @@ pub fn query<R>(
     Spi::connect(|client| {
         // Taken out of the map while in use, so that a nested use of the
         // same statement (a trigger calling back into us) prepares its own.
-        let plan = match PLANS.with(|plans| plans.borrow_mut().remove(sql)) {
+        let plan = match PLANS.with(|plans| plans.borrow_mut().remove(&(sql.as_ptr() as usize))) {
             Some(plan) => plan,
             None => ManuallyDrop::new(prepare(client, sql, types)?),
         };
@@ -129,7 +147,7 @@ pub fn query<R>(
         // transaction: a read-only call must stay a read-only transaction,
         // with no commit record to write and flush.
         let outcome = client.select(&*plan, None, args).and_then(read);
-        PLANS.with(|plans| plans.borrow_mut().insert(sql, plan));
+        PLANS.with(|plans| plans.borrow_mut().insert(sql.as_ptr() as usize, plan));
         outcome
     })
     .map_err(|e| LambdaError::Internal(format!("SPI: {e}")))

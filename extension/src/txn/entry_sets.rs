@@ -3,6 +3,7 @@
 //! validation: a set covers [its lower bound, the next set's lower bound).
 
 use std::collections::BTreeMap;
+use std::ops::Bound::{Included, Unbounded};
 use std::rc::Rc;
 
 /// A position in an object's key space, in `entries` primary-key order.
@@ -28,69 +29,94 @@ pub type Guards = Rc<Vec<Position>>;
 /// any value under them was read. A set that changed since fails
 /// validation, and so does an object split since `splits` was read (before
 /// any of its guards).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KnownSets {
-    guards: Option<Guards>,
-    /// lower bound -> (set, upper bound; None: to the end of the object)
-    sets: BTreeMap<Position, (EntrySet, Option<Position>)>,
+    known: Known,
     pub splits: u64,
+}
+
+#[derive(Debug)]
+enum Known {
+    /// Every guard, and the sets touched by the index of their guard: every
+    /// warm read passes here, and an index compares without `memcmp`.
+    Complete { guards: Guards, touched: BTreeMap<usize, Touched> },
+    /// The sets touched, by lower bound, with the next set's lower bound
+    /// (None: to the end of the object).
+    Partial { touched: BTreeMap<Position, (Touched, Option<Position>)> },
+}
+
+/// A set a workflow has touched.
+#[derive(Debug)]
+pub struct Touched {
+    pub set: EntrySet,
+    /// Already in the workflow's read set: a read of a key in a set read
+    /// before copies nothing.
+    pub read: bool,
+}
+
+impl Touched {
+    fn new(set: EntrySet) -> Self {
+        Touched { set, read: false }
+    }
 }
 
 impl KnownSets {
     /// The single set of an object created by this workflow.
     pub fn fresh() -> Self {
-        KnownSets { guards: Some(Rc::new(vec![Position::default()])), ..KnownSets::default() }
+        Self::complete(Rc::new(vec![Position::default()]), 0)
     }
 
     /// Every guard of the object is known.
     pub fn complete(guards: Guards, splits: u64) -> Self {
-        KnownSets { guards: Some(guards), splits, ..KnownSets::default() }
+        KnownSets { known: Known::Complete { guards, touched: BTreeMap::new() }, splits }
     }
 
     /// Nothing known yet of an object with many sets: each is loaded as it
     /// is touched.
     pub fn partial(splits: u64) -> Self {
-        KnownSets { splits, ..KnownSets::default() }
+        KnownSets { known: Known::Partial { touched: BTreeMap::new() }, splits }
     }
 
     /// The set containing (field, key): as touched before, else from the
     /// guards with its version now (`version`), else None (not known).
-    pub fn containing(&mut self, field: &str, key: &[u8], version: impl Fn(&Position) -> i64) -> Option<EntrySet> {
-        let position = (field.to_string(), key.to_vec());
-        if let Some((_, (set, upper))) = self.sets.range(..=position.clone()).next_back() {
-            if upper.as_ref().is_none_or(|upper| position < *upper) {
-                return Some(set.clone());
+    pub fn containing(&mut self, field: &str, key: &[u8], version: impl Fn(&Position) -> i64) -> Option<&mut Touched> {
+        match &mut self.known {
+            Known::Complete { guards, touched } => {
+                // The last guard at or below the position; the first is ("", "").
+                let i = match guards.len() {
+                    1 => 0,
+                    _ => guards.partition_point(|guard| (guard.0.as_str(), guard.1.as_slice()) <= (field, key)).max(1) - 1,
+                };
+                Some(touched.entry(i).or_insert_with(|| Touched::new(EntrySet { version: version(&guards[i]), lower: guards[i].clone() })))
+            }
+            Known::Partial { touched } => {
+                let position = (field.to_string(), key.to_vec());
+                let (_, (set, upper)) = touched.range_mut::<Position, _>((Unbounded, Included(&position))).next_back()?;
+                upper.as_ref().is_none_or(|upper| position < *upper).then_some(set)
             }
         }
-        let guards = self.guards.clone()?;
-        // The last guard at or below the position; the first is ("", "").
-        let i = guards.partition_point(|guard| *guard <= position).max(1) - 1;
-        Some(self.touch(&guards, i, &version))
     }
 
     /// With every guard known: the sets of `field` starting strictly inside
     /// (start, end), touched now.
     pub fn inside(&mut self, field: &str, start: &[u8], end: Option<&[u8]>, version: impl Fn(&Position) -> i64) -> Option<Vec<EntrySet>> {
-        let guards = self.guards.clone()?;
-        let from = (field.to_string(), start.to_vec());
-        let first = guards.partition_point(|guard| *guard <= from);
+        let Known::Complete { guards, touched } = &mut self.known else { return None };
+        let first = guards.partition_point(|guard| (guard.0.as_str(), guard.1.as_slice()) <= (field, start));
         let within = |guard: &Position| guard.0 == field && end.is_none_or(|end| guard.1.as_slice() < end);
         let count = guards[first..].iter().take_while(|guard| within(guard)).count();
-        Some((first..first + count).map(|i| self.touch(&guards, i, &version)).collect())
+        let touch = |i: usize| {
+            let lower = &guards[i];
+            touched.entry(i).or_insert_with(|| Touched::new(EntrySet { version: version(lower), lower: lower.clone() })).set.clone()
+        };
+        Some((first..first + count).map(touch).collect())
     }
 
-    fn touch(&mut self, guards: &[Position], i: usize, version: &impl Fn(&Position) -> i64) -> EntrySet {
-        let lower = guards[i].clone();
-        if let Some((set, _)) = self.sets.get(&lower) {
-            return set.clone();
-        }
-        let set = EntrySet { version: version(&lower), lower };
-        self.insert(set.clone(), guards.get(i + 1).cloned());
-        set
-    }
-
-    pub fn insert(&mut self, set: EntrySet, upper: Option<Position>) {
-        self.sets.insert(set.lower.clone(), (set, upper));
+    /// A set of an object with many sets, loaded from the table.
+    pub fn insert(&mut self, set: EntrySet, upper: Option<Position>) -> &mut Touched {
+        let Known::Partial { touched } = &mut self.known else { unreachable!("only sets of a partially known object are loaded") };
+        let lower = set.lower.clone();
+        touched.insert(lower.clone(), (Touched::new(set), upper));
+        &mut touched.get_mut(&lower).expect("inserted above").0
     }
 }
 

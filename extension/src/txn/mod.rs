@@ -17,8 +17,9 @@ pub use buffer::{EntryKey, Spawned, WriteBuffer};
 use crate::catalog;
 use crate::error::Result;
 use crate::gucs;
-use entry_sets::{EntrySet, KnownSets, Position, SetId};
+use entry_sets::{EntrySet, KnownSets, Position, SetId, Touched};
 use std::cell::RefCell;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -78,31 +79,39 @@ impl Workflow {
     /// The entry set containing (field, key) of `object`, as of its first
     /// touch in this workflow.
     pub fn containing(&self, object: i64, field: &str, key: &[u8]) -> Result<EntrySet> {
+        self.with_set(object, field, key, |touched| touched.set.clone())
+    }
+
+    /// Runs `f` on the set containing (field, key) of `object`, loading the
+    /// object's sets at its first touch.
+    fn with_set<R>(&self, object: i64, field: &str, key: &[u8], f: impl FnOnce(&mut Touched) -> R) -> Result<R> {
         let version = |lower: &Position| versions::version(&(object, lower.clone()));
         let mut sets = self.sets.borrow_mut();
-        if !sets.contains_key(&object) {
-            let known = if self.is_created(object) {
-                KnownSets::fresh()
-            } else {
-                // The split counter first, then the guards (versions come
-                // later, at each set's first touch), all before any value
-                // is read (txn/versions.rs).
-                let splits = versions::splits(object);
-                match guards_of(object, splits)? {
-                    Some(guards) => KnownSets::complete(guards, splits),
-                    None => KnownSets::partial(splits),
-                }
-            };
-            sets.insert(object, known);
-        }
-        let known = sets.get_mut(&object).expect("inserted above");
-        if let Some(set) = known.containing(field, key, version) {
-            return Ok(set);
+        let known = match sets.entry(object) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(slot) => slot.insert(self.load_sets(object)?),
+        };
+        if let Some(touched) = known.containing(field, key, version) {
+            return Ok(f(touched));
         }
         let (lower, upper) = catalog::entry_sets::around(object, field, key)?;
         let set = EntrySet { version: version(&lower), lower };
-        known.insert(set.clone(), upper);
-        Ok(set)
+        Ok(f(known.insert(set, upper)))
+    }
+
+    /// What is known of an object's sets when the workflow first touches it.
+    fn load_sets(&self, object: i64) -> Result<KnownSets> {
+        if self.is_created(object) {
+            return Ok(KnownSets::fresh());
+        }
+        // The split counter first, then the guards (versions come later, at
+        // each set's first touch), all before any value is read
+        // (txn/versions.rs).
+        let splits = versions::splits(object);
+        Ok(match guards_of(object, splits)? {
+            Some(guards) => KnownSets::complete(guards, splits),
+            None => KnownSets::partial(splits),
+        })
     }
 
     /// The split counter of each object whose sets this workflow loaded
@@ -118,8 +127,12 @@ impl Workflow {
         if !gucs::occ() || self.is_created(object) {
             return Ok(());
         }
-        let set = self.containing(object, field, key)?;
-        self.reads.borrow_mut().entry((object, set.lower)).or_insert(set.version);
+        let first = self.with_set(object, field, key, |touched| {
+            (!std::mem::replace(&mut touched.read, true)).then(|| touched.set.clone())
+        })?;
+        if let Some(set) = first {
+            self.reads.borrow_mut().entry((object, set.lower)).or_insert(set.version);
+        }
         Ok(())
     }
 

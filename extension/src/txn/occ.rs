@@ -151,11 +151,12 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
         versions::bump_at_commit(set);
     }
 
-    // What later workflows of this transaction must validate again.
+    // What later workflows of this transaction must validate again. A set
+    // both read is at the same version in both (both were just validated),
+    // and the first workflow's reads move over without a copy.
+    drop(reads);
     versions::validated(|earlier| {
-        for (set, seen) in reads.iter() {
-            earlier.reads.entry(set.clone()).or_insert(*seen);
-        }
+        earlier.reads.append(&mut workflow.reads.borrow_mut());
         for (object, seen) in splits {
             earlier.splits.entry(object).or_insert(seen);
         }
