@@ -5,6 +5,7 @@
 mod driver;
 #[cfg(test)]
 mod equivalence;
+mod pgbench;
 mod png;
 mod report;
 mod results;

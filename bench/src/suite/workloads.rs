@@ -103,7 +103,7 @@ impl Suite {
     /// or a checkpoint lands in whichever system's run comes next: a full
     /// suite showed a run's throughput dropping by a quarter for five
     /// seconds while the system measured after it ran undisturbed.
-    fn settle(&mut self) -> Result<()> {
+    pub(super) fn settle(&mut self) -> Result<()> {
         self.admin.batch_execute("VACUUM ANALYZE")?;
         if self.may_checkpoint {
             self.admin.batch_execute("CHECKPOINT")?;
@@ -180,7 +180,7 @@ impl Suite {
                 Op::Touch { object, keys, write: percent(rng) < write_percent }
             })?;
         }
-        Ok(())
+        self.pgbench_read_only(&ids)
     }
 
     /// Job length: hash(n) for growing n. The lambdas' own time limit is
