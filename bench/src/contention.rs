@@ -147,7 +147,7 @@ fn report(configs: &[Config], measured: &[Vec<Measured>]) {
     println!("read-only OCC overhead against off: {overhead:.1}% (rounds: {each}; goal <= 10%)");
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 }

@@ -34,7 +34,7 @@ impl Suite {
         let dir = std::env::temp_dir().join(format!("lambdastore-bench-{}", std::process::id()));
         let measured = self.alternate(&dir, first, ids.len());
         let _ = std::fs::remove_dir_all(&dir);
-        let mut ratios = match measured {
+        let ratios = match measured {
             Ok(ratios) => ratios,
             Err(e) => {
                 self.results.findings.push(format!("rw-mix 0% writes through pgbench: skipped ({e:#})"));
@@ -42,8 +42,7 @@ impl Suite {
             }
         };
         let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        ratios.sort_by(f64::total_cmp);
-        let median = ratios[ROUNDS / 2];
+        let median = crate::contention::median(ratios);
         let verdict = if median >= 0.8 { "met" } else { "missed" };
         let threads = self.clients.min(2);
         self.results.findings.push(format!(

@@ -25,8 +25,10 @@ thread_local! {
     // ManuallyDrop: plans live as long as the backend; freeing them from a
     // thread-local destructor during process exit would touch memory
     // contexts that are already gone.
-    // Keyed by the statement's address (see `Relations`).
-    static PLANS: RefCell<HashMap<usize, ManuallyDrop<OwnedPreparedStatement>>> =
+    // Keyed by the statement's address and length, not by hashing its text:
+    // a `&'static str` at one address with one length is one text (two
+    // statements may start at one address if one is a prefix of the other).
+    static PLANS: RefCell<HashMap<(usize, usize), ManuallyDrop<OwnedPreparedStatement>>> =
         RefCell::new(HashMap::new());
 }
 
@@ -44,8 +46,8 @@ thread_local! {
 
 /// A handful of entries each, looked up several times per warm call, so
 /// they are scanned rather than hashed; names are keyed by their address.
-/// A `&'static` text at one address never changes, and two copies of one
-/// name only take two slots. A `CStr` key cost `strlen`, SipHash and
+/// A `&'static` C string at one address is one name (it ends at its NUL),
+/// and two copies of one name only take two slots. A `CStr` key cost `strlen`, SipHash and
 /// `memcmp` at every lookup, several times per call.
 #[derive(Default)]
 struct Relations {
@@ -127,6 +129,10 @@ pub fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
     allowed
 }
 
+fn plan_key(sql: &'static str) -> (usize, usize) {
+    (sql.as_ptr() as usize, sql.len())
+}
+
 /// Runs the kept plan of `sql` (preparing it on first use) and hands the
 /// rows to `read` while the SPI connection is open.
 pub fn query<R>(
@@ -138,7 +144,7 @@ pub fn query<R>(
     Spi::connect(|client| {
         // Taken out of the map while in use, so that a nested use of the
         // same statement (a trigger calling back into us) prepares its own.
-        let plan = match PLANS.with(|plans| plans.borrow_mut().remove(&(sql.as_ptr() as usize))) {
+        let plan = match PLANS.with(|plans| plans.borrow_mut().remove(&plan_key(sql))) {
             Some(plan) => plan,
             None => ManuallyDrop::new(prepare(client, sql, types)?),
         };
@@ -147,7 +153,7 @@ pub fn query<R>(
         // transaction: a read-only call must stay a read-only transaction,
         // with no commit record to write and flush.
         let outcome = client.select(&*plan, None, args).and_then(read);
-        PLANS.with(|plans| plans.borrow_mut().insert(sql.as_ptr() as usize, plan));
+        PLANS.with(|plans| plans.borrow_mut().insert(plan_key(sql), plan));
         outcome
     })
     .map_err(|e| LambdaError::Internal(format!("SPI: {e}")))
