@@ -19,7 +19,7 @@ PG_CONFIG ?= pg_config
 
 .PHONY: install
 install: ## Build (release) and install the extension into the server `pg_config` names
-	cd extension && cargo pgrx install --release --pg-config "$$(command -v $(PG_CONFIG))"
+	PG_CONFIG=$(PG_CONFIG) scripts/install.sh
 
 .PHONY: test-sdk
 test-sdk: lambdas ## SDK, macro and example-app unit tests on the mock host (no database)

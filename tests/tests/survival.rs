@@ -12,6 +12,7 @@ mod common;
 use common::*;
 use postgres::Client;
 use serde_json::json;
+use std::path::PathBuf;
 
 fn postmaster_start_time(c: &mut Client) -> String {
     c.query_one("SELECT pg_postmaster_start_time()::text", &[])
@@ -94,6 +95,63 @@ fn an_sql_error_inside_a_host_call_fails_only_the_statement() {
     tx.rollback().unwrap();
     assert_eq!(
         postmaster_start_time(&mut c),
+        started,
+        "the server restarted"
+    );
+}
+
+/// `make install` while a server runs: the server keeps the library it has
+/// mapped. Rewriting lambdastore.so in place (as `cargo pgrx install` does)
+/// changes the pages every process has mapped, and after a rebuild they
+/// crash at their next call into it. So the install must put a new file in
+/// place and leave the mapped one (its inode) alone.
+#[test]
+fn reinstalling_the_extension_leaves_a_running_server_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let package = workspace().join("target/package");
+    let pg_config = std::env::var("PG_CONFIG").unwrap_or("pg_config".into());
+    let lib = std::process::Command::new(pg_config)
+        .arg("--pkglibdir")
+        .output()
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        .unwrap_or_default();
+    let probe = lib.join(".lambdastore-write-check");
+    let writable = std::fs::File::create(&probe).is_ok() && std::fs::remove_file(&probe).is_ok();
+    if !package.is_dir() || !writable {
+        eprintln!(
+            "skipped: needs a build from scripts/install.sh in {} and write access to {}",
+            package.display(),
+            lib.display()
+        );
+        return;
+    }
+    let library = lib.join("lambdastore.so");
+    let mapped = std::fs::metadata(&library).unwrap().ino();
+    let mut c = connect();
+    let app = app("reinstall");
+    deploy_example(&mut c, &app, "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), json!(null));
+    let started = postmaster_start_time(&mut c);
+
+    let status = std::process::Command::new(workspace().join("scripts/install.sh"))
+        .arg("--no-build")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run scripts/install.sh");
+    assert!(status.success(), "scripts/install.sh --no-build failed");
+
+    assert_ne!(
+        std::fs::metadata(&library).unwrap().ino(),
+        mapped,
+        "the library the server runs was rewritten in place"
+    );
+    // The same session, and a new one, run lambdas; nothing restarted.
+    assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), json!(null));
+    let mut fresh = connect();
+    assert_eq!(call(&mut fresh, id, "get", json!({"key": "k"})), json!(null));
+    assert_eq!(
+        postmaster_start_time(&mut fresh),
         started,
         "the server restarted"
     );

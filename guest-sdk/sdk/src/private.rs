@@ -203,6 +203,13 @@ mod tests {
             parse(r#"{"to": 2, "amount": 5, "memo": null}"#).unwrap(),
             (2, 5, None)
         );
+        // A repeated name: the last one counts, as in a JSON object.
+        assert_eq!(parse(r#"{"to": 1, "amount": 5, "to": 2}"#).unwrap(), (2, 5, None));
+        // Escapes in names and nested values are decoded as usual.
+        assert_eq!(
+            parse(r#"{"t\u006f": 2, "amount": 5, "memo": "a \"b\" [c]"}"#).unwrap(),
+            (2, 5, Some("a \"b\" [c]".into()))
+        );
     }
 
     #[test]
@@ -216,7 +223,9 @@ mod tests {
         assert_eq!(err("null"), "missing parameter `to`");
         assert!(err(r#"{"to": 2, "amount": 5, "x": 1}"#).starts_with("unknown parameter `x`"));
         assert!(err(r#"[1, 2, "m", 4]"#).starts_with("4 arguments given"));
-        assert!(err(r#"{"to": "two", "amount": 5}"#).starts_with("parameter `to`: invalid type"));
+        assert_eq!(err(r#"{"to": "two", "amount": 5}"#), "parameter `to`: invalid type: string \"two\", expected i64");
+        assert_eq!(err(r#"[2, "x"]"#), "parameter `amount`: invalid type: string \"x\", expected i64");
+        assert!(err("5").ends_with("or null, not 5"));
         assert!(err("5").starts_with("arguments must be a JSON object"));
         assert!(err("{").starts_with("arguments are not valid JSON"));
     }
