@@ -99,6 +99,46 @@ impl Session {
     }
 }
 
+/// A SQL system's connection for the load driver: the same statements as
+/// `Session::Sql`, through tokio-postgres, so that one thread serves many
+/// connections (driver.rs says why).
+pub struct SqlSession {
+    system: System,
+    client: tokio_postgres::Client,
+    statements: HashMap<&'static str, tokio_postgres::Statement>,
+}
+
+impl SqlSession {
+    pub async fn connect(system: System, url: &str, setup: &str) -> Result<SqlSession> {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                eprintln!("database connection: {e}");
+            }
+        });
+        client.batch_execute(setup).await?;
+        Ok(SqlSession { system, client, statements: HashMap::new() })
+    }
+
+    pub async fn attempt(&mut self, op: &Op) -> Result<Outcome> {
+        let (sql, params) = statement(self.system, op)?;
+        let stmt = match self.statements.get(sql) {
+            Some(s) => s.clone(),
+            None => {
+                let s = self.client.prepare(sql).await?;
+                self.statements.insert(sql, s.clone());
+                s
+            }
+        };
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
+        match self.client.query(&stmt, &refs).await.map_err(anyhow::Error::from) {
+            Ok(_) => Ok(Outcome::Done),
+            Err(e) if is_retryable(&e) => Ok(Outcome::Retry),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 pub(super) fn is_retryable(e: &anyhow::Error) -> bool {
     e.downcast_ref::<postgres::Error>()
         .and_then(|e| e.code())

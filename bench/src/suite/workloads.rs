@@ -3,7 +3,7 @@
 //! draw. Sizes scale down with `--quick`; `Suite::scale` records them.
 
 use super::driver::{self, Outcome};
-use super::systems::{Session, System};
+use super::systems::{Session, SqlSession, System};
 use super::Suite;
 use crate::contention::next;
 use anyhow::Result;
@@ -44,21 +44,40 @@ impl Op {
     }
 }
 
-/// A client of a workload: a session and a generator of operations.
-struct Load<G> {
-    session: Session,
+/// A client of a workload: a session (`Session` for the disaggregated
+/// baseline, `SqlSession` for the others) and a generator of operations.
+struct Load<S, G> {
+    session: S,
     /// Which client this is, from 0.
     n: usize,
     rng: u64,
     generate: Arc<G>,
 }
 
-impl<G: Fn(usize, &mut u64) -> Op> driver::Client for Load<G> {
+impl<S, G: Fn(usize, &mut u64) -> Op> Load<S, G> {
+    fn new(session: S, n: usize, generate: Arc<G>) -> Self {
+        Load { session, n, rng: seed(n), generate }
+    }
+    fn next(&mut self) -> Op {
+        (self.generate)(self.n, &mut self.rng)
+    }
+}
+
+impl<G: Fn(usize, &mut u64) -> Op> driver::Client for Load<Session, G> {
     fn attempt(&mut self, op: &Op) -> Result<Outcome> {
         self.session.attempt(op)
     }
     fn next_op(&mut self) -> Op {
-        (self.generate)(self.n, &mut self.rng)
+        self.next()
+    }
+}
+
+impl<G: Fn(usize, &mut u64) -> Op + Send + Sync + 'static> driver::AsyncClient for Load<SqlSession, G> {
+    fn attempt(&mut self, op: &Op) -> impl std::future::Future<Output = Result<Outcome>> + Send {
+        self.session.attempt(op)
+    }
+    fn next_op(&mut self) -> Op {
+        self.next()
     }
 }
 
@@ -85,10 +104,17 @@ impl Suite {
             let (url, setup, wasm) = (self.url.clone(), setup.to_string(), self.component_for(workload, system)?);
             let generate = generate.clone();
             let label = format!("{workload} {variant} {}", system.name());
-            let measured = driver::drive(&label, self.clients, self.mode, &self.timing, move |n| {
-                let session = Session::connect(system, &url, &setup, wasm.as_deref().map(|w| w.as_slice()))?;
-                Ok(Load { session, n, rng: seed(n), generate: generate.clone() })
-            })?;
+            let measured = if system == System::Disaggregated {
+                driver::drive(&label, self.clients, self.mode, &self.timing, move |n| {
+                    let session = Session::connect(system, &url, &setup, wasm.as_deref().map(|w| w.as_slice()))?;
+                    Ok(Load::new(session, n, generate.clone()))
+                })?
+            } else {
+                driver::drive_tasks(&label, self.clients, self.mode, &self.timing, move |n| {
+                    let (url, setup, generate) = (url.clone(), setup.clone(), generate.clone());
+                    async move { Ok(Load::new(SqlSession::connect(system, &url, &setup).await?, n, generate)) }
+                })?
+            };
             let run = measured.into_run(workload, variant, x, system.name());
             println!("  {label:<44} {:>9.0} ops/s  p50 {:>8.2} ms  p99 {:>8.2} ms  retries {:>6}  errors {}",
                 run.throughput, run.latency_us.p50 / 1e3, run.latency_us.p99 / 1e3, run.retries, run.errors);
