@@ -4,8 +4,8 @@
 //! stalled server is not hidden by clients that wait for it). Serialization
 //! failures are retried; the retried operation's latency includes them.
 //!
-//! SQL clients are tokio-postgres connections multiplexed on one worker
-//! thread per core, as pgbench multiplexes them on its `-j` threads: with
+//! SQL clients are tokio-postgres connections multiplexed on one thread
+//! per core, as pgbench multiplexes them on its `-j` threads: with
 //! a blocking thread per connection the driver was woken and put to sleep
 //! once per call, on the cores the server uses, which cost the longer
 //! calls more (the read-only mix measured 0.61× PL/pgSQL through it and
@@ -226,61 +226,95 @@ where
     Measured::merge(results, timing, clients, mode)
 }
 
-/// Runs `clients` as tasks (each built by `make`) on one worker thread per
-/// core and measures them.
+/// Runs `clients` as tasks (each built by `make`) and measures them: one
+/// thread per core, each with a single-threaded runtime and its share of
+/// the connections (client n on thread n % threads), as pgbench's `-j`
+/// does, so a connection's task and its client's never cross threads.
 pub fn drive_tasks<C, F, Fut>(label: &str, clients: usize, mode: Mode, timing: &Timing, make: F) -> Result<Measured>
 where
     C: AsyncClient,
-    F: Fn(usize) -> Fut,
-    Fut: Future<Output = Result<C>> + Send + 'static,
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<C>>,
 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(cores.min(clients).max(1)).enable_all().build()?;
-    // Everyone starts together, after every client has connected.
-    let connected = runtime.block_on(async {
-        let connecting: Vec<_> = (0..clients).map(|n| tokio::spawn(make(n))).collect();
-        let mut connected = Vec::with_capacity(clients);
-        for c in connecting {
-            connected.push(c.await??);
-        }
-        anyhow::Ok(connected)
-    })?;
+    let threads = cores.min(clients).max(1);
+    let make = Arc::new(make);
     let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks: Vec<_> = connected
-        .into_iter()
-        .enumerate()
-        .map(|(n, mut client)| {
-            let (stop, timing) = (stop.clone(), timing.clone());
-            runtime.spawn(async move {
-                let mut pace = Pace::new(n, clients, mode, &timing, started);
-                while !stop.load(Ordering::Relaxed) {
-                    if let Some(wait) = pace.until_due() {
-                        tokio::time::sleep(wait).await; // the schedule, not synchronisation
-                    }
-                    let op = client.next_op();
-                    let (began, mut retries) = (pace.began(), 0);
-                    let ended = loop {
-                        if let Some(ended) = pace.judge(client.attempt(&op).await, &mut retries, &stop) {
-                            break ended;
+    // Everyone starts together, after every client has connected.
+    let ready = Arc::new(Barrier::new(threads + 1));
+    let start_cell: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (make, stop, ready, start_cell, timing) = (make.clone(), stop.clone(), ready.clone(), start_cell.clone(), timing.clone());
+            std::thread::spawn(move || -> Result<Vec<ClientResult>> {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                let connected = runtime.as_ref().map_err(|e| anyhow::anyhow!("{e}")).and_then(|runtime| {
+                    runtime.block_on(async {
+                        let mut connected = Vec::new();
+                        for n in (t..clients).step_by(threads) {
+                            connected.push((n, make(n).await?));
                         }
-                    };
-                    pace.finish(began, ended, retries)?;
-                }
-                anyhow::Ok(pace.result)
+                        anyhow::Ok(connected)
+                    })
+                });
+                ready.wait();
+                let (runtime, connected) = (runtime?, connected?);
+                let started = *start_cell.wait();
+                runtime.block_on(async {
+                    let tasks: Vec<_> = connected
+                        .into_iter()
+                        .map(|(n, client)| tokio::spawn(run_task(n, client, clients, mode, timing.clone(), started, stop.clone())))
+                        .collect();
+                    let mut results = Vec::with_capacity(tasks.len());
+                    for task in tasks {
+                        results.push(task.await.expect("client task panicked")?);
+                    }
+                    Ok(results)
+                })
             })
         })
         .collect();
-    watch(label, timing, started, || tasks.iter().all(|t| t.is_finished()));
+
+    ready.wait();
+    let started = Instant::now();
+    start_cell.set(started).expect("set once");
+    watch(label, timing, started, || handles.iter().all(|h| h.is_finished()));
     stop.store(true, Ordering::Relaxed);
-    let results = runtime.block_on(async {
-        let mut results = Vec::with_capacity(tasks.len());
-        for t in tasks {
-            results.push(t.await.expect("client task panicked"));
+    let mut results = Vec::new();
+    for h in handles {
+        match h.join().expect("driver thread panicked") {
+            Ok(done) => results.extend(done.into_iter().map(Ok)),
+            Err(e) => results.push(Err(e)),
         }
-        results
-    });
+    }
     Measured::merge(results.into_iter(), timing, clients, mode)
+}
+
+/// One task's load loop: the same as a client thread's, awaiting calls.
+async fn run_task<C: AsyncClient>(
+    n: usize,
+    mut client: C,
+    clients: usize,
+    mode: Mode,
+    timing: Timing,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+) -> Result<ClientResult> {
+    let mut pace = Pace::new(n, clients, mode, &timing, started);
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(wait) = pace.until_due() {
+            tokio::time::sleep(wait).await; // the schedule, not synchronisation
+        }
+        let op = client.next_op();
+        let (began, mut retries) = (pace.began(), 0);
+        let ended = loop {
+            if let Some(ended) = pace.judge(client.attempt(&op).await, &mut retries, &stop) {
+                break ended;
+            }
+        };
+        pace.finish(began, ended, retries)?;
+    }
+    Ok(pace.result)
 }
 
 /// Shows the run's progress until its time is up (or `all_failed`).
