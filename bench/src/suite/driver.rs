@@ -126,9 +126,17 @@ impl Pace {
         self.interval.map(|_| self.due.saturating_duration_since(Instant::now())).filter(|d| !d.is_zero())
     }
 
-    /// When the next operation counts as started.
-    fn began(&self) -> Instant {
-        if self.interval.is_some() { self.due } else { Instant::now() }
+    /// When the next operation counts as started: closed loop, now; open
+    /// loop, when it was due, so that waiting for a slow server counts.
+    /// After the client itself slept until then, from when it woke: a
+    /// timer's lateness is the driver's (tokio's timer ticks in
+    /// milliseconds, which put up to 1 ms on every open-loop latency).
+    fn began(&self, slept: bool) -> Instant {
+        match self.interval {
+            None => Instant::now(),
+            Some(_) if slept => self.due.max(Instant::now()),
+            Some(_) => self.due,
+        }
     }
 
     /// What an attempt means for its operation: how it ended, or None to
@@ -200,11 +208,12 @@ where
                 let mut client = client?;
                 let mut pace = Pace::new(n, clients, mode, &timing, *start_cell.wait());
                 while !stop.load(Ordering::Relaxed) {
-                    if let Some(wait) = pace.until_due() {
+                    let wait = pace.until_due();
+                    if let Some(wait) = wait {
                         std::thread::sleep(wait); // the schedule, not synchronisation
                     }
                     let op = client.next_op();
-                    let (began, mut retries) = (pace.began(), 0);
+                    let (began, mut retries) = (pace.began(wait.is_some()), 0);
                     let ended = loop {
                         if let Some(ended) = pace.judge(client.attempt(&op), &mut retries, &stop) {
                             break ended;
@@ -302,11 +311,12 @@ async fn run_task<C: AsyncClient>(
 ) -> Result<ClientResult> {
     let mut pace = Pace::new(n, clients, mode, &timing, started);
     while !stop.load(Ordering::Relaxed) {
-        if let Some(wait) = pace.until_due() {
+        let wait = pace.until_due();
+        if let Some(wait) = wait {
             tokio::time::sleep(wait).await; // the schedule, not synchronisation
         }
         let op = client.next_op();
-        let (began, mut retries) = (pace.began(), 0);
+        let (began, mut retries) = (pace.began(wait.is_some()), 0);
         let ended = loop {
             if let Some(ended) = pace.judge(client.attempt(&op).await, &mut retries, &stop) {
                 break ended;
