@@ -473,6 +473,20 @@ mod tests {
     }
 
     #[test]
+    fn open_loop_latency_starts_when_due_unless_the_client_slept_past_it() {
+        let timing = timing();
+        let started = Instant::now() - Duration::from_millis(50);
+        let pace = Pace::new(0, 1, Mode::Open(1000.0), &timing, started);
+        // Overdue (the last call ran long): counted from when it was due.
+        assert_eq!(pace.began(false), started);
+        // The client slept until it was due and woke late: from waking.
+        assert!(pace.began(true) >= started + Duration::from_millis(50));
+        // Closed loop: from now.
+        let closed = Pace::new(0, 1, Mode::Closed, &timing, started);
+        assert!(closed.began(false) >= started + Duration::from_millis(50));
+    }
+
+    #[test]
     fn threads_count_operations_retries_and_errors() {
         let measured = drive("test", 3, Mode::Closed, &timing(), |_| Ok(Scripted { op: 0, retried: false })).unwrap();
         check(measured, 3);
