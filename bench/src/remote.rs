@@ -173,7 +173,7 @@ fn run(app: &Rc<RemoteApp>, db: &Rc<RefCell<Db>>, frame: Frame, kind: FunctionKi
     let state = State { app: Some(app.clone()), db: Some(db.clone()), frame };
     let (object, ty, function) = (state.frame.object, state.frame.type_name.clone(), state.frame.function.clone());
     let mut store = Store::new(&app.engine, state);
-    let lambda = app.pre.instantiate(&mut store).map_err(anyhow::Error::from)?;
+    let lambda = app.pre.instantiate(&mut store)?;
     match lambda.call_dispatch(&mut store, kind, &ty, &function, object, args) {
         Ok(Ok(result)) => Ok(result),
         Ok(Err(guest)) => Err(RemoteError::Guest(guest)),

@@ -194,45 +194,26 @@ where
     C: Client,
     F: Fn(usize) -> Result<C> + Send + Sync + 'static,
 {
-    let make = Arc::new(make);
-    let stop = Arc::new(AtomicBool::new(false));
-    // Everyone starts together, after every client has connected.
-    let ready = Arc::new(Barrier::new(clients + 1));
-    let start_cell: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
-    let threads: Vec<_> = (0..clients)
-        .map(|n| {
-            let (make, stop, ready, start_cell, timing) = (make.clone(), stop.clone(), ready.clone(), start_cell.clone(), timing.clone());
-            std::thread::spawn(move || -> Result<ClientResult> {
-                let client = make(n);
-                ready.wait();
-                let mut client = client?;
-                let mut pace = Pace::new(n, clients, mode, &timing, *start_cell.wait());
-                while !stop.load(Ordering::Relaxed) {
-                    let wait = pace.until_due();
-                    if let Some(wait) = wait {
-                        std::thread::sleep(wait); // the schedule, not synchronisation
-                    }
-                    let op = client.next_op();
-                    let (began, mut retries) = (pace.began(wait.is_some()), 0);
-                    let ended = loop {
-                        if let Some(ended) = pace.judge(client.attempt(&op), &mut retries, &stop) {
-                            break ended;
-                        }
-                    };
-                    pace.finish(began, ended, retries)?;
+    let load_timing = timing.clone();
+    let load = move |(n, mut client): (usize, C), started: Instant, stop: &Arc<AtomicBool>| {
+        let mut pace = Pace::new(n, clients, mode, &load_timing, started);
+        while !stop.load(Ordering::Relaxed) {
+            let wait = pace.until_due();
+            if let Some(wait) = wait {
+                std::thread::sleep(wait); // the schedule, not synchronisation
+            }
+            let op = client.next_op();
+            let (began, mut retries) = (pace.began(wait.is_some()), 0);
+            let ended = loop {
+                if let Some(ended) = pace.judge(client.attempt(&op), &mut retries, stop) {
+                    break ended;
                 }
-                Ok(pace.result)
-            })
-        })
-        .collect();
-
-    ready.wait();
-    let started = Instant::now();
-    start_cell.set(started).expect("set once");
-    watch(label, timing, started, || threads.iter().all(|t| t.is_finished()));
-    stop.store(true, Ordering::Relaxed);
-    let results = threads.into_iter().map(|t| t.join().expect("client thread panicked"));
-    Measured::merge(results, timing, clients, mode)
+            };
+            pace.finish(began, ended, retries)?;
+        }
+        Ok(vec![pace.result])
+    };
+    run_workers(label, clients, mode, timing, clients, move |n| make(n).map(|client| (n, client)), load)
 }
 
 /// Runs `clients` as tasks (each built by `make`) and measures them: one
@@ -247,39 +228,62 @@ where
 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = cores.min(clients).max(1);
-    let make = Arc::new(make);
+    let connect = move |t: usize| {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let connected = runtime.block_on(async {
+            let mut connected = Vec::new();
+            for n in (t..clients).step_by(threads) {
+                connected.push((n, make(n).await?));
+            }
+            anyhow::Ok(connected)
+        })?;
+        Ok((runtime, connected))
+    };
+    let load_timing = timing.clone();
+    let load = move |(runtime, connected): (tokio::runtime::Runtime, Vec<(usize, C)>), started: Instant, stop: &Arc<AtomicBool>| {
+        runtime.block_on(async {
+            let tasks: Vec<_> = connected
+                .into_iter()
+                .map(|(n, client)| tokio::spawn(run_task(n, client, clients, mode, load_timing.clone(), started, stop.clone())))
+                .collect();
+            let mut results = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                results.push(task.await.expect("client task panicked")?);
+            }
+            Ok(results)
+        })
+    };
+    run_workers(label, clients, mode, timing, threads, connect, load)
+}
+
+/// Starts `workers` threads and measures what they report: each connects
+/// (`connect`, given its index), then all start together once every one
+/// has connected or failed to, and each runs its clients (`load`, given
+/// the common start and the stop flag) until the run's time is up.
+fn run_workers<T, Connect, Load>(
+    label: &str,
+    clients: usize,
+    mode: Mode,
+    timing: &Timing,
+    workers: usize,
+    connect: Connect,
+    load: Load,
+) -> Result<Measured>
+where
+    Connect: Fn(usize) -> Result<T> + Send + Sync + 'static,
+    Load: Fn(T, Instant, &Arc<AtomicBool>) -> Result<Vec<ClientResult>> + Send + Sync + 'static,
+{
+    let (connect, load) = (Arc::new(connect), Arc::new(load));
     let stop = Arc::new(AtomicBool::new(false));
-    // Everyone starts together, after every client has connected.
-    let ready = Arc::new(Barrier::new(threads + 1));
+    let ready = Arc::new(Barrier::new(workers + 1));
     let start_cell: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let (make, stop, ready, start_cell, timing) = (make.clone(), stop.clone(), ready.clone(), start_cell.clone(), timing.clone());
-            std::thread::spawn(move || -> Result<Vec<ClientResult>> {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                let connected = runtime.as_ref().map_err(|e| anyhow::anyhow!("{e}")).and_then(|runtime| {
-                    runtime.block_on(async {
-                        let mut connected = Vec::new();
-                        for n in (t..clients).step_by(threads) {
-                            connected.push((n, make(n).await?));
-                        }
-                        anyhow::Ok(connected)
-                    })
-                });
-                ready.wait();
-                let (runtime, connected) = (runtime?, connected?);
-                let started = *start_cell.wait();
-                runtime.block_on(async {
-                    let tasks: Vec<_> = connected
-                        .into_iter()
-                        .map(|(n, client)| tokio::spawn(run_task(n, client, clients, mode, timing.clone(), started, stop.clone())))
-                        .collect();
-                    let mut results = Vec::with_capacity(tasks.len());
-                    for task in tasks {
-                        results.push(task.await.expect("client task panicked")?);
-                    }
-                    Ok(results)
-                })
+    let handles: Vec<_> = (0..workers)
+        .map(|w| {
+            let (connect, load, stop, ready, start_cell) = (connect.clone(), load.clone(), stop.clone(), ready.clone(), start_cell.clone());
+            std::thread::spawn(move || {
+                let connected = connect(w);
+                ready.wait(); // even after a failed connection, or the others would wait forever
+                load(connected?, *start_cell.wait(), &stop)
             })
         })
         .collect();
@@ -430,7 +434,7 @@ mod tests {
             }
             self.retried = false;
             self.op += 1;
-            if self.op % 10 == 0 {
+            if self.op.is_multiple_of(10) {
                 anyhow::bail!("scripted failure");
             }
             Ok(Outcome::Done)

@@ -3,8 +3,10 @@
 //! results and effects must agree. Runs against the server in
 //! `LAMBDASTORE_TEST_URL` (`make test` starts it), in a database of its own.
 
-use super::systems::{Session, System};
+use super::systems::{self, SqlSession, System};
 use super::workloads::Op;
+use crate::remote::RemoteSession;
+use anyhow::Result;
 use postgres::{Client, NoTls};
 use serde_json::{json, Value};
 
@@ -63,10 +65,36 @@ impl Fixture {
     /// One session per system, for `app`'s workload.
     fn sessions(&self, app: &str, systems: &[System]) -> Vec<(System, Session)> {
         let wasm = wasm(app);
-        systems
-            .iter()
-            .map(|&s| (s, Session::connect(s, &self.url, "", Some(&wasm)).unwrap()))
-            .collect()
+        let session = |system| -> Result<Session> {
+            Ok(match system {
+                System::Disaggregated => Session::Remote(systems::connect_remote(&self.url, "", &wasm)?),
+                _ => {
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                    let sql = runtime.block_on(SqlSession::connect(system, &self.url, ""))?;
+                    Session::Sql(Box::new((runtime, sql)))
+                }
+            })
+        };
+        systems.iter().map(|&s| (s, session(s).unwrap())).collect()
+    }
+}
+
+/// A session with any system, its calls run to the end one at a time
+/// (a SQL session on a runtime of its own).
+enum Session {
+    Sql(Box<(tokio::runtime::Runtime, SqlSession)>),
+    Remote(RemoteSession),
+}
+
+impl Session {
+    fn call(&mut self, op: &Op) -> Result<Value> {
+        match self {
+            Session::Sql(sql) => {
+                let (runtime, sql) = &mut **sql;
+                runtime.block_on(sql.call(op))
+            }
+            Session::Remote(remote) => systems::call_remote(remote, op),
+        }
     }
 }
 
@@ -77,7 +105,7 @@ fn call(session: &mut Session, system: System, op: &Op) -> Value {
     for _ in 0..100 {
         match session.call(op) {
             Ok(value) => return value,
-            Err(e) if super::systems::is_retryable(&e) => continue,
+            Err(e) if systems::is_retryable(&e) => continue,
             Err(e) => panic!("{system:?} {op:?}: {e:#}"),
         }
     }

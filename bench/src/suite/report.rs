@@ -1253,7 +1253,7 @@ mod tests {
         for (system, colour) in SYSTEM_COLORS {
             let RGBColor(r, g, b) = colour;
             assert!(
-                rgba.iter().any(|p| *p == [r, g, b, 255]),
+                rgba.contains(&[r, g, b, 255]),
                 "{system}'s colour is drawn"
             );
         }

@@ -1,4 +1,4 @@
-//! The systems under test, each behind the same `attempt(op)`:
+//! The systems under test, each running the same operations:
 //! - `lambdastore`: `SELECT lambda_invoke(...)`, the lambda runs in the backend;
 //! - `disaggregated`: the same component runs in this process (`remote`),
 //!   every entry access a SQL round trip;
@@ -10,7 +10,6 @@ use super::workloads::Op;
 use crate::remote::{RemoteApp, RemoteError, RemoteSession};
 use anyhow::{bail, Result};
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Statement};
 use std::collections::HashMap;
 use serde_json::Value;
 use std::rc::Rc;
@@ -34,74 +33,41 @@ impl System {
     }
 }
 
-pub enum Session {
-    Sql { system: System, client: Client, statements: HashMap<&'static str, Statement> },
-    Remote(RemoteSession),
-}
-
 /// The keys of a touch as SQL `int[]` (the statements encode them).
 fn int_keys(keys: &[u32]) -> Vec<i32> {
     keys.iter().map(|&k| k as i32).collect()
 }
 
-impl Session {
-    /// A new connection; `setup` runs on it first (e.g. `SET lambdastore.timeout`).
-    /// `app` is the compiled component, needed by `disaggregated` only.
-    pub fn connect(system: System, url: &str, setup: &str, app: Option<&[u8]>) -> Result<Session> {
-        let mut client = Client::connect(url, NoTls)?;
-        client.batch_execute(setup)?;
-        Ok(match system {
-            System::Disaggregated => {
-                let Some(wasm) = app else { bail!("the disaggregated baseline needs the component") };
-                // Each client compiles its own copy: a Store and its
-                // instances are per thread (the Rc-based host state).
-                Session::Remote(RemoteSession::new(Rc::new(RemoteApp::load(wasm)?), client))
-            }
-            _ => Session::Sql { system, client, statements: HashMap::new() },
-        })
-    }
+/// A disaggregated client: a new connection (`setup` runs on it first, e.g.
+/// `SET lambdastore.timeout`) and its own copy of the compiled component
+/// (a Store and its instances are per thread: the host state is Rc-based).
+pub fn connect_remote(url: &str, setup: &str, wasm: &[u8]) -> Result<RemoteSession> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    client.batch_execute(setup)?;
+    Ok(RemoteSession::new(Rc::new(RemoteApp::load(wasm)?), client))
+}
 
-    pub fn attempt(&mut self, op: &Op) -> Result<Outcome> {
-        match self.call(op) {
-            Ok(_) => Ok(Outcome::Done),
-            Err(e) if is_retryable(&e) => Ok(Outcome::Retry),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Runs `op` once and returns its result as JSON: the lambda's result,
-    /// or the first column of the statement's first row (null if none).
-    pub fn call(&mut self, op: &Op) -> Result<Value> {
-        match self {
-            Session::Remote(remote) => {
-                let (object, method, args) = op.call();
-                match remote.invoke(object, method, &args.to_string()) {
-                    Ok(result) => Ok(serde_json::from_str(&result)?),
-                    Err(RemoteError::Retry(e)) => Err(e.into()),
-                    Err(e) => Err(e.into()),
-                }
-            }
-            Session::Sql { system, client, statements } => {
-                let (sql, params) = statement(*system, op)?;
-                let stmt = match statements.get(sql) {
-                    Some(s) => s.clone(),
-                    None => {
-                        let s = client.prepare(sql)?;
-                        statements.insert(sql, s.clone());
-                        s
-                    }
-                };
-                let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
-                let rows = client.query(&stmt, &refs)?;
-                Ok(rows.first().map_or(Ok(Value::Null), first_column)?)
-            }
-        }
+/// Runs `op` once through the disaggregated host; the lambda's result.
+pub fn call_remote(remote: &mut RemoteSession, op: &Op) -> Result<Value> {
+    let (object, method, args) = op.call();
+    match remote.invoke(object, method, &args.to_string()) {
+        Ok(result) => Ok(serde_json::from_str(&result)?),
+        Err(RemoteError::Retry(e)) => Err(e.into()),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// A SQL system's connection for the load driver: the same statements as
-/// `Session::Sql`, through tokio-postgres, so that one thread serves many
-/// connections (driver.rs says why).
+/// What a call's result means to the driver.
+pub fn outcome(result: Result<Value>) -> Result<Outcome> {
+    match result {
+        Ok(_) => Ok(Outcome::Done),
+        Err(e) if is_retryable(&e) => Ok(Outcome::Retry),
+        Err(e) => Err(e),
+    }
+}
+
+/// A SQL system's connection, through tokio-postgres so that one thread
+/// serves many connections (driver.rs says why).
 pub struct SqlSession {
     system: System,
     client: tokio_postgres::Client,
@@ -109,6 +75,8 @@ pub struct SqlSession {
 }
 
 impl SqlSession {
+    /// A new connection; `setup` runs on it first. Its connection task is
+    /// spawned on the current runtime.
     pub async fn connect(system: System, url: &str, setup: &str) -> Result<SqlSession> {
         let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
         tokio::spawn(async move {
@@ -120,7 +88,9 @@ impl SqlSession {
         Ok(SqlSession { system, client, statements: HashMap::new() })
     }
 
-    pub async fn attempt(&mut self, op: &Op) -> Result<Outcome> {
+    /// Runs `op` once and returns the first column of the statement's
+    /// first row as JSON (null if none).
+    pub async fn call(&mut self, op: &Op) -> Result<Value> {
         let (sql, params) = statement(self.system, op)?;
         let stmt = match self.statements.get(sql) {
             Some(s) => s.clone(),
@@ -131,11 +101,8 @@ impl SqlSession {
             }
         };
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
-        match self.client.query(&stmt, &refs).await.map_err(anyhow::Error::from) {
-            Ok(_) => Ok(Outcome::Done),
-            Err(e) if is_retryable(&e) => Ok(Outcome::Retry),
-            Err(e) => Err(e),
-        }
+        let rows = self.client.query(&stmt, &refs).await?;
+        rows.first().map_or(Ok(Value::Null), first_column)
     }
 }
 

@@ -3,7 +3,8 @@
 //! draw. Sizes scale down with `--quick`; `Suite::scale` records them.
 
 use super::driver::{self, Outcome};
-use super::systems::{Session, SqlSession, System};
+use super::systems::{self, SqlSession, System};
+use crate::remote::RemoteSession;
 use super::Suite;
 use crate::contention::next;
 use anyhow::Result;
@@ -44,8 +45,9 @@ impl Op {
     }
 }
 
-/// A client of a workload: a session (`Session` for the disaggregated
-/// baseline, `SqlSession` for the others) and a generator of operations.
+/// A client of a workload: a session (`RemoteSession` for the
+/// disaggregated baseline, `SqlSession` for the others) and a generator of
+/// operations.
 struct Load<S, G> {
     session: S,
     /// Which client this is, from 0.
@@ -63,9 +65,9 @@ impl<S, G: Fn(usize, &mut u64) -> Op> Load<S, G> {
     }
 }
 
-impl<G: Fn(usize, &mut u64) -> Op> driver::Client for Load<Session, G> {
+impl<G: Fn(usize, &mut u64) -> Op> driver::Client for Load<RemoteSession, G> {
     fn attempt(&mut self, op: &Op) -> Result<Outcome> {
-        self.session.attempt(op)
+        systems::outcome(systems::call_remote(&mut self.session, op))
     }
     fn next_op(&mut self) -> Op {
         self.next()
@@ -73,8 +75,8 @@ impl<G: Fn(usize, &mut u64) -> Op> driver::Client for Load<Session, G> {
 }
 
 impl<G: Fn(usize, &mut u64) -> Op + Send + Sync + 'static> driver::AsyncClient for Load<SqlSession, G> {
-    fn attempt(&mut self, op: &Op) -> impl std::future::Future<Output = Result<Outcome>> + Send {
-        self.session.attempt(op)
+    async fn attempt(&mut self, op: &Op) -> Result<Outcome> {
+        systems::outcome(self.session.call(op).await)
     }
     fn next_op(&mut self) -> Op {
         self.next()
@@ -101,13 +103,13 @@ impl Suite {
                 continue;
             }
             self.settle()?;
-            let (url, setup, wasm) = (self.url.clone(), setup.to_string(), self.component_for(workload, system)?);
+            let (url, setup) = (self.url.clone(), setup.to_string());
             let generate = generate.clone();
             let label = format!("{workload} {variant} {}", system.name());
             let measured = if system == System::Disaggregated {
+                let wasm = self.component(workload)?;
                 driver::drive(&label, self.clients, self.mode, &self.timing, move |n| {
-                    let session = Session::connect(system, &url, &setup, wasm.as_deref().map(|w| w.as_slice()))?;
-                    Ok(Load::new(session, n, generate.clone()))
+                    Ok(Load::new(systems::connect_remote(&url, &setup, &wasm)?, n, generate.clone()))
                 })?
             } else {
                 driver::drive_tasks(&label, self.clients, self.mode, &self.timing, move |n| {
@@ -138,17 +140,14 @@ impl Suite {
     }
 
     /// The component a workload's lambdas come from, for the system that
-    /// runs them itself (`disaggregated`); the others need none.
-    fn component_for(&self, workload: &str, system: System) -> Result<Option<Arc<Vec<u8>>>> {
-        if system != System::Disaggregated {
-            return Ok(None);
-        }
+    /// runs them itself (`disaggregated`).
+    fn component(&self, workload: &str) -> Result<Vec<u8>> {
         let app = match workload {
             "cloudforum" => "forum",
             "retwis" => "retwis",
             _ => "micro",
         };
-        Ok(Some(Arc::new(self.wasm(app)?)))
+        self.wasm(app)
     }
 
     /// Creates `count` objects of `type_name` with constructor arguments
