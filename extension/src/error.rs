@@ -17,6 +17,8 @@ pub enum LambdaError {
     UnknownObject(i64),
     #[error("type \"{ty}\" of application \"{app}\" does not exist")]
     UnknownType { app: String, ty: String },
+    #[error("field \"{field}\" of type \"{ty}\" does not exist")]
+    UnknownField { ty: String, field: String },
     #[error("function \"{function}\" of type \"{ty}\" does not exist{why}")]
     UnknownFunction { ty: String, function: String, why: String },
     #[error("function \"{ty}.{function}\" is protected: only lambdas of application \"{app}\" may call it")]
@@ -79,6 +81,7 @@ impl LambdaError {
             IdempotencyKeyReused { .. } => ERRCODE_UNIQUE_VIOLATION,
             JobNotCommitted(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             UnknownFunction { .. } => ERRCODE_UNDEFINED_FUNCTION,
+            UnknownField { .. } => ERRCODE_UNDEFINED_COLUMN,
             Protected { .. } | CrossApplication { .. } | PermissionDenied(_) => {
                 ERRCODE_INSUFFICIENT_PRIVILEGE
             }

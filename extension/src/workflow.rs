@@ -65,6 +65,18 @@ pub fn check_submittable(object: i64, method: &str, args: &str) -> Result<String
     Ok(info.app)
 }
 
+/// What `lambdastore.split` checks first: the object exists and its type
+/// has the field, so that a typo fails instead of adding a guard no entry
+/// will ever fall under.
+pub fn check_field(object: i64, field: &str) -> Result<()> {
+    let (info, module) = catalog::objects::lookup(object)?;
+    let app = runtime::load(&module)?;
+    if !app.type_desc(&info.type_name)?.fields.iter().any(|f| f.name == field) {
+        return Err(LambdaError::UnknownField { ty: info.type_name, field: field.into() });
+    }
+    Ok(())
+}
+
 /// The code version to run `method` of an object with, if it is a method
 /// SQL may call (not protected); and whether it is readonly.
 fn method_callable_from_sql(

@@ -973,6 +973,10 @@ fn entry_sets_show_versions_rising_with_writes_and_splits() {
     // The same guard again is not a new split.
     assert!(!ok(split(&mut c, bench, "kv", &m), "split again"));
     assert_eq!(entry_sets(&mut c, bench), sets);
+    // A field the type does not have is refused and adds no guard.
+    let message = expect_sqlstate(split(&mut c, bench, "kvv", &m), "42703");
+    assert_eq!(message, r#"field "kvv" of type "Bench" does not exist"#);
+    assert_eq!(entry_sets(&mut c, bench), sets);
 
     // A write raises the version of its own set only.
     let versions =

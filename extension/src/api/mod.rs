@@ -72,7 +72,7 @@ mod lambdastore {
     /// at commit, hot sets are split automatically. False if already a guard.
     #[pg_extern(volatile, parallel_unsafe)]
     fn split(object_id: i64, field: &str, key: &[u8]) -> bool {
-        let outcome = crate::catalog::objects::lookup(object_id).and_then(|_| crate::txn::occ::split(object_id, field, key));
+        let outcome = crate::workflow::check_field(object_id, field).and_then(|_| crate::txn::occ::split(object_id, field, key));
         match outcome {
             Ok(split) => split,
             Err(err) => raise(err, format!("split({object_id})")),
