@@ -754,6 +754,29 @@ fn a_transaction_holds_its_write_locks_and_revalidates_its_reads_until_it_ends()
     call(&mut first, counter, "increment", json!({}));
     first.batch_execute("ROLLBACK").unwrap();
     assert_eq!(call(&mut second, counter, "increment", json!({})), json!(5));
+
+    // A savepoint rolled back over a writing call takes the write with it
+    // (PostgreSQL also releases the set's lock then); the transaction goes
+    // on, and its next write locks the set again. Until it ends it still
+    // counts as a writer of the set: others get false conflicts, never a
+    // second writer.
+    first.batch_execute("BEGIN; SAVEPOINT s").unwrap();
+    assert_eq!(call(&mut first, counter, "increment", json!({})), json!(6));
+    first.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    assert_eq!(call(&mut first, counter, "get", json!({})), json!(5));
+    expect_sqlstate(invoke(&mut second, counter, "increment", json!({})), "40001");
+    assert_eq!(call(&mut first, counter, "increment", json!({})), json!(6));
+    let held: i64 = first
+        .query_one(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 1, "the write after the rollback holds the set's lock again");
+    expect_sqlstate(invoke(&mut second, counter, "increment", json!({})), "40001");
+    first.batch_execute("COMMIT").unwrap();
+    assert_eq!(call(&mut second, counter, "increment", json!({})), json!(7));
 }
 
 /// Transactions that take the same entry sets in opposite orders (several
