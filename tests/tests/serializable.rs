@@ -765,6 +765,10 @@ fn a_transaction_holds_its_write_locks_and_revalidates_its_reads_until_it_ends()
     first.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
     assert_eq!(call(&mut first, counter, "get", json!({})), json!(5));
     expect_sqlstate(invoke(&mut second, counter, "increment", json!({})), "40001");
+    // The client has the error before the server has aborted the failed
+    // transaction and released the lock its write took; the next statement
+    // on that connection runs only after the abort.
+    second.batch_execute("SELECT 1").unwrap();
     assert_eq!(call(&mut first, counter, "increment", json!({})), json!(6));
     let held: i64 = first
         .query_one(
