@@ -63,6 +63,13 @@ pub struct Timing {
     pub step: Duration,
 }
 
+impl Timing {
+    /// Slices of the measured window.
+    fn steps(&self) -> usize {
+        (self.measure.as_secs_f64() / self.step.as_secs_f64()).ceil() as usize
+    }
+}
+
 /// Retries of one operation before it counts as an error.
 const MAX_RETRIES: u32 = 100;
 
@@ -107,7 +114,6 @@ impl Pace {
             Mode::Closed => None,
             Mode::Open(rate) => Some(Duration::from_secs_f64(clients as f64 / rate)),
         };
-        let steps = (timing.measure.as_secs_f64() / timing.step.as_secs_f64()).ceil() as usize;
         Pace {
             n,
             reported: false,
@@ -117,7 +123,7 @@ impl Pace {
             due: started + interval.map_or(Duration::ZERO, |i| i.mul_f64(n as f64 / clients as f64)),
             measured_from: started + timing.warmup,
             step: timing.step,
-            result: ClientResult::new(steps),
+            result: ClientResult::new(timing.steps()),
         }
     }
 
@@ -303,7 +309,11 @@ where
     Measured::merge(results.into_iter(), timing, clients, mode)
 }
 
-/// One task's load loop: the same as a client thread's, awaiting calls.
+/// One task's load loop: the same as a client thread's (in `drive`),
+/// awaiting calls. The two cannot be one: the blocking clients use the
+/// `postgres` crate, which runs its own runtime and panics inside another
+/// ("Cannot start a runtime from within a runtime"), so they cannot run as
+/// tasks.
 async fn run_task<C: AsyncClient>(
     n: usize,
     mut client: C,
@@ -359,8 +369,7 @@ pub struct Measured {
 
 impl Measured {
     fn merge(results: impl Iterator<Item = Result<ClientResult>>, timing: &Timing, clients: usize, mode: Mode) -> Result<Measured> {
-        let steps = (timing.measure.as_secs_f64() / timing.step.as_secs_f64()).ceil() as usize;
-        let mut merged = ClientResult::new(steps);
+        let mut merged = ClientResult::new(timing.steps());
         for r in results {
             let r = r?;
             merged.latency.add(&r.latency)?;

@@ -52,6 +52,7 @@ pub fn call_remote(remote: &mut RemoteSession, op: &Op) -> Result<Value> {
     let (object, method, args) = op.call();
     match remote.invoke(object, method, &args.to_string()) {
         Ok(result) => Ok(serde_json::from_str(&result)?),
+        // The PostgreSQL error itself, so that `is_retryable` finds its SQLSTATE.
         Err(RemoteError::Retry(e)) => Err(e.into()),
         Err(e) => Err(e.into()),
     }
