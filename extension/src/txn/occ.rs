@@ -129,15 +129,19 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
     //    split set as a writer until it has bumped the counter.
     let reads = workflow.reads.borrow();
     let splits = workflow.splits_seen();
+    let now = versions::mark();
     versions::validated(|earlier| {
-        for (set, seen) in reads.iter().chain(earlier.reads.iter()) {
+        let recheck = earlier.may_have_changed(now);
+        let earlier_reads = recheck.then(|| earlier.reads.iter()).into_iter().flatten();
+        for (set, seen) in reads.iter().chain(earlier_reads) {
             match versions::unchanged(set, *seen) {
                 Ok(()) => {}
                 Err(Stale::Written) => return Err(conflict(set, "is being written by a concurrent transaction")),
                 Err(Stale::Changed(now)) => return Err(conflict(set, &format!("changed (version {seen} -> {now})"))),
             }
         }
-        for (object, seen) in splits.iter().map(|(o, s)| (o, s)).chain(earlier.splits.iter()) {
+        let earlier_splits = recheck.then(|| earlier.splits.iter()).into_iter().flatten();
+        for (object, seen) in splits.iter().map(|(o, s)| (o, s)).chain(earlier_splits) {
             if versions::splits(*object) != *seen {
                 return Err(conflict(&(*object, Position::default()), "was split by a concurrent transaction"));
             }
@@ -151,15 +155,19 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
         versions::bump_at_commit(set);
     }
 
-    // What later workflows of this transaction must validate again. A set
-    // both read is at the same version in both (both were just validated),
-    // and the first workflow's reads move over without a copy.
+    // What later workflows of this transaction must validate again, all
+    // found as read at `now`. A set both read is at the same version in
+    // both (both were just validated). Inserted one by one: `append`
+    // rebuilds the whole map, every call of a long transaction.
     drop(reads);
     versions::validated(|earlier| {
-        earlier.reads.append(&mut workflow.reads.borrow_mut());
+        for (set, seen) in std::mem::take(&mut *workflow.reads.borrow_mut()) {
+            earlier.reads.entry(set).or_insert(seen);
+        }
         for (object, seen) in splits {
             earlier.splits.entry(object).or_insert(seen);
         }
+        earlier.checked = Some(now);
     });
 
     // 4. Maybe split: the hotter the set, the likelier it is split, at
