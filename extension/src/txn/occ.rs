@@ -136,8 +136,14 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
         for (set, seen) in reads.iter().chain(earlier_reads) {
             match versions::unchanged(set, *seen) {
                 Ok(()) => {}
-                Err(Stale::Written) => return Err(conflict(set, "is being written by a concurrent transaction")),
-                Err(Stale::Changed(now)) => return Err(conflict(set, &format!("changed (version {seen} -> {now})"))),
+                // Sets share version counters (stripes): say so, since the
+                // set named may be one nobody touched.
+                Err(Stale::Written) => {
+                    return Err(conflict(set, "is being written by a concurrent transaction (or a set sharing its version counter is)"));
+                }
+                Err(Stale::Changed(now)) => {
+                    return Err(conflict(set, &format!("changed (version {seen} -> {now}; or a set sharing its version counter did)")));
+                }
             }
         }
         let earlier_splits = recheck.then(|| earlier.splits.iter()).into_iter().flatten();
