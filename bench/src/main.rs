@@ -265,12 +265,7 @@ fn foundation(url: &str, lambdas: &Path, calls: u64, connections: u64, spins: u6
 }
 
 /// PL/pgSQL reading what `counter.get` reads: the cold-start comparison.
-pub(crate) const PLPGSQL_GET: &str = "CREATE OR REPLACE FUNCTION bench_plpgsql_get(id bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
-     BEGIN
-       RETURN (SELECT convert_from(value, 'UTF8')::jsonb FROM lambdastore.entries e
-                 JOIN lambdastore.objects o USING (object_id)
-                WHERE e.object_id = id AND e.field = 'value' AND e.key = '');
-     END $$";
+pub(crate) const PLPGSQL_GET: &str = include_str!("../sql/plpgsql/counter.sql");
 
 pub(crate) struct ColdStart {
     pub first: Histogram<u64>,
