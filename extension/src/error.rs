@@ -111,13 +111,28 @@ impl LambdaError {
         if let LambdaError::Trap { backtrace, .. } = &self {
             detail = format!("{detail}\n{backtrace}").trim().to_string();
         }
-        let mut report = ErrorReport::new(code, self.to_string(), "lambdastore");
+        let mut report = ErrorReport::new(code, bounded(self.to_string()), "lambdastore");
         if !detail.is_empty() {
-            report = report.set_detail(detail);
+            report = report.set_detail(bounded(detail));
         }
         report.report(PgLogLevel::ERROR);
         unreachable!("ERROR does not return")
     }
+}
+
+/// The most of a message or a detail an error reports. Both quote what the
+/// caller sent (a method name, the call) or what a lambda said, which can
+/// be megabytes; a backtrace of deep recursion has thousands of lines.
+const MAX_REPORTED: usize = 8 * 1024;
+
+/// `text` cut to `MAX_REPORTED` bytes (on a character boundary), saying how
+/// much was left out.
+fn bounded(text: String) -> String {
+    if text.len() <= MAX_REPORTED {
+        return text;
+    }
+    let end = (0..=MAX_REPORTED).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}… ({} more bytes)", &text[..end], text.len() - end)
 }
 
 /// Turns the error of a wasmtime call (a trap, or one of ours carried

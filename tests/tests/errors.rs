@@ -59,6 +59,23 @@ fn an_unknown_function_is_42883() {
     );
 }
 
+/// Errors quote what the caller sent, which can be megabytes: the report
+/// keeps the first 8 KiB of the message and of the detail and says how
+/// much it left out.
+#[test]
+fn an_error_quoting_huge_input_is_cut_short() {
+    let (mut c, _, id) = micro_object("huge_name");
+    let method = format!("{}é", "m".repeat(100_000));
+    let err = invoke(&mut c, id, &method, json!({})).expect_err("no such method");
+    let db = err.as_db_error().expect("an error from the server");
+    assert_eq!(db.code().code(), "42883", "{}", db.message());
+    for (what, text) in [("message", db.message()), ("detail", db.detail().unwrap_or_default())] {
+        assert!(text.len() < 8_300, "the {what} is {} bytes long", text.len());
+        assert!(text.contains("mmm") && text.ends_with("more bytes)"), "the {what}: {}", &text[text.len() - 40..]);
+    }
+    assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), json!(null));
+}
+
 #[test]
 fn a_function_called_as_the_wrong_kind_is_42883() {
     let (mut c, app, id) = micro_object("wrong_kind");
