@@ -8,7 +8,7 @@
 //! mod `OBJECT_STRIPES`. Sets sharing a stripe share counters, so a write
 //! to one looks like a change of the other: a false conflict, never a
 //! missed one. A transaction's chance of one grows with the sets it has
-//! read, so there are many stripes (16 MB of shared memory): with 65,536,
+//! read, so there are many stripes (17 MB of shared memory): with 65,536,
 //! 7 of 20 statements of 100 read-only calls failed beside a write load.
 //!
 //! A version must never be visible before its data. Writes and splits
@@ -55,7 +55,7 @@ pub struct Stripes {
 
 /// A struct in shared memory, zeroed in place when the server starts (an
 /// atomic's zero is its initial value). pgrx's `PgAtomic` builds the value
-/// on the stack first and copies it: 16 MB is too much for the
+/// on the stack first and copies it: 17 MB is too much for the
 /// postmaster's stack.
 struct Zeroed<T> {
     name: &'static CStr,
@@ -72,8 +72,8 @@ impl<T> Zeroed<T> {
     }
 
     fn get(&self) -> &T {
-        // SAFETY: set at startup (see `Sync`) and never freed; `init`
-        // makes sure it was set before anything calls this.
+        // SAFETY: set at startup (see `Sync`) and never freed; callers
+        // come through `shared()`, which asks `available()` first.
         unsafe { (*self.shared.get()).as_ref() }.expect("the shared memory was set up at startup")
     }
 }
