@@ -50,7 +50,7 @@ static CONCURRENCY_CONTROL: GucSetting<ConcurrencyControl> =
 
 /// `lambdastore.split_chance` (default 0.01): base probability that a
 /// commit splits an entry set it wrote, multiplied by (1 + the set's recent
-/// conflicts). Low, so uncontended objects stay one set.
+/// conflicts); only objects that have met conflicts lately are split.
 static SPLIT_CHANCE: GucSetting<f64> = GucSetting::<f64>::new(0.01);
 
 /// `lambdastore.max_entry_sets` (default 1024): entry sets per object; past
@@ -114,7 +114,7 @@ pub fn define() {
     GucRegistry::define_float_guc(
         c"lambdastore.split_chance",
         c"Base probability that a commit splits an entry set it wrote.",
-        c"Multiplied by (1 + the entry set's recent conflicts).",
+        c"Multiplied by (1 + the entry set's recent conflicts); only objects that have met conflicts lately are split.",
         &SPLIT_CHANCE,
         0.0,
         1.0,

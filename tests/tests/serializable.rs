@@ -1034,8 +1034,10 @@ fn adaptive_splitting_puts_guards_at_written_keys_up_to_the_limit() {
     let app = app("adaptive_split");
     deploy_example(&mut c, &app, "micro");
 
-    // A split chance of 0 never splits.
-    c.batch_execute("SET lambdastore.split_chance = 0").unwrap();
+    // A set that has met no conflicts is never split, however often it is
+    // written and however high the split chance.
+    c.batch_execute("SET lambdastore.split_chance = 1; SET lambdastore.max_entry_sets = 4")
+        .unwrap();
     let calm = create(&mut c, &app, "Bench", json!({}));
     for i in 0..20 {
         call(
@@ -1047,15 +1049,20 @@ fn adaptive_splitting_puts_guards_at_written_keys_up_to_the_limit() {
     }
     assert_eq!(entry_sets(&mut c, calm).len(), 1);
 
-    // A split chance of 1 splits at every commit, at the key written, until
-    // the object has max_entry_sets sets.
-    c.batch_execute("SET lambdastore.split_chance = 1; SET lambdastore.max_entry_sets = 4")
-        .unwrap();
+    // With a split chance of 1, a commit after one conflict splits the set
+    // at the key written, until the object has max_entry_sets sets. The
+    // conflict: a rival transaction holds the set for writing.
+    let mut rival = connect_cc(Cc::Occ);
     let hot = create(&mut c, &app, "Bench", json!({}));
     let mut expected = vec![(String::new(), vec![])];
     for key in ["k1", "k2", "k3", "k4", "k5"] {
         let before = entry_sets(&mut c, hot);
-        call(&mut c, hot, "put", json!({"key": key, "value": "v"}));
+        let args = json!({"key": key, "value": "v"});
+        let mut held = rival.transaction().unwrap();
+        call(&mut held, hot, "put", json!({"key": key, "value": "rival"}));
+        expect_sqlstate(invoke(&mut c, hot, "put", args.clone()), "40001");
+        held.rollback().unwrap();
+        call(&mut c, hot, "put", args);
         if expected.len() < 4 {
             expected.push(("kv".to_string(), string_key(key)));
         }

@@ -176,14 +176,17 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
         earlier.checked = Some(now);
     });
 
-    // 4. Maybe split: the hotter the set, the likelier it is split, at
-    //    every key just written in it (a contended set is usually contended
-    //    throughout, and one guard per commit converged slowly). We hold the
-    //    set for writing, so no one else writes it and its readers fail
-    //    validation until we end; every part ends above its old version.
+    // 4. Maybe split: only sets of an object that has met conflicts lately
+    //    (an uncontended object stays one set, however often it is
+    //    written); the hotter the set, the likelier, at every key just
+    //    written in it (a contended set is usually contended throughout,
+    //    and one guard per commit converged slowly). We hold the set for
+    //    writing, so no one else writes it and its readers fail validation
+    //    until we end; every part ends above its old version.
     for (set, keys) in &written {
         let heat = 1.0 + versions::cool_down(set) as f64;
-        if random() >= gucs::split_chance() * heat {
+        let contended = versions::object_contended(set.0, random() < 1.0 / FORGET);
+        if !contended || random() >= gucs::split_chance() * heat {
             continue;
         }
         let room = gucs::max_entry_sets().saturating_sub(catalog::entry_sets::count(set.0)?);
@@ -218,6 +221,10 @@ pub fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
     versions::split_at_commit(&id, &(object, (field.to_string(), key.to_vec())));
     Ok(true)
 }
+
+/// One in `FORGET` committed writes of an object's sets takes one off its
+/// conflict count.
+const FORGET: f64 = 16.0;
 
 fn random() -> f64 {
     // SAFETY: the backend's PRNG, seeded at start, used on the main thread.

@@ -46,6 +46,9 @@ pub struct Stripes {
     /// bit, which readers check instead of taking a lock.
     writers: [AtomicU32; STRIPES],
     conflicts: [AtomicU32; STRIPES],
+    /// Conflicts on any of the object's sets, slowly forgotten (see
+    /// `object_contended`): whether the object is contended at all.
+    object_conflicts: [AtomicU32; OBJECT_STRIPES],
     splits: [AtomicU64; OBJECT_STRIPES],
     /// Write locks taken and commits that bumped anything, in every
     /// database: what tells a transaction of many calls that its earlier
@@ -274,7 +277,25 @@ pub fn conflicts(set: &SetId) -> i64 {
 pub fn count_conflict(set: &SetId) {
     if let Some(s) = shared() {
         s.conflicts[stripe(set)].fetch_add(1, Ordering::Relaxed);
+        s.object_conflicts[object_stripe(set.0)].fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Whether any set of the object has met conflicts lately: a count up one
+/// at every conflict and down one at every `FORGET`th committed write (a
+/// commit asks). It forgets slowly because a hot object's sets, once
+/// split fine, conflict rarely each while the object as a whole still
+/// does; an object that never conflicted is never split.
+pub fn object_contended(object: i64, forget: bool) -> bool {
+    shared().is_some_and(|s| {
+        let count = &s.object_conflicts[object_stripe(object)];
+        let before = if forget {
+            count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c.saturating_sub(1)))
+        } else {
+            Ok(count.load(Ordering::Relaxed))
+        };
+        before.unwrap_or(0) > 0
+    })
 }
 
 /// Halves the set's conflict count (a write committed to it); returns the
