@@ -184,9 +184,8 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
     //    writing, so no one else writes it and its readers fail validation
     //    until we end; every part ends above its old version.
     for (set, keys) in &written {
-        let heat = 1.0 + versions::cool_down(set) as f64;
-        let contended = versions::object_contended(set.0, random() < 1.0 / FORGET);
-        if !contended || random() >= gucs::split_chance() * heat {
+        let (conflicts, object_contended) = versions::cool_down(set);
+        if !object_contended || random() >= gucs::split_chance() * (1 + conflicts) as f64 {
             continue;
         }
         let room = gucs::max_entry_sets().saturating_sub(catalog::entry_sets::count(set.0)?);
@@ -221,10 +220,6 @@ pub fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
     versions::split_at_commit(&id, &(object, (field.to_string(), key.to_vec())));
     Ok(true)
 }
-
-/// One in `FORGET` committed writes of an object's sets takes one off its
-/// conflict count.
-const FORGET: f64 = 16.0;
 
 fn random() -> f64 {
     // SAFETY: the backend's PRNG, seeded at start, used on the main thread.

@@ -47,7 +47,7 @@ pub struct Stripes {
     writers: [AtomicU32; STRIPES],
     conflicts: [AtomicU32; STRIPES],
     /// Conflicts on any of the object's sets, slowly forgotten (see
-    /// `object_contended`): whether the object is contended at all.
+    /// `cool_down`): whether the object is contended at all.
     object_conflicts: [AtomicU32; OBJECT_STRIPES],
     splits: [AtomicU64; OBJECT_STRIPES],
     /// Write locks taken and commits that bumped anything, in every
@@ -273,37 +273,32 @@ pub fn conflicts(set: &SetId) -> i64 {
     shared().map_or(0, |s| i64::from(s.conflicts[stripe(set)].load(Ordering::Relaxed)))
 }
 
+/// What one conflict adds to its object's count, and so how many committed
+/// writes of the object's sets it takes to forget it. It forgets slowly
+/// because a hot object's sets, once split fine, conflict rarely each while
+/// the object as a whole still does.
+const OBJECT_MEMORY: u32 = 16;
+
 /// A workflow failed validation on this set.
 pub fn count_conflict(set: &SetId) {
     if let Some(s) = shared() {
         s.conflicts[stripe(set)].fetch_add(1, Ordering::Relaxed);
-        s.object_conflicts[object_stripe(set.0)].fetch_add(1, Ordering::Relaxed);
+        s.object_conflicts[object_stripe(set.0)].fetch_add(OBJECT_MEMORY, Ordering::Relaxed);
     }
 }
 
-/// Whether any set of the object has met conflicts lately: a count up one
-/// at every conflict and down one at every `FORGET`th committed write (a
-/// commit asks). It forgets slowly because a hot object's sets, once
-/// split fine, conflict rarely each while the object as a whole still
-/// does; an object that never conflicted is never split.
-pub fn object_contended(object: i64, forget: bool) -> bool {
-    shared().is_some_and(|s| {
-        let count = &s.object_conflicts[object_stripe(object)];
-        let before = if forget {
-            count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c.saturating_sub(1)))
-        } else {
-            Ok(count.load(Ordering::Relaxed))
+/// A write to the set committed: halves the set's conflict count and takes
+/// one off its object's. Returns the set's count before, and whether the
+/// object had met conflicts lately (an object that never did is never
+/// split). Heuristic only, so it need not wait for the commit.
+pub fn cool_down(set: &SetId) -> (i64, bool) {
+    shared().map_or((0, false), |s| {
+        let update = |counter: &AtomicU32, f: fn(u32) -> u32| {
+            counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(f(c))).unwrap_or(0)
         };
-        before.unwrap_or(0) > 0
-    })
-}
-
-/// Halves the set's conflict count (a write committed to it); returns the
-/// count before. Heuristic only, so it need not wait for the commit.
-pub fn cool_down(set: &SetId) -> i64 {
-    shared().map_or(0, |s| {
-        let before = s.conflicts[stripe(set)].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c / 2));
-        i64::from(before.unwrap_or(0))
+        let set_count = update(&s.conflicts[stripe(set)], |c| c / 2);
+        let object_count = update(&s.object_conflicts[object_stripe(set.0)], |c| c.saturating_sub(1));
+        (i64::from(set_count), object_count > 0)
     })
 }
 
