@@ -21,8 +21,8 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// The ticker's period while calls are short: a call is first checked at
 /// most this long after it starts. Each wake-up is a timer interrupt and two
 /// context switches, often a cross-CPU wake-up as well; at 5 ms, 8 busy
-/// backends on 2 cores ran 6–7% fewer read-only calls a second (README,
-/// "Performance").
+/// backends on 2 cores ran 6–7% fewer read-only calls a second
+/// (docs/PERFORMANCE.md, "Changes that made a warm call cheaper").
 const SLOW_TICK: Duration = Duration::from_millis(50);
 
 /// Time without a call before the ticker parks. Unparking it costs the
@@ -52,7 +52,7 @@ const KEEP_RESIDENT: usize = 512 * 1024;
 /// every heap allocation, so every call paid two `mprotect`s, each a TLB
 /// shootdown in a process with a second thread (the epoch ticker): 15–20%
 /// of a warm call. The explicit checks cost about 1% of a compute-bound one
-/// (README, "Performance").
+/// (docs/ARCHITECTURE.md, "The sandbox and its limits").
 const MEMORY_RESERVATION: usize = (4 << 30) - (64 << 10);
 
 pub struct Runtime {
