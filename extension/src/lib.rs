@@ -15,6 +15,7 @@ mod gucs;
 mod host;
 mod jobs;
 mod runtime;
+mod shmem;
 mod stats;
 mod txn;
 mod workers;

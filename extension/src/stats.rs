@@ -2,12 +2,21 @@
 //! reason, execution time. They live in shared memory — counters of an
 //! aborted transaction must survive it — so they need the library in
 //! `shared_preload_libraries`; without it the view is empty.
+//!
+//! A call adds to its function's counters with atomics and takes no lock:
+//! the names of the counted functions are in a table under an LWLock, which
+//! a backend takes once per function, to find or claim its slot, and then
+//! remembers the slot. (Every call used to take that lock exclusively and
+//! scan the table: one lock for every call of every backend.)
 
 use crate::error::LambdaError;
+use crate::shmem::Zeroed;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 /// Distinct (application, type, function) triples tracked; later ones are
@@ -16,60 +25,62 @@ const SLOTS: usize = 512;
 const NAME: usize = 48;
 
 #[derive(Clone, Copy)]
-pub struct Slot {
+pub struct Name {
     used: bool,
     app: [u8; NAME],
     ty: [u8; NAME],
     function: [u8; NAME],
-    calls: i64,
-    commits: i64,
-    conflicts: i64,
-    timeouts: i64,
-    traps: i64,
-    limits: i64,
-    errors: i64,
-    total_us: i64,
 }
 
-impl Slot {
-    const EMPTY: Slot = Slot {
-        used: false,
-        app: [0; NAME],
-        ty: [0; NAME],
-        function: [0; NAME],
-        calls: 0,
-        commits: 0,
-        conflicts: 0,
-        timeouts: 0,
-        traps: 0,
-        limits: 0,
-        errors: 0,
-        total_us: 0,
-    };
+impl Name {
+    const EMPTY: Name = Name { used: false, app: [0; NAME], ty: [0; NAME], function: [0; NAME] };
 }
 
 #[derive(Clone, Copy)]
-pub struct Table([Slot; SLOTS]);
+pub struct Names([Name; SLOTS]);
 
-impl Default for Table {
+impl Default for Names {
     fn default() -> Self {
-        Table([Slot::EMPTY; SLOTS])
+        Names([Name::EMPTY; SLOTS])
     }
 }
 
 // SAFETY: plain old data: no pointers, fixed size.
-unsafe impl PGRXSharedMemory for Table {}
+unsafe impl PGRXSharedMemory for Names {}
 
-// SAFETY: the name is unique to this extension.
-static STATS: PgLwLock<Table> = unsafe { PgLwLock::new(c"lambdastore_stats") };
+/// One slot's counters, a cache line of their own so that backends calling
+/// different functions do not share one.
+#[repr(align(64))]
+pub struct Counters {
+    calls: AtomicI64,
+    commits: AtomicI64,
+    conflicts: AtomicI64,
+    timeouts: AtomicI64,
+    traps: AtomicI64,
+    limits: AtomicI64,
+    errors: AtomicI64,
+    total_us: AtomicI64,
+}
+
+// SAFETY: the names are unique to this extension.
+static NAMES: PgLwLock<Names> = unsafe { PgLwLock::new(c"lambdastore_stats") };
+static COUNTERS: Zeroed<[Counters; SLOTS]> = Zeroed::new(c"lambdastore_stats_counters");
 static ENABLED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The slot of each function this backend has counted, by application,
+    /// type and function (nested so that a lookup borrows the names).
+    /// Slots are never freed, so a remembered one stays right.
+    static SLOT_OF: RefCell<HashMap<String, HashMap<String, HashMap<String, usize>>>> = RefCell::new(HashMap::new());
+}
 
 /// Requests the shared memory; only possible while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
 pub fn init() {
     // SAFETY: a flag the postmaster sets while loading preload libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        pgrx::pg_shmem_init!(STATS);
+        pgrx::pg_shmem_init!(NAMES);
+        pgrx::pg_shmem_init!(COUNTERS = false);
         ENABLED.store(true, Ordering::Relaxed);
     }
 }
@@ -89,36 +100,59 @@ fn text(bytes: &[u8; NAME]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+/// The slot counting (app, ty, function): this backend's memory of it, else
+/// found or claimed in the shared table.
+fn slot(app: &str, ty: &str, function: &str) -> usize {
+    let known = SLOT_OF.with(|slots| slots.borrow().get(app)?.get(ty)?.get(function).copied());
+    if let Some(index) = known {
+        return index;
+    }
+    let index = claim(fixed(app), fixed(ty), fixed(function));
+    SLOT_OF.with(|slots| {
+        let mut slots = slots.borrow_mut();
+        let of_type = slots.entry(app.to_string()).or_default().entry(ty.to_string()).or_default();
+        of_type.insert(function.to_string(), index);
+    });
+    index
+}
+
+fn claim(app: [u8; NAME], ty: [u8; NAME], function: [u8; NAME]) -> usize {
+    let mut names = NAMES.exclusive();
+    let names = &mut names.0;
+    let index = names
+        .iter()
+        .position(|n| !n.used || (n.app == app && n.ty == ty && n.function == function))
+        .unwrap_or(SLOTS - 1);
+    let name = &mut names[index];
+    if !name.used {
+        *name = Name { used: true, app, ty, function };
+    } else if index == SLOTS - 1 && (name.app != app || name.ty != ty || name.function != function) {
+        name.function = fixed("(other)");
+    }
+    index
+}
+
 /// Counts one top-level call and its outcome.
 pub fn record(app: &str, ty: &str, function: &str, outcome: Result<(), &LambdaError>, elapsed: Duration) {
     if !ENABLED.load(Ordering::Relaxed) {
         return;
     }
-    let (app, ty, function) = (fixed(app), fixed(ty), fixed(function));
-    let mut table = STATS.exclusive();
-    let slots = &mut table.0;
-    let index = slots
-        .iter()
-        .position(|s| !s.used || (s.app == app && s.ty == ty && s.function == function))
-        .unwrap_or(SLOTS - 1);
-    let slot = &mut slots[index];
-    if !slot.used {
-        *slot = Slot { used: true, app, ty, function, ..Slot::EMPTY };
-    } else if index == SLOTS - 1 && (slot.app != app || slot.ty != ty || slot.function != function) {
-        slot.function = fixed("(other)");
-    }
-    slot.calls += 1;
-    slot.total_us += elapsed.as_micros() as i64;
-    match outcome {
-        Ok(()) => slot.commits += 1,
-        Err(LambdaError::SerializationFailure(_)) => slot.conflicts += 1,
-        Err(LambdaError::Timeout(_) | LambdaError::Canceled) => slot.timeouts += 1,
-        Err(LambdaError::Trap { .. }) => slot.traps += 1,
+    let counters = &COUNTERS.get()[slot(app, ty, function)];
+    let outcome_counter = match outcome {
+        Ok(()) => &counters.commits,
+        Err(LambdaError::SerializationFailure(_)) => &counters.conflicts,
+        Err(LambdaError::Timeout(_) | LambdaError::Canceled) => &counters.timeouts,
+        Err(LambdaError::Trap { .. }) => &counters.traps,
         Err(
             LambdaError::MemoryLimit { .. } | LambdaError::TooLarge { .. } | LambdaError::CallDepth(_),
-        ) => slot.limits += 1,
-        Err(_) => slot.errors += 1,
-    }
+        ) => &counters.limits,
+        Err(_) => &counters.errors,
+    };
+    // Relaxed: each counter is exact on its own; a reader may see a call
+    // counted in `calls` and not yet in its outcome.
+    counters.calls.fetch_add(1, Ordering::Relaxed);
+    counters.total_us.fetch_add(elapsed.as_micros() as i64, Ordering::Relaxed);
+    outcome_counter.fetch_add(1, Ordering::Relaxed);
 }
 
 #[pg_extern(schema = "lambdastore", name = "_stats")]
@@ -141,26 +175,29 @@ fn stats() -> TableIterator<
     ),
 > {
     let rows: Vec<_> = if ENABLED.load(Ordering::Relaxed) {
-        let table = STATS.share();
-        table
+        let names = NAMES.share();
+        let counters = COUNTERS.get();
+        names
             .0
             .iter()
-            .filter(|s| s.used)
-            .map(|s| {
-                let total_ms = s.total_us as f64 / 1000.0;
+            .zip(counters)
+            .filter(|(name, _)| name.used)
+            .map(|(name, c)| {
+                let read = |counter: &AtomicI64| counter.load(Ordering::Relaxed);
+                let total_ms = read(&c.total_us) as f64 / 1000.0;
                 (
-                    text(&s.app),
-                    text(&s.ty),
-                    text(&s.function),
-                    s.calls,
-                    s.commits,
-                    s.conflicts,
-                    s.timeouts,
-                    s.traps,
-                    s.limits,
-                    s.errors,
+                    text(&name.app),
+                    text(&name.ty),
+                    text(&name.function),
+                    read(&c.calls),
+                    read(&c.commits),
+                    read(&c.conflicts),
+                    read(&c.timeouts),
+                    read(&c.traps),
+                    read(&c.limits),
+                    read(&c.errors),
                     total_ms,
-                    total_ms / s.calls.max(1) as f64,
+                    total_ms / read(&c.calls).max(1) as f64,
                 )
             })
             .collect()

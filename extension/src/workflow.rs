@@ -29,20 +29,24 @@ pub fn invoke_method(object: i64, method: &str, args: &str) -> Result<String> {
     let started = Instant::now();
     let workflow = Rc::new(Workflow::new(gucs::timeout()));
     let (info, module) = catalog::objects::lookup(object)?;
+    let app = runtime::load(&module)?;
+    // Calls refused before they run are not counted: made-up names would
+    // fill the statistics' table.
+    let readonly = method_callable_from_sql(&app, &info.type_name, method)?;
     workflow.remember_object(object, info.clone());
-    let outcome = run_method(&workflow, &info, &module, object, method, args);
+    let outcome = run_method(&workflow, &info, &app, readonly, object, method, args);
     counted(&info.app, &info.type_name, method, started, outcome)
 }
 
 fn run_method(
     workflow: &Rc<Workflow>,
     info: &ObjectInfo,
-    module: &catalog::modules::ModuleKey,
+    app: &Rc<AppVersion>,
+    readonly: bool,
     object: i64,
     method: &str,
     args: &str,
 ) -> Result<String> {
-    let (app, readonly) = method_callable_from_sql(info, module, method)?;
     let frame = Frame {
         object,
         type_name: info.type_name.clone(),
@@ -50,7 +54,7 @@ fn run_method(
         readonly,
         depth: 0,
     };
-    let result = runtime::run(workflow, &app, frame, FunctionKind::Method, args)?;
+    let result = runtime::run(workflow, app, frame, FunctionKind::Method, args)?;
     occ::commit(workflow)?;
     Ok(result)
 }
@@ -60,7 +64,8 @@ fn run_method(
 /// is one SQL may call. Returns the object's application.
 pub fn check_submittable(object: i64, method: &str, args: &str) -> Result<String> {
     let (info, module) = catalog::objects::lookup(object)?;
-    method_callable_from_sql(&info, &module, method)?;
+    let app = runtime::load(&module)?;
+    method_callable_from_sql(&app, &info.type_name, method)?;
     runtime::check_args_size(args)?;
     Ok(info.app)
 }
@@ -77,41 +82,36 @@ pub fn check_field(object: i64, field: &str) -> Result<()> {
     Ok(())
 }
 
-/// The code version to run `method` of an object with, if it is a method
-/// SQL may call (not protected); and whether it is readonly.
-fn method_callable_from_sql(
-    info: &ObjectInfo,
-    module: &catalog::modules::ModuleKey,
-    method: &str,
-) -> Result<(Rc<AppVersion>, bool)> {
-    let app = runtime::load(module)?;
-    let f = app.function(&info.type_name, method, FunctionKind::Method)?;
-    refuse_protected(&app, &info.type_name, f)?;
-    let readonly = f.readonly;
-    Ok((app, readonly))
+/// Whether `method` of `type_name` is a method SQL may call (not
+/// protected), and if so whether it is readonly.
+fn method_callable_from_sql(app: &AppVersion, type_name: &str, method: &str) -> Result<bool> {
+    let f = app.function(type_name, method, FunctionKind::Method)?;
+    refuse_protected(app, type_name, f)?;
+    Ok(f.readonly)
 }
 
 /// `lambdastore.invoke_static(app, type, function, args)`.
 pub fn invoke_static(app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
     occ::check_isolation()?;
     let started = Instant::now();
-    let outcome = run_static(app_name, type_name, function, args);
+    let app = current_version(app_name)?;
+    let f = app.function(type_name, function, FunctionKind::Static)?;
+    refuse_protected(&app, type_name, f)?; // refused calls are not counted, as above
+    let readonly = f.readonly;
+    let outcome = run_static(&app, type_name, function, readonly, args);
     counted(app_name, type_name, function, started, outcome)
 }
 
-fn run_static(app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
+fn run_static(app: &Rc<AppVersion>, type_name: &str, function: &str, readonly: bool, args: &str) -> Result<String> {
     let workflow = Rc::new(Workflow::new(gucs::timeout()));
-    let app = current_version(app_name)?;
-    let f = app.function(type_name, function, FunctionKind::Static)?;
-    refuse_protected(&app, type_name, f)?;
     let frame = Frame {
         object: 0,
         type_name: type_name.to_string(),
         function: function.to_string(),
-        readonly: f.readonly,
+        readonly,
         depth: 0,
     };
-    let result = runtime::run(&workflow, &app, frame, FunctionKind::Static, args)?;
+    let result = runtime::run(&workflow, app, frame, FunctionKind::Static, args)?;
     occ::commit(&workflow)?;
     Ok(result)
 }
@@ -120,17 +120,17 @@ fn run_static(app_name: &str, type_name: &str, function: &str, args: &str) -> Re
 pub fn create(app_name: &str, type_name: &str, args: &str) -> Result<i64> {
     occ::check_isolation()?;
     let started = Instant::now();
-    let outcome = run_create(app_name, type_name, args);
+    let app = current_version(app_name)?;
+    if let Some(ctor) = app.constructor(type_name)? {
+        refuse_protected(&app, type_name, ctor)?; // refused calls are not counted, as above
+    }
+    let outcome = run_create(&app, type_name, args);
     counted(app_name, type_name, "(create)", started, outcome)
 }
 
-fn run_create(app_name: &str, type_name: &str, args: &str) -> Result<i64> {
+fn run_create(app: &Rc<AppVersion>, type_name: &str, args: &str) -> Result<i64> {
     let workflow = Rc::new(Workflow::new(gucs::timeout()));
-    let app = current_version(app_name)?;
-    if let Some(ctor) = app.constructor(type_name)? {
-        refuse_protected(&app, type_name, ctor)?;
-    }
-    let id = create_object(&workflow, &app, type_name, args, 0, false)?;
+    let id = create_object(&workflow, app, type_name, args, 0, false)?;
     occ::commit(&workflow)?;
     Ok(id)
 }

@@ -448,4 +448,43 @@ fn stats_count_calls_commits_and_aborts_by_reason() {
         .unwrap()
         .get(0);
     assert!(mean >= 50.0, "spin ran for its 50 ms timeout, mean {mean} ms");
+
+    // Calls of functions, types or applications that do not exist are not
+    // counted: made-up names would take the table's slots.
+    expect_sqlstate(invoke(&mut c, id, "no_such_method", json!({})), "42883");
+    expect_sqlstate(invoke_static(&mut c, &app, "Bench", "no_such_function", json!({})), "42883");
+    expect_sqlstate(c.query_one("SELECT lambdastore.create_object($1, 'NoSuchType', '{}')", &[&app]), "42704");
+    let rows = count(&mut c, &format!("SELECT count(*) FROM lambdastore.stats WHERE app = '{app}' AND function LIKE 'no_such%'"));
+    assert_eq!(rows, 0, "unknown functions got rows in lambdastore.stats");
+    assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.stats WHERE app = '{app}' AND type_name = 'NoSuchType'")), 0);
+}
+
+#[test]
+fn stats_count_every_call_of_concurrent_backends() {
+    // The counters take no lock: each backend adds to them with atomics,
+    // which must not lose a call.
+    let (_c, app, id) = bench("micro_stats_concurrent");
+    let (threads, calls) = (4, 250);
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = connect();
+                for _ in 0..calls {
+                    call(&mut c, id, "get", json!({"key": "k"}));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let mut c = connect();
+    let row = c
+        .query_one(
+            "SELECT calls, commits FROM lambdastore.stats WHERE app = $1 AND type_name = 'Bench' AND function = 'get'",
+            &[&app],
+        )
+        .unwrap();
+    let expected = (threads * calls) as i64;
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (expected, expected));
 }

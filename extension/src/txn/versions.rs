@@ -28,9 +28,8 @@
 
 use super::entry_sets::{lock_key, SetId};
 use pgrx::prelude::*;
-use pgrx::shmem::PgSharedMemoryInitialization;
-use std::cell::{Cell, RefCell, UnsafeCell};
-use std::ffi::CStr;
+use crate::shmem::Zeroed;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -54,58 +53,6 @@ pub struct Stripes {
     /// database: what tells a transaction of many calls that its earlier
     /// reads need no second check (see `Validated`).
     changes: AtomicU64,
-}
-
-/// A struct in shared memory, zeroed in place when the server starts (an
-/// atomic's zero is its initial value). pgrx's `PgAtomic` builds the value
-/// on the stack first and copies it: 17 MB is too much for the
-/// postmaster's stack.
-struct Zeroed<T> {
-    name: &'static CStr,
-    shared: UnsafeCell<*const T>,
-}
-
-// SAFETY: written once, by the shared-memory startup hook before any
-// backend exists (children inherit it); read-only afterwards.
-unsafe impl<T> Sync for Zeroed<T> {}
-
-impl<T> Zeroed<T> {
-    const fn new(name: &'static CStr) -> Self {
-        Zeroed { name, shared: UnsafeCell::new(std::ptr::null()) }
-    }
-
-    fn get(&self) -> &T {
-        // SAFETY: set at startup (see `Sync`) and never freed; callers
-        // come through `shared()`, which asks `available()` first.
-        unsafe { (*self.shared.get()).as_ref() }.expect("the shared memory was set up at startup")
-    }
-}
-
-impl<T> PgSharedMemoryInitialization for Zeroed<T> {
-    type Value = bool; // unused: the memory is zeroed
-
-    unsafe fn on_shmem_request(&'static self) {
-        // SAFETY: called from the shmem_request hook.
-        unsafe { pg_sys::RequestAddinShmemSpace(size_of::<T>()) };
-    }
-
-    unsafe fn on_shmem_startup(&'static self, _: bool) {
-        // SAFETY: called from the shmem_startup hook, as pgrx's own types
-        // do: under AddinShmemInitLock (MainLWLockArray[21]), the struct
-        // found by name or allocated and zeroed.
-        unsafe {
-            let lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
-            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
-            let mut found = false;
-            let shared = pg_sys::ShmemInitStruct(self.name.as_ptr(), size_of::<T>(), &mut found).cast::<T>();
-            assert!(shared.is_aligned(), "shared memory is not aligned");
-            if !found {
-                shared.cast::<u8>().write_bytes(0, size_of::<T>());
-            }
-            *self.shared.get() = shared;
-            pg_sys::LWLockRelease(lock);
-        }
-    }
 }
 
 // SAFETY: the name is unique to this extension.
