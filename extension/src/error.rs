@@ -62,6 +62,8 @@ pub enum LambdaError {
     UnknownJob(i64),
     #[error("idempotency key \"{key}\" was already used for a different call (job {job})")]
     IdempotencyKeyReused { key: String, job: i64 },
+    #[error("an idempotency key must be 1 to {max} bytes long, this one is {len}")]
+    IdempotencyKeyLength { len: usize, max: usize },
     #[error("job {0} was submitted by this transaction: commit it before waiting for the job")]
     JobNotCommitted(i64),
     #[error("internal error: {0}")]
@@ -79,6 +81,7 @@ impl LambdaError {
                 ERRCODE_UNDEFINED_OBJECT
             }
             IdempotencyKeyReused { .. } => ERRCODE_UNIQUE_VIOLATION,
+            IdempotencyKeyLength { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             JobNotCommitted(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             UnknownFunction { .. } => ERRCODE_UNDEFINED_FUNCTION,
             UnknownField { .. } => ERRCODE_UNDEFINED_COLUMN,

@@ -59,7 +59,15 @@ pub fn set_current_job(job: Option<i64>) {
 
 /// `lambdastore.submit`: queues a method call; returns the job id (the
 /// earlier job's, for an idempotency key already used by this application).
+/// The longest idempotency key, as the gateway's `Idempotency-Key` header
+/// allows. A key names a request; a longer one could not be indexed
+/// (PostgreSQL failed such inserts with its own index-row-size error).
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
 pub fn submit(object: i64, method: &str, args: &str, idempotency_key: Option<&str>) -> Result<i64> {
+    if let Some(key) = idempotency_key.filter(|key| key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY) {
+        return Err(LambdaError::IdempotencyKeyLength { len: key.len(), max: MAX_IDEMPOTENCY_KEY });
+    }
     let app = workflow::check_submittable(object, method, args)?;
     let job = NewJob { object, app: &app, method, args, idempotency_key, parent: None };
     let (id, inserted) = catalog::jobs::insert(&job)?;

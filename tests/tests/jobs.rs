@@ -136,7 +136,25 @@ fn submit_refuses_bad_input_and_queues_nothing() {
     expect_sqlstate(submit(&mut c, id, "version", json!({}), None), "42883"); // static, not a method
     let big = "x".repeat(2 << 20);
     expect_sqlstate(submit(&mut c, id, "put", json!({"key": "k", "value": big}), None), "54000");
+    // Idempotency keys are 1 to 255 bytes, as the gateway's header. A long
+    // random key used to fail inside PostgreSQL's index ("index row
+    // requires 9624 bytes").
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let random_key: String = (0..600)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            format!("{state:016x}")
+        })
+        .collect();
+    for key in ["", &"k".repeat(256), &random_key] {
+        let err = expect_sqlstate(submit(&mut c, id, "tally", json!({}), Some(key)), "22023");
+        assert!(err.contains("idempotency key must be 1 to 255 bytes"), "{err}");
+    }
     assert_eq!(jobs_of(&mut c, &app), 0);
+    submit(&mut c, id, "tally", json!({}), Some(&"k".repeat(255))).unwrap();
+    assert_eq!(jobs_of(&mut c, &app), 1);
     // Arguments that do not fit the method fail the job, like the call would.
     let job = submitted(&mut c, id, "tally", json!({"tag": "not a number"}));
     let failed = finished(&mut c, job);
