@@ -134,18 +134,28 @@ fn header(md: &mut String, results: &Results) -> fmt::Result {
 
 fn section(md: &mut String, w: &Workload) -> fmt::Result {
     writeln!(md, "### {}\n", w.name)?;
+    let latency_only = w.latency_only();
     let mut setups: Vec<String> = Vec::new();
     for run in &w.runs {
-        let setup = format!(
-            "{}, {} clients, {:.0} s measured",
-            run.mode, run.clients, run.seconds
-        );
+        let setup = if latency_only {
+            format!(
+                "{}, {} clients, {} samples",
+                run.mode,
+                run.clients,
+                thousands(run.ops)
+            )
+        } else {
+            format!(
+                "{}, {} clients, {:.0} s measured",
+                run.mode, run.clients, run.seconds
+            )
+        };
         if !setups.contains(&setup) {
             setups.push(setup);
         }
     }
     // Ratios only where the baseline ran: "lambdastore ÷ x" for every other x.
-    let others: Vec<&str> = if w.systems.contains(&BASELINE) {
+    let others: Vec<&str> = if w.systems.contains(&BASELINE) && !latency_only {
         w.systems
             .iter()
             .copied()
@@ -166,9 +176,12 @@ fn section(md: &mut String, w: &Workload) -> fmt::Result {
     let mut head = vec!["variant".to_string()];
     let mut align = vec![":---"];
     for system in &w.systems {
-        head.push(format!("{system} ops/s"));
+        if !latency_only {
+            head.push(format!("{system} ops/s"));
+            align.push("---:");
+        }
         head.push(format!("{system} p50 / p99 ms"));
-        align.extend(["---:", "---:"]);
+        align.push("---:");
     }
     for other in &others {
         head.push(format!("{BASELINE} ÷ {other}"));
@@ -185,12 +198,14 @@ fn section(md: &mut String, w: &Workload) -> fmt::Result {
         for system in &w.systems {
             match w.run(variant, system) {
                 Some(run) => {
-                    row.push(ops_per_s(run.throughput));
+                    if !latency_only {
+                        row.push(ops_per_s(run.throughput));
+                    }
                     row.push(latency(run));
                     retries += run.retries;
                     errors += run.errors;
                 }
-                None => row.extend([MISSING.to_string(), MISSING.to_string()]),
+                None => row.extend(vec![MISSING.to_string(); if latency_only { 1 } else { 2 }]),
             }
         }
         let baseline = w.run(variant, BASELINE);
@@ -265,6 +280,12 @@ struct Workload<'a> {
 }
 
 impl<'a> Workload<'a> {
+    /// Samples taken one at a time with no measured duration (cold start):
+    /// latencies, but no throughput to report, compare or plot.
+    fn latency_only(&self) -> bool {
+        self.runs.iter().all(|r| r.seconds == 0.0)
+    }
+
     /// The first run of `system` on `variant`; a repeated run is in the JSON
     /// but not in the report.
     fn run(&self, variant: &str, system: &str) -> Option<&'a Run> {
@@ -401,6 +422,8 @@ fn plot_file(workload: &str) -> String {
 enum Plot {
     /// Grouped bars: one group per variant, one bar per system.
     ThroughputBars,
+    /// The same bars of p50 latency, for runs without a throughput.
+    LatencyBars,
     /// Throughput against a numeric variant with too many values for bars.
     ThroughputLines,
     /// job-length: p50 latency against hash rounds, log-log.
@@ -414,6 +437,8 @@ fn plot_kind(w: &Workload) -> Plot {
         Plot::LatencyByRounds
     } else if w.name == "faulty" && w.runs.iter().any(|r| !r.timeline.is_empty()) {
         Plot::Timeline
+    } else if w.latency_only() {
+        Plot::LatencyBars
     } else if w.variants.len() > MAX_BARS && w.runs.iter().all(|r| r.x.is_some()) {
         Plot::ThroughputLines
     } else {
@@ -423,7 +448,8 @@ fn plot_kind(w: &Workload) -> Plot {
 
 fn plot(w: &Workload) -> Result<String> {
     match plot_kind(w) {
-        Plot::ThroughputBars => throughput_bars(w),
+        Plot::ThroughputBars => bars(w, &THROUGHPUT),
+        Plot::LatencyBars => bars(w, &P50_MS),
         Plot::ThroughputLines => throughput_lines(w),
         Plot::LatencyByRounds => latency_by_rounds(w),
         Plot::Timeline => timeline(w),
@@ -579,7 +605,11 @@ fn note_if_empty(area: &Area, empty: bool) -> Result<()> {
 /// A chart in `area` with the margins and label areas every plot uses.
 fn chart_on<'a, 'b>(area: &'a Area<'b>) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
     let mut builder = ChartBuilder::on(area);
-    builder.margin(10).margin_right(20).x_label_area_size(50).y_label_area_size(70);
+    builder
+        .margin(10)
+        .margin_right(20)
+        .x_label_area_size(50)
+        .y_label_area_size(70);
     builder
 }
 
@@ -624,7 +654,40 @@ fn axis_number(value: f64) -> String {
     format!("{text}{suffix}")
 }
 
-fn throughput_bars(w: &Workload) -> Result<String> {
+/// What the bars of a bar plot measure.
+struct BarMetric {
+    title: &'static str,
+    axis: &'static str,
+    value: fn(&Run) -> f64,
+}
+
+const THROUGHPUT: BarMetric = BarMetric {
+    title: "throughput",
+    axis: "throughput (ops/s)",
+    value: |r| r.throughput,
+};
+
+const P50_MS: BarMetric = BarMetric {
+    title: "p50 latency",
+    axis: "p50 latency (ms)",
+    value: |r| {
+        if r.ops > 0 {
+            r.latency_us.p50 / 1000.0
+        } else {
+            0.0
+        }
+    },
+};
+
+fn bars(w: &Workload, metric: &BarMetric) -> Result<String> {
+    let value = |r: &Run| {
+        let v = (metric.value)(r);
+        if v.is_finite() {
+            v.max(0.0)
+        } else {
+            0.0
+        }
+    };
     let systems = w.systems.len().max(1);
     let longest = w.variants.iter().map(|v| text_width(v)).max().unwrap_or(0);
     let group_width = (systems as u32 * 28 + 30).max(longest + 16);
@@ -640,12 +703,12 @@ fn throughput_bars(w: &Workload) -> Result<String> {
         .collect();
 
     render(
-        &format!("{}: throughput", w.name),
+        &format!("{}: {}", w.name, metric.title),
         plot_width,
         &legend,
         |area| {
             let n = w.variants.len();
-            let y = zero_to_max(w.runs.iter().map(|r| r.throughput));
+            let y = zero_to_max(w.runs.iter().map(|r| value(r)));
             let mut chart = chart_on(area).build_cartesian_2d(VariantAxis(n), y)?;
             let label = |x: &f64| {
                 w.variants
@@ -660,7 +723,7 @@ fn throughput_bars(w: &Workload) -> Result<String> {
                 .x_label_formatter(&label)
                 .y_label_formatter(&|y| axis_number(*y))
                 .x_desc("variant")
-                .y_desc("throughput (ops/s)")
+                .y_desc(metric.axis)
                 .label_style((FONT, LABEL_SIZE))
                 .axis_desc_style((FONT, DESC_SIZE))
                 .max_light_lines(1)
@@ -676,19 +739,14 @@ fn throughput_bars(w: &Workload) -> Result<String> {
                 let bars = w.variants.iter().enumerate().filter_map(|(i, variant)| {
                     let run = w.run(variant, system)?;
                     let x0 = i as f64 + first + j as f64 * bar;
-                    let height = if run.throughput.is_finite() {
-                        run.throughput.max(0.0)
-                    } else {
-                        0.0
-                    };
                     Some(Rectangle::new(
-                        [(x0, 0.0), (x0 + bar * 0.92, height)],
+                        [(x0, 0.0), (x0 + bar * 0.92, value(run))],
                         style,
                     ))
                 });
                 chart.draw_series(bars)?;
             }
-            note_if_empty(area, !w.runs.iter().any(|r| r.throughput > 0.0))
+            note_if_empty(area, !w.runs.iter().any(|r| value(r) > 0.0))
         },
     )
 }
@@ -928,6 +986,16 @@ mod tests {
         }
     }
 
+    /// The workloads of `results()`, in the order they first ran.
+    const WORKLOADS: [&str; 6] = [
+        "rw-mix",
+        "job-length",
+        "faulty",
+        "cold-start",
+        "retwis",
+        "cloudforum",
+    ];
+
     /// Several workloads as the suite produces them, with the awkward cases:
     /// a workload without the baseline on every variant, one with a single
     /// system, one where nothing completed.
@@ -965,12 +1033,20 @@ mod tests {
             r.timeline_step_s = 0.5;
             runs.push(r);
         }
-        runs.push(run("cold-start", "warm call", None, "lambdastore", 2_000.0));
-        runs.push(run("cold-start", "cold call", None, "lambdastore", 40.0));
+        // Cold start: 200 samples taken one at a time, no throughput.
+        for (system, cold_us) in [("lambdastore", 1_700.0), ("plpgsql", 1_400.0)] {
+            for (variant, p50) in [("cold call", cold_us), ("warm call", 150.0)] {
+                let mut r = run("cold-start", variant, None, system, 0.0);
+                (r.mode, r.clients, r.seconds, r.ops) = ("sequential".into(), 1, 0.0, 200);
+                r.latency_us.p50 = p50;
+                runs.push(r);
+            }
+        }
         let mut dead = run("retwis", "post", None, "lambdastore", 0.0);
         dead.errors = 7;
         runs.push(dead);
         runs.push(run("retwis", "post", None, "plpgsql", 0.0));
+        runs.push(run("cloudforum", "90/10", None, "lambdastore", 40.0));
 
         Results {
             machine: Machine {
@@ -983,7 +1059,10 @@ mod tests {
             started_at: "2025-01-02T03:04:05Z".into(),
             quick: true,
             scale: vec!["rw-mix: 2,000 objects x 100 entries x 1 KiB".into()],
-            findings: vec!["faulty, lambdastore: back to 90% of the earlier throughput 1.2 s after the fault".into()],
+            findings: vec![
+                "faulty, lambdastore: back to 90% of the earlier throughput 1.2 s after the fault"
+                    .into(),
+            ],
             runs,
         }
     }
@@ -1037,10 +1116,7 @@ mod tests {
     fn sections_follow_the_order_workloads_first_ran() {
         let md = markdown(&results());
         let order: Vec<&str> = md.lines().filter_map(|l| l.strip_prefix("### ")).collect();
-        assert_eq!(
-            order,
-            ["rw-mix", "job-length", "faulty", "cold-start", "retwis"]
-        );
+        assert_eq!(order, WORKLOADS);
     }
 
     #[test]
@@ -1117,10 +1193,29 @@ mod tests {
     #[test]
     fn a_single_system_has_no_ratio_columns() {
         let md = markdown(&results());
-        assert_eq!(header_row(&md, "cold-start").len(), 4);
+        assert_eq!(header_row(&md, "cloudforum").len(), 4);
+        assert_eq!(
+            row(&md, "cloudforum", "90/10"),
+            ["90/10", "40.0", "1.50 / 12.3", "0 / 0"]
+        );
+    }
+
+    #[test]
+    fn samples_without_a_duration_show_latency_only() {
+        let md = markdown(&results());
+        assert!(md.contains("*sequential, 1 clients, 200 samples.*"), "{md}");
+        assert_eq!(
+            header_row(&md, "cold-start"),
+            [
+                "variant",
+                "lambdastore p50 / p99 ms",
+                "plpgsql p50 / p99 ms",
+                "retries / errors"
+            ]
+        );
         assert_eq!(
             row(&md, "cold-start", "cold call"),
-            ["cold call", "40.0", "1.50 / 12.3", "0 / 0"]
+            ["cold call", "1.70 / 12.3", "1.40 / 12.3", "0 / 0"]
         );
     }
 
@@ -1136,7 +1231,7 @@ mod tests {
     #[test]
     fn each_workload_links_its_plot() {
         let md = markdown(&results());
-        for workload in ["rw-mix", "job-length", "faulty", "cold-start", "retwis"] {
+        for workload in WORKLOADS {
             assert!(
                 md.contains(&format!("![{workload}]({workload}.svg)")),
                 "{workload}"
@@ -1188,7 +1283,7 @@ mod tests {
             .collect();
         let mut expected = vec!["results.json".to_string(), "results.md".to_string()];
         let pngs = fonts_for_png();
-        for workload in ["rw-mix", "job-length", "faulty", "cold-start", "retwis"] {
+        for workload in WORKLOADS {
             expected.push(format!("{workload}.svg"));
             if pngs {
                 expected.push(format!("{workload}.png"));
@@ -1252,10 +1347,7 @@ mod tests {
         assert_eq!((width, height), (attribute("width"), attribute("height")));
         for (system, colour) in SYSTEM_COLORS {
             let RGBColor(r, g, b) = colour;
-            assert!(
-                rgba.contains(&[r, g, b, 255]),
-                "{system}'s colour is drawn"
-            );
+            assert!(rgba.contains(&[r, g, b, 255]), "{system}'s colour is drawn");
         }
         // The same plot without its text: the labels are what the font adds.
         let mut textless = String::new();
@@ -1335,10 +1427,12 @@ mod tests {
             (
                 "cold-start.svg",
                 &[
-                    "cold-start: throughput",
+                    "cold-start: p50 latency",
+                    "p50 latency (ms)",
                     "warm call",
                     "cold call",
                     "lambdastore",
+                    "plpgsql",
                 ],
             ),
             (
