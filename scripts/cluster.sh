@@ -63,6 +63,8 @@ fsync = off                 # a disposable development cluster
 synchronous_commit = off
 full_page_writes = off
 log_min_messages = warning
+# PREPARE TRANSACTION reaches the extension's checks (and Citus' 2PC needs it).
+max_prepared_transactions = 10
 # Loaded once in the postmaster and inherited by every backend, so a new
 # connection does not pay for loading the library (see README).
 shared_preload_libraries = 'lambdastore'

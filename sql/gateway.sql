@@ -16,7 +16,7 @@ CREATE TABLE lambdastore.api_keys (
     sha256      bytea NOT NULL UNIQUE,
     prefix      text NOT NULL,              -- the key's first 12 characters, to recognise it
     created     timestamptz NOT NULL DEFAULT now(),
-    created_by  name NOT NULL DEFAULT current_user,
+    created_by  oid NOT NULL,                -- the role that created it
     revoked     timestamptz                 -- set by revoke_api_key; the row stays for audit
 );
 
@@ -34,61 +34,9 @@ CREATE TABLE lambdastore.idempotency_keys (
 );
 CREATE INDEX idempotency_keys_by_age ON lambdastore.idempotency_keys (created);
 
--- True if the current role owns `app` or is a superuser; raises 42501
--- otherwise, and 42704 if there is no such application.
-CREATE FUNCTION lambdastore._check_app_owner(app text) RETURNS void
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    owner name;
-BEGIN
-    SELECT a.owner INTO owner FROM lambdastore.applications a WHERE a.name = $1;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'application "%" does not exist', $1 USING ERRCODE = '42704';
-    END IF;
-    IF owner <> current_user AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
-        RAISE EXCEPTION 'application "%" belongs to role "%"', $1, owner USING ERRCODE = '42501';
-    END IF;
-END
-$$;
-
--- Creates an API key for `app` and returns it: this is the only time the
--- key is shown. Creates the application (owned by the current role) if it
--- does not exist yet, so that its first deploy can come over HTTP.
-CREATE FUNCTION lambdastore.create_api_key(app text, label text DEFAULT NULL)
-RETURNS TABLE (key_id bigint, api_key text)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    secret text := 'lsk_' || replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
-BEGIN
-    IF $1 IS NULL OR $1 !~ '^[A-Za-z_][A-Za-z0-9_.-]{0,62}$' THEN
-        RAISE EXCEPTION 'application name "%" must be 1-63 letters, digits, ''_'', ''.'' or ''-'', starting with a letter or ''_''', $1
-            USING ERRCODE = '42602';
-    END IF;
-    INSERT INTO lambdastore.applications (name) VALUES ($1) ON CONFLICT (name) DO NOTHING;
-    PERFORM lambdastore._check_app_owner($1);
-    RETURN QUERY
-        INSERT INTO lambdastore.api_keys AS k (app, label, sha256, prefix)
-        VALUES ($1, $2, sha256(convert_to(secret, 'UTF8')), left(secret, 12))
-        RETURNING k.key_id, secret;
-END
-$$;
-
--- Revokes a key at once (the next request with it is refused); false if
--- it was already revoked.
-CREATE FUNCTION lambdastore.revoke_api_key(key_id bigint) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    key_app text;
-BEGIN
-    SELECT k.app INTO key_app FROM lambdastore.api_keys k WHERE k.key_id = $1;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'API key % does not exist', $1 USING ERRCODE = '42704';
-    END IF;
-    PERFORM lambdastore._check_app_owner(key_app);
-    UPDATE lambdastore.api_keys k SET revoked = now() WHERE k.key_id = $1 AND k.revoked IS NULL;
-    RETURN FOUND;
-END
-$$;
+-- lambdastore.create_api_key(app, label) and lambdastore.revoke_api_key(key_id)
+-- are in Rust (api/mod.rs): they check the caller against the
+-- application's owner, which a SECURITY DEFINER function here could not see.
 
 -- Forgets idempotency keys older than `older_than`; returns how many. The
 -- gateway calls it periodically (--idempotency-ttl).
@@ -293,3 +241,10 @@ $$;
 -- Only roles granted it may call the gateway's functions (the README's
 -- "HTTP gateway" section shows the role to create).
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway FROM PUBLIC;
+-- The helpers above run only inside the gateway's SECURITY DEFINER
+-- functions; purging every application's idempotency keys is the
+-- gateway's (or a superuser's) business.
+REVOKE ALL ON FUNCTION lambdastore._api_key_app(text), lambdastore._check_key_app(text, text),
+    lambdastore._check_key_owns(text, text, text), lambdastore._check_key_object(text, bigint),
+    lambdastore._check_key_job(text, bigint), lambdastore._claim_idempotency_key(text, text, jsonb),
+    lambdastore._call(text, text, jsonb), lambdastore.purge_idempotency_keys(interval) FROM PUBLIC;

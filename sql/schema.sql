@@ -8,7 +8,7 @@ CREATE SCHEMA IF NOT EXISTS lambdastore;
 -- An application: one WebAssembly component, its object types and objects.
 CREATE TABLE lambdastore.applications (
     name       text PRIMARY KEY CHECK (name ~ '^[A-Za-z_][A-Za-z0-9_.-]{0,62}$'),
-    owner      name NOT NULL DEFAULT current_user,
+    owner      oid NOT NULL,         -- a role OID: a new role reusing a dropped one's name is not its owner
     module_id  bigint,               -- the current module; NULL until deployed
     created    timestamptz NOT NULL DEFAULT now()
 );
@@ -23,12 +23,22 @@ CREATE TABLE lambdastore.modules (
     wasm         bytea NOT NULL,
     description  jsonb NOT NULL,     -- what the module's `describe` export returned
     deployed     timestamptz NOT NULL DEFAULT now(),
-    deployed_by  name NOT NULL DEFAULT current_user,
+    deployed_by  oid NOT NULL,       -- the role that deployed it
     UNIQUE (app, version)
 );
 
 ALTER TABLE lambdastore.applications
     ADD FOREIGN KEY (module_id) REFERENCES lambdastore.modules(module_id) DEFERRABLE INITIALLY DEFERRED;
+
+-- Privileges an application's owner granted to other roles (access.rs):
+-- 'invoke' (call its functions, create objects, submit jobs) and 'read'
+-- (read its objects' state through the app_* views).
+CREATE TABLE lambdastore.grants (
+    app        text NOT NULL REFERENCES lambdastore.applications(name) ON DELETE CASCADE,
+    grantee    oid NOT NULL,
+    privilege  text NOT NULL CHECK (privilege IN ('invoke', 'read')),
+    PRIMARY KEY (app, grantee, privilege)
+);
 
 -- Object types of each module version, for inspection with SQL.
 CREATE TABLE lambdastore.object_types (
@@ -105,6 +115,16 @@ CREATE INDEX jobs_queued ON lambdastore.jobs (run_after, job_id) WHERE state = '
 -- vacuum removes them; the default scale factor (20% of a table that keeps
 -- every finished job) would let them pile up without bound.
 ALTER TABLE lambdastore.jobs SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000);
+-- Workers take turns between applications (catalog/jobs.rs: claim): one
+-- application's flood of jobs must not starve another's.
+CREATE INDEX jobs_queued_by_app ON lambdastore.jobs (app, run_after, job_id) WHERE state = 'queued';
 -- "The same idempotency key on the same application returns the same job."
 CREATE UNIQUE INDEX jobs_idempotency ON lambdastore.jobs (app, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+
+-- Ordinary roles get no privilege on any of these: every change and every
+-- read of application data goes through the extension's functions, which
+-- check the caller (access.rs). What a role may read is in the app_* views
+-- (views.sql).
+REVOKE ALL ON ALL TABLES IN SCHEMA lambdastore FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA lambdastore FROM PUBLIC;

@@ -4,7 +4,37 @@
 -- aborts by reason, execution time. Counted in shared memory since the
 -- server started (kept across aborted transactions); empty unless
 -- lambdastore is in shared_preload_libraries.
-CREATE VIEW lambdastore.stats AS SELECT * FROM lambdastore._stats();
+CREATE VIEW lambdastore.stats WITH (security_barrier) AS
+SELECT * FROM lambdastore._stats() s
+ WHERE lambdastore.has_app_privilege(s.app, 'invoke') OR lambdastore.has_app_privilege(s.app, 'read');
+
+-- What a role may read of the applications' data: ordinary roles have no
+-- privilege on the tables (access.rs). These views read the tables as
+-- their owner and keep the rows of the applications the querying role may
+-- read (its own, or granted with lambdastore.grant(app, role, 'read'));
+-- functions in a view run as the querying role, and security_barrier keeps
+-- the role's own conditions from seeing rows before that filter.
+CREATE VIEW lambdastore.app_objects WITH (security_barrier) AS
+SELECT o.object_id, o.app, o.type_name, o.created
+  FROM lambdastore.objects o
+ WHERE lambdastore.has_app_privilege(o.app, 'read');
+
+CREATE VIEW lambdastore.app_entries WITH (security_barrier) AS
+SELECT e.object_id, e.field, e.key, e.value
+  FROM lambdastore.entries e JOIN lambdastore.objects o ON o.object_id = e.object_id
+ WHERE lambdastore.has_app_privilege(o.app, 'read');
+
+CREATE VIEW lambdastore.app_entry_sets WITH (security_barrier) AS
+SELECT s.object_id, s.lower_field, s.lower_key
+  FROM lambdastore.entry_sets s JOIN lambdastore.objects o ON o.object_id = s.object_id
+ WHERE lambdastore.has_app_privilege(o.app, 'read');
+
+-- Jobs of the applications a role may invoke or read.
+CREATE VIEW lambdastore.app_jobs WITH (security_barrier) AS
+SELECT j.object_id, j.job_id, j.app, j.method, j.args, j.state, j.attempts, j.result, j.error, j.sqlstate,
+       j.idempotency_key, j.submitted_by, j.parent_job_id, j.submitted_at, j.run_after, j.finished_at
+  FROM lambdastore.jobs j
+ WHERE lambdastore.has_app_privilege(j.app, 'invoke') OR lambdastore.has_app_privilege(j.app, 'read');
 
 -- An object's entry sets in key order: where its guards are, and each set's
 -- version and recent conflicts (shared memory: they restart from 0 with the
@@ -13,7 +43,7 @@ CREATE FUNCTION lambdastore.entry_sets(object_id bigint)
 RETURNS TABLE (lower_field text, lower_key bytea, version bigint, conflicts bigint)
 LANGUAGE sql VOLATILE AS $$
     SELECT s.lower_field, s.lower_key, c.version, c.conflicts
-      FROM lambdastore.entry_sets s,
+      FROM lambdastore.app_entry_sets s,
            lambdastore._entry_set_counters(s.object_id, s.lower_field, s.lower_key) c
      WHERE s.object_id = $1
      ORDER BY s.lower_field, s.lower_key
@@ -25,7 +55,7 @@ RETURNS TABLE (job_id bigint, state text, result jsonb, error text, sqlstate tex
                submitted_at timestamptz, finished_at timestamptz)
 LANGUAGE sql VOLATILE AS $$
     SELECT j.job_id, j.state, j.result, j.error, j.sqlstate, j.attempts, j.submitted_at, j.finished_at
-      FROM lambdastore.jobs j WHERE j.job_id = $1
+      FROM lambdastore.app_jobs j WHERE j.job_id = $1
 $$;
 
 -- Blocks until the job is done or failed, or the timeout passes, then
@@ -53,5 +83,21 @@ SELECT j.app,
        count(*) FILTER (WHERE j.state = 'done') AS done,
        count(*) FILTER (WHERE j.state = 'failed') AS failed,
        now() - min(j.submitted_at) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL) AS oldest_waiting
-  FROM lambdastore.jobs j LEFT JOIN running r ON r.job_id = j.job_id
+  FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
  GROUP BY j.app, j.method;
+
+GRANT SELECT ON lambdastore.stats, lambdastore.app_objects, lambdastore.app_entries, lambdastore.app_entry_sets,
+    lambdastore.app_jobs, lambdastore.queue TO PUBLIC;
+
+-- An application's owner grants other roles 'invoke' (call its functions,
+-- create objects, submit jobs and see them) or 'read' (its objects' state
+-- through the app_* views above), takes them back, or hands the
+-- application over (access.rs).
+CREATE FUNCTION lambdastore.grant(app text, grantee regrole, privilege text) RETURNS void
+LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._grant($1, $2::oid, $3) $$;
+
+CREATE FUNCTION lambdastore.revoke(app text, grantee regrole, privilege text) RETURNS boolean
+LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._revoke($1, $2::oid, $3) $$;
+
+CREATE FUNCTION lambdastore.set_owner(app text, new_owner regrole) RETURNS void
+LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._set_owner($1, $2::oid) $$;

@@ -42,6 +42,8 @@ pub enum LambdaError {
     MemoryLimit { limit: usize, requested: usize },
     #[error("{what} {size} bytes, more than {setting} ({limit} bytes)")]
     TooLarge { what: &'static str, size: usize, limit: usize, setting: &'static str },
+    #[error("{what} {count}, more than {setting} ({limit})")]
+    TooMany { what: &'static str, count: usize, limit: usize, setting: &'static str },
     #[error("nested call depth exceeds lambdastore.max_call_depth ({0})")]
     CallDepth(u32),
     #[error("function \"{ty}.{function}\" is readonly and may not write")]
@@ -53,6 +55,12 @@ pub enum LambdaError {
     #[error("{0}")]
     IsolationLevel(String),
     #[error("{0}")]
+    Prepared(String),
+    #[error("{0}")]
+    InvalidParameter(String),
+    #[error("{0}")]
+    ReadOnlyTransaction(String),
+    #[error("{0}")]
     NotPreloaded(String),
     #[error("{0}")]
     InvalidName(String),
@@ -60,6 +68,8 @@ pub enum LambdaError {
     InvalidModule(String),
     #[error("job {0} does not exist")]
     UnknownJob(i64),
+    #[error("API key {0} does not exist")]
+    UnknownApiKey(i64),
     #[error("idempotency key \"{key}\" was already used for a different call (job {job})")]
     IdempotencyKeyReused { key: String, job: i64 },
     #[error("an idempotency key must be 1 to {max} bytes long, this one is {len}")]
@@ -77,7 +87,7 @@ impl LambdaError {
         use LambdaError::*;
         use PgSqlErrorCode::*;
         match self {
-            UnknownApplication(_) | UnknownObject(_) | UnknownType { .. } | UnknownJob(_) => {
+            UnknownApplication(_) | UnknownObject(_) | UnknownType { .. } | UnknownJob(_) | UnknownApiKey(_) => {
                 ERRCODE_UNDEFINED_OBJECT
             }
             IdempotencyKeyReused { .. } => ERRCODE_UNIQUE_VIOLATION,
@@ -93,12 +103,14 @@ impl LambdaError {
             Trap { .. } => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
             Timeout(_) | Canceled => ERRCODE_QUERY_CANCELED,
             MemoryLimit { .. } => ERRCODE_OUT_OF_MEMORY,
-            TooLarge { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            TooLarge { .. } | TooMany { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            InvalidParameter(_) => ERRCODE_INVALID_PARAMETER_VALUE,
+            ReadOnlyTransaction(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
             ReadonlyWrite { .. } | NoObject { .. } => {
                 ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED
             }
-            IsolationLevel(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IsolationLevel(_) | Prepared(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
             NotPreloaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
@@ -129,8 +141,10 @@ impl LambdaError {
 const MAX_REPORTED: usize = 8 * 1024;
 
 /// `text` cut to `MAX_REPORTED` bytes (on a character boundary), saying how
-/// much was left out.
-fn bounded(text: String) -> String {
+/// much was left out, with any NUL byte (a lambda's message may hold one;
+/// PostgreSQL's strings cannot) written as `\0`.
+pub fn bounded(text: String) -> String {
+    let text = if text.contains('\0') { text.replace('\0', "\\0") } else { text };
     if text.len() <= MAX_REPORTED {
         return text;
     }

@@ -1,7 +1,10 @@
 //! Every setting of the extension: a private static, its default and why,
 //! and a typed accessor. Limits that protect the server from a tenant's
-//! lambdas are `SUSET` (only a superuser may raise them); the wall-clock
-//! timeout is `USERSET` like PostgreSQL's own `statement_timeout`.
+//! lambdas are `SUSET` (only a superuser may raise them), and so is
+//! everything that weakens a guarantee (`concurrency_control`). The
+//! wall-clock timeout is `USERSET` like PostgreSQL's own
+//! `statement_timeout`, but an ordinary role's is capped at
+//! `max_timeout`: a lambda holds its write locks while it runs.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::PostgresGucEnum;
@@ -17,6 +20,30 @@ pub const MAX_CALL_DEPTH_LIMIT: i32 = 32;
 /// job limit: long enough for real work, short enough that a runaway lambda
 /// cannot hold locks for long.
 static TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
+/// `lambdastore.max_timeout` (ms, default 10 s, superuser only): the most
+/// `lambdastore.timeout` a role that is not a superuser gets, whatever it
+/// sets; a superuser's timeout is not capped.
+static MAX_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+
+/// `lambdastore.max_write_size` (kB, default 64 MB): bytes of field names,
+/// keys and values one workflow may write, overwritten values included
+/// (the undo journal keeps them). The buffer is host memory, outside the
+/// lambda's memory limit.
+static MAX_WRITE_KB: GucSetting<i32> = GucSetting::<i32>::new(64 * 1024);
+
+/// `lambdastore.max_scan_size` (kB, default 16 MB): bytes of keys and
+/// values one scan may return. A scan's rows are host memory until they
+/// are copied into the lambda, and stored values may be compressed.
+static MAX_SCAN_KB: GucSetting<i32> = GucSetting::<i32>::new(16 * 1024);
+
+/// `lambdastore.max_module_size` (kB, default 16 MB): the largest component
+/// `deploy` compiles. Compiling cannot be interrupted; its time grows with
+/// the code's size (the examples are 100-300 kB).
+static MAX_MODULE_KB: GucSetting<i32> = GucSetting::<i32>::new(16 * 1024);
+
+/// `lambdastore.max_spawns` (default 1000): jobs one workflow may spawn.
+static MAX_SPAWNS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
 /// `lambdastore.memory_limit` (kB, default 64 MB): linear memory of one
 /// instance. Rust guests reserve 1 MiB of stack in linear memory, so the
@@ -108,7 +135,9 @@ pub fn define() {
         c"How concurrent workflows are isolated: occ (serializable) or off.",
         c"off skips validation; use it only to show what OCC prevents, or under PostgreSQL's SERIALIZABLE isolation.",
         &CONCURRENCY_CONTROL,
-        GucContext::Userset,
+        // `off` in one session lets its commits skip everyone's locks and
+        // versions: other sessions' updates are lost. Superusers only.
+        GucContext::Suset,
         GucFlags::default(),
     );
     GucRegistry::define_float_guc(
@@ -140,6 +169,33 @@ pub fn define() {
         i32::MAX,
         GucContext::Userset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.max_timeout",
+        c"The most lambdastore.timeout a role that is not a superuser gets.",
+        c"",
+        &MAX_TIMEOUT_MS,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+    for (name, description, setting, max) in [
+        (c"lambdastore.max_write_size", c"Bytes one workflow may write (field names, keys, values).", &MAX_WRITE_KB, 1024 * 1024 * 1024),
+        (c"lambdastore.max_scan_size", c"Bytes of keys and values one range scan may return.", &MAX_SCAN_KB, 1024 * 1024),
+        (c"lambdastore.max_module_size", c"The largest component lambdastore.deploy compiles.", &MAX_MODULE_KB, 1024 * 1024),
+    ] {
+        GucRegistry::define_int_guc(name, description, c"", setting, 1, max, GucContext::Suset, GucFlags::UNIT_KB);
+    }
+    GucRegistry::define_int_guc(
+        c"lambdastore.max_spawns",
+        c"Jobs one workflow may spawn.",
+        c"",
+        &MAX_SPAWNS,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"lambdastore.memory_limit",
@@ -196,8 +252,27 @@ pub fn max_entry_sets() -> usize {
     MAX_ENTRY_SETS.get() as usize
 }
 
-pub fn timeout() -> Duration {
-    Duration::from_millis(TIMEOUT_MS.get().max(1) as u64)
+/// The workflow timeout of a role: capped at `max_timeout` unless it is a
+/// superuser's.
+pub fn timeout(superuser: bool) -> Duration {
+    let ms = if superuser { TIMEOUT_MS.get() } else { TIMEOUT_MS.get().min(MAX_TIMEOUT_MS.get()) };
+    Duration::from_millis(ms.max(1) as u64)
+}
+
+pub fn max_write_bytes() -> usize {
+    MAX_WRITE_KB.get() as usize * 1024
+}
+
+pub fn max_scan_bytes() -> usize {
+    MAX_SCAN_KB.get() as usize * 1024
+}
+
+pub fn max_module_bytes() -> usize {
+    MAX_MODULE_KB.get() as usize * 1024
+}
+
+pub fn max_spawns() -> usize {
+    MAX_SPAWNS.get().max(0) as usize
 }
 
 pub fn memory_limit_bytes() -> usize {

@@ -6,6 +6,7 @@
 //! job's row is invisible to them before that, so waking them earlier would
 //! find nothing and lose the wake-up.
 
+use crate::access::{self, Caller, Privilege};
 use crate::catalog::{self, jobs::NewJob};
 use crate::error::{LambdaError, Result};
 use crate::{gucs, workers, workflow};
@@ -14,9 +15,6 @@ use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 thread_local! {
-    /// The job this backend (a worker) is running: the parent of the jobs
-    /// its lambdas spawn.
-    static CURRENT_JOB: Cell<Option<i64>> = const { Cell::new(None) };
     /// Jobs inserted by the current transaction: waiting for one of them
     /// could only time out.
     static UNCOMMITTED: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
@@ -49,14 +47,6 @@ pub fn wake_workers_at_commit() {
     WAKE_AT_COMMIT.set(true);
 }
 
-pub fn current_job() -> Option<i64> {
-    CURRENT_JOB.get()
-}
-
-pub fn set_current_job(job: Option<i64>) {
-    CURRENT_JOB.set(job);
-}
-
 /// `lambdastore.submit`: queues a method call; returns the job id (the
 /// earlier job's, for an idempotency key already used by this application).
 /// The longest idempotency key, as the gateway's `Idempotency-Key` header
@@ -64,12 +54,12 @@ pub fn set_current_job(job: Option<i64>) {
 /// (PostgreSQL failed such inserts with its own index-row-size error).
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
-pub fn submit(object: i64, method: &str, args: &str, idempotency_key: Option<&str>) -> Result<i64> {
+pub fn submit(caller: Caller, object: i64, method: &str, args: &str, idempotency_key: Option<&str>) -> Result<i64> {
     if let Some(key) = idempotency_key.filter(|key| key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY) {
         return Err(LambdaError::IdempotencyKeyLength { len: key.len(), max: MAX_IDEMPOTENCY_KEY });
     }
-    let app = workflow::check_submittable(object, method, args)?;
-    let job = NewJob { object, app: &app, method, args, idempotency_key, parent: None };
+    let app = workflow::check_submittable(caller, object, method, args)?;
+    let job = NewJob { object, app: &app, method, args, idempotency_key, parent: None, role: caller.0 };
     let (id, inserted) = catalog::jobs::insert(&job)?;
     if inserted {
         UNCOMMITTED.with(|jobs| jobs.borrow_mut().push(id));
@@ -110,7 +100,9 @@ fn current_database() -> String {
 
 /// `lambdastore.wait`: returns when the job is done or failed, or when
 /// `timeout` has passed (the caller then reads the job's state either way).
-pub fn wait(job: i64, timeout: Duration) -> Result<()> {
+/// Only jobs of an application `caller` may invoke or read can be waited
+/// for; others look as if they did not exist.
+pub fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
     // SAFETY: a plain int of the current transaction.
     if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
         return Err(LambdaError::IsolationLevel(
@@ -124,10 +116,12 @@ pub fn wait(job: i64, timeout: Duration) -> Result<()> {
     // after that look still sets our latch.
     let waiter = workers::Waiter::register(job);
     loop {
-        match catalog::jobs::state(job)?.as_deref() {
-            None => return Err(LambdaError::UnknownJob(job)),
-            Some("queued") => {}
-            Some(_) => return Ok(()),
+        let Some((app, state)) = catalog::jobs::state(job)? else { return Err(LambdaError::UnknownJob(job)) };
+        if !access::allowed(caller, &app, Privilege::Invoke)? && !access::allowed(caller, &app, Privilege::Read)? {
+            return Err(LambdaError::UnknownJob(job));
+        }
+        if state != "queued" {
+            return Ok(());
         }
         if UNCOMMITTED.with(|jobs| jobs.borrow().contains(&job)) {
             return Err(LambdaError::JobNotCommitted(job));

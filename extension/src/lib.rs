@@ -8,6 +8,7 @@
 
 use pgrx::prelude::*;
 
+mod access;
 mod api;
 mod catalog;
 mod error;
@@ -36,6 +37,7 @@ pgrx::extension_sql_file!("../../sql/gateway.sql", name = "gateway", requires = 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::define();
+    access::init();
     stats::init();
     catalog::cache::init();
     catalog::init();

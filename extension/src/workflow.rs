@@ -7,6 +7,7 @@
 //! in, run on the same code version, and take a savepoint so that a callee
 //! returning its own error leaves nothing behind.
 
+use crate::access::{self, Caller, Privilege};
 use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
@@ -23,16 +24,44 @@ fn counted<T>(app: &str, ty: &str, function: &str, started: Instant, outcome: Re
     outcome
 }
 
-/// `lambda_invoke(object_id, method, args)`.
-pub fn invoke_method(object: i64, method: &str, args: &str) -> Result<String> {
+/// A new workflow for `caller` (inside job `job`, if any), with its timeout.
+fn start(caller: Caller, job: Option<i64>) -> Rc<Workflow> {
+    Rc::new(Workflow::new(caller, job, gucs::timeout(caller.is_superuser())))
+}
+
+/// A workflow that writes cannot run in a READ ONLY transaction: refused
+/// before it runs, rather than when its writes are applied.
+fn refuse_in_read_only_transaction(readonly: bool, type_name: &str, function: &str) -> Result<()> {
+    // SAFETY: a plain bool of the current transaction, read on the main thread.
+    if !readonly && unsafe { pgrx::pg_sys::XactReadOnly } {
+        return Err(LambdaError::ReadOnlyTransaction(format!(
+            "\"{type_name}.{function}\" may write, and the transaction is READ ONLY (only readonly functions can run in it)"
+        )));
+    }
+    Ok(())
+}
+
+/// `lambda_invoke(object_id, method, args)`, for `caller`.
+pub fn invoke_method(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
+    invoke(caller, None, object, method, args)
+}
+
+/// Job `job`: its method call, for the role that submitted it.
+pub fn run_job(caller: Caller, job: i64, object: i64, method: &str, args: &str) -> Result<String> {
+    invoke(caller, Some(job), object, method, args)
+}
+
+fn invoke(caller: Caller, job: Option<i64>, object: i64, method: &str, args: &str) -> Result<String> {
     occ::check_isolation()?;
     let started = Instant::now();
-    let workflow = Rc::new(Workflow::new(gucs::timeout()));
     let (info, module) = catalog::objects::lookup(object)?;
+    access::check(caller, &info.app, Privilege::Invoke)?;
     let app = runtime::load(&module)?;
     // Calls refused before they run are not counted: made-up names would
     // fill the statistics' table.
     let readonly = method_callable_from_sql(&app, &info.type_name, method)?;
+    refuse_in_read_only_transaction(readonly, &info.type_name, method)?;
+    let workflow = start(caller, job);
     workflow.remember_object(object, info.clone());
     let outcome = run_method(&workflow, &info, &app, readonly, object, method, args);
     counted(&info.app, &info.type_name, method, started, outcome)
@@ -55,26 +84,41 @@ fn run_method(
         depth: 0,
     };
     let result = runtime::run(workflow, app, frame, FunctionKind::Method, args)?;
-    occ::commit(workflow)?;
+    commit(workflow)?;
     Ok(result)
+}
+
+/// Validates and applies the workflow's writes, then queues the calls it
+/// spawned (the outbox: they exist only if this transaction commits),
+/// running as the workflow's role, children of the job it runs in if any.
+fn commit(workflow: &Workflow) -> Result<()> {
+    occ::commit(workflow)?;
+    let writes = workflow.writes.borrow();
+    if !writes.spawned().is_empty() {
+        catalog::jobs::insert_spawned(writes.spawned(), workflow.caller, workflow.parent_job)?;
+        crate::jobs::wake_workers_at_commit();
+    }
+    Ok(())
 }
 
 /// What `lambdastore.submit` checks before queueing a job, so that a typo
 /// fails now rather than later in a worker: the object exists and the method
 /// is one SQL may call. Returns the object's application.
-pub fn check_submittable(object: i64, method: &str, args: &str) -> Result<String> {
+pub fn check_submittable(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
     let (info, module) = catalog::objects::lookup(object)?;
+    access::check(caller, &info.app, Privilege::Invoke)?;
     let app = runtime::load(&module)?;
     method_callable_from_sql(&app, &info.type_name, method)?;
     runtime::check_args_size(args)?;
     Ok(info.app)
 }
 
-/// What `lambdastore.split` checks first: the object exists and its type
-/// has the field, so that a typo fails instead of adding a guard no entry
-/// will ever fall under.
-pub fn check_field(object: i64, field: &str) -> Result<()> {
+/// What `lambdastore.split` checks first: the caller owns the object's
+/// application, the object exists and its type has the field, so that a
+/// typo fails instead of adding a guard no entry will ever fall under.
+pub fn check_field(caller: Caller, object: i64, field: &str) -> Result<()> {
     let (info, module) = catalog::objects::lookup(object)?;
+    access::check(caller, &info.app, Privilege::Owner)?;
     let app = runtime::load(&module)?;
     if !app.type_desc(&info.type_name)?.fields.iter().any(|f| f.name == field) {
         return Err(LambdaError::UnknownField { ty: info.type_name, field: field.into() });
@@ -90,20 +134,28 @@ fn method_callable_from_sql(app: &AppVersion, type_name: &str, method: &str) -> 
     Ok(f.readonly)
 }
 
-/// `lambdastore.invoke_static(app, type, function, args)`.
-pub fn invoke_static(app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
+/// `lambdastore.invoke_static(app, type, function, args)`, for `caller`.
+pub fn invoke_static(caller: Caller, app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
     occ::check_isolation()?;
     let started = Instant::now();
-    let app = current_version(app_name)?;
+    let app = current_version(caller, app_name)?;
     let f = app.function(type_name, function, FunctionKind::Static)?;
     refuse_protected(&app, type_name, f)?; // refused calls are not counted, as above
     let readonly = f.readonly;
-    let outcome = run_static(&app, type_name, function, readonly, args);
+    refuse_in_read_only_transaction(readonly, type_name, function)?;
+    let outcome = run_static(caller, &app, type_name, function, readonly, args);
     counted(app_name, type_name, function, started, outcome)
 }
 
-fn run_static(app: &Rc<AppVersion>, type_name: &str, function: &str, readonly: bool, args: &str) -> Result<String> {
-    let workflow = Rc::new(Workflow::new(gucs::timeout()));
+fn run_static(
+    caller: Caller,
+    app: &Rc<AppVersion>,
+    type_name: &str,
+    function: &str,
+    readonly: bool,
+    args: &str,
+) -> Result<String> {
+    let workflow = start(caller, None);
     let frame = Frame {
         object: 0,
         type_name: type_name.to_string(),
@@ -112,31 +164,35 @@ fn run_static(app: &Rc<AppVersion>, type_name: &str, function: &str, readonly: b
         depth: 0,
     };
     let result = runtime::run(&workflow, app, frame, FunctionKind::Static, args)?;
-    occ::commit(&workflow)?;
+    commit(&workflow)?;
     Ok(result)
 }
 
-/// `lambdastore.create_object(app, type, args)`.
-pub fn create(app_name: &str, type_name: &str, args: &str) -> Result<i64> {
+/// `lambdastore.create_object(app, type, args)`, for `caller`.
+pub fn create(caller: Caller, app_name: &str, type_name: &str, args: &str) -> Result<i64> {
     occ::check_isolation()?;
     let started = Instant::now();
-    let app = current_version(app_name)?;
+    let app = current_version(caller, app_name)?;
     if let Some(ctor) = app.constructor(type_name)? {
         refuse_protected(&app, type_name, ctor)?; // refused calls are not counted, as above
     }
-    let outcome = run_create(&app, type_name, args);
+    refuse_in_read_only_transaction(false, type_name, "(create)")?;
+    let outcome = run_create(caller, &app, type_name, args);
     counted(app_name, type_name, "(create)", started, outcome)
 }
 
-fn run_create(app: &Rc<AppVersion>, type_name: &str, args: &str) -> Result<i64> {
-    let workflow = Rc::new(Workflow::new(gucs::timeout()));
+fn run_create(caller: Caller, app: &Rc<AppVersion>, type_name: &str, args: &str) -> Result<i64> {
+    let workflow = start(caller, None);
     let id = create_object(&workflow, app, type_name, args, 0, false)?;
-    occ::commit(&workflow)?;
+    commit(&workflow)?;
     Ok(id)
 }
 
-fn current_version(app_name: &str) -> Result<Rc<AppVersion>> {
-    runtime::load(&catalog::modules::current(app_name)?)
+/// The code `caller` may invoke now in `app_name`.
+fn current_version(caller: Caller, app_name: &str) -> Result<Rc<AppVersion>> {
+    let module = catalog::modules::current(app_name)?;
+    access::check(caller, app_name, Privilege::Invoke)?;
+    runtime::load(&module)
 }
 
 fn refuse_protected(app: &AppVersion, type_name: &str, f: &runtime::FnDesc) -> Result<()> {
@@ -290,6 +346,15 @@ pub fn spawn(caller: &HostState, target: i64, function: &str, args: &str) -> Res
     // Protected methods are allowed: the call comes from a lambda.
     caller.app.function(&info.type_name, function, FunctionKind::Method)?;
     runtime::check_args_size(args)?;
+    let spawned = caller.workflow.writes.borrow().spawned().len() + 1;
+    if spawned > gucs::max_spawns() {
+        return Err(LambdaError::TooMany {
+            what: "the workflow spawns calls:",
+            count: spawned,
+            limit: gucs::max_spawns(),
+            setting: "lambdastore.max_spawns",
+        });
+    }
     caller.workflow.writes.borrow_mut().spawn(Spawned {
         object: target,
         app: info.app,

@@ -9,11 +9,13 @@ use pgrx::pg_sys;
 use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
-use pgrx::{direct_function_call, direct_function_call_as_datum, FromDatum, IntoDatum};
+use crate::error::{LambdaError, Result};
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::{direct_function_call, direct_function_call_as_datum, FromDatum, IntoDatum, PgTryBuilder};
 use std::ffi::{CStr, CString};
 
-/// The text of a `jsonb` value (as `jsonb_out` prints it), or text to
-/// become one (through `jsonb_in`, which raises 22P02 on invalid JSON).
+/// The text of a `jsonb` value (as `jsonb_out` prints it), or a lambda's
+/// result to become one (`result_jsonb`).
 pub struct JsonText(pub String);
 
 impl FromDatum for JsonText {
@@ -33,12 +35,39 @@ impl FromDatum for JsonText {
     }
 }
 
-impl IntoDatum for JsonText {
-    fn into_datum(self) -> Option<pg_sys::Datum> {
-        // JSON text has no NUL outside escapes; callers validate it first.
-        let text = CString::new(self.0).expect("JSON text contains no NUL byte");
+/// A lambda's result as jsonb. Text that jsonb cannot hold (not JSON, a
+/// `\u0000`, a number out of jsonb's range, nesting past the stack) is the
+/// lambda's fault, not the caller's: 38000 with PostgreSQL's reason, the
+/// same for a synchronous call and for a job.
+pub fn result_jsonb(text: &str) -> Result<pg_sys::Datum> {
+    let not_jsonb = |why: String, detail: String| LambdaError::Trap {
+        message: format!("the result is not valid jsonb: {why}"),
+        backtrace: detail,
+    };
+    let Ok(text) = CString::new(text) else {
+        return Err(not_jsonb("it contains a NUL byte".into(), String::new()));
+    };
+    // jsonb_in only parses and allocates, so its error can be caught
+    // without a subtransaction; the statement (or the job's
+    // subtransaction) fails with ours right after.
+    PgTryBuilder::new(|| {
         // SAFETY: jsonb_in takes a C string and returns a new jsonb.
-        unsafe { direct_function_call_as_datum(pg_sys::jsonb_in, &[Some(text.as_ptr().into())]) }
+        let datum = unsafe { direct_function_call_as_datum(pg_sys::jsonb_in, &[Some(text.as_ptr().into())]) };
+        Ok(datum.expect("jsonb_in returns a value"))
+    })
+    .catch_others(|caught| match caught {
+        CaughtError::PostgresError(report) | CaughtError::ErrorReport(report) => {
+            Err(not_jsonb(report.message().to_string(), report.detail().unwrap_or_default().to_string()))
+        }
+        CaughtError::RustPanic { ereport, .. } => Err(not_jsonb(ereport.message().to_string(), String::new())),
+    })
+    .execute()
+}
+
+impl IntoDatum for JsonText {
+    /// For results only (arguments come in through `FromDatum`).
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        Some(result_jsonb(&self.0).unwrap_or_else(|err| err.report("")))
     }
 
     fn type_oid() -> pg_sys::Oid {

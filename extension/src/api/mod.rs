@@ -1,6 +1,9 @@
 //! The SQL surface: thin wrappers that turn SQL arguments into a workflow
-//! call and a `LambdaError` into an `ERROR` with its SQLSTATE.
+//! call and a `LambdaError` into an `ERROR` with its SQLSTATE. Each runs
+//! its work `access::as_storage`: for the calling role, checked against the
+//! application's owner and grants, with the tables' owner's privileges.
 
+use crate::access::{self, as_storage, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::workflow;
 use json_text::JsonText;
@@ -17,21 +20,16 @@ fn raise(err: LambdaError, context: String) -> ! {
     err.report(&context)
 }
 
-/// A lambda's result as jsonb; text that is not JSON is the lambda's fault
-/// (a trap), not the caller's bad input.
+/// A lambda's result; jsonb checks it when it is returned (`JsonText`).
 fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> JsonText {
-    let checked = result.and_then(|text| match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
-        Ok(_) => Ok(JsonText(text)),
-        Err(e) => Err(LambdaError::Trap { message: format!("the result is not JSON: {e}"), backtrace: String::new() }),
-    });
-    checked.unwrap_or_else(|err| raise(err, context()))
+    JsonText(result.unwrap_or_else(|err| raise(err, context())))
 }
 
 /// Runs a method of an object in this backend, inside the caller's
 /// transaction, and returns its JSON result.
 #[pg_extern(volatile, parallel_unsafe)]
 fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonText, "'{}'")) -> JsonText {
-    json_result(workflow::invoke_method(object_id, method, &args.0), || {
+    json_result(as_storage(|caller| workflow::invoke_method(caller, object_id, method, &args.0)), || {
         format!("lambda_invoke({object_id}, '{method}')")
     })
 }
@@ -44,16 +42,23 @@ mod lambdastore {
     /// it registered. Redeploying the same bytes changes nothing.
     #[pg_extern(volatile, parallel_unsafe)]
     fn deploy(app: &str, module: &[u8]) -> JsonB {
-        match crate::api::deploy::deploy(app, module) {
+        match as_storage(|caller| crate::api::deploy::deploy(caller, app, module)) {
             Ok(json) => JsonB(json),
-            Err(err) => raise(err, format!("deploy('{app}')")),
+            Err(err) => {
+                // PostgreSQL would log the failed statement, with the
+                // module's bytes in hex when they were sent as a literal.
+                // SAFETY: the statement text this backend logs on error;
+                // set again when the next statement starts.
+                unsafe { pg_sys::debug_query_string = std::ptr::null() };
+                raise(err, format!("deploy('{app}')"))
+            }
         }
     }
 
     /// Creates an object and runs its type's constructor; returns its id.
     #[pg_extern(volatile, parallel_unsafe)]
     fn create_object(app: &str, type_name: &str, args: default!(JsonText, "'{}'")) -> i64 {
-        match workflow::create(app, type_name, &args.0) {
+        match as_storage(|caller| workflow::create(caller, app, type_name, &args.0)) {
             Ok(id) => id,
             Err(err) => raise(err, format!("create_object('{app}', '{type_name}')")),
         }
@@ -62,7 +67,7 @@ mod lambdastore {
     /// Runs a static function of a type (no object).
     #[pg_extern(volatile, parallel_unsafe)]
     fn invoke_static(app: &str, type_name: &str, function: &str, args: default!(JsonText, "'{}'")) -> JsonText {
-        json_result(workflow::invoke_static(app, type_name, function, &args.0), || {
+        json_result(as_storage(|caller| workflow::invoke_static(caller, app, type_name, function, &args.0)), || {
             format!("invoke_static('{app}', '{}', '{function}')", type_name)
         })
     }
@@ -72,7 +77,9 @@ mod lambdastore {
     /// at commit, hot sets are split automatically. False if already a guard.
     #[pg_extern(volatile, parallel_unsafe)]
     fn split(object_id: i64, field: &str, key: &[u8]) -> bool {
-        let outcome = crate::workflow::check_field(object_id, field).and_then(|_| crate::txn::occ::split(object_id, field, key));
+        let outcome = as_storage(|caller| {
+            workflow::check_field(caller, object_id, field).and_then(|_| crate::txn::occ::split(object_id, field, key))
+        });
         match outcome {
             Ok(split) => split,
             Err(err) => raise(err, format!("split({object_id})")),
@@ -101,7 +108,7 @@ mod lambdastore {
         args: default!(JsonText, "'{}'"),
         idempotency_key: default!(Option<&str>, "NULL"),
     ) -> i64 {
-        match crate::jobs::submit(object_id, method, &args.0, idempotency_key) {
+        match as_storage(|caller| crate::jobs::submit(caller, object_id, method, &args.0, idempotency_key)) {
             Ok(job) => job,
             Err(err) => raise(err, format!("submit({object_id}, '{method}')")),
         }
@@ -111,7 +118,7 @@ mod lambdastore {
     #[pg_extern(volatile, parallel_unsafe)]
     fn _wait_for_job(job_id: i64, timeout_ms: i64) {
         let timeout = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
-        if let Err(err) = crate::jobs::wait(job_id, timeout) {
+        if let Err(err) = as_storage(|caller| crate::jobs::wait(caller, job_id, timeout)) {
             raise(err, format!("wait({job_id})"));
         }
     }
@@ -122,16 +129,116 @@ mod lambdastore {
         TableIterator::new(crate::workers::running_jobs().into_iter().map(|job| (job,)))
     }
 
-    /// Deletes an object and all its entries.
+    /// Deletes an object and all its entries (its application's owner only).
     #[pg_extern(volatile, parallel_unsafe)]
     fn delete_object(object_id: i64) {
-        match crate::catalog::objects::delete(object_id) {
+        let outcome = as_storage(|caller| {
+            let (info, _) = crate::catalog::objects::lookup(object_id)?;
+            access::check(caller, &info.app, Privilege::Owner)?;
+            crate::catalog::objects::delete(object_id)
+        });
+        match outcome {
             Ok(true) => {}
             Ok(false) => raise(LambdaError::UnknownObject(object_id), String::new()),
             Err(err) => raise(err, format!("delete_object({object_id})")),
         }
     }
+
+    /// Whether the current role may do what `privilege` ('owner', 'invoke'
+    /// or 'read') allows with `app`; false for an application that does
+    /// not exist (the views filter rows with it).
+    #[pg_extern(stable, parallel_restricted)]
+    fn has_app_privilege(app: &str, privilege: &str) -> bool {
+        let outcome = as_storage(|caller| match access::allowed(caller, app, Privilege::parse(privilege)?) {
+            Err(LambdaError::UnknownApplication(_)) => Ok(false),
+            other => other,
+        });
+        outcome.unwrap_or_else(|err| raise(err, format!("has_app_privilege('{app}', '{privilege}')")))
+    }
+
+    /// Behind `lambdastore.grant(app, role, privilege)` (sql/views.sql).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _grant(app: &str, grantee: pg_sys::Oid, privilege: &str) {
+        let outcome = as_storage(|caller| {
+            let privilege = granted_privilege(privilege)?;
+            owned(caller, app)?;
+            crate::catalog::grants::grant(app, grantee, privilege.name())
+        });
+        outcome.unwrap_or_else(|err| raise(err, format!("grant('{app}')")))
+    }
+
+    /// Behind `lambdastore.revoke(app, role, privilege)`; false if it was
+    /// not granted.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _revoke(app: &str, grantee: pg_sys::Oid, privilege: &str) -> bool {
+        let outcome = as_storage(|caller| {
+            let privilege = granted_privilege(privilege)?;
+            owned(caller, app)?;
+            crate::catalog::grants::revoke(app, grantee, privilege.name())
+        });
+        outcome.unwrap_or_else(|err| raise(err, format!("revoke('{app}')")))
+    }
+
+    /// Behind `lambdastore.set_owner(app, role)`.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _set_owner(app: &str, owner: pg_sys::Oid) {
+        let outcome = as_storage(|caller| {
+            owned(caller, app)?;
+            crate::catalog::grants::set_owner(app, owner)
+        });
+        outcome.unwrap_or_else(|err| raise(err, format!("set_owner('{app}')")))
+    }
+
+    /// Creates an API key for `app` and returns it: this is the only time
+    /// the key is shown. Creates the application (owned by the current
+    /// role) if it does not exist yet, so that its first deploy can come
+    /// over HTTP. The application's owner only.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn create_api_key(
+        app: &str,
+        label: default!(Option<&str>, "NULL"),
+    ) -> TableIterator<'static, (name!(key_id, i64), name!(api_key, String))> {
+        let outcome = as_storage(|caller| {
+            crate::api::deploy::check_app_name(app)?;
+            let owner = crate::catalog::grants::create_and_lock(app, caller.0)?;
+            if !caller.acts_as(owner) {
+                access::check(caller, app, Privilege::Owner)?;
+            }
+            crate::catalog::api_keys::create(app, label, caller.0)
+        });
+        let (id, key) = outcome.unwrap_or_else(|err| raise(err, format!("create_api_key('{app}')")));
+        TableIterator::once((id, key))
+    }
+
+    /// Revokes a key at once (the next request with it is refused); false
+    /// if it was already revoked. The key's application's owner only.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn revoke_api_key(key_id: i64) -> bool {
+        let outcome = as_storage(|caller| {
+            let app = crate::catalog::api_keys::app_of(key_id)?.ok_or(LambdaError::UnknownApiKey(key_id))?;
+            access::check(caller, &app, Privilege::Owner)?;
+            crate::catalog::api_keys::revoke(key_id)
+        });
+        outcome.unwrap_or_else(|err| raise(err, format!("revoke_api_key({key_id})")))
+    }
+}
+
+/// 'invoke' or 'read': what `grant` and `revoke` take.
+fn granted_privilege(name: &str) -> Result<Privilege> {
+    match Privilege::parse(name)? {
+        Privilege::Owner => Err(LambdaError::InvalidParameter(
+            "'owner' is not granted: use lambdastore.set_owner to hand an application over".into(),
+        )),
+        privilege => Ok(privilege),
+    }
+}
+
+/// Locks `app`'s row (so that owner changes and grants are serialized)
+/// and checks that `caller` owns it.
+fn owned(caller: Caller, app: &str) -> Result<()> {
+    crate::catalog::grants::lock(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
+    access::check(caller, app, Privilege::Owner)
 }
 
 mod deploy;
-mod json_text;
+pub(crate) mod json_text;

@@ -68,7 +68,10 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         // another session, where nothing would bump the generation.
         XACT_EVENT_PRE_PREPARE if BUMP_AT_COMMIT.get() => {
             BUMP_AT_COMMIT.set(false);
-            pgrx::error!("lambdastore: deploy and delete_object cannot be part of a prepared transaction");
+            crate::error::LambdaError::Prepared(
+                "lambdastore.deploy, delete_object, grant, revoke and set_owner cannot be part of a prepared transaction".into(),
+            )
+            .report("PREPARE TRANSACTION");
         }
         XACT_EVENT_COMMIT if BUMP_AT_COMMIT.replace(false) && ENABLED.load(Ordering::Relaxed) => {
             GENERATION.get().fetch_add(1, Ordering::SeqCst);
@@ -78,8 +81,16 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
     }
 }
 
-/// The current transaction changes an application's module or deletes an
-/// object: every backend forgets its cache once it commits.
+/// The catalog generation now (None without shared memory): what the
+/// backend caches about the catalog, here and in access.rs, is good only
+/// under the generation it was read in.
+pub fn generation() -> Option<u64> {
+    ENABLED.load(Ordering::Relaxed).then(|| GENERATION.get().load(Ordering::SeqCst))
+}
+
+/// The current transaction changes an application's module, owner or
+/// grants, or deletes an object: every backend forgets its caches once it
+/// commits.
 pub fn changed() {
     BUMP_AT_COMMIT.set(true);
 }

@@ -1,8 +1,8 @@
 //! Entry rows: point reads, ordered range scans, and applying a workflow's
 //! buffered writes in a few set-based statements.
 
-use super::{probe, query};
-use crate::error::Result;
+use super::{probe, query, query_chunks};
+use crate::error::{LambdaError, Result};
 use crate::txn::{EntryKey, WriteBuffer};
 use pgrx::pg_sys::BuiltinOid::*;
 
@@ -23,7 +23,10 @@ pub fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
 }
 
 /// Entries of one field with start <= key < end, in key order (or
-/// reverse), at most `limit`.
+/// reverse), at most `limit`. Rows are fetched in chunks; between chunks
+/// `keep_going` may stop the scan, and more than `max_bytes` of keys and
+/// values fail it (54000, `lambdastore.max_scan_size`).
+#[allow(clippy::too_many_arguments)]
 pub fn scan(
     object: i64,
     field: &str,
@@ -31,6 +34,8 @@ pub fn scan(
     end: Option<&[u8]>,
     limit: usize,
     forward: bool,
+    max_bytes: usize,
+    mut keep_going: impl FnMut() -> Result<()>,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     // One plan per shape, so that each is a plain index range scan.
     let sql = match (end.is_some(), forward) {
@@ -47,19 +52,38 @@ pub fn scan(
         args.push(end.into());
         types.push(BYTEAOID);
     }
-    query(sql, &types, &args, |rows| {
-        rows.into_iter()
-            .map(|row| Ok((row.get::<Vec<u8>>(1)?.unwrap_or_default(), row.get::<Vec<u8>>(2)?.unwrap_or_default())))
-            .collect()
-    })
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    query_chunks(sql, &types, &args, SCAN_CHUNK, |rows| {
+        for row in rows {
+            let key = row.get::<Vec<u8>>(1)?.unwrap_or_default();
+            let value = row.get::<Vec<u8>>(2)?.unwrap_or_default();
+            bytes = bytes.saturating_add(key.len() + value.len());
+            if bytes > max_bytes {
+                return Ok(Err(LambdaError::TooLarge {
+                    what: "the scan returns more than",
+                    size: bytes,
+                    limit: max_bytes,
+                    setting: "lambdastore.max_scan_size",
+                }));
+            }
+            out.push((key, value));
+        }
+        Ok(keep_going())
+    })?;
+    Ok(out)
 }
 
+/// Rows fetched at a time by a scan: a few pages of typical entries.
+const SCAN_CHUNK: i64 = 64;
+
 /// Inserts the created objects (each with its first entry set), deletes
-/// and upserts entries, then queues the spawned calls as jobs (the outbox).
-/// One kept single-row statement per change: statements with array
-/// arguments would be re-planned on every execution (their generic plan
-/// never looks cheaper than a custom one), and a workflow writes few entries.
-pub fn apply(writes: &WriteBuffer) -> Result<()> {
+/// and upserts entries. One kept single-row statement per change:
+/// statements with array arguments would be re-planned on every execution
+/// (their generic plan never looks cheaper than a custom one), and a
+/// workflow writes few entries. A workflow that buffered many is stopped by
+/// `keep_going` (its deadline, a cancel) every `APPLY_CHECK` statements.
+pub fn apply(writes: &WriteBuffer, mut keep_going: impl FnMut() -> Result<()>) -> Result<()> {
     for (id, app, type_name) in writes.created() {
         query(
             "WITH o AS (INSERT INTO lambdastore.objects (object_id, app, type_name) VALUES ($1, $2, $3))
@@ -69,7 +93,10 @@ pub fn apply(writes: &WriteBuffer) -> Result<()> {
             |_| Ok(()),
         )?;
     }
-    for ((object, field, key), slot) in writes.entries() {
+    for (n, ((object, field, key), slot)) in writes.entries().enumerate() {
+        if n % APPLY_CHECK == APPLY_CHECK - 1 {
+            keep_going()?;
+        }
         match slot {
             Some(value) => query(
                 "INSERT INTO lambdastore.entries (object_id, field, key, value) VALUES ($1, $2, $3, $4)
@@ -86,9 +113,7 @@ pub fn apply(writes: &WriteBuffer) -> Result<()> {
             )?,
         }
     }
-    if !writes.spawned().is_empty() {
-        super::jobs::insert_spawned(writes.spawned(), crate::jobs::current_job())?;
-        crate::jobs::wake_workers_at_commit();
-    }
     Ok(())
 }
+
+const APPLY_CHECK: usize = 256;

@@ -3,6 +3,7 @@
 //! `workers::job_runner`.
 
 use super::query;
+use crate::access::Caller;
 use crate::error::{LambdaError, Result};
 use crate::txn::Spawned;
 use pgrx::pg_sys::{self, BuiltinOid::*};
@@ -17,13 +18,13 @@ pub struct NewJob<'a> {
     pub idempotency_key: Option<&'a str>,
     /// The job whose lambda spawned this one.
     pub parent: Option<i64>,
+    /// The role the job runs as.
+    pub role: pg_sys::Oid,
 }
 
 /// The job's id, and whether this call inserted it (false: an earlier
 /// submission with the same idempotency key).
 pub fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
-    // SAFETY: reads the current user id of this backend.
-    let role = unsafe { pg_sys::GetUserId() };
     let inserted = query(
         "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id)
          VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
@@ -36,7 +37,7 @@ pub fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
             job.method.into(),
             job.args.into(),
             job.idempotency_key.into(),
-            role.into(),
+            job.role.into(),
             job.parent.into(),
         ],
         |rows| Ok(rows.into_iter().next().map(|row| row.get::<i64>(1)).transpose()?.flatten()),
@@ -63,8 +64,8 @@ pub fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
     Ok((id, false))
 }
 
-/// Inserts the calls a workflow spawned, in spawn order.
-pub fn insert_spawned(spawned: &[Spawned], parent: Option<i64>) -> Result<()> {
+/// Inserts the calls a workflow of `caller` spawned, in spawn order.
+pub fn insert_spawned(spawned: &[Spawned], caller: Caller, parent: Option<i64>) -> Result<()> {
     for call in spawned {
         insert(&NewJob {
             object: call.object,
@@ -73,6 +74,7 @@ pub fn insert_spawned(spawned: &[Spawned], parent: Option<i64>) -> Result<()> {
             args: &call.args,
             idempotency_key: None,
             parent,
+            role: caller.0,
         })?;
     }
     Ok(())
@@ -82,17 +84,52 @@ pub fn insert_spawned(spawned: &[Spawned], parent: Option<i64>) -> Result<()> {
 pub struct Claimed {
     pub object: i64,
     pub job: i64,
+    pub app: String,
     pub method: String,
     pub args: String,
     pub attempts: i32,
     pub role: pg_sys::Oid,
 }
 
-/// Locks the oldest due job no other worker holds. The lock lasts until the
-/// transaction ends, which is also when its outcome commits.
-pub fn claim() -> Result<Option<Claimed>> {
+/// Locks a due job no other worker holds, until the transaction ends
+/// (which is also when its outcome commits): the oldest of the first
+/// application after `after` (in name order, wrapping around) that has
+/// one, so that workers take turns between applications and one
+/// application's flood of jobs cannot starve another's; else, when that
+/// application's due jobs are all held, the oldest due job of any.
+pub fn claim(after: &str) -> Result<Option<Claimed>> {
+    let next_app = query(
+        "(SELECT a.name FROM lambdastore.applications a
+           WHERE a.name > $1 AND EXISTS (SELECT 1 FROM lambdastore.jobs j
+                                          WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now())
+           ORDER BY a.name LIMIT 1)
+         UNION ALL
+         (SELECT a.name FROM lambdastore.applications a
+           WHERE EXISTS (SELECT 1 FROM lambdastore.jobs j
+                          WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now())
+           ORDER BY a.name LIMIT 1)
+         LIMIT 1",
+        &[TEXTOID],
+        &[after.into()],
+        |rows| Ok(rows.into_iter().next().map(|row| row.get::<String>(1)).transpose()?.flatten()),
+    )?;
+    let Some(app) = next_app else { return Ok(None) };
+    let claimed = query(
+        "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by
+           FROM lambdastore.jobs
+          WHERE app = $1 AND state = 'queued' AND run_after <= now()
+          ORDER BY run_after, job_id
+          LIMIT 1
+            FOR UPDATE SKIP LOCKED",
+        &[TEXTOID],
+        &[app.as_str().into()],
+        first_claimed,
+    )?;
+    if claimed.is_some() {
+        return Ok(claimed);
+    }
     query(
-        "SELECT object_id, job_id, method, args::text, attempts, submitted_by
+        "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by
            FROM lambdastore.jobs
           WHERE state = 'queued' AND run_after <= now()
           ORDER BY run_after, job_id
@@ -100,18 +137,21 @@ pub fn claim() -> Result<Option<Claimed>> {
             FOR UPDATE SKIP LOCKED",
         &[],
         &[],
-        |rows| {
-            let Some(row) = rows.into_iter().next() else { return Ok(None) };
-            Ok(Some(Claimed {
-                object: row.get(1)?.unwrap_or_default(),
-                job: row.get(2)?.unwrap_or_default(),
-                method: row.get(3)?.unwrap_or_default(),
-                args: row.get(4)?.unwrap_or_default(),
-                attempts: row.get(5)?.unwrap_or_default(),
-                role: row.get(6)?.unwrap_or(pg_sys::InvalidOid),
-            }))
-        },
+        first_claimed,
     )
+}
+
+fn first_claimed(rows: pgrx::spi::SpiTupleTable<'_>) -> pgrx::spi::Result<Option<Claimed>> {
+    let Some(row) = rows.into_iter().next() else { return Ok(None) };
+    Ok(Some(Claimed {
+        object: row.get(1)?.unwrap_or_default(),
+        job: row.get(2)?.unwrap_or_default(),
+        app: row.get(3)?.unwrap_or_default(),
+        method: row.get(4)?.unwrap_or_default(),
+        args: row.get(5)?.unwrap_or_default(),
+        attempts: row.get(6)?.unwrap_or_default(),
+        role: row.get(7)?.unwrap_or(pg_sys::InvalidOid),
+    }))
 }
 
 /// Milliseconds until the next job that is waiting out a backoff becomes
@@ -164,12 +204,11 @@ pub fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i
     )
 }
 
-/// The job's state as committed now; `None` if there is no such job.
-pub fn state(job: i64) -> Result<Option<String>> {
-    query(
-        "SELECT state FROM lambdastore.jobs WHERE job_id = $1",
-        &[INT8OID],
-        &[job.into()],
-        |rows| Ok(rows.into_iter().next().map(|row| row.get::<String>(1)).transpose()?.flatten()),
-    )
+/// The job's application and state as committed now; `None` if there is
+/// no such job.
+pub fn state(job: i64) -> Result<Option<(String, String)>> {
+    query("SELECT app, state FROM lambdastore.jobs WHERE job_id = $1", &[INT8OID], &[job.into()], |rows| {
+        let Some(row) = rows.into_iter().next() else { return Ok(None) };
+        Ok(Some((row.get::<String>(1)?.unwrap_or_default(), row.get::<String>(2)?.unwrap_or_default())))
+    })
 }

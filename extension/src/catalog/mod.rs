@@ -5,9 +5,11 @@
 //! They are mutating plans (`prepare_mut`), so under READ COMMITTED every
 //! statement takes a fresh snapshot and sees the transaction's own writes.
 
+pub mod api_keys;
 pub mod cache;
 pub mod entries;
 pub mod entry_sets;
+pub mod grants;
 pub mod jobs;
 pub mod modules;
 pub mod objects;
@@ -157,6 +159,40 @@ pub fn query<R>(
         outcome
     })
     .map_err(|e| LambdaError::Internal(format!("SPI: {e}")))
+}
+
+/// Runs the kept plan of `sql` as a cursor and hands its rows to `read`,
+/// `chunk` rows at a time, until they run out or `read` returns an error
+/// of ours: a large result is never held whole, and `read` can stop early.
+pub fn query_chunks(
+    sql: &'static str,
+    types: &[PgBuiltInOids],
+    args: &[DatumWithOid<'_>],
+    chunk: i64,
+    mut read: impl FnMut(SpiTupleTable<'_>) -> pgrx::spi::Result<Result<()>>,
+) -> Result<()> {
+    Spi::connect(|client| {
+        let plan = match PLANS.with(|plans| plans.borrow_mut().remove(&plan_key(sql))) {
+            Some(plan) => plan,
+            None => ManuallyDrop::new(prepare(client, sql, types)?),
+        };
+        let mut fetch_all = || -> pgrx::spi::Result<Result<()>> {
+            let mut cursor = client.try_open_cursor(&*plan, args)?;
+            loop {
+                let rows = cursor.fetch(chunk)?;
+                if rows.is_empty() {
+                    return Ok(Ok(()));
+                }
+                if let Err(stop) = read(rows)? {
+                    return Ok(Err(stop));
+                }
+            }
+        };
+        let outcome = fetch_all();
+        PLANS.with(|plans| plans.borrow_mut().insert(plan_key(sql), plan));
+        outcome
+    })
+    .map_err(|e| LambdaError::Internal(format!("SPI: {e}")))?
 }
 
 fn prepare(client: &SpiClient<'_>, sql: &str, types: &[PgBuiltInOids]) -> pgrx::spi::Result<OwnedPreparedStatement> {

@@ -4,6 +4,7 @@ use super::query;
 use crate::error::{LambdaError, Result};
 use crate::runtime::Description;
 use pgrx::pg_sys::BuiltinOid::*;
+use pgrx::pg_sys::Oid;
 use pgrx::JsonB;
 
 /// What identifies a loaded module version in a backend's cache. The id
@@ -74,53 +75,37 @@ pub struct Deployed {
     pub unchanged: bool,
 }
 
-/// Registers a new version of `app` and makes it current, in the caller's
-/// transaction. The application row is locked first, so concurrent deploys
-/// of one application are serialized and versions never collide. Only the
-/// application's owner (or a superuser) may deploy over it.
-pub fn deploy(app: &str, sha256: &str, wasm: &[u8], description: &Description) -> Result<Deployed> {
+/// The version `app` runs now, if its bytes hash to `sha256`: deploying
+/// the same bytes again changes nothing.
+pub fn running(app: &str, sha256: &str) -> Result<Option<Deployed>> {
     query(
-        "INSERT INTO lambdastore.applications (name) VALUES ($1) ON CONFLICT (name) DO NOTHING",
-        &[TEXTOID],
-        &[app.into()],
-        |_| Ok(()),
-    )?;
-    let (owner, may_deploy, current_sha) = query(
-        "SELECT a.owner::text,
-                a.owner = current_user OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
-                m.sha256
-           FROM lambdastore.applications a LEFT JOIN lambdastore.modules m ON m.module_id = a.module_id
-          WHERE a.name = $1 FOR UPDATE OF a",
-        &[TEXTOID],
-        &[app.into()],
+        "SELECT m.module_id, m.version FROM lambdastore.applications a
+           JOIN lambdastore.modules m ON m.module_id = a.module_id WHERE a.name = $1 AND m.sha256 = $2",
+        &[TEXTOID, TEXTOID],
+        &[app.into(), sha256.into()],
         |rows| {
-            let row = rows.first();
-            Ok((row.get::<String>(1)?, row.get::<bool>(2)?, row.get::<String>(3)?))
+            let Some(row) = rows.into_iter().next() else { return Ok(None) };
+            Ok(Some(Deployed {
+                module_id: row.get::<i64>(1)?.unwrap_or_default(),
+                version: row.get::<i32>(2)?.unwrap_or_default(),
+                unchanged: true,
+            }))
         },
-    )?;
-    if may_deploy != Some(true) {
-        return Err(LambdaError::PermissionDenied(format!(
-            "application \"{app}\" belongs to role \"{}\"",
-            owner.unwrap_or_default()
-        )));
-    }
-    if current_sha.as_deref() == Some(sha256) {
-        let (module_id, version) = query(
-            "SELECT m.module_id, m.version FROM lambdastore.applications a
-               JOIN lambdastore.modules m ON m.module_id = a.module_id WHERE a.name = $1",
-            &[TEXTOID],
-            &[app.into()],
-            |rows| rows.first().get_two::<i64, i32>(),
-        )?;
-        return Ok(Deployed { module_id: module_id.unwrap_or_default(), version: version.unwrap_or_default(), unchanged: true });
-    }
+    )
+}
+
+/// Registers a new version of `app` and makes it current, in the caller's
+/// transaction. The caller has locked the application's row (so concurrent
+/// deploys of one application are serialized and versions never collide)
+/// and checked that `deployed_by` may deploy it.
+pub fn deploy(app: &str, sha256: &str, wasm: &[u8], description: &Description, deployed_by: Oid) -> Result<Deployed> {
     let description_json = serde_json::to_value(description).expect("a description serializes");
     let (module_id, version) = query(
-        "INSERT INTO lambdastore.modules (app, version, sha256, wasm, description)
-         SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4 FROM lambdastore.modules WHERE app = $1
+        "INSERT INTO lambdastore.modules (app, version, sha256, wasm, description, deployed_by)
+         SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5 FROM lambdastore.modules WHERE app = $1
          RETURNING module_id, version",
-        &[TEXTOID, TEXTOID, BYTEAOID, JSONBOID],
-        &[app.into(), sha256.into(), wasm.into(), JsonB(description_json.clone()).into()],
+        &[TEXTOID, TEXTOID, BYTEAOID, JSONBOID, OIDOID],
+        &[app.into(), sha256.into(), wasm.into(), JsonB(description_json.clone()).into(), deployed_by.into()],
         |rows| rows.first().get_two::<i64, i32>(),
     )?;
     let module_id = module_id.ok_or_else(|| LambdaError::Internal("module insert returned nothing".into()))?;
@@ -139,4 +124,12 @@ pub fn deploy(app: &str, sha256: &str, wasm: &[u8], description: &Description) -
         |_| Ok(()),
     )?;
     Ok(Deployed { module_id, version: version.unwrap_or_default(), unchanged: false })
+}
+
+/// The hashes of every module version of this database, as this
+/// transaction sees them: the compiled artifacts worth keeping.
+pub fn shas_in_use() -> Result<Vec<String>> {
+    query("SELECT DISTINCT sha256 FROM lambdastore.modules", &[], &[], |rows| {
+        rows.into_iter().map(|row| Ok(row.get::<String>(1)?.unwrap_or_default())).collect()
+    })
 }

@@ -4,9 +4,19 @@
 use super::{Direction, Entry, HostState};
 use crate::catalog::entries as table;
 use crate::error::{LambdaError, Result};
+use crate::gucs;
 use crate::txn::EntryKey;
 
 fn key_of(state: &HostState, field: String, key: Vec<u8>, op: &'static str) -> Result<EntryKey> {
+    // PostgreSQL's text ends at a NUL: the stored name would not be the
+    // name written, two fields could look alike, and a dump would not
+    // restore.
+    if field.contains('\0') {
+        return Err(LambdaError::InvalidParameter(format!(
+            "field name {field:?} of \"{}.{}\" contains a NUL byte",
+            state.frame.type_name, state.frame.function
+        )));
+    }
     if state.frame.object == 0 {
         return Err(LambdaError::NoObject {
             ty: state.frame.type_name.clone(),
@@ -36,9 +46,26 @@ pub fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Option<Vec<
     table::get(&key)
 }
 
+/// Refuses a write past `lambdastore.max_write_size`: the buffer and its
+/// undo journal are host memory, outside the lambda's memory limit.
+fn check_buffer(state: &HostState, key: &EntryKey, value: Option<&[u8]>) -> Result<()> {
+    let size = state.workflow.writes.borrow().bytes_after(key, value);
+    let limit = gucs::max_write_bytes();
+    if size > limit {
+        return Err(LambdaError::TooLarge {
+            what: "the workflow's buffered writes would be",
+            size,
+            limit,
+            setting: "lambdastore.max_write_size",
+        });
+    }
+    Ok(())
+}
+
 pub fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
+    check_buffer(state, &key, Some(&value))?;
     state.workflow.writes.borrow_mut().put(key, value);
     Ok(())
 }
@@ -46,6 +73,7 @@ pub fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Re
 pub fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<bool> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
+    check_buffer(state, &key, None)?;
     state.workflow.record_read(key.0, &key.1, &key.2)?;
     let existed = match state.workflow.writes.borrow().get(&key) {
         Some(buffered) => buffered.is_some(),
@@ -81,6 +109,8 @@ pub fn scan(
         }
     };
     let forward = matches!(dir, Direction::Forward);
+    // Streamed, so that neither a huge range nor a slow one can run past
+    // the scan limit or the workflow's deadline before anyone looks.
     let stored = table::scan(
         object,
         &field,
@@ -88,6 +118,8 @@ pub fn scan(
         end.as_deref(),
         limit.saturating_add(buffered.len()),
         forward,
+        gucs::max_scan_bytes(),
+        || state.workflow.keep_going(),
     )?;
 
     // Two sorted lists, merged in scan order; on equal keys the buffer wins.

@@ -1,9 +1,12 @@
 //! Compiled components cached on disk, keyed by what identifies a version:
 //! the module's SHA-256 and the engine's compatibility hash (wasmtime
 //! version and settings). Loading is an mmap, so a new connection starts a
-//! known module without compiling it.
+//! known module without compiling it. Each database has a directory of its
+//! own, so that a deploy can tell which artifacts no version of its
+//! database uses (`store_and_retain`).
 
 use crate::error::{LambdaError, Result};
+use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
 use wasmtime::component::Component;
@@ -13,24 +16,52 @@ fn cache_dir() -> PathBuf {
     // SAFETY: DataDir is set by the postmaster before any backend runs SQL
     // and never changes afterwards.
     let data_dir = unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::DataDir) };
-    PathBuf::from(data_dir.to_string_lossy().into_owned()).join("lambdastore").join("cache")
+    // SAFETY: set once this backend is connected to its database.
+    let database = unsafe { pgrx::pg_sys::MyDatabaseId }.to_u32();
+    PathBuf::from(data_dir.to_string_lossy().into_owned()).join("lambdastore").join("cache").join(database.to_string())
+}
+
+fn engine_suffix(engine: &Engine) -> String {
+    let mut hasher = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("-{:016x}.cwasm", hasher.finish())
 }
 
 fn artifact_path(engine: &Engine, sha256: &str) -> PathBuf {
-    let mut hasher = DefaultHasher::new();
-    engine.precompile_compatibility_hash().hash(&mut hasher);
-    cache_dir().join(format!("{sha256}-{:016x}.cwasm", hasher.finish()))
+    cache_dir().join(format!("{sha256}{}", engine_suffix(engine)))
 }
 
-/// Compiles `wasm` (validating it) and stores the artifact for later loads.
-pub fn compile(engine: &Engine, sha256: &str, wasm: &[u8]) -> Result<Component> {
-    let component = Component::new(engine, wasm)
-        .map_err(|e| LambdaError::InvalidModule(invalid_module_message(wasm, e)))?;
-    if let Err(e) = store(engine, sha256, &component) {
-        // A cache that cannot be written costs a compile later, nothing else.
+/// Compiles `wasm`, validating it.
+pub fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component> {
+    Component::new(engine, wasm).map_err(|e| LambdaError::InvalidModule(invalid_module_message(wasm, e)))
+}
+
+/// Stores the artifact for later loads; a cache that cannot be written
+/// costs a compile later, nothing else.
+fn store_or_warn(engine: &Engine, sha256: &str, component: &Component) {
+    if let Err(e) = store(engine, sha256, component) {
         pgrx::warning!("lambdastore: cannot cache compiled module {sha256}: {e}");
     }
-    Ok(component)
+}
+
+/// Stores the artifact of a version just registered, then removes every
+/// other artifact of this database's cache that no module in `in_use`
+/// needs: those of modules no version uses, or of another engine (files
+/// still being written, `.tmp<pid>`, are left alone). Removing one that is
+/// still wanted only costs a compile at its next load.
+pub fn store_and_retain(engine: &Engine, sha256: &str, component: &Component, in_use: HashSet<String>) {
+    store_or_warn(engine, sha256, component);
+    let suffix = engine_suffix(engine);
+    let Ok(files) = std::fs::read_dir(cache_dir()) else { return };
+    for file in files.flatten() {
+        let name = file.file_name().to_string_lossy().into_owned();
+        let wanted = name
+            .strip_suffix(&suffix)
+            .is_some_and(|sha| sha == sha256 || in_use.contains(sha));
+        if !wanted && !name.contains(".tmp") {
+            let _ = std::fs::remove_file(file.path());
+        }
+    }
 }
 
 /// Loads the artifact of `sha256`, compiling `wasm()` if it is not cached.
@@ -45,7 +76,9 @@ pub fn load(engine: &Engine, sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>
             Err(e) => pgrx::warning!("lambdastore: ignoring unusable cached module {}: {e}", path.display()),
         }
     }
-    compile(engine, sha256, &wasm()?)
+    let component = compile(engine, &wasm()?)?;
+    store_or_warn(engine, sha256, &component);
+    Ok(component)
 }
 
 fn store(engine: &Engine, sha256: &str, component: &Component) -> std::io::Result<()> {

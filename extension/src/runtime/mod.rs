@@ -18,6 +18,7 @@ use std::time::Instant;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Store, UpdateDeadline};
 
+use crate::access::Caller;
 use crate::catalog::modules::ModuleKey;
 use crate::txn::Workflow;
 
@@ -154,20 +155,26 @@ fn instantiate_pre(component: &wasmtime::component::Component) -> Result<LambdaP
     })
 }
 
-/// Validates a module for deployment: compiles it (caching the artifact),
-/// links it against the host interface and asks it to describe itself.
-pub fn validate(sha256: &str, wasm: &[u8]) -> Result<Description> {
+/// Validates a module for deployment: compiles it, links it against the
+/// host interface and asks it to describe itself (for `caller`, within its
+/// timeout). The compiled component is cached by `cache_compiled` once the
+/// version is registered, so a refused deploy leaves nothing on disk.
+pub fn validate(caller: Caller, wasm: &[u8]) -> Result<(Description, wasmtime::component::Component)> {
     let engine = &runtime().engine;
-    let component = cache::compile(engine, sha256, wasm)?;
+    let component = cache::compile(engine, wasm)?;
     let pre = instantiate_pre(&component)?;
     let probe = AppVersion {
         app: String::new(),
         description: Description { sdk: String::new(), types: Vec::new() },
         pre,
     };
-    let workflow = Rc::new(Workflow::new(gucs::timeout()));
+    let workflow = Rc::new(Workflow::new(caller, None, gucs::timeout(caller.is_superuser())));
     let frame = Frame { object: 0, type_name: String::new(), function: "describe".into(), readonly: true, depth: 0 };
-    let desc = with_store(&workflow, &Rc::new(probe), frame, |store, lambda| lambda.call_describe(store))?;
+    // A description is a few kB: at most DESCRIBE_MEMORY of the lambda's
+    // memory, so that a module cannot make the host lift a huge one.
+    let memory = gucs::memory_limit_bytes().min(DESCRIBE_MEMORY);
+    let desc = with_store(&workflow, &Rc::new(probe), frame, memory, |store, lambda| lambda.call_describe(store))?;
+    check_description_size(&desc)?;
     let description = Description {
         sdk: desc.sdk,
         types: desc
@@ -199,7 +206,43 @@ pub fn validate(sha256: &str, wasm: &[u8]) -> Result<Description> {
             .collect(),
     };
     check_description(&description)?;
-    Ok(description)
+    Ok((description, component))
+}
+
+/// Stores the compiled artifact of a version just registered, and removes
+/// this database's artifacts of modules no version uses (`in_use`: those of
+/// aborted deploys, or of a dropped extension).
+pub fn cache_compiled(sha256: &str, component: &wasmtime::component::Component, in_use: Vec<String>) {
+    let engine = &runtime().engine;
+    cache::store_and_retain(engine, sha256, component, in_use.into_iter().collect());
+}
+
+/// Linear memory the `describe` call may use at most.
+const DESCRIBE_MEMORY: usize = 16 << 20;
+/// The largest description a module may give (names and kinds, in bytes).
+const MAX_DESCRIPTION: usize = 1 << 20;
+
+/// 42P13 for a description past `MAX_DESCRIPTION`, counted before it is
+/// converted or stored: every backend that runs the application keeps it.
+fn check_description_size(desc: &crate::host::lambdastore::lambda::types::AppDesc) -> Result<()> {
+    let size: usize = desc.sdk.len()
+        + desc
+            .types
+            .iter()
+            .map(|t| {
+                t.name.len()
+                    + t.fields.iter().map(|f| f.name.len() + 16).sum::<usize>()
+                    + t.functions.iter().map(|f| f.name.len() + 32).sum::<usize>()
+            })
+            .sum::<usize>();
+    if size > MAX_DESCRIPTION {
+        return Err(LambdaError::InvalidModule(format!(
+            "its description is about {size} bytes, more than {MAX_DESCRIPTION}: {} types, {} functions",
+            desc.types.len(),
+            desc.types.iter().map(|t| t.functions.len()).sum::<usize>()
+        )));
+    }
+    Ok(())
 }
 
 fn field_kind_name(kind: crate::host::lambdastore::lambda::types::FieldKind) -> &'static str {
@@ -218,6 +261,14 @@ fn check_description(d: &Description) -> Result<()> {
         return invalid("it describes no object types".into());
     }
     let mut types = std::collections::HashSet::new();
+    // PostgreSQL's text cannot hold a NUL: the name stored would not be
+    // the name described.
+    let names = d.types.iter().flat_map(|t| {
+        std::iter::once(&t.name).chain(t.fields.iter().map(|f| &f.name)).chain(t.functions.iter().map(|f| &f.name))
+    });
+    if let Some(name) = names.chain(std::iter::once(&d.sdk)).find(|name| name.contains('\0')) {
+        return invalid(format!("the name {name:?} in its description contains a NUL byte"));
+    }
     for t in &d.types {
         if t.name.is_empty() || !types.insert(&t.name) {
             return invalid(format!("type name \"{}\" is empty or repeated", t.name));
@@ -252,7 +303,7 @@ pub fn run(
 ) -> Result<String> {
     check_args_size(args)?;
     let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
-    let outcome = with_store(workflow, app, frame, |store, lambda| {
+    let outcome = with_store(workflow, app, frame, gucs::memory_limit_bytes(), |store, lambda| {
         lambda.call_dispatch(store, kind, &ty, &function, object, args)
     })?;
     match outcome {
@@ -298,6 +349,7 @@ fn with_store<R>(
     workflow: &Rc<Workflow>,
     app: &Rc<AppVersion>,
     frame: Frame,
+    memory_limit: usize,
     f: impl FnOnce(&mut Store<HostState>, &Lambda) -> wasmtime::Result<R>,
 ) -> Result<R> {
     let rt = runtime();
@@ -305,7 +357,7 @@ fn with_store<R>(
         workflow: workflow.clone(),
         app: app.clone(),
         frame,
-        limits: Limits { memory_limit: gucs::memory_limit_bytes() },
+        limits: Limits { memory_limit },
     };
     let mut store = Store::new(&rt.engine, state);
     store.limiter(|state| &mut state.limits);
@@ -313,13 +365,7 @@ fn with_store<R>(
     // tick, where the callback decides whether to go on.
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|ctx| {
-        let workflow = &ctx.data().workflow;
-        if cancel_pending() {
-            return Err(LambdaError::Canceled.into());
-        }
-        if Instant::now() >= workflow.deadline {
-            return Err(LambdaError::Timeout(workflow.timeout.as_millis()).into());
-        }
+        ctx.data().workflow.keep_going()?;
         Ok(UpdateDeadline::Continue(1))
     });
     let _running = rt.start();
@@ -327,14 +373,3 @@ fn with_store<R>(
     f(&mut store, &lambda).map_err(from_wasmtime)
 }
 
-/// A query cancel, `statement_timeout` or `pg_terminate_backend` only sets
-/// these flags; the lambda is stopped and the SQL edge then lets PostgreSQL
-/// process the interrupt.
-pub fn cancel_pending() -> bool {
-    // SAFETY: sig_atomic_t flags written by signal handlers; a volatile read
-    // from the main thread is how PostgreSQL itself reads them.
-    unsafe {
-        std::ptr::read_volatile(&raw const pgrx::pg_sys::QueryCancelPending) != 0
-            || std::ptr::read_volatile(&raw const pgrx::pg_sys::ProcDiePending) != 0
-    }
-}

@@ -37,6 +37,9 @@ pub struct WriteBuffer {
     created: Vec<(i64, String, String)>,
     spawned: Vec<Spawned>,
     journal: Vec<Undo>,
+    /// Bytes of every write so far (field, key and value): what the buffer
+    /// and its journal, which keeps each overwritten value, hold at most.
+    bytes: usize,
 }
 
 impl WriteBuffer {
@@ -82,7 +85,13 @@ impl WriteBuffer {
         self.write(key, None);
     }
 
+    /// What `put` of this entry would bring the buffer's bytes to.
+    pub fn bytes_after(&self, key: &EntryKey, value: Option<&[u8]>) -> usize {
+        self.bytes.saturating_add(key.1.len() + key.2.len() + value.map_or(0, <[u8]>::len))
+    }
+
     fn write(&mut self, key: EntryKey, slot: Slot) {
+        self.bytes = self.bytes_after(&key, slot.as_deref());
         let previous = self.entries.insert(key.clone(), slot);
         self.journal.push(Undo::Entry(key, previous));
     }

@@ -14,11 +14,12 @@ pub mod versions;
 
 pub use buffer::{EntryKey, Spawned, WriteBuffer};
 
+use crate::access::Caller;
 use crate::catalog;
-use crate::error::Result;
+use crate::error::{LambdaError, Result};
 use crate::gucs;
 use entry_sets::{EntrySet, KnownSets, Position, SetId, Touched};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -48,8 +49,14 @@ fn guards_of(object: i64, splits: u64) -> Result<Option<entry_sets::Guards>> {
 }
 
 pub struct Workflow {
+    /// The role the workflow runs for: its spawned jobs run as this role.
+    pub caller: Caller,
+    /// The job this workflow runs as, if any: the parent of its spawns.
+    pub parent_job: Option<i64>,
     pub timeout: Duration,
     pub deadline: Instant,
+    /// Log messages written so far, and their bytes (host `log`).
+    pub logged: Cell<(usize, usize)>,
     pub writes: RefCell<WriteBuffer>,
     /// Objects looked up or created during this workflow.
     objects: RefCell<HashMap<i64, ObjectInfo>>,
@@ -61,15 +68,38 @@ pub struct Workflow {
 }
 
 impl Workflow {
-    pub fn new(timeout: Duration) -> Self {
+    pub fn new(caller: Caller, parent_job: Option<i64>, timeout: Duration) -> Self {
         Workflow {
+            caller,
+            parent_job,
             timeout,
             deadline: Instant::now() + timeout,
+            logged: Cell::new((0, 0)),
             writes: RefCell::new(WriteBuffer::default()),
             objects: RefCell::new(HashMap::new()),
             sets: RefCell::new(HashMap::new()),
             reads: RefCell::new(BTreeMap::new()),
         }
+    }
+
+    /// Whether the workflow may go on: not if a query cancel,
+    /// `statement_timeout` or a termination is pending (PostgreSQL's signal
+    /// handlers only set flags) or the deadline has passed. Checked by the
+    /// epoch callback while wasm runs, and inside long host work.
+    pub fn keep_going(&self) -> Result<()> {
+        // SAFETY: sig_atomic_t flags written by signal handlers; a volatile
+        // read from the main thread is how PostgreSQL itself reads them.
+        let interrupted = unsafe {
+            std::ptr::read_volatile(&raw const pgrx::pg_sys::QueryCancelPending) != 0
+                || std::ptr::read_volatile(&raw const pgrx::pg_sys::ProcDiePending) != 0
+        };
+        if interrupted {
+            return Err(LambdaError::Canceled);
+        }
+        if Instant::now() >= self.deadline {
+            return Err(LambdaError::Timeout(self.timeout.as_millis()));
+        }
+        Ok(())
     }
 
     pub fn is_created(&self, object: i64) -> bool {

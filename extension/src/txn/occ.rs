@@ -101,7 +101,7 @@ fn try_lock(set: &SetId) -> bool {
 pub fn commit(workflow: &Workflow) -> Result<()> {
     let writes = workflow.writes.borrow();
     if !gucs::occ() {
-        return if writes.is_empty() { Ok(()) } else { catalog::entries::apply(&writes) };
+        return if writes.is_empty() { Ok(()) } else { catalog::entries::apply(&writes, || workflow.keep_going()) };
     }
 
     // Which set each write falls in, by the sets loaded during the workflow.
@@ -156,7 +156,7 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
     })?;
 
     // 3. Apply; the written sets' versions go up once this commits.
-    catalog::entries::apply(&writes)?;
+    catalog::entries::apply(&writes, || workflow.keep_going())?;
     for set in written.keys() {
         versions::bump_at_commit(set);
     }

@@ -164,7 +164,12 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         // Made visible later by COMMIT PREPARED, in another session, where
         // nothing would apply the bumps.
         XACT_EVENT_PRE_PREPARE if HELD.with(|h| !h.borrow().is_empty()) => {
-            pgrx::error!("lambdastore: a transaction that ran writing lambdas cannot be prepared (PREPARE TRANSACTION)");
+            crate::error::LambdaError::Prepared(
+                "a transaction that ran writing lambdastore workflows cannot be prepared: their entry-set versions are \
+                 bumped by this session's commit, which COMMIT PREPARED would skip"
+                    .into(),
+            )
+            .report("PREPARE TRANSACTION");
         }
         XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
             PENDING.with(|p| p.borrow_mut().clear());

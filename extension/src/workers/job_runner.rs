@@ -14,6 +14,7 @@
 
 use super::{attach_worker, set_running, wait_latch, wake_waiters};
 use crate::catalog::jobs::{self, Claimed};
+use crate::access::Caller;
 use crate::error::LambdaError;
 use crate::{gucs, workflow};
 use pgrx::bgworkers::BackgroundWorker;
@@ -52,8 +53,10 @@ pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
         );
     }
     attach_worker(index);
+    // The application served last: workers take turns between them.
+    let mut last_app = String::new();
     loop {
-        let next = run_until_idle(index);
+        let next = run_until_idle(index, &mut last_app);
         wait_latch(next.map_or(MAX_IDLE, |due| due.min(MAX_IDLE)));
         reload_config_if_asked();
     }
@@ -80,12 +83,12 @@ fn reload_config_if_asked() {
 
 /// Runs due jobs until none is left; returns when the next backed-off job
 /// is due, if any.
-fn run_until_idle(index: usize) -> Option<Duration> {
+fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
     if !transaction(installed) {
         return None; // woken again by the first submit, which needs the extension
     }
     loop {
-        match transaction(|| run_one(index)) {
+        match transaction(|| run_one(index, last_app)) {
             Step::Ran(job) => {
                 set_running(index, 0);
                 wake_waiters(job);
@@ -126,26 +129,32 @@ enum Step {
 }
 
 /// One job, in the caller's transaction: claim, run, record.
-fn run_one(index: usize) -> Step {
-    let claimed = jobs::claim().unwrap_or_else(|e| e.report("claiming a job"));
+fn run_one(index: usize, last_app: &mut String) -> Step {
+    let claimed = jobs::claim(last_app).unwrap_or_else(|e| e.report("claiming a job"));
     let Some(job) = claimed else {
         let next = jobs::next_backoff_ms().unwrap_or_else(|e| e.report("looking for backed-off jobs"));
         return Step::Idle(next.map(|ms| Duration::from_millis(ms.max(1) as u64)));
     };
     set_running(index, job.job);
-    crate::jobs::set_current_job(Some(job.job));
-    let outcome = as_role(job.role, || in_subtransaction(|| run_workflow(&job)));
-    crate::jobs::set_current_job(None);
-    record(&job, outcome).unwrap_or_else(|e| e.report("recording a job's outcome"));
+    last_app.clone_from(&job.app);
+    let outcome = in_subtransaction(|| run_workflow(&job));
+    // Recording can fail too (a result or an error PostgreSQL will not
+    // store): that fails the job, never the worker, which would otherwise
+    // die, restart and claim the same job first, forever.
+    let recorded = in_subtransaction(|| record(&job, outcome).map_err(Failure::from));
+    if let Err(failure) = recorded {
+        let message = format!("recording the job's outcome failed: {}", failure.message);
+        jobs::finish_failed(&job, &message, "38000").unwrap_or_else(|e| e.report("recording a job's failure"));
+    }
     Step::Ran(job.job)
 }
 
+/// Runs the job's call as the role that submitted it, as a synchronous call
+/// of that role would have run (its privileges are checked again), and
+/// checks that jsonb can hold the result, where a bad one fails the job.
 fn run_workflow(job: &Claimed) -> Result<String, Failure> {
-    let result = workflow::invoke_method(job.object, &job.method, &job.args)?;
-    // Checked here, where a bad result fails the job, not the worker.
-    serde_json::from_str::<serde_json::Value>(&result).map_err(|e| {
-        Failure::from(LambdaError::Trap { message: format!("the result is not JSON: {e}"), backtrace: String::new() })
-    })?;
+    let result = workflow::run_job(Caller(job.role), job.job, job.object, &job.method, &job.args)?;
+    crate::api::json_text::result_jsonb(&result)?;
     Ok(result)
 }
 
@@ -193,7 +202,8 @@ impl Failure {
 
 impl From<LambdaError> for Failure {
     fn from(err: LambdaError) -> Self {
-        Failure { sqlstate: sqlstate_text(err.sqlstate()), canceled: matches!(err, LambdaError::Canceled), message: err.to_string() }
+        let canceled = matches!(err, LambdaError::Canceled);
+        Failure { sqlstate: sqlstate_text(err.sqlstate()), canceled, message: crate::error::bounded(err.to_string()) }
     }
 }
 
@@ -203,7 +213,8 @@ impl From<CaughtError> for Failure {
             CaughtError::PostgresError(report) | CaughtError::ErrorReport(report) => report,
             CaughtError::RustPanic { ereport, .. } => ereport,
         };
-        Failure { message: report.message().to_string(), sqlstate: sqlstate_text(report.sql_error_code()), canceled: false }
+        let message = crate::error::bounded(report.message().to_string());
+        Failure { message, sqlstate: sqlstate_text(report.sql_error_code()), canceled: false }
     }
 }
 
@@ -211,22 +222,6 @@ impl From<CaughtError> for Failure {
 fn sqlstate_text(code: PgSqlErrorCode) -> String {
     let packed = code as i32;
     (0..5).map(|i| (((packed >> (6 * i)) & 0x3F) as u8 + b'0') as char).collect()
-}
-
-/// Runs `body` as the role that submitted the job, as a synchronous call
-/// would have run.
-fn as_role<R>(role: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
-    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: saves and sets this backend's current user; restored below
-    // (and by the subtransaction's abort on an error inside).
-    unsafe {
-        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
-        pg_sys::SetUserIdAndSecContext(role, context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
-    }
-    let result = body();
-    // SAFETY: restores what was saved above.
-    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
-    result
 }
 
 /// Runs `body` in a subtransaction: on any error, everything it did is

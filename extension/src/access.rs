@@ -1,0 +1,188 @@
+//! Who may do what. Ordinary roles have no privilege on the extension's
+//! tables: a role that could write `applications`, `modules` or `jobs`
+//! directly could make itself an application's owner, make a protected
+//! function public, or queue a job that runs as a superuser. Every change
+//! and every read of application data goes through the extension's
+//! functions, which check the caller against the application's owner (a
+//! role OID, so a new role that reuses a dropped role's name inherits
+//! nothing) and the privileges the owner granted (`lambdastore.grant`), and
+//! then touch the tables as the bootstrap superuser (`as_storage`).
+//!
+//! Privilege answers are cached per backend and forgotten when a grant, a
+//! revoke or an owner change commits (the catalog generation,
+//! catalog/cache.rs) or a role or role membership changes.
+
+use crate::catalog;
+use crate::error::{LambdaError, Result};
+use pgrx::pg_sys::{self, Oid};
+use std::cell::RefCell;
+
+/// What a role may do with an application. The owner may do everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Privilege {
+    /// Deploy, grant, revoke, change the owner, delete objects, split sets.
+    Owner,
+    /// Call its functions, create objects, submit jobs and see them.
+    Invoke,
+    /// Read its objects' state through SQL (`lambdastore.app_entries`, ...).
+    Read,
+}
+
+impl Privilege {
+    pub fn parse(name: &str) -> Result<Privilege> {
+        match name {
+            "owner" => Ok(Privilege::Owner),
+            "invoke" => Ok(Privilege::Invoke),
+            "read" => Ok(Privilege::Read),
+            _ => Err(LambdaError::InvalidParameter(format!(
+                "unknown application privilege \"{name}\": it is 'invoke' or 'read' (or 'owner' to ask)"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Privilege::Owner => "owner",
+            Privilege::Invoke => "invoke",
+            Privilege::Read => "read",
+        }
+    }
+}
+
+/// The role a request is made for: the current user when it entered the
+/// extension, or the role that submitted a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller(pub Oid);
+
+impl Caller {
+    /// The current user.
+    pub fn current() -> Caller {
+        // SAFETY: reads this backend's current user id on the main thread.
+        Caller(unsafe { pg_sys::GetUserId() })
+    }
+
+    pub fn is_superuser(self) -> bool {
+        // SAFETY: a syscache lookup (cached for the last role asked).
+        unsafe { pg_sys::superuser_arg(self.0) }
+    }
+
+    /// Whether this role has the privileges of `role` (is it, inherits it,
+    /// or is a superuser).
+    pub fn acts_as(self, role: Oid) -> bool {
+        // SAFETY: a catalog lookup by OID on the main thread.
+        unsafe { pg_sys::has_privs_of_role(self.0, role) }
+    }
+
+    pub fn name(self) -> String {
+        role_name(self.0)
+    }
+}
+
+/// A role's name, or its OID in brackets once it has been dropped.
+pub fn role_name(role: Oid) -> String {
+    // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.
+    let name = unsafe { pg_sys::GetUserNameFromId(role, true) };
+    if name.is_null() {
+        return format!("(dropped role {})", role.to_u32());
+    }
+    // SAFETY: a NUL-terminated string just returned.
+    unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+}
+
+thread_local! {
+    /// (caller, application, privilege) -> allowed, under a catalog generation.
+    static ANSWERS: RefCell<(u64, Vec<((Oid, String, Privilege), bool)>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+/// Registers the callbacks that forget cached answers when a role or a
+/// role membership changes; once per process, from `_PG_init`.
+pub fn init() {
+    use pg_sys::SysCacheIdentifier::*;
+    // SAFETY: registers a plain function with no argument.
+    unsafe {
+        for cache in [AUTHMEMROLEMEM, AUTHOID] {
+            pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(forget_roles), pg_sys::Datum::from(0));
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn forget_roles(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    // No PostgreSQL function runs while the answers are borrowed, so no
+    // invalidation can arrive then.
+    ANSWERS.with(|a| a.borrow_mut().1.clear());
+}
+
+/// Whether `caller` may do what `privilege` allows with `app`; 42704 if
+/// there is no such application.
+pub fn allowed(caller: Caller, app: &str, privilege: Privilege) -> Result<bool> {
+    if caller.is_superuser() {
+        return Ok(true);
+    }
+    let generation = catalog::cache::generation();
+    let cached = ANSWERS.with(|a| {
+        let a = a.borrow();
+        (generation.is_some() && a.0 == generation.unwrap_or_default())
+            .then(|| a.1.iter().find(|((c, n, p), _)| *c == caller.0 && n == app && *p == privilege).map(|(_, ok)| *ok))
+            .flatten()
+    });
+    if let Some(answer) = cached {
+        return Ok(answer);
+    }
+    let owner = catalog::grants::owner(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
+    let answer = caller.acts_as(owner)
+        || (privilege != Privilege::Owner
+            && catalog::grants::granted(app, privilege.name())?.into_iter().any(|grantee| caller.acts_as(grantee)));
+    if let Some(generation) = generation {
+        ANSWERS.with(|a| {
+            let mut a = a.borrow_mut();
+            if a.0 != generation || a.1.len() >= 256 {
+                *a = (generation, Vec::new());
+            }
+            a.1.push(((caller.0, app.to_string(), privilege), answer));
+        });
+    }
+    Ok(answer)
+}
+
+/// `allowed`, as an error (42501) when it is not.
+pub fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<()> {
+    if allowed(caller, app, privilege)? {
+        return Ok(());
+    }
+    let what = match privilege {
+        Privilege::Owner => "is not the owner of",
+        Privilege::Invoke => "may not invoke",
+        Privilege::Read => "may not read",
+    };
+    Err(LambdaError::PermissionDenied(format!(
+        "role \"{}\" {what} application \"{app}\" (the owner grants it with lambdastore.grant)",
+        caller.name()
+    )))
+}
+
+/// Runs `body` for the current user with the privileges of the bootstrap
+/// superuser, who owns the data: `body` must check what `Caller` may do
+/// before it touches anything. An error inside restores the user as it
+/// unwinds, and PostgreSQL's (sub)transaction abort restores it too.
+pub fn as_storage<R>(body: impl FnOnce(Caller) -> R) -> R {
+    let caller = Caller::current();
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: saves and sets this backend's current user on the main thread.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
+            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
+        );
+    }
+    struct Restore(Oid, i32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: restores what was saved above.
+            unsafe { pg_sys::SetUserIdAndSecContext(self.0, self.1) };
+        }
+    }
+    let _restore = Restore(user, context);
+    body(caller)
+}

@@ -1,0 +1,43 @@
+//! API keys (`lambdastore.api_keys`): an application's credentials at the
+//! HTTP gateway. Only a SHA-256 of each key is kept.
+
+use super::query;
+use crate::error::{LambdaError, Result};
+use pgrx::pg_sys::{self, BuiltinOid::*};
+
+/// Creates a key for `app`; returns its id and the key, which is shown
+/// only this once. 256 random bits, so a fast hash is enough to store.
+pub fn create(app: &str, label: Option<&str>, created_by: pg_sys::Oid) -> Result<(i64, String)> {
+    let mut random = [0u8; 32];
+    // SAFETY: fills the buffer from the operating system's random source.
+    if !unsafe { pg_sys::pg_strong_random(random.as_mut_ptr().cast(), random.len()) } {
+        return Err(LambdaError::Internal("could not generate a random API key".into()));
+    }
+    let key = format!("lsk_{}", hex::encode(random));
+    let id = query(
+        "INSERT INTO lambdastore.api_keys (app, label, sha256, prefix, created_by)
+         VALUES ($1, $2, sha256(convert_to($3, 'UTF8')), left($3, 12), $4) RETURNING key_id",
+        &[TEXTOID, TEXTOID, TEXTOID, OIDOID],
+        &[app.into(), label.into(), key.as_str().into(), created_by.into()],
+        |rows| rows.first().get_one::<i64>(),
+    )?
+    .ok_or_else(|| LambdaError::Internal("API key insert returned nothing".into()))?;
+    Ok((id, key))
+}
+
+/// The application of key `key_id`, if there is such a key.
+pub fn app_of(key_id: i64) -> Result<Option<String>> {
+    query("SELECT app FROM lambdastore.api_keys WHERE key_id = $1", &[INT8OID], &[key_id.into()], |rows| {
+        Ok(rows.into_iter().next().map(|row| row.get::<String>(1)).transpose()?.flatten())
+    })
+}
+
+/// Revokes the key now; false if it was revoked already.
+pub fn revoke(key_id: i64) -> Result<bool> {
+    query(
+        "UPDATE lambdastore.api_keys SET revoked = now() WHERE key_id = $1 AND revoked IS NULL RETURNING 1",
+        &[INT8OID],
+        &[key_id.into()],
+        |rows| Ok(!rows.is_empty()),
+    )
+}
