@@ -23,15 +23,19 @@ impl Counter {
     }
 
     /// Adds one; returns the new value.
-    fn increment(&self) -> i64 {
+    fn increment(&self) -> Result<i64> {
         self.add(1)
     }
 
-    /// Adds `n`; returns the new value.
-    fn add(&self, n: i64) -> i64 {
-        let v = self.value.get_or_default() + n;
-        self.value.set(&v);
-        v
+    /// Adds `n`; returns the new value, or an error if it would not fit in
+    /// an `i64` (the value is then unchanged).
+    fn add(&self, n: i64) -> Result<i64> {
+        let value = self.value.get_or_default();
+        let Some(sum) = value.checked_add(n) else {
+            bail!("counter overflow: {value} + {n}");
+        };
+        self.value.set(&sum);
+        Ok(sum)
     }
 }
 
@@ -60,6 +64,29 @@ mod tests {
         assert_eq!(host.invoke(id, "add", json!({"n": 41})).unwrap(), json!(42));
         assert_eq!(host.invoke(id, "add", json!([-2])).unwrap(), json!(40));
         assert_eq!(host.cell::<i64>(id, "value"), Some(40));
+    }
+
+    #[test]
+    fn overflow_is_an_error_and_keeps_the_value() {
+        let host = MockHost::for_app::<App>();
+        let id = host
+            .create("Counter", json!({"initial": i64::MAX}))
+            .unwrap();
+        assert_eq!(
+            host.invoke(id, "increment", json!(null)),
+            Err(CallError::Application(
+                "counter overflow: 9223372036854775807 + 1".into()
+            ))
+        );
+        let low = host.create("Counter", json!([i64::MIN + 1])).unwrap();
+        assert_eq!(
+            host.invoke(low, "add", json!([-2])),
+            Err(CallError::Application(
+                "counter overflow: -9223372036854775807 + -2".into()
+            ))
+        );
+        assert_eq!(host.cell::<i64>(id, "value"), Some(i64::MAX));
+        assert_eq!(host.cell::<i64>(low, "value"), Some(i64::MIN + 1));
     }
 
     #[test]
