@@ -51,6 +51,7 @@ extern crate self as lambdastore_sdk;
 pub mod desc;
 mod error;
 pub mod fields;
+mod finite;
 pub mod host;
 pub mod key;
 #[cfg(not(target_arch = "wasm32"))]
@@ -131,7 +132,9 @@ pub use lambdastore_sdk_macros::lambda_object;
 /// Parameters are decoded from JSON arguments (an object by name, an array
 /// by position, `null` for none; `Option` parameters may be omitted) and
 /// must be `DeserializeOwned`. The result is encoded as JSON and must be
-/// `Serialize`; if the declared return type is `Result<T, E>` (any `Result`
+/// `Serialize`; a result holding NaN or an infinity, which JSON cannot
+/// represent, fails the call with [`CallError::Application`] instead of
+/// becoming `null`. If the declared return type is `Result<T, E>` (any `Result`
 /// path, including [`Result<T>`](crate::Result)) with `E: Display`, `Err(e)` is the function's own
 /// error, [`CallError::Application`] with `e.to_string()`.
 ///

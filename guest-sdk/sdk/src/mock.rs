@@ -8,6 +8,8 @@
 //!   call), never from outside;
 //! - a readonly function, and everything it calls, may not write or create
 //!   objects: trying panics, like the trap it is on the real host;
+//! - a field name may not contain a NUL byte (the host refuses it with
+//!   SQLSTATE 22023, invalid_parameter_value): using one panics too;
 //! - every call, top-level or nested, is a savepoint: if it returns an error,
 //!   none of its writes (nor its callees') are kept, and a nested caller gets
 //!   `Err` and may go on;
@@ -586,6 +588,21 @@ impl State {
         Ok(id)
     }
 
+    /// The object whose `field` a host function reads or writes. The host
+    /// checks the name first and refuses it with an error that aborts the
+    /// workflow: PostgreSQL's text ends at a NUL, so the stored name would not
+    /// be the one written.
+    fn field_object(&self, what: &str, field: &str) -> ObjectId {
+        if field.contains('\0') {
+            let running = match self.stack.borrow().last() {
+                Some(frame) => format!(" of \"{}.{}\"", frame.type_name, frame.function),
+                None => String::new(),
+            };
+            panic!("field name {field:?}{running} contains a NUL byte");
+        }
+        self.current_object(what)
+    }
+
     fn current_object(&self, what: &str) -> ObjectId {
         match self.stack.borrow().last() {
             Some(frame) if frame.object != 0 => frame.object,
@@ -613,7 +630,7 @@ impl State {
     }
 
     fn get(&self, field: &str, key: &[u8]) -> Option<Vec<u8>> {
-        let object = self.current_object("get");
+        let object = self.field_object("get", field);
         let store = self.store.borrow();
         store
             .entries
@@ -622,7 +639,7 @@ impl State {
     }
 
     fn put(&self, field: &str, key: &[u8], value: &[u8]) {
-        let object = self.current_object("put");
+        let object = self.field_object("put", field);
         self.check_write(&format!("put into field `{field}`"));
         self.store
             .borrow_mut()
@@ -631,7 +648,7 @@ impl State {
     }
 
     fn delete(&self, field: &str, key: &[u8]) -> bool {
-        let object = self.current_object("delete");
+        let object = self.field_object("delete", field);
         self.check_write(&format!("delete from field `{field}`"));
         self.store
             .borrow_mut()
@@ -648,7 +665,7 @@ impl State {
         limit: u32,
         dir: Direction,
     ) -> Vec<Entry> {
-        let object = self.current_object("scan");
+        let object = self.field_object("scan", field);
         let store = self.store.borrow();
         let lo = (
             object,

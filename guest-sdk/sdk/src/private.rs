@@ -127,9 +127,18 @@ fn describe_params(names: &[&str]) -> String {
 }
 
 /// The JSON result of a function that returns a plain value.
+///
+/// A non-finite float fails the call rather than reach the caller as `null`.
 pub fn encode_return<T: Serialize>(value: &T) -> Result<String, CallError> {
-    serde_json::to_string(value)
-        .map_err(|e| CallError::Application(format!("cannot encode the result as JSON: {e}")))
+    let cannot =
+        |e: &dyn Display| CallError::Application(format!("cannot encode the result as JSON: {e}"));
+    let json = serde_json::to_string(value).map_err(|e| cannot(&e))?;
+    // serde_json writes non-finite floats as `null`: a result without one
+    // needs no second look.
+    if json.contains("null") {
+        crate::finite::check(value).map_err(|e| cannot(&e))?;
+    }
+    Ok(json)
 }
 
 /// The JSON result of a function that returns `Result<T, E>`: `Err(e)` is

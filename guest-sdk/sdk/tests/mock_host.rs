@@ -100,6 +100,18 @@ impl Node {
         )?)
     }
 
+    /// Sets `value`, then writes `field` through the raw host interface.
+    fn set_then_put_raw(&self, value: i64, field: String) {
+        self.value.set(&value);
+        lambdastore_sdk::host::put(&field, &[], b"1");
+    }
+
+    /// `n / d` for each pair: 0/0 is NaN, 1/0 infinity.
+    #[readonly]
+    fn ratios(&self, pairs: Vec<(f64, f64)>) -> Vec<f64> {
+        pairs.into_iter().map(|(n, d)| n / d).collect()
+    }
+
     #[protected]
     fn internal() -> u8 {
         1
@@ -180,6 +192,45 @@ fn readonly_functions_and_their_callees_may_not_write() {
     // The host still works after an aborted workflow.
     host.invoke(b, "set", json!([3])).unwrap();
     assert_eq!(get(&host, b), 3);
+}
+
+#[test]
+fn a_field_name_with_a_nul_byte_aborts_the_workflow() {
+    let host = MockHost::for_app::<App>();
+    let a = node(&host, 1);
+    let panic = catch_unwind(AssertUnwindSafe(|| {
+        host.invoke(a, "set_then_put_raw", json!([2, "value\0evil"]))
+    }));
+    let message = *panic.unwrap_err().downcast::<String>().unwrap();
+    assert_eq!(
+        message,
+        r#"field name "value\0evil" of "Node.set_then_put_raw" contains a NUL byte"#
+    );
+    assert_eq!(get(&host, a), 1);
+    // Reads are refused too.
+    let read = catch_unwind(AssertUnwindSafe(|| {
+        host.with_object(a, || lambdastore_sdk::host::get("\0", &[]))
+    }));
+    assert!(read.is_err());
+}
+
+#[test]
+fn a_result_holding_nan_or_infinity_fails_the_call() {
+    let host = MockHost::for_app::<App>();
+    let a = node(&host, 0);
+    let ratios = |pairs| host.invoke(a, "ratios", json!({ "pairs": pairs }));
+    assert_eq!(ratios(json!([[1, 2], [3, 4]])), Ok(json!([0.5, 0.75])));
+    // serde_json alone would return these as `null`.
+    for (n, d) in [(0, 0), (1, 0), (-1, 0)] {
+        assert_eq!(
+            ratios(json!([[1, 2], [n, d]])),
+            Err(CallError::Application(
+                "cannot encode the result as JSON: it contains a non-finite float \
+                 (NaN or infinity), which JSON cannot represent"
+                    .into()
+            ))
+        );
+    }
 }
 
 #[test]
