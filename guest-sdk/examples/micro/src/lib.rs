@@ -1,6 +1,8 @@
 //! Microbenchmark and fault-injection lambdas, for the host's benchmarks and
-//! tests: compute, reads, writes, nested-call depth, savepoints, and
-//! functions that misbehave on purpose (spin, allocate, panic, huge results).
+//! tests: compute, reads, writes, nested-call depth, savepoints, functions
+//! that misbehave on purpose (spin, allocate, panic, huge results, results
+//! jsonb cannot hold, field names with a NUL byte), and functions that push
+//! the host's limits on writes, scans, logs and spawns.
 
 use std::hint::black_box;
 
@@ -310,6 +312,78 @@ impl Bench {
         lambdastore_sdk::log::notice(message);
     }
 
+    /// Logs `message` `count` times at NOTICE: for the host's limit on what
+    /// one call may log.
+    fn log_many(&self, count: u32, message: String) {
+        for _ in 0..count {
+            lambdastore_sdk::log::notice(&message);
+        }
+    }
+
+    /// The string of the Unicode code points `codes` (an error for a code
+    /// that is not one). `[97, 0, 98]` is "a\0b", a result jsonb cannot
+    /// hold: for the host's check of results.
+    fn chars(&self, codes: Vec<u32>) -> Result<String> {
+        codes
+            .into_iter()
+            .map(|code| {
+                char::from_u32(code)
+                    .ok_or_else(|| Error::new(format!("{code:#x} is not a Unicode scalar value")))
+            })
+            .collect()
+    }
+
+    /// Stores the UTF-8 of `value` under the UTF-8 of `key` in `field`,
+    /// through the raw host interface, whatever the field's name: for the
+    /// host's refusal of field names with a NUL byte ("kv\u0000evil").
+    fn put_raw(&self, field: String, key: String, value: String) {
+        lambdastore_sdk::host::put(&field, key.as_bytes(), value.as_bytes());
+    }
+
+    /// Inserts `count` entries into `kv`, keys "k00000000", "k00000001", …,
+    /// values of `bytes` x's; returns `count`. For the host's limit on what
+    /// one workflow may write, and, below it, to fill `kv` for large scans.
+    fn put_many(&self, count: u32, bytes: u32) -> u32 {
+        let value = "x".repeat(bytes as usize);
+        for i in 0..count {
+            self.kv.insert(&format!("k{i:08}"), &value);
+        }
+        count
+    }
+
+    /// Writes `bytes` x's under key "hot" of `kv` `count` times; returns
+    /// `count`. One entry, but the host's undo journal keeps every value it
+    /// replaced: for the write limit, which counts them.
+    fn overwrite(&self, count: u32, bytes: u32) -> u32 {
+        let value = "x".repeat(bytes as usize);
+        for _ in 0..count {
+            self.kv.insert("hot", &value);
+        }
+        count
+    }
+
+    /// Spawns `method` with no arguments on this object `count` times;
+    /// returns `count`. For the host's limit on spawns per workflow.
+    fn spawn_many(&self, count: u32, method: String) -> Result<u32> {
+        let no_args = serde_json::Map::new();
+        for _ in 0..count {
+            lambdastore_sdk::spawn(self_id(), &method, &no_args)?;
+        }
+        Ok(count)
+    }
+
+    /// The bytes of the keys and values of all of `kv`, read with a single
+    /// host scan without a limit (where the fields' iterators read pages):
+    /// for the host's limit on what one scan may return.
+    #[readonly]
+    fn scan_count(&self) -> u64 {
+        use lambdastore_sdk::host::{self, Direction};
+        host::scan(self.kv.name(), None, None, u32::MAX, Direction::Forward)
+            .iter()
+            .map(|entry| (entry.key.len() + entry.value.len()) as u64)
+            .sum()
+    }
+
     /// Calls the protected `secret` of `target` (allowed: a nested call).
     #[readonly]
     fn ask_secret(&self, target: BenchRef) -> Result<String> {
@@ -327,7 +401,7 @@ lambdastore_sdk::app!(Bench);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lambdastore_sdk::mock::MockHost;
+    use lambdastore_sdk::mock::{MockHost, SpawnedCall};
     use serde_json::json;
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -545,6 +619,93 @@ mod tests {
             (record.level, record.message.as_str(), record.object),
             (lambdastore_sdk::host::LogLevel::Notice, "hello", id)
         );
+    }
+
+    #[test]
+    fn chars_builds_a_string_of_code_points() {
+        let (host, id) = bench();
+        assert_eq!(
+            host.invoke(id, "chars", json!({"codes": [97, 0, 98]}))
+                .unwrap(),
+            json!("a\0b")
+        );
+        assert_eq!(
+            host.invoke(id, "chars", json!([[0xD800]])),
+            Err(CallError::Application(
+                "0xd800 is not a Unicode scalar value".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn put_raw_writes_bytes_under_any_field_name() {
+        let (host, id) = bench();
+        host.invoke(
+            id,
+            "put_raw",
+            json!({"field": "raw", "key": "k", "value": "v"}),
+        )
+        .unwrap();
+        let stored = host
+            .entries(id)
+            .into_iter()
+            .find(|e| e.field == "raw")
+            .unwrap();
+        assert_eq!((stored.key, stored.value), (b"k".to_vec(), b"v".to_vec()));
+        // The host refuses a NUL in a field name, which aborts the workflow.
+        let args = json!({"field": "kv\u{0}evil", "key": "k", "value": "v"});
+        let result = catch_unwind(AssertUnwindSafe(|| host.invoke(id, "put_raw", args)));
+        assert!(result.is_err());
+    }
+
+    #[test]
+    fn put_many_fills_kv_and_scan_count_sizes_it() {
+        let (host, id) = bench();
+        let filled = host.invoke(id, "put_many", json!({"count": 3, "bytes": 4}));
+        assert_eq!(filled, Ok(json!(3)));
+        assert_eq!(
+            host.invoke(id, "list", json!({})).unwrap(),
+            json!([
+                ["k00000000", "xxxx"],
+                ["k00000001", "xxxx"],
+                ["k00000002", "xxxx"]
+            ])
+        );
+        // A key is its 9 bytes and a 2-byte terminator; a value, `"xxxx"` in JSON.
+        let size = host.invoke(id, "scan_count", json!({}));
+        assert_eq!(size, Ok(json!(3 * (11 + 6))));
+    }
+
+    #[test]
+    fn overwrite_rewrites_one_entry() {
+        let (host, id) = bench();
+        let written = host.invoke(id, "overwrite", json!({"count": 5, "bytes": 2}));
+        assert_eq!(written, Ok(json!(5)));
+        assert_eq!(
+            host.map::<String, String>(id, "kv"),
+            [("hot".into(), "xx".into())]
+        );
+    }
+
+    #[test]
+    fn log_many_logs_count_times() {
+        let (host, id) = bench();
+        host.invoke(id, "log_many", json!({"count": 3, "message": "again"}))
+            .unwrap();
+        assert_eq!(host.logs().len(), 3);
+    }
+
+    #[test]
+    fn spawn_many_spawns_count_times() {
+        let (host, id) = bench();
+        let spawned = host.invoke(id, "spawn_many", json!({"count": 2, "method": "tally"}));
+        assert_eq!(spawned, Ok(json!(2)));
+        let tally = SpawnedCall {
+            target: id,
+            function: "tally".into(),
+            args: "{}".into(),
+        };
+        assert_eq!(host.take_spawned(), [tally.clone(), tally]);
     }
 
     #[test]
