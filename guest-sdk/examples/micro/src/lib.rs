@@ -333,11 +333,18 @@ impl Bench {
             .collect()
     }
 
-    /// Stores the UTF-8 of `value` under the UTF-8 of `key` in `field`,
-    /// through the raw host interface, whatever the field's name: for the
-    /// host's refusal of field names with a NUL byte ("kv\u0000evil").
-    fn put_raw(&self, field: String, key: String, value: String) {
+    /// Stores the UTF-8 of `value` under the UTF-8 of `key` in `field`
+    /// (or in the field named by the code points `field_codes`), through
+    /// the raw host interface, whatever the field's name: for the host's
+    /// refusal of field names with a NUL byte, which JSON arguments cannot
+    /// carry (jsonb refuses "\u0000"), hence the code points.
+    fn put_raw(&self, field: Option<String>, field_codes: Option<Vec<u32>>, key: String, value: String) -> Result<()> {
+        let field = match field_codes {
+            Some(codes) => self.chars(codes)?,
+            None => field.unwrap_or_default(),
+        };
         lambdastore_sdk::host::put(&field, key.as_bytes(), value.as_bytes());
+        Ok(())
     }
 
     /// Inserts `count` entries into `kv`, keys "k00000000", "k00000001", …,
