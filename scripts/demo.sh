@@ -11,7 +11,7 @@ sql() { "$cluster" psql demo -d lambdastore_demo -v ON_ERROR_STOP=1 -X -q "$@"; 
 
 "$cluster" psql demo -d postgres -Atqc "SELECT 1 FROM pg_database WHERE datname = 'lambdastore_demo'" | grep -q 1 \
   || "$cluster" psql demo -d postgres -qc "CREATE DATABASE lambdastore_demo"
-sql -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
+sql -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
 
 echo "== deploy forum.wasm ($(stat -c %s "$wasm") bytes)"
 # psql reads the file on the client side (the server, running as another
@@ -58,10 +58,11 @@ thread=$(sql -Atc "SELECT max(object_id) FROM lambdastore.objects WHERE type_nam
 sql -c "SELECT lambda_invoke($thread, 'add_comment', '{\"author\": 1, \"text\": \"spam\"}')" 2>&1 | sed 's/^/  /' || true
 
 echo
+# The idempotency key names this run's thread: reused for another call it is refused.
 echo "== an asynchronous job: a background worker adds the comment, exactly once"
 alice=$(sql -Atc "SELECT min(object_id) FROM lambdastore.objects WHERE type_name = 'Account'")
 sql -At <<SQL
-SELECT lambdastore.submit($alice, 'add_comment', '{"thread": $thread, "text": "posted by a job"}', 'demo-job') AS job \gset
+SELECT lambdastore.submit($alice, 'add_comment', '{"thread": $thread, "text": "posted by a job"}', 'demo-job-$thread') AS job \gset
 SELECT format('  job %s: %s, result %s, after %s run(s)', job_id, state, result, attempts)
   FROM lambdastore.wait(:job, '10 seconds');
 SELECT format('  queue: %s', string_agg(format('%s.%s done %s failed %s waiting %s', app, function, done, failed, depth), '; '))
