@@ -61,10 +61,11 @@ bench-quick: lambdas install ## The same with scaled-down data and short runs: m
 test: lambdas install test-sdk test-e2e ## Everything CI runs
 
 .PHONY: demo
-demo: lambdas install ## Start the embedded single-node PostgreSQL and run the CloudForum demo
+demo: lambdas install ## Start the embedded single-node PostgreSQL, run the CloudForum demo and its HTTP gateway
 	scripts/demo.sh
 
 .PHONY: stop
-stop: ## Stop the project's PostgreSQL clusters
+stop: ## Stop the demo's gateway and the project's PostgreSQL clusters
+	scripts/demo-gateway.sh stop
 	scripts/cluster.sh stop demo
 	scripts/cluster.sh stop test

@@ -2,7 +2,7 @@
 # A PostgreSQL cluster owned by the project: initdb on first start, pg_ctl
 # for the rest. Used by `make demo` (name "demo") and `make test` ("test").
 #
-#   scripts/cluster.sh start|fresh|stop|crash|status|url|log|psql NAME [psql args...]
+#   scripts/cluster.sh start|fresh|stop|crash|status|url|log|dir|psql NAME [psql args...]
 #
 # `fresh` stops the cluster, deletes its data and starts it anew.
 #
@@ -104,6 +104,7 @@ CONF
   status) as_pg "$bindir/pg_ctl" -D "$data" status ;;
   url) url ;;
   log) echo "$log" ;;
+  dir) echo "$dir" ;;
   psql) exec psql -h "$run" -p "$port" -U postgres "$@" ;;
   *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac

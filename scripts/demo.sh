@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the CloudForum application on a project-owned single-node
-# PostgreSQL. Idempotent: rerunning redeploys (unchanged) and adds more data.
+# PostgreSQL, then the same over HTTP (scripts/demo-gateway.sh). Idempotent:
+# rerunning redeploys (unchanged), adds more data and restarts the gateway.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster=$repo/scripts/cluster.sh
@@ -68,7 +69,12 @@ SELECT format('  job %s: %s, result %s, after %s run(s)', job_id, state, result,
 SELECT format('  queue: %s', string_agg(format('%s.%s done %s failed %s waiting %s', app, function, done, failed, depth), '; '))
   FROM lambdastore.queue;
 SQL
+
+echo
+echo "== the same over HTTP: the gateway in front of the demo database, one call with curl"
+"$repo/scripts/demo-gateway.sh" start "$alice" "$thread"
+
 url=$("$cluster" url demo)
 echo
 echo "== connect:  psql \"${url/dbname=postgres/dbname=lambdastore_demo}\""
-echo "   (or: scripts/cluster.sh psql demo -d lambdastore_demo);  stop it with: make stop"
+echo "   (or: scripts/cluster.sh psql demo -d lambdastore_demo);  stop the server and the gateway with: make stop"
