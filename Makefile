@@ -4,21 +4,32 @@
 LAMBDAS      := counter bank forum micro retwis
 WASM_TARGET  := wasm32-unknown-unknown
 LAMBDA_DIR   := target/lambdas
-COMPONENTIZE := target/release/lambdastore-componentize
+# Cargo's output: CARGO_TARGET_DIR when set (e.g. shared by worktrees).
+CARGO_OUT    := $(or $(CARGO_TARGET_DIR),target)
+COMPONENTIZE := $(CARGO_OUT)/release/lambdastore-componentize
+
+# Fallbacks, so that a Rust installed a moment ago (rustup, not yet on this
+# shell's PATH) and Debian's PostgreSQL 15 are found; a PATH of yours wins.
+export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/lib/postgresql/15/bin
+
+# Everything that builds depends on it, so it runs first and once.
+.PHONY: setup
+setup: ## Install what a fresh Debian 12 lacks: packages (root), wasm target, cargo-pgrx (LAMBDASTORE_SKIP_SETUP=1 skips)
+	@scripts/setup.sh
 
 .PHONY: lambdas
-lambdas: ## Build the example applications to target/lambdas/<name>.wasm (components)
+lambdas: setup ## Build the example applications to target/lambdas/<name>.wasm (components)
 	cargo build --release -p lambdastore-componentize
 	cargo build --release --target $(WASM_TARGET) $(addprefix -p ,$(LAMBDAS))
 	mkdir -p $(LAMBDA_DIR)
 	for app in $(LAMBDAS); do \
-	  $(COMPONENTIZE) target/$(WASM_TARGET)/release/$$app.wasm $(LAMBDA_DIR)/$$app.wasm || exit 1; \
+	  $(COMPONENTIZE) $(CARGO_OUT)/$(WASM_TARGET)/release/$$app.wasm $(LAMBDA_DIR)/$$app.wasm || exit 1; \
 	done
 
 PG_CONFIG ?= pg_config
 
 .PHONY: install
-install: ## Build (release) and install the extension into the server `pg_config` names
+install: setup ## Build (release) and install the extension into the server `pg_config` names
 	PG_CONFIG=$(PG_CONFIG) scripts/install.sh
 
 .PHONY: test-sdk
@@ -50,10 +61,11 @@ bench-quick: lambdas install ## The same with scaled-down data and short runs: m
 test: lambdas install test-sdk test-e2e ## Everything CI runs
 
 .PHONY: demo
-demo: lambdas install ## Start the embedded single-node PostgreSQL and run the CloudForum demo
+demo: lambdas install ## Start the embedded single-node PostgreSQL, run the CloudForum demo and its HTTP gateway
 	scripts/demo.sh
 
 .PHONY: stop
-stop: ## Stop the project's PostgreSQL clusters
+stop: ## Stop the demo's gateway and the project's PostgreSQL clusters
+	scripts/demo-gateway.sh stop
 	scripts/cluster.sh stop demo
 	scripts/cluster.sh stop test

@@ -2,7 +2,7 @@
 # A PostgreSQL cluster owned by the project: initdb on first start, pg_ctl
 # for the rest. Used by `make demo` (name "demo") and `make test` ("test").
 #
-#   scripts/cluster.sh start|fresh|stop|crash|status|url|log|psql NAME [psql args...]
+#   scripts/cluster.sh start|fresh|stop|crash|status|url|log|dir|psql NAME [psql args...]
 #
 # `fresh` stops the cluster, deletes its data and starts it anew.
 #
@@ -41,6 +41,17 @@ log=$dir/postgresql.log
 
 url() { echo "host=$run port=$port user=postgres dbname=postgres"; }
 
+# Runs a command that starts the server without the descriptors this script
+# was given beyond 0-2: the postmaster would keep them open for its whole
+# life, e.g. the lock of `flock LOCK make demo`, held until `make stop`.
+without_fds() (
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+  done
+  "$@"
+)
+
 case $cmd in
   fresh)
     "$0" stop "$name"
@@ -74,7 +85,7 @@ CONF
     fi
     if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
       # Without RUST_BACKTRACE, pgrx does not append Rust backtraces to errors.
-      as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null
+      without_fds as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null
     fi
     # The workers' database, so that they can connect from the start.
     pg_psql() { "$bindir/psql" -h "$run" -p "$port" -U postgres -d postgres -X -Atq "$@"; }
@@ -83,7 +94,7 @@ CONF
     url
     ;;
   crash)
-    as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -m immediate -w -t 60 restart >/dev/null
+    without_fds as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -m immediate -w -t 60 restart >/dev/null
     ;;
   stop)
     if [ -f "$data/PG_VERSION" ] && as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
@@ -93,6 +104,7 @@ CONF
   status) as_pg "$bindir/pg_ctl" -D "$data" status ;;
   url) url ;;
   log) echo "$log" ;;
+  dir) echo "$dir" ;;
   psql) exec psql -h "$run" -p "$port" -U postgres "$@" ;;
   *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the CloudForum application on a project-owned single-node
-# PostgreSQL. Idempotent: rerunning redeploys (unchanged) and adds more data.
+# PostgreSQL, then the same over HTTP (scripts/demo-gateway.sh). Idempotent:
+# rerunning redeploys (unchanged), adds more data and restarts the gateway.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster=$repo/scripts/cluster.sh
@@ -11,7 +12,7 @@ sql() { "$cluster" psql demo -d lambdastore_demo -v ON_ERROR_STOP=1 -X -q "$@"; 
 
 "$cluster" psql demo -d postgres -Atqc "SELECT 1 FROM pg_database WHERE datname = 'lambdastore_demo'" | grep -q 1 \
   || "$cluster" psql demo -d postgres -qc "CREATE DATABASE lambdastore_demo"
-sql -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
+sql -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
 
 echo "== deploy forum.wasm ($(stat -c %s "$wasm") bytes)"
 # psql reads the file on the client side (the server, running as another
@@ -58,16 +59,22 @@ thread=$(sql -Atc "SELECT max(object_id) FROM lambdastore.objects WHERE type_nam
 sql -c "SELECT lambda_invoke($thread, 'add_comment', '{\"author\": 1, \"text\": \"spam\"}')" 2>&1 | sed 's/^/  /' || true
 
 echo
+# The idempotency key names this run's thread: reused for another call it is refused.
 echo "== an asynchronous job: a background worker adds the comment, exactly once"
 alice=$(sql -Atc "SELECT min(object_id) FROM lambdastore.objects WHERE type_name = 'Account'")
 sql -At <<SQL
-SELECT lambdastore.submit($alice, 'add_comment', '{"thread": $thread, "text": "posted by a job"}', 'demo-job') AS job \gset
+SELECT lambdastore.submit($alice, 'add_comment', '{"thread": $thread, "text": "posted by a job"}', 'demo-job-$thread') AS job \gset
 SELECT format('  job %s: %s, result %s, after %s run(s)', job_id, state, result, attempts)
   FROM lambdastore.wait(:job, '10 seconds');
 SELECT format('  queue: %s', string_agg(format('%s.%s done %s failed %s waiting %s', app, function, done, failed, depth), '; '))
   FROM lambdastore.queue;
 SQL
+
+echo
+echo "== the same over HTTP: the gateway in front of the demo database, one call with curl"
+"$repo/scripts/demo-gateway.sh" start "$alice" "$thread"
+
 url=$("$cluster" url demo)
 echo
 echo "== connect:  psql \"${url/dbname=postgres/dbname=lambdastore_demo}\""
-echo "   (or: scripts/cluster.sh psql demo -d lambdastore_demo);  stop it with: make stop"
+echo "   (or: scripts/cluster.sh psql demo -d lambdastore_demo);  stop the server and the gateway with: make stop"
