@@ -53,5 +53,7 @@ case_ "overwrite 5,000 x 1 MB, default" "SET lambdastore.timeout = '120s';" \
 case_ "scan 23 x 1 MB, no limit" "SET lambdastore.timeout = '120s'; SET lambdastore.max_scan_size = '1GB';" \
   "SCAN'scan_count'"
 case_ "scan 23 x 1 MB, default" "SET lambdastore.timeout = '120s';" "SCAN'scan_count'"
-case_ "put 1,000,000 x 1 B, timeout 1s" "SET lambdastore.timeout = '1s'; SET lambdastore.max_write_size = '1TB';" \
+case_ "put 1,000,000 x 1 B, no size limit" "SET lambdastore.timeout = '1s'; SET lambdastore.max_write_size = '1TB';" \
+  "'put_many', '{\"count\": 1000000, \"bytes\": 1}'"
+case_ "put 1,000,000 x 1 B, default" "SET lambdastore.timeout = '1s';" \
   "'put_many', '{\"count\": 1000000, \"bytes\": 1}'"
