@@ -11,6 +11,9 @@ use pgrx::PostgresGucEnum;
 use std::ffi::CString;
 use std::time::Duration;
 
+/// Upper bound of `lambdastore.workers`.
+pub const MAX_WORKERS: usize = 64;
+
 /// Upper bound of `lambdastore.max_call_depth`; the per-backend instance
 /// pool is sized from it (one instance per nested call that is running).
 pub const MAX_CALL_DEPTH_LIMIT: i32 = 32;
@@ -108,7 +111,7 @@ pub fn define() {
         c"Needs lambdastore in shared_preload_libraries; 0 turns the job runners off.",
         &WORKERS,
         0,
-        crate::workers::MAX_WORKERS as i32,
+        MAX_WORKERS as i32,
         GucContext::Postmaster,
         GucFlags::default(),
     );

@@ -1,6 +1,6 @@
 //! Asynchronous jobs as a session sees them: submitting (with idempotency
-//! keys), waiting for one, and the outbox of spawned calls. The background
-//! workers that run jobs are in `workers/`.
+//! keys) and waiting for one. The background workers that run jobs are in
+//! `workers/`; spawned calls are queued by the workflow's commit.
 //!
 //! Workers are woken only when a transaction that queued jobs commits: a
 //! job's row is invisible to them before that, so waking them earlier would
@@ -18,33 +18,22 @@ thread_local! {
     /// Jobs inserted by the current transaction: waiting for one of them
     /// could only time out.
     static UNCOMMITTED: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
-    static WAKE_AT_COMMIT: Cell<bool> = const { Cell::new(false) };
     static WARNED_NO_RUNNER: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Registers the end-of-transaction callback of this process.
-pub fn init() {
-    // SAFETY: registers a plain function; called once per process from _PG_init.
-    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
-}
-
-/// Must not fail (it runs after the commit record is written): it only
-/// sets latches and clears backend-local state.
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    use pg_sys::XactEvent::*;
-    if !matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE) {
-        return;
-    }
+/// After the commit record: wakes the workers if the transaction queued
+/// jobs (submitted or spawned). Must not fail: it only sets latches and
+/// clears backend-local state.
+pub fn at_commit() {
     UNCOMMITTED.with(|jobs| jobs.borrow_mut().clear());
-    if WAKE_AT_COMMIT.replace(false) && event == XACT_EVENT_COMMIT {
+    if catalog::jobs::take_inserted() {
         workers::wake_workers();
     }
 }
 
-/// Wakes the workers once the current transaction commits.
-pub fn wake_workers_at_commit() {
-    WAKE_AT_COMMIT.set(true);
+pub fn at_abort() {
+    UNCOMMITTED.with(|jobs| jobs.borrow_mut().clear());
+    catalog::jobs::take_inserted();
 }
 
 /// `lambdastore.submit`: queues a method call; returns the job id (the
@@ -63,7 +52,6 @@ pub fn submit(caller: Caller, object: i64, method: &str, args: &str, idempotency
     let (id, inserted) = catalog::jobs::insert(&job)?;
     if inserted {
         UNCOMMITTED.with(|jobs| jobs.borrow_mut().push(id));
-        wake_workers_at_commit();
         warn_if_no_runner();
     }
     Ok(id)

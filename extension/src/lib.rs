@@ -15,12 +15,15 @@ mod error;
 mod gucs;
 mod host;
 mod jobs;
+mod jsonb;
+mod model;
 mod runtime;
 mod shmem;
 mod stats;
 mod txn;
 mod workers;
 mod workflow;
+mod xact;
 
 pgrx::pg_module_magic!(name, version);
 
@@ -29,23 +32,26 @@ pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!("../../sql/views.sql", name = "views", finalize);
 pgrx::extension_sql_file!("../../sql/gateway.sql", name = "gateway", requires = ["schema"]);
 
-/// Runs in the postmaster when preloaded, or in a backend at first use.
-/// Only GUCs, (when preloaded) shared memory and the job runners, and the
-/// end-of-transaction callback are set up here: the wasmtime engine and its
-/// epoch thread are created lazily inside each process, because forked
-/// children do not inherit threads.
+/// Runs in the postmaster when preloaded, or in a backend at first use, in
+/// this order: settings; then, only when preloaded, all shared memory and
+/// the job runners (background workers can only be registered then); then
+/// the callbacks. The wasmtime engine and its epoch thread are created
+/// lazily inside each process, because forked children do not inherit
+/// threads.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::define();
+    // SAFETY: a flag the postmaster sets while loading preload libraries.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        catalog::cache::request_shared_memory();
+        txn::versions::request_shared_memory();
+        stats::request_shared_memory();
+        workers::request_shared_memory();
+        workers::register();
+    }
     access::init();
-    stats::init();
-    catalog::cache::init();
     catalog::init();
-    workers::init();
-    jobs::init();
-    // Last: commit callbacks run newest first, so entry-set versions are
-    // bumped before the job runners are woken to read them.
-    txn::versions::init();
+    xact::init();
 }
 
 #[cfg(test)]

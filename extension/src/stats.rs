@@ -74,15 +74,12 @@ thread_local! {
     static SLOT_OF: RefCell<HashMap<String, HashMap<String, HashMap<String, usize>>>> = RefCell::new(HashMap::new());
 }
 
-/// Requests the shared memory; only possible while preloading.
+/// Requests the shared memory; from `_PG_init`, while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
-pub fn init() {
-    // SAFETY: a flag the postmaster sets while loading preload libraries.
-    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        pgrx::pg_shmem_init!(NAMES);
-        pgrx::pg_shmem_init!(COUNTERS = false);
-        ENABLED.store(true, Ordering::Relaxed);
-    }
+pub fn request_shared_memory() {
+    pgrx::pg_shmem_init!(NAMES);
+    pgrx::pg_shmem_init!(COUNTERS = false);
+    ENABLED.store(true, Ordering::Relaxed);
 }
 
 fn fixed(name: &str) -> [u8; NAME] {

@@ -4,7 +4,9 @@ use crate::access::{self, Caller};
 use crate::catalog::{grants, modules};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use crate::runtime::{self, Description};
+use crate::host::registry;
+use crate::model::Description;
+use crate::runtime;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -29,7 +31,7 @@ pub fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
     if let Some(running) = modules::running(app, &sha256)? {
         return Ok(summary(app, &sha256, &running, &modules::get(running.module_id)?.description));
     }
-    let (description, compiled) = runtime::validate(caller, wasm)?;
+    let (description, compiled) = registry::validate(caller, wasm)?;
     let deployed = modules::deploy(app, &sha256, wasm, &description, caller.0)?;
     runtime::cache_compiled(&sha256, &compiled, modules::shas_in_use()?);
     Ok(summary(app, &sha256, &deployed, &description))

@@ -6,7 +6,7 @@
 use crate::access::{self, as_storage, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::workflow;
-use json_text::JsonText;
+use crate::jsonb::JsonText;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -77,9 +77,7 @@ mod lambdastore {
     /// at commit, hot sets are split automatically. False if already a guard.
     #[pg_extern(volatile, parallel_unsafe)]
     fn split(object_id: i64, field: &str, key: &[u8]) -> bool {
-        let outcome = as_storage(|caller| {
-            workflow::check_field(caller, object_id, field).and_then(|_| crate::txn::occ::split(object_id, field, key))
-        });
+        let outcome = as_storage(|caller| workflow::split(caller, object_id, field, key));
         match outcome {
             Ok(split) => split,
             Err(err) => raise(err, format!("split({object_id})")),
@@ -94,8 +92,7 @@ mod lambdastore {
         lower_field: &str,
         lower_key: &[u8],
     ) -> TableIterator<'static, (name!(version, i64), name!(conflicts, i64))> {
-        let set = (object_id, (lower_field.to_string(), lower_key.to_vec()));
-        TableIterator::once((crate::txn::versions::version(&set), crate::txn::versions::conflicts(&set)))
+        TableIterator::once(workflow::entry_set_counters(object_id, lower_field, lower_key))
     }
 
     /// Queues a call of `method` on the object as a job that a background
@@ -132,11 +129,7 @@ mod lambdastore {
     /// Deletes an object and all its entries (its application's owner only).
     #[pg_extern(volatile, parallel_unsafe)]
     fn delete_object(object_id: i64) {
-        let outcome = as_storage(|caller| {
-            let (info, _) = crate::catalog::objects::lookup(object_id)?;
-            access::check(caller, &info.app, Privilege::Owner)?;
-            crate::catalog::objects::delete(object_id)
-        });
+        let outcome = as_storage(|caller| workflow::delete_object(caller, object_id));
         match outcome {
             Ok(true) => {}
             Ok(false) => raise(LambdaError::UnknownObject(object_id), String::new()),
@@ -241,4 +234,3 @@ fn owned(caller: Caller, app: &str) -> Result<()> {
 }
 
 mod deploy;
-pub(crate) mod json_text;

@@ -14,9 +14,8 @@
 //! Without `shared_preload_libraries` there is no shared counter, so
 //! nothing is cached and every call asks the catalog.
 
-use super::modules::ModuleKey;
-use crate::txn::entry_sets::Guards;
-use crate::txn::ObjectInfo;
+use crate::error::LambdaError;
+use crate::model::{Guards, ModuleKey, ObjectInfo};
 use pgrx::prelude::*;
 use pgrx::PgAtomic;
 use std::cell::{Cell, RefCell};
@@ -47,38 +46,36 @@ thread_local! {
     static BUMP_AT_COMMIT: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Requests the shared counter (only possible while preloading) and
-/// registers the end-of-transaction callback that bumps it.
+/// Requests the shared counter; from `_PG_init`, while preloading.
+/// Without it nothing is cached.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
-pub fn init() {
-    // SAFETY: a flag the postmaster sets while loading preload libraries.
-    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        pgrx::pg_shmem_init!(GENERATION);
-        ENABLED.store(true, Ordering::Relaxed);
-    }
-    // SAFETY: registers a plain function; called once per process from _PG_init.
-    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+pub fn request_shared_memory() {
+    pgrx::pg_shmem_init!(GENERATION);
+    ENABLED.store(true, Ordering::Relaxed);
 }
 
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    use pg_sys::XactEvent::*;
-    match event {
-        // A prepared transaction becomes visible at COMMIT PREPARED, in
-        // another session, where nothing would bump the generation.
-        XACT_EVENT_PRE_PREPARE if BUMP_AT_COMMIT.get() => {
-            BUMP_AT_COMMIT.set(false);
-            crate::error::LambdaError::Prepared(
-                "lambdastore.deploy, delete_object, grant, revoke and set_owner cannot be part of a prepared transaction".into(),
-            )
-            .report("PREPARE TRANSACTION");
-        }
-        XACT_EVENT_COMMIT if BUMP_AT_COMMIT.replace(false) && ENABLED.load(Ordering::Relaxed) => {
-            GENERATION.get().fetch_add(1, Ordering::SeqCst);
-        }
-        XACT_EVENT_ABORT | XACT_EVENT_PREPARE => BUMP_AT_COMMIT.set(false),
-        _ => {}
+/// Before PREPARE TRANSACTION: a prepared transaction becomes visible at
+/// COMMIT PREPARED, in another session, where nothing would bump the
+/// generation.
+pub fn refuse_prepare() -> Result<(), LambdaError> {
+    if BUMP_AT_COMMIT.replace(false) {
+        return Err(LambdaError::Prepared(
+            "lambdastore.deploy, delete_object, grant, revoke and set_owner cannot be part of a prepared transaction"
+                .into(),
+        ));
     }
+    Ok(())
+}
+
+/// After the commit record: every backend forgets its caches.
+pub fn at_commit() {
+    if BUMP_AT_COMMIT.replace(false) && ENABLED.load(Ordering::Relaxed) {
+        GENERATION.get().fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+pub fn at_abort() {
+    BUMP_AT_COMMIT.set(false);
 }
 
 /// The catalog generation now (None without shared memory): what the

@@ -3,7 +3,7 @@
 
 use super::{probe, query, query_chunks};
 use crate::error::{LambdaError, Result};
-use crate::txn::{EntryKey, WriteBuffer};
+use crate::model::{EntryKey, Slot};
 use pgrx::pg_sys::BuiltinOid::*;
 
 pub fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
@@ -83,8 +83,12 @@ const SCAN_CHUNK: i64 = 64;
 /// (their generic plan never looks cheaper than a custom one), and a
 /// workflow writes few entries. A workflow that buffered many is stopped by
 /// `keep_going` (its deadline, a cancel) every `APPLY_CHECK` statements.
-pub fn apply(writes: &WriteBuffer, mut keep_going: impl FnMut() -> Result<()>) -> Result<()> {
-    for (id, app, type_name) in writes.created() {
+pub fn apply<'a>(
+    created: &[(i64, String, String)],
+    entries: impl Iterator<Item = (&'a EntryKey, &'a Slot)>,
+    mut keep_going: impl FnMut() -> Result<()>,
+) -> Result<()> {
+    for (id, app, type_name) in created {
         query(
             "WITH o AS (INSERT INTO lambdastore.objects (object_id, app, type_name) VALUES ($1, $2, $3))
              INSERT INTO lambdastore.entry_sets (object_id) VALUES ($1)",
@@ -93,7 +97,7 @@ pub fn apply(writes: &WriteBuffer, mut keep_going: impl FnMut() -> Result<()>) -
             |_| Ok(()),
         )?;
     }
-    for (n, ((object, field, key), slot)) in writes.entries().enumerate() {
+    for (n, ((object, field, key), slot)) in entries.enumerate() {
         if n % APPLY_CHECK == APPLY_CHECK - 1 {
             keep_going()?;
         }

@@ -3,7 +3,7 @@
 
 use super::{probe, query};
 use crate::error::Result;
-use crate::txn::entry_sets::Position;
+use crate::model::Position;
 use pgrx::pg_sys::BuiltinOid::*;
 
 fn position(row: &pgrx::spi::SpiHeapTupleData<'_>, first: usize) -> pgrx::spi::Result<Position> {

@@ -3,10 +3,10 @@
 //! `workers::job_runner`.
 
 use super::query;
-use crate::access::Caller;
 use crate::error::{LambdaError, Result};
-use crate::txn::Spawned;
+use crate::model::Spawned;
 use pgrx::pg_sys::{self, BuiltinOid::*};
+use std::cell::Cell;
 
 /// A job to insert.
 pub struct NewJob<'a> {
@@ -20,6 +20,17 @@ pub struct NewJob<'a> {
     pub parent: Option<i64>,
     /// The role the job runs as.
     pub role: pg_sys::Oid,
+}
+
+thread_local! {
+    /// Whether this transaction inserted jobs: the workers are woken when
+    /// it commits (jobs.rs).
+    static INSERTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this transaction inserted jobs; forgets it.
+pub fn take_inserted() -> bool {
+    INSERTED.replace(false)
 }
 
 /// The job's id, and whether this call inserted it (false: an earlier
@@ -43,6 +54,7 @@ pub fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
         |rows| Ok(rows.into_iter().next().map(|row| row.get::<i64>(1)).transpose()?.flatten()),
     )?;
     if let Some(id) = inserted {
+        INSERTED.set(true);
         return Ok((id, true));
     }
     // The key was taken: by a committed transaction (ON CONFLICT waited for
@@ -64,8 +76,8 @@ pub fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
     Ok((id, false))
 }
 
-/// Inserts the calls a workflow of `caller` spawned, in spawn order.
-pub fn insert_spawned(spawned: &[Spawned], caller: Caller, parent: Option<i64>) -> Result<()> {
+/// Inserts the calls a workflow spawned, in spawn order, to run as `role`.
+pub fn insert_spawned(spawned: &[Spawned], role: pg_sys::Oid, parent: Option<i64>) -> Result<()> {
     for call in spawned {
         insert(&NewJob {
             object: call.object,
@@ -74,7 +86,7 @@ pub fn insert_spawned(spawned: &[Spawned], caller: Caller, parent: Option<i64>) 
             args: &call.args,
             idempotency_key: None,
             parent,
-            role: caller.0,
+            role,
         })?;
     }
     Ok(())

@@ -2,19 +2,10 @@
 
 use super::query;
 use crate::error::{LambdaError, Result};
-use crate::runtime::Description;
+use crate::model::{Description, ModuleKey};
 use pgrx::pg_sys::BuiltinOid::*;
 use pgrx::pg_sys::Oid;
 use pgrx::JsonB;
-
-/// What identifies a loaded module version in a backend's cache. The id
-/// alone is not enough: ids start again after the extension is recreated.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ModuleKey {
-    pub module_id: i64,
-    pub app: String,
-    pub sha256: String,
-}
 
 pub struct ModuleRow {
     pub app: String,

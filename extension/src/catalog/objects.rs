@@ -2,8 +2,7 @@
 
 use super::{cache, probe, query};
 use crate::error::{LambdaError, Result};
-use crate::txn::ObjectInfo;
-use super::modules::ModuleKey;
+use crate::model::{ModuleKey, ObjectInfo};
 use pgrx::pg_sys::BuiltinOid::*;
 
 /// The object's application and type, and the application's current

@@ -6,12 +6,13 @@
 //! carrying a `LambdaError`, which unwinds every wasm frame of the workflow
 //! before the SQL edge reports it.
 
+pub mod calls;
 mod entries;
+pub mod registry;
 
 use crate::error::{LambdaError, Result};
-use crate::workflow;
-use crate::runtime::AppVersion;
 use crate::txn::Workflow;
+use registry::AppVersion;
 use std::rc::Rc;
 
 wasmtime::component::bindgen!({
@@ -39,26 +40,6 @@ pub struct HostState {
     /// if the application is redeployed meanwhile.
     pub app: Rc<AppVersion>,
     pub frame: Frame,
-    pub limits: Limits,
-}
-
-/// The per-instance limits wasmtime asks about when memory or tables grow.
-pub struct Limits {
-    pub memory_limit: usize,
-}
-
-impl wasmtime::ResourceLimiter for Limits {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
-            return Err(LambdaError::MemoryLimit { limit: self.memory_limit, requested: desired }.into());
-        }
-        Ok(true)
-    }
-
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        // Tables hold function references; no sane guest needs millions.
-        Ok(desired <= 1 << 20)
-    }
 }
 
 /// A callee's own error goes back to its caller; anything else traps, which
@@ -102,11 +83,11 @@ impl lambdastore::lambda::host::Host for HostState {
     }
 
     fn call(&mut self, target: i64, function: String, args: String) -> wasmtime::Result<Result<String, CallError>> {
-        recoverable(workflow::call(self, target, &function, &args))
+        recoverable(calls::call(self, target, &function, &args))
     }
 
     fn create(&mut self, type_name: String, args: String) -> wasmtime::Result<Result<i64, CallError>> {
-        recoverable(workflow::create_nested(self, &type_name, &args))
+        recoverable(calls::create_nested(self, &type_name, &args))
     }
 
     fn call_static(
@@ -115,11 +96,11 @@ impl lambdastore::lambda::host::Host for HostState {
         function: String,
         args: String,
     ) -> wasmtime::Result<Result<String, CallError>> {
-        recoverable(workflow::call_static(self, &type_name, &function, &args))
+        recoverable(calls::call_static(self, &type_name, &function, &args))
     }
 
     fn spawn(&mut self, target: i64, function: String, args: String) -> wasmtime::Result<Result<(), CallError>> {
-        recoverable(workflow::spawn(self, target, &function, &args))
+        recoverable(calls::spawn(self, target, &function, &args))
     }
 
     fn now_micros(&mut self) -> wasmtime::Result<i64> {

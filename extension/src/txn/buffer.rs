@@ -3,12 +3,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-/// (object, field, key): the order of the `entries` primary key, which is
-/// also byte order because `field` uses the "C" collation.
-pub type EntryKey = (i64, String, Vec<u8>);
-
-/// `None` is a buffered delete.
-pub type Slot = Option<Vec<u8>>;
+use crate::model::{EntryKey, Slot, Spawned};
 
 enum Undo {
     /// The entry's buffered state before a write (`None`: not buffered).
@@ -17,17 +12,6 @@ enum Undo {
     Created(i64),
     /// A spawned call (the last one).
     Spawned,
-}
-
-/// A call spawned by the workflow: inserted as a job when the workflow
-/// commits (an outbox), so it exists only if the workflow commits.
-#[derive(Clone, Debug)]
-pub struct Spawned {
-    pub object: i64,
-    pub app: String,
-    pub method: String,
-    /// JSON text.
-    pub args: String,
 }
 
 /// What a write costs beside its bytes: the map's node slot, the three

@@ -6,22 +6,13 @@ use std::collections::BTreeMap;
 use std::ops::Bound::{Included, Unbounded};
 use std::rc::Rc;
 
-/// A position in an object's key space, in `entries` primary-key order.
-pub type Position = (String, Vec<u8>);
-
-/// Identifies an entry set: (object, lower bound).
-pub type SetId = (i64, Position);
+pub use crate::model::{Guards, Position, SetId};
 
 #[derive(Clone, Debug)]
 pub struct EntrySet {
     pub lower: Position,
     pub version: i64,
 }
-
-/// An object's guards in order, starting at ("", ""): each set covers
-/// [its guard, the next guard). Shared between workflows of a backend
-/// (catalog/cache.rs keeps them per split count).
-pub type Guards = Rc<Vec<Position>>;
 
 /// What a workflow knows of one object's entry sets: all its guards when the
 /// object has few enough (else each set is loaded as it is touched), and

@@ -12,7 +12,8 @@ pub mod entry_sets;
 pub mod occ;
 pub mod versions;
 
-pub use buffer::{EntryKey, Spawned, WriteBuffer};
+pub use buffer::WriteBuffer;
+pub use crate::model::{EntryKey, ObjectInfo};
 
 use crate::access::Caller;
 use crate::catalog;
@@ -23,13 +24,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
-
-/// Where an object lives: its application and type.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectInfo {
-    pub app: String,
-    pub type_name: String,
-}
 
 /// An object with at most this many entry sets has all its guards read at
 /// once (and kept by the backend until the object is split again); one

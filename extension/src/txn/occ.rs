@@ -101,7 +101,7 @@ fn try_lock(set: &SetId) -> bool {
 pub fn commit(workflow: &Workflow) -> Result<()> {
     let writes = workflow.writes.borrow();
     if !gucs::occ() {
-        return if writes.is_empty() { Ok(()) } else { catalog::entries::apply(&writes, || workflow.keep_going()) };
+        return if writes.is_empty() { Ok(()) } else { apply(&writes, workflow) };
     }
 
     // Which set each write falls in, by the sets loaded during the workflow.
@@ -156,7 +156,7 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
     })?;
 
     // 3. Apply; the written sets' versions go up once this commits.
-    catalog::entries::apply(&writes, || workflow.keep_going())?;
+    apply(&writes, workflow)?;
     for set in written.keys() {
         versions::bump_at_commit(set);
     }
@@ -198,6 +198,10 @@ pub fn commit(workflow: &Workflow) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn apply(writes: &super::WriteBuffer, workflow: &Workflow) -> Result<()> {
+    catalog::entries::apply(writes.created(), writes.entries(), || workflow.keep_going())
 }
 
 /// `lambdastore.split(object, field, key)`: inserts a guard by hand.

@@ -28,6 +28,7 @@
 
 use super::entry_sets::{lock_key, SetId};
 use pgrx::prelude::*;
+use crate::error::{LambdaError, Result};
 use crate::shmem::Zeroed;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -114,17 +115,11 @@ thread_local! {
     static OWN_LOCKS: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Requests the shared memory (only possible while preloading) and
-/// registers the commit callback.
+/// Requests the shared memory; from `_PG_init`, while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
-pub fn init() {
-    // SAFETY: a flag the postmaster sets while loading preload libraries.
-    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        pgrx::pg_shmem_init!(SHARED = false);
-        ENABLED.store(true, Ordering::Relaxed);
-    }
-    // SAFETY: registers a plain function; called once per process from _PG_init.
-    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+pub fn request_shared_memory() {
+    pgrx::pg_shmem_init!(SHARED = false);
+    ENABLED.store(true, Ordering::Relaxed);
 }
 
 /// Whether the counters exist: OCC needs `shared_preload_libraries`.
@@ -132,51 +127,52 @@ pub fn available() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Must not fail after the commit record: it only adds to atomics.
-#[pg_guard]
-unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    use pg_sys::XactEvent::*;
-    match event {
-        XACT_EVENT_COMMIT => {
-            let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-            if let Some(shared) = shared() {
-                let changed = !pending.is_empty();
-                for change in pending {
-                    match change {
-                        Pending::Write(set) => {
-                            shared.versions[set].fetch_add(1, Ordering::SeqCst);
-                        }
-                        Pending::Split { old, new, object } => {
-                            let version = shared.versions[old].fetch_add(1, Ordering::SeqCst) + 1;
-                            shared.versions[new].fetch_max(version, Ordering::SeqCst);
-                            shared.splits[object].fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
+/// Before PREPARE TRANSACTION: a prepared transaction is made visible
+/// later by COMMIT PREPARED, in another session, where nothing would apply
+/// its version bumps.
+pub fn refuse_prepare() -> Result<()> {
+    if HELD.with(|h| !h.borrow().is_empty()) {
+        return Err(LambdaError::Prepared(
+            "a transaction that ran writing lambdastore workflows cannot be prepared: their entry-set versions are \
+             bumped by this session's commit, which COMMIT PREPARED would skip"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// After the commit record, once the transaction's rows are visible and
+/// before its locks are released: applies the queued bumps. Must not fail:
+/// it only adds to atomics.
+pub fn at_commit() {
+    let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    if let Some(shared) = shared() {
+        let changed = !pending.is_empty();
+        for change in pending {
+            match change {
+                Pending::Write(set) => {
+                    shared.versions[set].fetch_add(1, Ordering::SeqCst);
                 }
-                // After the bumps: a reader that finds the count unmoved
-                // would have found the versions unmoved too.
-                if changed {
-                    shared.changes.fetch_add(1, Ordering::SeqCst);
+                Pending::Split { old, new, object } => {
+                    let version = shared.versions[old].fetch_add(1, Ordering::SeqCst) + 1;
+                    shared.versions[new].fetch_max(version, Ordering::SeqCst);
+                    shared.splits[object].fetch_add(1, Ordering::SeqCst);
                 }
             }
-            release();
         }
-        // Made visible later by COMMIT PREPARED, in another session, where
-        // nothing would apply the bumps.
-        XACT_EVENT_PRE_PREPARE if HELD.with(|h| !h.borrow().is_empty()) => {
-            crate::error::LambdaError::Prepared(
-                "a transaction that ran writing lambdastore workflows cannot be prepared: their entry-set versions are \
-                 bumped by this session's commit, which COMMIT PREPARED would skip"
-                    .into(),
-            )
-            .report("PREPARE TRANSACTION");
+        // After the bumps: a reader that finds the count unmoved
+        // would have found the versions unmoved too.
+        if changed {
+            shared.changes.fetch_add(1, Ordering::SeqCst);
         }
-        XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
-            PENDING.with(|p| p.borrow_mut().clear());
-            release();
-        }
-        _ => {}
     }
+    release();
+}
+
+/// At abort (or once prepared): no bumps.
+pub fn at_abort() {
+    PENDING.with(|p| p.borrow_mut().clear());
+    release();
 }
 
 /// Stops counting this transaction as a writer (after its bumps), and

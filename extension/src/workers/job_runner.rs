@@ -154,7 +154,7 @@ fn run_one(index: usize, last_app: &mut String) -> Step {
 /// checks that jsonb can hold the result, where a bad one fails the job.
 fn run_workflow(job: &Claimed) -> Result<String, Failure> {
     let result = workflow::run_job(Caller(job.role), job.job, job.object, &job.method, &job.args)?;
-    crate::api::json_text::result_jsonb(&result)?;
+    crate::jsonb::result_jsonb(&result)?;
     Ok(result)
 }
 

@@ -14,13 +14,12 @@ pub mod job_runner;
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::lwlock::PgLwLock;
 use pgrx::pg_sys;
+use crate::gucs::MAX_WORKERS;
 use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Upper bound of `lambdastore.workers`.
-pub const MAX_WORKERS: usize = 64;
 /// Sessions that can block in `lambdastore.wait` with a latch; more
 /// waiters still work, by polling every `POLL` instead.
 const MAX_WAITERS: usize = 256;
@@ -57,16 +56,16 @@ unsafe impl PGRXSharedMemory for Registry {}
 static REGISTRY: PgLwLock<Registry> = unsafe { PgLwLock::new(c"lambdastore_workers") };
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// Requests the shared memory and registers `lambdastore.workers` job
-/// runners; only possible while preloading.
+/// Requests the registry's shared memory; from `_PG_init`, while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
-pub fn init() {
-    // SAFETY: a flag the postmaster sets while loading preload libraries.
-    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        return;
-    }
+pub fn request_shared_memory() {
     pgrx::pg_shmem_init!(REGISTRY);
     ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// Registers `lambdastore.workers` job runners; from `_PG_init`, while
+/// preloading (background workers can only be started then).
+pub fn register() {
     for index in 0..crate::gucs::workers() {
         BackgroundWorkerBuilder::new(&format!("lambdastore job runner {index}"))
             .set_type("lambdastore job runner")

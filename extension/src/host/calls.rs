@@ -1,0 +1,174 @@
+//! Nested calls: what a lambda asks of the host to reach other objects
+//! (`call`, `call-static`, `create`, `spawn`). They stay inside the
+//! application the workflow started in, run on the same code version, and
+//! take a savepoint of the write buffer so that a callee returning its own
+//! error leaves nothing behind.
+
+use super::registry::{self, AppVersion};
+use super::{Frame, HostState};
+use crate::catalog;
+use crate::error::{LambdaError, Result};
+use crate::gucs;
+use crate::model::{FunctionKind, ObjectInfo, Spawned};
+use crate::txn::Workflow;
+use std::rc::Rc;
+
+/// Creates an object of `type_name` in the workflow and runs its
+/// constructor (at `depth`); a readonly caller may not.
+pub fn create_object(
+    workflow: &Rc<Workflow>,
+    app: &Rc<AppVersion>,
+    type_name: &str,
+    args: &str,
+    depth: u32,
+    caller_readonly: bool,
+) -> Result<i64> {
+    let ctor = app.constructor(type_name)?.cloned();
+    if caller_readonly {
+        return Err(LambdaError::ReadonlyWrite { ty: type_name.to_string(), function: "(create)".into() });
+    }
+    let id = catalog::objects::next_id()?;
+    let savepoint = workflow.writes.borrow().savepoint();
+    workflow.writes.borrow_mut().create_object(id, app.app.clone(), type_name.to_string());
+    workflow.remember_object(id, ObjectInfo { app: app.app.clone(), type_name: type_name.to_string() });
+    let outcome = match ctor {
+        Some(ctor) => {
+            let frame = Frame {
+                object: id,
+                type_name: type_name.to_string(),
+                function: ctor.name.clone(),
+                readonly: ctor.readonly,
+                depth,
+            };
+            registry::run(workflow, app, frame, FunctionKind::Constructor, args).map(|_| id)
+        }
+        None if no_arguments(args) => Ok(id),
+        None => Err(LambdaError::BadArguments {
+            ty: type_name.to_string(),
+            function: "(create)".into(),
+            message: "the type has no constructor, so it takes no arguments".into(),
+        }),
+    };
+    if outcome.is_err() {
+        workflow.rollback_to(savepoint);
+    }
+    outcome
+}
+
+fn no_arguments(args: &str) -> bool {
+    use serde_json::Value;
+    match serde_json::from_str::<Value>(args) {
+        Ok(Value::Null) => true,
+        Ok(Value::Object(map)) => map.is_empty(),
+        Ok(Value::Array(list)) => list.is_empty(),
+        _ => false,
+    }
+}
+
+/// Depth of a new nested call, refused past `lambdastore.max_call_depth` or
+/// when the backend's stack is running out (wasm runs on it).
+fn enter(caller: &HostState) -> Result<u32> {
+    let depth = caller.frame.depth + 1;
+    let max = gucs::max_call_depth();
+    // SAFETY: reads the stack pointer and PostgreSQL's stack base.
+    if depth > max || unsafe { pgrx::pg_sys::stack_is_too_deep() } {
+        return Err(LambdaError::CallDepth(max));
+    }
+    Ok(depth)
+}
+
+fn object_info(workflow: &Workflow, id: i64) -> Result<ObjectInfo> {
+    if let Some(info) = workflow.known_object(id) {
+        return Ok(info);
+    }
+    let (info, _) = catalog::objects::lookup(id)?;
+    workflow.remember_object(id, info.clone());
+    Ok(info)
+}
+
+/// An object a lambda may reach: one of its own application's.
+fn same_application_object(caller: &HostState, target: i64) -> Result<ObjectInfo> {
+    let info = object_info(&caller.workflow, target)?;
+    if info.app != caller.app.app {
+        return Err(LambdaError::CrossApplication { object: target, caller: caller.app.app.clone(), target: info.app });
+    }
+    Ok(info)
+}
+
+/// Runs a nested call under a savepoint of the write buffer.
+fn nested(caller: &HostState, frame: Frame, kind: FunctionKind, args: &str) -> Result<String> {
+    let savepoint = caller.workflow.writes.borrow().savepoint();
+    let outcome = registry::run(&caller.workflow, &caller.app, frame, kind, args);
+    if outcome.is_err() {
+        caller.workflow.rollback_to(savepoint);
+    }
+    outcome
+}
+
+/// Host `call`: a method of another object of the same application.
+pub fn call(caller: &HostState, target: i64, function: &str, args: &str) -> Result<String> {
+    let depth = enter(caller)?;
+    let info = same_application_object(caller, target)?;
+    let f = caller.app.function(&info.type_name, function, FunctionKind::Method)?;
+    let frame = Frame {
+        object: target,
+        type_name: info.type_name,
+        function: function.to_string(),
+        // A readonly caller stays readonly through its callees.
+        readonly: f.readonly || caller.frame.readonly,
+        depth,
+    };
+    nested(caller, frame, FunctionKind::Method, args)
+}
+
+/// Host `call-static`.
+pub fn call_static(caller: &HostState, type_name: &str, function: &str, args: &str) -> Result<String> {
+    let depth = enter(caller)?;
+    let f = caller.app.function(type_name, function, FunctionKind::Static)?;
+    let frame = Frame {
+        object: 0,
+        type_name: type_name.to_string(),
+        function: function.to_string(),
+        readonly: f.readonly || caller.frame.readonly,
+        depth,
+    };
+    nested(caller, frame, FunctionKind::Static, args)
+}
+
+/// Host `create`: a new object of this application, through its constructor.
+pub fn create_nested(caller: &HostState, type_name: &str, args: &str) -> Result<i64> {
+    let depth = enter(caller)?;
+    create_object(&caller.workflow, &caller.app, type_name, args, depth, caller.frame.readonly)
+}
+
+/// Host `spawn`: a method call on an object of this application, queued as
+/// a job when the workflow commits. A callee's spawns are undone with its
+/// savepoint, like its writes.
+pub fn spawn(caller: &HostState, target: i64, function: &str, args: &str) -> Result<()> {
+    if caller.frame.readonly {
+        return Err(LambdaError::ReadonlyWrite {
+            ty: caller.frame.type_name.clone(),
+            function: caller.frame.function.clone(),
+        });
+    }
+    let info = same_application_object(caller, target)?;
+    // Protected methods are allowed: the call comes from a lambda.
+    caller.app.function(&info.type_name, function, FunctionKind::Method)?;
+    registry::check_args_size(args)?;
+    let spawned = caller.workflow.writes.borrow().spawned().len() + 1;
+    if spawned > gucs::max_spawns() {
+        return Err(LambdaError::TooMany {
+            what: "the workflow spawns calls:",
+            count: spawned,
+            limit: gucs::max_spawns(),
+            setting: "lambdastore.max_spawns",
+        });
+    }
+    caller.workflow.writes.borrow_mut().spawn(Spawned {
+        object: target,
+        app: info.app,
+        method: function.to_string(),
+        args: args.to_string(),
+    });
+    Ok(())
+}

@@ -1,0 +1,288 @@
+//! The application registry: deployed module versions, loaded and linked
+//! against the host interface, and running one function of one in a fresh
+//! store. A backend keeps each version it has loaded (module rows are
+//! immutable, so a version never goes stale).
+
+use super::lambdastore::lambda::types as wit;
+use super::{CallError, Frame, HostState, Lambda, LambdaPre};
+use crate::access::Caller;
+use crate::catalog;
+use crate::error::{LambdaError, Result};
+use crate::gucs;
+use crate::model::{Description, FieldDesc, FnDesc, FunctionKind, ModuleKey, TypeDesc};
+use crate::runtime::{self, Component, Sandboxed};
+use crate::txn::Workflow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Instant;
+use wasmtime::component::HasSelf;
+
+/// One deployed version of an application, ready to instantiate.
+pub struct AppVersion {
+    pub app: String,
+    pub description: Description,
+    pre: LambdaPre<Sandboxed<HostState>>,
+}
+
+impl AppVersion {
+    pub fn type_desc(&self, type_name: &str) -> Result<&TypeDesc> {
+        self.description
+            .types
+            .iter()
+            .find(|t| t.name == type_name)
+            .ok_or_else(|| LambdaError::UnknownType { app: self.app.clone(), ty: type_name.to_string() })
+    }
+
+    /// The function `name` of `type_name`, which must be of kind `kind`.
+    pub fn function(&self, type_name: &str, name: &str, kind: FunctionKind) -> Result<&FnDesc> {
+        let ty = self.type_desc(type_name)?;
+        let unknown = |why: String| LambdaError::UnknownFunction {
+            ty: type_name.to_string(),
+            function: name.to_string(),
+            why,
+        };
+        let f = ty.functions.iter().find(|f| f.name == name).ok_or_else(|| unknown(String::new()))?;
+        if f.kind != kind {
+            return Err(unknown(format!(" as a {} (it is a {})", kind.name(), f.kind.name())));
+        }
+        Ok(f)
+    }
+
+    pub fn constructor(&self, type_name: &str) -> Result<Option<&FnDesc>> {
+        Ok(self.type_desc(type_name)?.functions.iter().find(|f| f.kind == FunctionKind::Constructor))
+    }
+}
+
+thread_local! {
+    static APPS: RefCell<HashMap<ModuleKey, Rc<AppVersion>>> = RefCell::new(HashMap::new());
+}
+
+/// Loads a module version: from this backend's memory, else from the disk
+/// cache (mmap), else by compiling the bytes from `lambdastore.modules`.
+pub fn load(key: &ModuleKey) -> Result<Rc<AppVersion>> {
+    if let Some(app) = APPS.with(|apps| apps.borrow().get(key).cloned()) {
+        return Ok(app);
+    }
+    let module_id = key.module_id;
+    let row = catalog::modules::get(module_id)?;
+    let started = Instant::now();
+    let component = runtime::load(&key.sha256, || catalog::modules::wasm(module_id))?;
+    let loaded = started.elapsed();
+    let app = Rc::new(AppVersion { app: row.app, description: row.description, pre: instantiate_pre(&component)? });
+    pgrx::debug1!(
+        "lambdastore: module {module_id} of {} loaded in {} µs, linked in {} µs",
+        app.app,
+        loaded.as_micros(),
+        (started.elapsed() - loaded).as_micros()
+    );
+    APPS.with(|apps| {
+        let mut apps = apps.borrow_mut();
+        if apps.len() >= 256 {
+            apps.clear(); // old versions of busy redeployers; reload on demand
+        }
+        apps.insert(key.clone(), app.clone());
+    });
+    Ok(app)
+}
+
+fn instantiate_pre(component: &Component) -> Result<LambdaPre<Sandboxed<HostState>>> {
+    let mut linker = runtime::linker::<HostState>();
+    Lambda::add_to_linker::<Sandboxed<HostState>, HasSelf<HostState>>(&mut linker, |state| &mut state.data)
+        .map_err(|e| LambdaError::Internal(format!("linking the host interface: {e:#}")))?;
+    let pre = linker.instantiate_pre(component).map_err(|e| LambdaError::InvalidModule(format!("{e:#}")))?;
+    LambdaPre::new(pre)
+        .map_err(|e| LambdaError::InvalidModule(format!("it does not export the lambdastore:lambda world: {e:#}")))
+}
+
+/// Linear memory the `describe` call may use at most: a description is a
+/// few kB, and a module must not make the host lift a huge one.
+const DESCRIBE_MEMORY: usize = 16 << 20;
+/// The largest description a module may give (names and kinds, in bytes).
+const MAX_DESCRIPTION: usize = 1 << 20;
+
+/// Validates a module for deployment: compiles it, links it against the
+/// host interface and asks it to describe itself (for `caller`, within its
+/// timeout). The caller caches the component (`runtime::cache_compiled`)
+/// once the version is registered, so a refused deploy leaves nothing on disk.
+pub fn validate(caller: Caller, wasm: &[u8]) -> Result<(Description, Component)> {
+    let component = runtime::compile(wasm)?;
+    let probe = Rc::new(AppVersion {
+        app: String::new(),
+        description: Description { sdk: String::new(), types: Vec::new() },
+        pre: instantiate_pre(&component)?,
+    });
+    let workflow = Rc::new(Workflow::new(caller, None, gucs::timeout(caller.is_superuser())));
+    let frame = Frame { object: 0, type_name: String::new(), function: "describe".into(), readonly: true, depth: 0 };
+    let memory = gucs::memory_limit_bytes().min(DESCRIBE_MEMORY);
+    let desc = with_instance(&workflow, &probe, frame, memory, |store, lambda| lambda.call_describe(store))?;
+    check_description_size(&desc)?;
+    let description = Description {
+        sdk: desc.sdk,
+        types: desc
+            .types
+            .into_iter()
+            .map(|t| TypeDesc {
+                name: t.name,
+                fields: t.fields.into_iter().map(|f| FieldDesc { name: f.name, kind: field_kind_name(f.kind).into() }).collect(),
+                functions: t
+                    .functions
+                    .into_iter()
+                    .map(|f| FnDesc { name: f.name, kind: f.kind.into(), protected: f.protected, readonly: f.readonly })
+                    .collect(),
+            })
+            .collect(),
+    };
+    check_description(&description)?;
+    Ok((description, component))
+}
+
+impl From<wit::FunctionKind> for FunctionKind {
+    fn from(kind: wit::FunctionKind) -> Self {
+        match kind {
+            wit::FunctionKind::Constructor => FunctionKind::Constructor,
+            wit::FunctionKind::Method => FunctionKind::Method,
+            wit::FunctionKind::Static => FunctionKind::Static,
+        }
+    }
+}
+
+impl From<FunctionKind> for wit::FunctionKind {
+    fn from(kind: FunctionKind) -> Self {
+        match kind {
+            FunctionKind::Constructor => wit::FunctionKind::Constructor,
+            FunctionKind::Method => wit::FunctionKind::Method,
+            FunctionKind::Static => wit::FunctionKind::Static,
+        }
+    }
+}
+
+fn field_kind_name(kind: wit::FieldKind) -> &'static str {
+    match kind {
+        wit::FieldKind::Cell => "cell",
+        wit::FieldKind::Map => "map",
+        wit::FieldKind::MultiMap => "multi-map",
+        wit::FieldKind::Set => "set",
+    }
+}
+
+/// 42P13 for a description past `MAX_DESCRIPTION`, counted before it is
+/// converted or stored: every backend that runs the application keeps it.
+fn check_description_size(desc: &wit::AppDesc) -> Result<()> {
+    let size: usize = desc.sdk.len()
+        + desc
+            .types
+            .iter()
+            .map(|t| {
+                t.name.len()
+                    + t.fields.iter().map(|f| f.name.len() + 16).sum::<usize>()
+                    + t.functions.iter().map(|f| f.name.len() + 32).sum::<usize>()
+            })
+            .sum::<usize>();
+    if size > MAX_DESCRIPTION {
+        return Err(LambdaError::InvalidModule(format!(
+            "its description is about {size} bytes, more than {MAX_DESCRIPTION}: {} types, {} functions",
+            desc.types.len(),
+            desc.types.iter().map(|t| t.functions.len()).sum::<usize>()
+        )));
+    }
+    Ok(())
+}
+
+fn check_description(d: &Description) -> Result<()> {
+    let invalid = |m: String| Err(LambdaError::InvalidModule(m));
+    if d.types.is_empty() {
+        return invalid("it describes no object types".into());
+    }
+    // PostgreSQL's text cannot hold a NUL: the name stored would not be
+    // the name described.
+    let names = d.types.iter().flat_map(|t| {
+        std::iter::once(&t.name).chain(t.fields.iter().map(|f| &f.name)).chain(t.functions.iter().map(|f| &f.name))
+    });
+    if let Some(name) = names.chain(std::iter::once(&d.sdk)).find(|name| name.contains('\0')) {
+        return invalid(format!("the name {name:?} in its description contains a NUL byte"));
+    }
+    let mut types = std::collections::HashSet::new();
+    for t in &d.types {
+        if t.name.is_empty() || !types.insert(&t.name) {
+            return invalid(format!("type name \"{}\" is empty or repeated", t.name));
+        }
+        let mut names = std::collections::HashSet::new();
+        for f in &t.fields {
+            if f.name.is_empty() || !names.insert(&f.name) {
+                return invalid(format!("field \"{}.{}\" is empty or repeated", t.name, f.name));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for f in &t.functions {
+            if f.name.is_empty() || !names.insert(&f.name) {
+                return invalid(format!("function \"{}.{}\" is empty or repeated", t.name, f.name));
+            }
+        }
+        if t.functions.iter().filter(|f| f.kind == FunctionKind::Constructor).count() > 1 {
+            return invalid(format!("type \"{}\" has more than one constructor", t.name));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `function` of `type_name` on `object` (0 for static functions) in a
+/// fresh store. A guest's error for its caller is `Err(Application)`.
+pub fn run(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, frame: Frame, kind: FunctionKind, args: &str) -> Result<String> {
+    check_args_size(args)?;
+    let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
+    let outcome = with_instance(workflow, app, frame, gucs::memory_limit_bytes(), |store, lambda| {
+        lambda.call_dispatch(store, kind.into(), &ty, &function, object, args)
+    })?;
+    match outcome {
+        Ok(result) => {
+            check_size("the result is", result.len(), gucs::max_result_bytes(), "lambdastore.max_result_size")?;
+            Ok(result)
+        }
+        Err(err) => Err(guest_error(err, &ty, &function)),
+    }
+}
+
+/// What a guest's `call-error` means for the workflow.
+fn guest_error(err: CallError, ty: &str, function: &str) -> LambdaError {
+    match err {
+        CallError::Application(message) => LambdaError::Application { message },
+        CallError::BadArguments(message) => LambdaError::BadArguments { ty: ty.into(), function: function.into(), message },
+        CallError::UnknownObject(id) => LambdaError::UnknownObject(id),
+        CallError::UnknownFunction(why) => LambdaError::UnknownFunction {
+            ty: ty.into(),
+            function: function.into(),
+            why: format!(" in the module ({why})"),
+        },
+        CallError::NotAllowed(message) => LambdaError::PermissionDenied(message),
+    }
+}
+
+/// Arguments past `lambdastore.max_args_size` are refused before any call
+/// (or job) is made with them.
+pub fn check_args_size(args: &str) -> Result<()> {
+    check_size("the arguments are", args.len(), gucs::max_args_bytes(), "lambdastore.max_args_size")
+}
+
+fn check_size(what: &'static str, size: usize, limit: usize, setting: &'static str) -> Result<()> {
+    if size > limit {
+        return Err(LambdaError::TooLarge { what, size, limit, setting });
+    }
+    Ok(())
+}
+
+/// Instantiates `app` in a fresh store for `frame` and hands it to `f`;
+/// the workflow's deadline and cancels stop it at every epoch tick.
+fn with_instance<R>(
+    workflow: &Rc<Workflow>,
+    app: &Rc<AppVersion>,
+    frame: Frame,
+    memory_limit: usize,
+    f: impl FnOnce(&mut wasmtime::Store<Sandboxed<HostState>>, &Lambda) -> wasmtime::Result<R>,
+) -> Result<R> {
+    let state = HostState { workflow: workflow.clone(), app: app.clone(), frame };
+    runtime::call(state, memory_limit, |state| state.workflow.keep_going(), |store| {
+        let lambda = app.pre.instantiate(&mut *store)?;
+        f(store, &lambda)
+    })
+}

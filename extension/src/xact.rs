@@ -1,0 +1,42 @@
+//! The one end-of-transaction callback: each part's work at commit and
+//! abort, in an order that is written here rather than implied by the order
+//! of registration. PostgreSQL runs it after the commit record is written
+//! and the transaction's rows are visible, before its locks are released.
+
+use crate::{catalog, jobs, txn};
+use pgrx::pg_sys;
+
+/// Registers the callback; once per process, from `_PG_init`.
+pub fn init() {
+    // SAFETY: registers a plain function with no argument.
+    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        // The last moment to refuse: COMMIT PREPARED runs no callback here
+        // (it may run in another backend, or in recovery), so what the
+        // parts do at commit would never happen.
+        XACT_EVENT_PRE_PREPARE => {
+            if let Err(refused) = txn::versions::refuse_prepare().and_then(|_| catalog::cache::refuse_prepare()) {
+                refused.report("PREPARE TRANSACTION");
+            }
+        }
+        // Nothing here may fail. Versions first, before the writer counts
+        // drop; then the catalog generation; then the workers are woken, so
+        // that they find the bumped versions and the new generation.
+        XACT_EVENT_COMMIT => {
+            txn::versions::at_commit();
+            catalog::cache::at_commit();
+            jobs::at_commit();
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
+            txn::versions::at_abort();
+            catalog::cache::at_abort();
+            jobs::at_abort();
+        }
+        _ => {}
+    }
+}
