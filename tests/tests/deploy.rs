@@ -30,15 +30,6 @@ fn with_custom_section(mut wasm: Vec<u8>, name: &str, payload: &[u8]) -> Vec<u8>
     wasm
 }
 
-fn module_rows(c: &mut postgres::Client, app: &str) -> i64 {
-    c.query_one(
-        "SELECT count(*) FROM lambdastore.modules WHERE app = $1",
-        &[&app],
-    )
-    .unwrap()
-    .get(0)
-}
-
 fn application_rows(c: &mut postgres::Client, app: &str) -> i64 {
     c.query_one(
         "SELECT count(*) FROM lambdastore.applications WHERE name = $1",
@@ -196,57 +187,71 @@ fn an_object_deleted_by_another_connection_is_gone() {
     expect_sqlstate(invoke(&mut other, counter, "get", json!({})), "42704");
 }
 
-/// The cache skips the catalog query, not its permission check: after
-/// `SET ROLE` to a role that may not read the catalog, a call that reads no
-/// entries is refused as it was before anything was cached.
+/// The cache skips the catalog query, not the privilege check: after
+/// `SET ROLE` to a role the owner has not granted 'invoke', a call that
+/// reads no entries is refused as it was before anything was cached, and a
+/// grant or revoke changes the answer at the next call.
 #[test]
 fn a_cached_object_is_still_refused_to_a_role_without_privileges() {
+    let role = TestRole::new("cache_role");
     let mut c = connect();
     let app = app("deploy_cache_role");
     deploy_example(&mut c, &app, "micro");
     let bench = create(&mut c, &app, "Bench", json!({}));
-    create_role(&mut c, "lambdastore_test_nobody");
     // Filled by this connection's superuser: `now` reads no entries.
     call(&mut c, bench, "now", json!({}));
 
-    c.batch_execute("SET ROLE lambdastore_test_nobody").unwrap();
+    c.batch_execute(&format!("SET ROLE {}", role.name)).unwrap();
+    expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
+    c.batch_execute("RESET ROLE").unwrap();
+    grant(&mut c, &app, &role.name, "invoke").unwrap();
+    c.batch_execute(&format!("SET ROLE {}", role.name)).unwrap();
+    call(&mut c, bench, "now", json!({}));
+    c.batch_execute("RESET ROLE").unwrap();
+    assert!(revoke(&mut c, &app, &role.name, "invoke").unwrap());
+    c.batch_execute(&format!("SET ROLE {}", role.name)).unwrap();
     expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
     c.batch_execute("RESET ROLE").unwrap();
     call(&mut c, bench, "now", json!({}));
 }
 
-/// Each backend remembers which catalog tables the current user may read
-/// (catalog/mod.rs); a privilege taken away in another session, by REVOKE
-/// on a table or by revoking membership in the role that held it, must
-/// refuse the very next call, as SPI's check would.
+/// Each backend remembers its privilege answers (access.rs); a privilege
+/// taken away in another session, by `lambdastore.revoke` or by revoking
+/// membership in the group role it was granted to, must refuse the very
+/// next call.
 #[test]
 fn revoked_privileges_refuse_the_next_call() {
+    let group = TestRole::new("revoke_group");
+    let member = TestRole::new("revoke_member");
     let mut admin = connect();
     let app = app("deploy_revoke");
     deploy_example(&mut admin, &app, "micro");
     let bench = create(&mut admin, &app, "Bench", json!({}));
-    let (group, member) = ("lambdastore_test_readers", "lambdastore_test_reader");
-    let grant = format!(
-        "GRANT USAGE ON SCHEMA lambdastore TO {group};
-         GRANT SELECT ON ALL TABLES IN SCHEMA lambdastore TO {group};
-         GRANT {group} TO {member};"
-    );
-    create_role(&mut admin, group);
-    create_role(&mut admin, member);
-    admin.batch_execute(&grant).unwrap();
+    grant(&mut admin, &app, &group.name, "invoke").unwrap();
+    let join = format!("GRANT {} TO {}", group.name, member.name);
+    admin.batch_execute(&join).unwrap();
     let mut c = connect();
-    c.batch_execute(&format!("SET ROLE {member}")).unwrap();
+    c.batch_execute(&format!("SET ROLE {}", member.name)).unwrap();
     call(&mut c, bench, "now", json!({}));
 
-    admin.batch_execute(&format!("REVOKE {group} FROM {member}")).unwrap();
-    expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
-
-    admin.batch_execute(&grant).unwrap();
-    call(&mut c, bench, "now", json!({}));
+    // Out of the group: the group's grant no longer reaches the member.
     admin
-        .batch_execute(&format!("REVOKE SELECT ON ALL TABLES IN SCHEMA lambdastore FROM {group}"))
+        .batch_execute(&format!("REVOKE {} FROM {}", group.name, member.name))
         .unwrap();
     expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
+
+    // Back in the group, then the owner revokes the group's privilege.
+    admin.batch_execute(&join).unwrap();
+    call(&mut c, bench, "now", json!({}));
+    assert!(revoke(&mut admin, &app, &group.name, "invoke").unwrap());
+    expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
+
+    // Granted to the member itself, then revoked.
+    grant(&mut admin, &app, &member.name, "invoke").unwrap();
+    call(&mut c, bench, "now", json!({}));
+    assert!(revoke(&mut admin, &app, &member.name, "invoke").unwrap());
+    expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
+
     c.batch_execute("RESET ROLE").unwrap();
     call(&mut c, bench, "now", json!({}));
 }
@@ -425,12 +430,12 @@ fn only_the_owner_may_redeploy() {
     // Everything below happens in one transaction that is rolled back, so
     // the role disappears whatever the outcome.
     let mut tx = c.transaction().unwrap();
+    // Until the rollback: other tests grant on the schema too.
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&ROLES_LOCK]).unwrap();
     tx.batch_execute(&format!(
         "CREATE ROLE {role} NOSUPERUSER;
-         -- What a role needs to use LambdaStore (nothing grants it by default).
+         -- All a role needs to use LambdaStore: no table privileges.
          GRANT USAGE ON SCHEMA lambdastore TO {role};
-         GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA lambdastore TO {role};
-         GRANT USAGE ON ALL SEQUENCES IN SCHEMA lambdastore TO {role};
          SET LOCAL ROLE {role};"
     ))
     .unwrap();
@@ -441,6 +446,7 @@ fn only_the_owner_may_redeploy() {
             describe(&e)
         )
     });
+    assert!(has_app_privilege(&mut tx, &own, "owner"));
     // ...but not over one that belongs to another role.
     let mut attempt = tx.transaction().unwrap(); // a savepoint
     let message = expect_sqlstate(deploy(&mut attempt, &app, &example("micro")), "42501");
@@ -450,14 +456,6 @@ fn only_the_owner_may_redeploy() {
     );
     attempt.rollback().unwrap();
     tx.batch_execute("RESET ROLE").unwrap();
-    assert_eq!(
-        tx.query_one(
-            "SELECT count(*) FROM lambdastore.modules WHERE app = $1",
-            &[&app]
-        )
-        .unwrap()
-        .get::<_, i64>(0),
-        1
-    );
+    assert_eq!(module_rows(&mut tx, &app), 1);
     tx.rollback().unwrap();
 }

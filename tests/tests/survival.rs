@@ -61,34 +61,31 @@ fn terminating_a_running_lambda_ends_only_its_session() {
 
 #[test]
 fn an_sql_error_inside_a_host_call_fails_only_the_statement() {
-    // A role that may look objects up but not read their entries: the
-    // permission error is raised by the host's `get`, while the guest is on
-    // the stack.
+    // Another session holds the entries table locked, and this one waits
+    // for a lock at most 100 ms: the lock timeout is raised inside the
+    // host's `get`, while the guest is on the stack.
     let mut c = connect();
     let app = app("spi_error");
     deploy_example(&mut c, &app, "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
-    let role = app.replace("spi_error", "ls_no_entries");
     let started = postmaster_start_time(&mut c);
+    let mut locker = connect();
+    locker
+        .batch_execute("BEGIN; LOCK TABLE lambdastore.entries IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
 
-    let mut tx = c.transaction().unwrap(); // rolled back: the role goes too
-    tx.batch_execute(&format!(
-        "CREATE ROLE {role} NOSUPERUSER;
-         GRANT USAGE ON SCHEMA lambdastore TO {role};
-         GRANT SELECT ON lambdastore.objects, lambdastore.applications, lambdastore.modules,
-                         lambdastore.entry_sets TO {role};"
-    ))
-    .unwrap();
-    let mut attempt = tx.transaction().unwrap();
+    let mut tx = c.transaction().unwrap();
+    let mut attempt = tx.transaction().unwrap(); // a savepoint
     attempt
-        .batch_execute(&format!("SET LOCAL ROLE {role}"))
+        .batch_execute("SET LOCAL lock_timeout = '100ms'")
         .unwrap();
     let message = expect_sqlstate(
         invoke(&mut attempt, id, "get", json!({"key": "k"})),
-        "42501",
+        "55P03",
     );
-    assert!(message.contains("entries"), "{message}");
+    assert!(message.contains("lock timeout"), "{message}");
     attempt.rollback().unwrap();
+    locker.batch_execute("ROLLBACK").unwrap();
 
     // Same session, same transaction, after ROLLBACK TO SAVEPOINT.
     assert_eq!(call(&mut tx, id, "get", json!({"key": "k"})), json!(null));

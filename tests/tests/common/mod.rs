@@ -335,6 +335,144 @@ pub fn create_role(c: &mut impl GenericClient, name: &str) {
     .unwrap();
 }
 
+/// A new connection to the test database as `role`, which must have
+/// `LOGIN` (the test server trusts every local user).
+pub fn connect_as(role: &str) -> Client {
+    setup();
+    config(DATABASE)
+        .user(role)
+        .connect(NoTls)
+        .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
+}
+
+/// The notices (and warnings) a connection received, in order.
+pub type Notices = std::sync::Arc<std::sync::Mutex<Vec<postgres::error::DbError>>>;
+
+/// A new connection to the test database, as `postgres`, that keeps every
+/// notice the server sends it (a lambda's `log` at NOTICE reaches the
+/// client): the client has seen all of a statement's notices when the
+/// statement returns.
+pub fn connect_keeping_notices() -> (Client, Notices) {
+    setup();
+    let notices = Notices::default();
+    let keep = notices.clone();
+    let client = config(DATABASE)
+        .notice_callback(move |notice| keep.lock().unwrap().push(notice))
+        .connect(NoTls)
+        .expect("connect to the test database");
+    (client, notices)
+}
+
+/// An ordinary role of this test run, with what such a role needs to use
+/// LambdaStore and nothing more: `LOGIN` and `USAGE` on the schema. What
+/// it may do with an application is up to the application's owner
+/// ([`grant`]). Dropped when it goes out of scope (roles outlive the test
+/// database, and names are unique per run, see [`app`]).
+pub struct TestRole {
+    pub name: String,
+}
+
+/// Any fixed number: serialises changes to the schema's ACL, which
+/// concurrent GRANTs and DROP OWNEDs would otherwise fail ("tuple
+/// concurrently updated").
+pub const ROLES_LOCK: i64 = 0x4c53_726f_6c65; // "LSrole"
+
+/// Runs `sql`, which creates, drops or grants roles, in a transaction that
+/// holds [`ROLES_LOCK`].
+pub fn change_roles(c: &mut Client, sql: &str) -> Result<(), postgres::Error> {
+    let mut tx = c.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&ROLES_LOCK])?;
+    tx.batch_execute(sql)?;
+    tx.commit()
+}
+
+impl TestRole {
+    pub fn new(test: &str) -> TestRole {
+        let name = app(&format!("ls_{test}"));
+        change_roles(
+            &mut connect(),
+            &format!(
+                "CREATE ROLE {name} LOGIN NOSUPERUSER;
+                 GRANT USAGE ON SCHEMA lambdastore TO {name};"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("create role {name}: {}", describe(&e)));
+        TestRole { name }
+    }
+
+    /// A session logged in as the role.
+    pub fn connect(&self) -> Client {
+        connect_as(&self.name)
+    }
+
+    pub fn oid(&self, c: &mut impl GenericClient) -> u32 {
+        c.query_one("SELECT oid FROM pg_roles WHERE rolname = $1", &[&self.name])
+            .unwrap()
+            .get(0)
+    }
+}
+
+impl Drop for TestRole {
+    fn drop(&mut self) {
+        // DROP OWNED takes the schema privilege back, which DROP ROLE needs.
+        let _ = change_roles(
+            &mut connect(),
+            &format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}", self.name),
+        );
+    }
+}
+
+/// `lambdastore.grant(app, role, privilege)`: the owner lets `role`
+/// 'invoke' or 'read' the application.
+pub fn grant(
+    c: &mut impl GenericClient,
+    app: &str,
+    role: &str,
+    privilege: &str,
+) -> Result<(), postgres::Error> {
+    c.execute(
+        "SELECT lambdastore.grant($1, $2::text::regrole, $3)",
+        &[&app, &role, &privilege],
+    )
+    .map(|_| ())
+}
+
+/// `lambdastore.revoke(app, role, privilege)`: whether it had been granted.
+pub fn revoke(
+    c: &mut impl GenericClient,
+    app: &str,
+    role: &str,
+    privilege: &str,
+) -> Result<bool, postgres::Error> {
+    let row = c.query_one(
+        "SELECT lambdastore.revoke($1, $2::text::regrole, $3)",
+        &[&app, &role, &privilege],
+    )?;
+    Ok(row.get(0))
+}
+
+/// `lambdastore.has_app_privilege(app, privilege)` for the current role.
+pub fn has_app_privilege(c: &mut impl GenericClient, app: &str, privilege: &str) -> bool {
+    c.query_one("SELECT lambdastore.has_app_privilege($1, $2)", &[&app, &privilege])
+        .unwrap_or_else(|e| panic!("has_app_privilege({app}, {privilege}): {}", describe(&e)))
+        .get(0)
+}
+
+/// The OID of the role that owns `app` (the catalog keeps an OID, which
+/// survives the role being dropped).
+pub fn app_owner(c: &mut impl GenericClient, app: &str) -> u32 {
+    c.query_one("SELECT owner FROM lambdastore.applications WHERE name = $1", &[&app])
+        .unwrap_or_else(|e| panic!("the owner of {app}: {}", describe(&e)))
+        .get(0)
+}
+
+/// Rows of `lambdastore.modules` for `app`: its deployed versions.
+pub fn module_rows(c: &mut impl GenericClient, app: &str) -> i64 {
+    c.query_one("SELECT count(*) FROM lambdastore.modules WHERE app = $1", &[&app])
+        .unwrap()
+        .get(0)
+}
+
 /// A fresh `micro` application with one `Bench` object (100 entries).
 pub fn micro_object(test: &str) -> (Client, String, i64) {
     let mut c = connect();

@@ -151,6 +151,8 @@ pub fn wat(types: &[(&str, &[Function])]) -> String {
     d.bytes.extend_from_slice(&[0; 32]);
     d.align(8);
     let heap = d.addr();
+    // Enough pages for the data (large descriptions need more than one).
+    let pages = heap / 65536 + 1;
     let data = d.wat_literal();
     let (field_ptr, field_len) = field;
     let (key_ptr, key_len) = key;
@@ -177,7 +179,7 @@ pub fn wat(types: &[(&str, &[Function])]) -> String {
   ;; Memory and a bump allocator, instantiated first so that the host
   ;; functions can be lowered against the memory the main module uses.
   (core module $Libc
-    (memory (export "memory") 1)
+    (memory (export "memory") {pages})
     (global $heap (mut i32) (i32.const {heap}))
     (func (export "realloc") (param $old i32) (param $old_size i32) (param $align i32) (param $size i32) (result i32)
       (local $p i32) (local $end i32)
