@@ -19,7 +19,7 @@ use std::cell::RefCell;
 
 /// What a role may do with an application. The owner may do everything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Privilege {
+pub(crate) enum Privilege {
     /// Deploy, grant, revoke, change the owner, delete objects, split sets.
     Owner,
     /// Call its functions, create objects, submit jobs and see them.
@@ -29,7 +29,7 @@ pub enum Privilege {
 }
 
 impl Privilege {
-    pub fn parse(name: &str) -> Result<Privilege> {
+    pub(crate) fn parse(name: &str) -> Result<Privilege> {
         match name {
             "owner" => Ok(Privilege::Owner),
             "invoke" => Ok(Privilege::Invoke),
@@ -40,7 +40,7 @@ impl Privilege {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Privilege::Owner => "owner",
             Privilege::Invoke => "invoke",
@@ -52,34 +52,34 @@ impl Privilege {
 /// The role a request is made for: the current user when it entered the
 /// extension, or the role that submitted a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caller(pub Oid);
+pub(crate) struct Caller(pub Oid);
 
 impl Caller {
     /// The current user.
-    pub fn current() -> Caller {
+    pub(crate) fn current() -> Caller {
         // SAFETY: reads this backend's current user id on the main thread.
         Caller(unsafe { pg_sys::GetUserId() })
     }
 
-    pub fn is_superuser(self) -> bool {
+    pub(crate) fn is_superuser(self) -> bool {
         // SAFETY: a syscache lookup (cached for the last role asked).
         unsafe { pg_sys::superuser_arg(self.0) }
     }
 
     /// Whether this role has the privileges of `role` (is it, inherits it,
     /// or is a superuser).
-    pub fn acts_as(self, role: Oid) -> bool {
+    pub(crate) fn acts_as(self, role: Oid) -> bool {
         // SAFETY: a catalog lookup by OID on the main thread.
         unsafe { pg_sys::has_privs_of_role(self.0, role) }
     }
 
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         role_name(self.0)
     }
 }
 
 /// A role's name, or its OID in brackets once it has been dropped.
-pub fn role_name(role: Oid) -> String {
+pub(crate) fn role_name(role: Oid) -> String {
     // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.
     let name = unsafe { pg_sys::GetUserNameFromId(role, true) };
     if name.is_null() {
@@ -96,7 +96,7 @@ thread_local! {
 
 /// Registers the callbacks that forget cached answers when a role or a
 /// role membership changes; once per process, from `_PG_init`.
-pub fn init() {
+pub(crate) fn init() {
     use pg_sys::SysCacheIdentifier::*;
     // SAFETY: registers a plain function with no argument.
     unsafe {
@@ -115,7 +115,7 @@ unsafe extern "C-unwind" fn forget_roles(_arg: pg_sys::Datum, _cache: i32, _hash
 
 /// Whether `caller` may do what `privilege` allows with `app`; 42704 if
 /// there is no such application.
-pub fn allowed(caller: Caller, app: &str, privilege: Privilege) -> Result<bool> {
+pub(crate) fn allowed(caller: Caller, app: &str, privilege: Privilege) -> Result<bool> {
     if caller.is_superuser() {
         return Ok(true);
     }
@@ -146,7 +146,7 @@ pub fn allowed(caller: Caller, app: &str, privilege: Privilege) -> Result<bool> 
 }
 
 /// `allowed`, as an error (42501) when it is not.
-pub fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<()> {
+pub(crate) fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<()> {
     if allowed(caller, app, privilege)? {
         return Ok(());
     }
@@ -165,7 +165,7 @@ pub fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<()> {
 /// superuser, who owns the data: `body` must check what `Caller` may do
 /// before it touches anything. An error inside restores the user as it
 /// unwinds, and PostgreSQL's (sub)transaction abort restores it too.
-pub fn as_storage<R>(body: impl FnOnce(Caller) -> R) -> R {
+pub(crate) fn as_storage<R>(body: impl FnOnce(Caller) -> R) -> R {
     let caller = Caller::current();
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
     // SAFETY: saves and sets this backend's current user on the main thread.

@@ -10,7 +10,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum LambdaError {
+pub(crate) enum LambdaError {
     #[error("application \"{0}\" does not exist")]
     UnknownApplication(String),
     #[error("object {0} does not exist")]
@@ -80,10 +80,10 @@ pub enum LambdaError {
     Internal(String),
 }
 
-pub type Result<T, E = LambdaError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = LambdaError> = std::result::Result<T, E>;
 
 impl LambdaError {
-    pub fn sqlstate(&self) -> PgSqlErrorCode {
+    pub(crate) fn sqlstate(&self) -> PgSqlErrorCode {
         use LambdaError::*;
         use PgSqlErrorCode::*;
         match self {
@@ -120,7 +120,7 @@ impl LambdaError {
     }
 
     /// Raises the error as a PostgreSQL `ERROR`. Call only from the SQL edge.
-    pub fn report(self, context: &str) -> ! {
+    pub(crate) fn report(self, context: &str) -> ! {
         let code = self.sqlstate();
         let mut detail = context.to_string();
         if let LambdaError::Trap { backtrace, .. } = &self {
@@ -143,7 +143,7 @@ const MAX_REPORTED: usize = 8 * 1024;
 /// `text` cut to `MAX_REPORTED` bytes (on a character boundary), saying how
 /// much was left out, with any NUL byte (a lambda's message may hold one;
 /// PostgreSQL's strings cannot) written as `\0`.
-pub fn bounded(text: String) -> String {
+pub(crate) fn bounded(text: String) -> String {
     let text = if text.contains('\0') { text.replace('\0', "\\0") } else { text };
     if text.len() <= MAX_REPORTED {
         return text;
@@ -154,7 +154,7 @@ pub fn bounded(text: String) -> String {
 
 /// Turns the error of a wasmtime call (a trap, or one of ours carried
 /// through the guest as a trap) back into a `LambdaError`.
-pub fn from_wasmtime(err: wasmtime::Error) -> LambdaError {
+pub(crate) fn from_wasmtime(err: wasmtime::Error) -> LambdaError {
     let err = match err.downcast::<LambdaError>() {
         Ok(ours) => return ours,
         Err(other) => other,

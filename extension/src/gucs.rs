@@ -12,11 +12,11 @@ use std::ffi::CString;
 use std::time::Duration;
 
 /// Upper bound of `lambdastore.workers`.
-pub const MAX_WORKERS: usize = 64;
+pub(crate) const MAX_WORKERS: usize = 64;
 
 /// Upper bound of `lambdastore.max_call_depth`; the per-backend instance
 /// pool is sized from it (one instance per nested call that is running).
-pub const MAX_CALL_DEPTH_LIMIT: i32 = 32;
+pub(crate) const MAX_CALL_DEPTH_LIMIT: i32 = 32;
 
 /// `lambdastore.timeout` (ms, default 1000): wall time of one top-level
 /// invocation including its nested calls. 1 s matches the paper's default
@@ -64,7 +64,7 @@ static MAX_RESULT_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 
 /// How workflows are isolated from each other.
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
-pub enum ConcurrencyControl {
+pub(crate) enum ConcurrencyControl {
     /// Optimistic concurrency control on entry sets: serializable workflows.
     #[name = c"occ"]
     Occ,
@@ -104,7 +104,7 @@ static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::ne
 /// retrying forever.
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(20);
 
-pub fn define() {
+pub(crate) fn define() {
     GucRegistry::define_int_guc(
         c"lambdastore.workers",
         c"Number of background workers that run asynchronous jobs.",
@@ -243,65 +243,65 @@ pub fn define() {
     );
 }
 
-pub fn occ() -> bool {
+pub(crate) fn occ() -> bool {
     CONCURRENCY_CONTROL.get() == ConcurrencyControl::Occ
 }
 
-pub fn split_chance() -> f64 {
+pub(crate) fn split_chance() -> f64 {
     SPLIT_CHANCE.get()
 }
 
-pub fn max_entry_sets() -> usize {
+pub(crate) fn max_entry_sets() -> usize {
     MAX_ENTRY_SETS.get() as usize
 }
 
 /// The workflow timeout of a role: capped at `max_timeout` unless it is a
 /// superuser's.
-pub fn timeout(superuser: bool) -> Duration {
+pub(crate) fn timeout(superuser: bool) -> Duration {
     let ms = if superuser { TIMEOUT_MS.get() } else { TIMEOUT_MS.get().min(MAX_TIMEOUT_MS.get()) };
     Duration::from_millis(ms.max(1) as u64)
 }
 
-pub fn max_write_bytes() -> usize {
+pub(crate) fn max_write_bytes() -> usize {
     MAX_WRITE_KB.get() as usize * 1024
 }
 
-pub fn max_scan_bytes() -> usize {
+pub(crate) fn max_scan_bytes() -> usize {
     MAX_SCAN_KB.get() as usize * 1024
 }
 
-pub fn max_module_bytes() -> usize {
+pub(crate) fn max_module_bytes() -> usize {
     MAX_MODULE_KB.get() as usize * 1024
 }
 
-pub fn max_spawns() -> usize {
+pub(crate) fn max_spawns() -> usize {
     MAX_SPAWNS.get().max(0) as usize
 }
 
-pub fn memory_limit_bytes() -> usize {
+pub(crate) fn memory_limit_bytes() -> usize {
     MEMORY_LIMIT_KB.get() as usize * 1024
 }
 
-pub fn max_call_depth() -> u32 {
+pub(crate) fn max_call_depth() -> u32 {
     MAX_CALL_DEPTH.get() as u32
 }
 
-pub fn max_args_bytes() -> usize {
+pub(crate) fn max_args_bytes() -> usize {
     MAX_ARGS_KB.get() as usize * 1024
 }
 
-pub fn max_result_bytes() -> usize {
+pub(crate) fn max_result_bytes() -> usize {
     MAX_RESULT_KB.get() as usize * 1024
 }
 
-pub fn workers() -> usize {
+pub(crate) fn workers() -> usize {
     WORKERS.get().max(0) as usize
 }
 
-pub fn database() -> String {
+pub(crate) fn database() -> String {
     DATABASE.get().map(|name| name.to_string_lossy().into_owned()).unwrap_or_else(|| "postgres".into())
 }
 
-pub fn job_max_attempts() -> i32 {
+pub(crate) fn job_max_attempts() -> i32 {
     JOB_MAX_ATTEMPTS.get()
 }

@@ -24,14 +24,14 @@ thread_local! {
 /// After the commit record: wakes the workers if the transaction queued
 /// jobs (submitted or spawned). Must not fail: it only sets latches and
 /// clears backend-local state.
-pub fn at_commit() {
+pub(crate) fn at_commit() {
     UNCOMMITTED.with(|jobs| jobs.borrow_mut().clear());
     if catalog::jobs::take_inserted() {
         workers::wake_workers();
     }
 }
 
-pub fn at_abort() {
+pub(crate) fn at_abort() {
     UNCOMMITTED.with(|jobs| jobs.borrow_mut().clear());
     catalog::jobs::take_inserted();
 }
@@ -43,7 +43,7 @@ pub fn at_abort() {
 /// (PostgreSQL failed such inserts with its own index-row-size error).
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
-pub fn submit(caller: Caller, object: i64, method: &str, args: &str, idempotency_key: Option<&str>) -> Result<i64> {
+pub(crate) fn submit(caller: Caller, object: i64, method: &str, args: &str, idempotency_key: Option<&str>) -> Result<i64> {
     if let Some(key) = idempotency_key.filter(|key| key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY) {
         return Err(LambdaError::IdempotencyKeyLength { len: key.len(), max: MAX_IDEMPOTENCY_KEY });
     }
@@ -90,7 +90,7 @@ fn current_database() -> String {
 /// `timeout` has passed (the caller then reads the job's state either way).
 /// Only jobs of an application `caller` may invoke or read can be waited
 /// for; others look as if they did not exist.
-pub fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
+pub(crate) fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
     // SAFETY: a plain int of the current transaction.
     if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
         return Err(LambdaError::IsolationLevel(

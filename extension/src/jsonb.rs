@@ -16,7 +16,7 @@ use std::ffi::{CStr, CString};
 
 /// The text of a `jsonb` value (as `jsonb_out` prints it), or a lambda's
 /// result to become one (`result_jsonb`).
-pub struct JsonText(pub String);
+pub(crate) struct JsonText(pub String);
 
 impl FromDatum for JsonText {
     unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
@@ -39,7 +39,7 @@ impl FromDatum for JsonText {
 /// `\u0000`, a number out of jsonb's range, nesting past the stack) is the
 /// lambda's fault, not the caller's: 38000 with PostgreSQL's reason, the
 /// same for a synchronous call and for a job.
-pub fn result_jsonb(text: &str) -> Result<pg_sys::Datum> {
+pub(crate) fn result_jsonb(text: &str) -> Result<pg_sys::Datum> {
     let not_jsonb = |why: String, detail: String| LambdaError::Trap {
         message: format!("the result is not valid jsonb: {why}"),
         backtrace: detail,

@@ -53,11 +53,3 @@ pub extern "C-unwind" fn _PG_init() {
     catalog::init();
     xact::init();
 }
-
-#[cfg(test)]
-pub mod pg_test {
-    pub fn setup(_options: Vec<&str>) {}
-    pub fn postgresql_conf_options() -> Vec<&'static str> {
-        vec![]
-    }
-}

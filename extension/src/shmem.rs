@@ -10,7 +10,7 @@ use std::ffi::CStr;
 /// atomic's zero is its initial value). pgrx's `PgAtomic` builds the value
 /// on the stack first and copies it: the entry-set versions' 17 MB are
 /// too much for the postmaster's stack.
-pub struct Zeroed<T> {
+pub(crate) struct Zeroed<T> {
     name: &'static CStr,
     shared: UnsafeCell<*const T>,
 }
@@ -20,11 +20,11 @@ pub struct Zeroed<T> {
 unsafe impl<T> Sync for Zeroed<T> {}
 
 impl<T> Zeroed<T> {
-    pub const fn new(name: &'static CStr) -> Self {
+    pub(crate) const fn new(name: &'static CStr) -> Self {
         Zeroed { name, shared: UnsafeCell::new(std::ptr::null()) }
     }
 
-    pub fn get(&self) -> &T {
+    pub(crate) fn get(&self) -> &T {
         // SAFETY: set at startup (see `Sync`) and never freed; callers
         // first check that the library was preloaded (else there is none).
         unsafe { (*self.shared.get()).as_ref() }.expect("the shared memory was set up at startup")

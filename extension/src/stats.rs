@@ -25,7 +25,7 @@ const SLOTS: usize = 512;
 const NAME: usize = 48;
 
 #[derive(Clone, Copy)]
-pub struct Name {
+pub(crate) struct Name {
     used: bool,
     app: [u8; NAME],
     ty: [u8; NAME],
@@ -37,7 +37,7 @@ impl Name {
 }
 
 #[derive(Clone, Copy)]
-pub struct Names([Name; SLOTS]);
+pub(crate) struct Names([Name; SLOTS]);
 
 impl Default for Names {
     fn default() -> Self {
@@ -51,7 +51,7 @@ unsafe impl PGRXSharedMemory for Names {}
 /// One slot's counters, a cache line of their own so that backends calling
 /// different functions do not share one.
 #[repr(align(64))]
-pub struct Counters {
+pub(crate) struct Counters {
     calls: AtomicI64,
     commits: AtomicI64,
     conflicts: AtomicI64,
@@ -76,7 +76,7 @@ thread_local! {
 
 /// Requests the shared memory; from `_PG_init`, while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
-pub fn request_shared_memory() {
+pub(crate) fn request_shared_memory() {
     pgrx::pg_shmem_init!(NAMES);
     pgrx::pg_shmem_init!(COUNTERS = false);
     ENABLED.store(true, Ordering::Relaxed);
@@ -130,7 +130,7 @@ fn claim(app: [u8; NAME], ty: [u8; NAME], function: [u8; NAME]) -> usize {
 }
 
 /// Counts one top-level call and its outcome.
-pub fn record(app: &str, ty: &str, function: &str, outcome: Result<(), &LambdaError>, elapsed: Duration) {
+pub(crate) fn record(app: &str, ty: &str, function: &str, outcome: Result<(), &LambdaError>, elapsed: Duration) {
     if !ENABLED.load(Ordering::Relaxed) {
         return;
     }

@@ -43,12 +43,12 @@ fn refuse_in_read_only_transaction(readonly: bool, type_name: &str, function: &s
 }
 
 /// `lambda_invoke(object_id, method, args)`, for `caller`.
-pub fn invoke_method(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
+pub(crate) fn invoke_method(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
     invoke(caller, None, object, method, args)
 }
 
 /// Job `job`: its method call, for the role that submitted it.
-pub fn run_job(caller: Caller, job: i64, object: i64, method: &str, args: &str) -> Result<String> {
+pub(crate) fn run_job(caller: Caller, job: i64, object: i64, method: &str, args: &str) -> Result<String> {
     invoke(caller, Some(job), object, method, args)
 }
 
@@ -104,7 +104,7 @@ fn commit(workflow: &Workflow) -> Result<()> {
 /// What `lambdastore.submit` checks before queueing a job, so that a typo
 /// fails now rather than later in a worker: the object exists and the method
 /// is one SQL may call. Returns the object's application.
-pub fn check_submittable(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
+pub(crate) fn check_submittable(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
     let (info, module) = catalog::objects::lookup(object)?;
     access::check(caller, &info.app, Privilege::Invoke)?;
     let app = registry::load(&module)?;
@@ -116,7 +116,7 @@ pub fn check_submittable(caller: Caller, object: i64, method: &str, args: &str) 
 /// `lambdastore.split(object, field, key)`, by the owner of the object's
 /// application. The type must have the field, so that a typo fails
 /// instead of adding a guard no entry will ever fall under.
-pub fn split(caller: Caller, object: i64, field: &str, key: &[u8]) -> Result<bool> {
+pub(crate) fn split(caller: Caller, object: i64, field: &str, key: &[u8]) -> Result<bool> {
     let (info, module) = catalog::objects::lookup(object)?;
     access::check(caller, &info.app, Privilege::Owner)?;
     let app = registry::load(&module)?;
@@ -128,14 +128,14 @@ pub fn split(caller: Caller, object: i64, field: &str, key: &[u8]) -> Result<boo
 
 /// `lambdastore.delete_object`, by the owner of the object's application;
 /// false if there is no such object.
-pub fn delete_object(caller: Caller, object: i64) -> Result<bool> {
+pub(crate) fn delete_object(caller: Caller, object: i64) -> Result<bool> {
     let (info, _) = catalog::objects::lookup(object)?;
     access::check(caller, &info.app, Privilege::Owner)?;
     catalog::objects::delete(object)
 }
 
 /// An entry set's version and recent conflicts (`lambdastore.entry_sets`).
-pub fn entry_set_counters(object: i64, lower_field: &str, lower_key: &[u8]) -> (i64, i64) {
+pub(crate) fn entry_set_counters(object: i64, lower_field: &str, lower_key: &[u8]) -> (i64, i64) {
     let set = (object, (lower_field.to_string(), lower_key.to_vec()));
     (crate::txn::versions::version(&set), crate::txn::versions::conflicts(&set))
 }
@@ -149,7 +149,7 @@ fn method_callable_from_sql(app: &AppVersion, type_name: &str, method: &str) -> 
 }
 
 /// `lambdastore.invoke_static(app, type, function, args)`, for `caller`.
-pub fn invoke_static(caller: Caller, app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
+pub(crate) fn invoke_static(caller: Caller, app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
     occ::check_isolation()?;
     let started = Instant::now();
     let app = current_version(caller, app_name)?;
@@ -183,7 +183,7 @@ fn run_static(
 }
 
 /// `lambdastore.create_object(app, type, args)`, for `caller`.
-pub fn create(caller: Caller, app_name: &str, type_name: &str, args: &str) -> Result<i64> {
+pub(crate) fn create(caller: Caller, app_name: &str, type_name: &str, args: &str) -> Result<i64> {
     occ::check_isolation()?;
     let started = Instant::now();
     let app = current_version(caller, app_name)?;

@@ -7,7 +7,7 @@ use crate::{catalog, jobs, txn};
 use pgrx::pg_sys;
 
 /// Registers the callback; once per process, from `_PG_init`.
-pub fn init() {
+pub(crate) fn init() {
     // SAFETY: registers a plain function with no argument.
     unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
 }

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 /// the bytes already running; only then is the module compiled (which
 /// cannot be interrupted) and asked to describe itself, and its compiled
 /// artifact is cached only once the version is registered.
-pub fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
+pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
     check_app_name(app)?;
     let owner = grants::create_and_lock(app, caller.0)?;
     if !caller.acts_as(owner) {
@@ -51,7 +51,7 @@ fn summary(app: &str, sha256: &str, deployed: &modules::Deployed, description: &
 
 /// 42602 unless `name` is 1-63 letters, digits, '_', '.' or '-', starting
 /// with a letter or '_'.
-pub fn check_app_name(name: &str) -> Result<()> {
+pub(crate) fn check_app_name(name: &str) -> Result<()> {
     let mut chars = name.chars();
     let valid = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && name.len() <= 63

@@ -7,7 +7,7 @@ use pgrx::pg_sys::{self, BuiltinOid::*};
 
 /// Creates a key for `app`; returns its id and the key, which is shown
 /// only this once. 256 random bits, so a fast hash is enough to store.
-pub fn create(app: &str, label: Option<&str>, created_by: pg_sys::Oid) -> Result<(i64, String)> {
+pub(crate) fn create(app: &str, label: Option<&str>, created_by: pg_sys::Oid) -> Result<(i64, String)> {
     let mut random = [0u8; 32];
     // SAFETY: fills the buffer from the operating system's random source.
     if !unsafe { pg_sys::pg_strong_random(random.as_mut_ptr().cast(), random.len()) } {
@@ -26,14 +26,14 @@ pub fn create(app: &str, label: Option<&str>, created_by: pg_sys::Oid) -> Result
 }
 
 /// The application of key `key_id`, if there is such a key.
-pub fn app_of(key_id: i64) -> Result<Option<String>> {
+pub(crate) fn app_of(key_id: i64) -> Result<Option<String>> {
     query("SELECT app FROM lambdastore.api_keys WHERE key_id = $1", &[INT8OID], &[key_id.into()], |rows| {
         Ok(rows.into_iter().next().map(|row| row.get::<String>(1)).transpose()?.flatten())
     })
 }
 
 /// Revokes the key now; false if it was revoked already.
-pub fn revoke(key_id: i64) -> Result<bool> {
+pub(crate) fn revoke(key_id: i64) -> Result<bool> {
     query(
         "UPDATE lambdastore.api_keys SET revoked = now() WHERE key_id = $1 AND revoked IS NULL RETURNING 1",
         &[INT8OID],

@@ -49,7 +49,7 @@ thread_local! {
 /// Requests the shared counter; from `_PG_init`, while preloading.
 /// Without it nothing is cached.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
-pub fn request_shared_memory() {
+pub(crate) fn request_shared_memory() {
     pgrx::pg_shmem_init!(GENERATION);
     ENABLED.store(true, Ordering::Relaxed);
 }
@@ -57,7 +57,7 @@ pub fn request_shared_memory() {
 /// Before PREPARE TRANSACTION: a prepared transaction becomes visible at
 /// COMMIT PREPARED, in another session, where nothing would bump the
 /// generation.
-pub fn refuse_prepare() -> Result<(), LambdaError> {
+pub(crate) fn refuse_prepare() -> Result<(), LambdaError> {
     if BUMP_AT_COMMIT.replace(false) {
         return Err(LambdaError::Prepared(
             "lambdastore.deploy, delete_object, grant, revoke and set_owner cannot be part of a prepared transaction"
@@ -68,27 +68,27 @@ pub fn refuse_prepare() -> Result<(), LambdaError> {
 }
 
 /// After the commit record: every backend forgets its caches.
-pub fn at_commit() {
+pub(crate) fn at_commit() {
     if BUMP_AT_COMMIT.replace(false) && ENABLED.load(Ordering::Relaxed) {
         GENERATION.get().fetch_add(1, Ordering::SeqCst);
     }
 }
 
-pub fn at_abort() {
+pub(crate) fn at_abort() {
     BUMP_AT_COMMIT.set(false);
 }
 
 /// The catalog generation now (None without shared memory): what the
 /// backend caches about the catalog, here and in access.rs, is good only
 /// under the generation it was read in.
-pub fn generation() -> Option<u64> {
+pub(crate) fn generation() -> Option<u64> {
     ENABLED.load(Ordering::Relaxed).then(|| GENERATION.get().load(Ordering::SeqCst))
 }
 
 /// The current transaction changes an application's module, owner or
 /// grants, or deletes an object: every backend forgets its caches once it
 /// commits.
-pub fn changed() {
+pub(crate) fn changed() {
     BUMP_AT_COMMIT.set(true);
 }
 
@@ -122,7 +122,7 @@ fn may_fill() -> bool {
 }
 
 /// An object's application and type, with the application's module.
-pub fn object(id: i64) -> Option<(ObjectInfo, ModuleKey)> {
+pub(crate) fn object(id: i64) -> Option<(ObjectInfo, ModuleKey)> {
     with_valid(|cached| {
         let info = cached.objects.get(&id)?;
         let module = cached.modules.get(&info.app)?;
@@ -131,7 +131,7 @@ pub fn object(id: i64) -> Option<(ObjectInfo, ModuleKey)> {
     .flatten()
 }
 
-pub fn remember_object(id: i64, info: &ObjectInfo, module: &ModuleKey) {
+pub(crate) fn remember_object(id: i64, info: &ObjectInfo, module: &ModuleKey) {
     if !may_fill() {
         return;
     }
@@ -145,11 +145,11 @@ pub fn remember_object(id: i64, info: &ObjectInfo, module: &ModuleKey) {
 }
 
 /// The module an application runs now.
-pub fn module(app: &str) -> Option<ModuleKey> {
+pub(crate) fn module(app: &str) -> Option<ModuleKey> {
     with_valid(|cached| cached.modules.get(app).cloned()).flatten()
 }
 
-pub fn remember_module(module: &ModuleKey) {
+pub(crate) fn remember_module(module: &ModuleKey) {
     if may_fill() {
         with_valid(|cached| cached.modules.insert(module.app.clone(), module.clone()));
     }
@@ -157,11 +157,11 @@ pub fn remember_module(module: &ModuleKey) {
 
 /// An object's guards, if cached under the split count `splits`: guards
 /// change only by splits, which bump the count once they are visible.
-pub fn guards(object: i64, splits: u64) -> Option<Guards> {
+pub(crate) fn guards(object: i64, splits: u64) -> Option<Guards> {
     with_valid(|cached| cached.guards.get(&object).filter(|(at, _)| *at == splits).map(|(_, g)| g.clone())).flatten()
 }
 
-pub fn remember_guards(object: i64, splits: u64, guards: &Guards) {
+pub(crate) fn remember_guards(object: i64, splits: u64, guards: &Guards) {
     if !may_fill() {
         return;
     }
@@ -175,7 +175,7 @@ pub fn remember_guards(object: i64, splits: u64, guards: &Guards) {
 
 /// Forgets an object this transaction deletes, so that its later calls
 /// find it gone (other backends forget it when the delete commits).
-pub fn forget_object(id: i64) {
+pub(crate) fn forget_object(id: i64) {
     CACHED.with(|cached| {
         let mut cached = cached.borrow_mut();
         cached.objects.remove(&id);

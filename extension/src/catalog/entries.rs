@@ -6,7 +6,7 @@ use crate::error::{LambdaError, Result};
 use crate::model::{EntryKey, Slot};
 use pgrx::pg_sys::BuiltinOid::*;
 
-pub fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
+pub(crate) fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
     if probe::usable() {
         let key = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
         return Ok(probe::by_key(c"entries", c"entries_pkey", &key, |row| row.bytes(4))?.flatten());
@@ -27,7 +27,7 @@ pub fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
 /// `keep_going` may stop the scan, and more than `max_bytes` of keys and
 /// values fail it (54000, `lambdastore.max_scan_size`).
 #[allow(clippy::too_many_arguments)]
-pub fn scan(
+pub(crate) fn scan(
     object: i64,
     field: &str,
     start: Option<&[u8]>,
@@ -83,7 +83,7 @@ const SCAN_CHUNK: i64 = 64;
 /// (their generic plan never looks cheaper than a custom one), and a
 /// workflow writes few entries. A workflow that buffered many is stopped by
 /// `keep_going` (its deadline, a cancel) every `APPLY_CHECK` statements.
-pub fn apply<'a>(
+pub(crate) fn apply<'a>(
     created: &[(i64, String, String)],
     entries: impl Iterator<Item = (&'a EntryKey, &'a Slot)>,
     mut keep_going: impl FnMut() -> Result<()>,

@@ -12,7 +12,7 @@ fn position(row: &pgrx::spi::SpiHeapTupleData<'_>, first: usize) -> pgrx::spi::R
 
 /// The lower bound of the set containing (field, key) as committed now,
 /// and that of the set after it (None: it extends to the end of the object).
-pub fn around(object: i64, field: &str, key: &[u8]) -> Result<(Position, Option<Position>)> {
+pub(crate) fn around(object: i64, field: &str, key: &[u8]) -> Result<(Position, Option<Position>)> {
     let rows = query(
         "(SELECT true, lower_field, lower_key FROM lambdastore.entry_sets
            WHERE object_id = $1 AND (lower_field, lower_key) <= ($2 COLLATE \"C\", $3)
@@ -41,7 +41,7 @@ pub fn around(object: i64, field: &str, key: &[u8]) -> Result<(Position, Option<
 /// All of an object's guards in order, if it has at most `max`: one index
 /// range read instead of one query per set touched, for the common object
 /// with few sets.
-pub fn all_if_few(object: i64, max: usize) -> Result<Option<Vec<Position>>> {
+pub(crate) fn all_if_few(object: i64, max: usize) -> Result<Option<Vec<Position>>> {
     let lowers = if probe::usable() {
         probe::by_prefix(c"entry_sets", c"entry_sets_pkey", &[probe::Part::Int8(object)], max + 1, |row| {
             (row.text(2).unwrap_or_default(), row.bytes(3).unwrap_or_default())
@@ -60,7 +60,7 @@ pub fn all_if_few(object: i64, max: usize) -> Result<Option<Vec<Position>>> {
 
 /// The guards of `field` strictly inside (start, end): with the set
 /// containing `start`, every set a scan of [start, end) overlaps.
-pub fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Position>> {
+pub(crate) fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Position>> {
     let read = |rows: pgrx::spi::SpiTupleTable<'_>| rows.into_iter().map(|row| position(&row, 1)).collect::<pgrx::spi::Result<Vec<_>>>();
     match end {
         Some(end) => query(
@@ -81,14 +81,14 @@ pub fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>) -> Res
     }
 }
 
-pub fn count(object: i64) -> Result<usize> {
+pub(crate) fn count(object: i64) -> Result<usize> {
     query("SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1", &[INT8OID], &[object.into()], |rows| {
         Ok(rows.first().get_one::<i64>()?.unwrap_or_default() as usize)
     })
 }
 
 /// Inserts a guard: a new set starting at (field, key).
-pub fn insert_guard(object: i64, field: &str, key: &[u8]) -> Result<()> {
+pub(crate) fn insert_guard(object: i64, field: &str, key: &[u8]) -> Result<()> {
     query(
         "INSERT INTO lambdastore.entry_sets (object_id, lower_field, lower_key)
          VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",

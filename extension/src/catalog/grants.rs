@@ -6,14 +6,14 @@ use crate::error::{LambdaError, Result};
 use pgrx::pg_sys::{BuiltinOid::*, Oid};
 
 /// The owner of `app`; `None` if there is no such application.
-pub fn owner(app: &str) -> Result<Option<Oid>> {
+pub(crate) fn owner(app: &str) -> Result<Option<Oid>> {
     query("SELECT owner FROM lambdastore.applications WHERE name = $1", &[TEXTOID], &[app.into()], |rows| {
         Ok(rows.into_iter().next().map(|row| row.get::<Oid>(1)).transpose()?.flatten())
     })
 }
 
 /// The roles granted `privilege` on `app`.
-pub fn granted(app: &str, privilege: &str) -> Result<Vec<Oid>> {
+pub(crate) fn granted(app: &str, privilege: &str) -> Result<Vec<Oid>> {
     query(
         "SELECT grantee FROM lambdastore.grants WHERE app = $1 AND privilege = $2",
         &[TEXTOID, TEXTOID],
@@ -24,7 +24,7 @@ pub fn granted(app: &str, privilege: &str) -> Result<Vec<Oid>> {
 
 /// Creates `app` owned by `owner` unless it exists; then locks its row
 /// until the transaction ends and returns its owner.
-pub fn create_and_lock(app: &str, owner: Oid) -> Result<Oid> {
+pub(crate) fn create_and_lock(app: &str, owner: Oid) -> Result<Oid> {
     query(
         "INSERT INTO lambdastore.applications (name, owner) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
         &[TEXTOID, OIDOID],
@@ -35,13 +35,13 @@ pub fn create_and_lock(app: &str, owner: Oid) -> Result<Oid> {
 }
 
 /// Locks the application's row until the transaction ends; its owner.
-pub fn lock(app: &str) -> Result<Option<Oid>> {
+pub(crate) fn lock(app: &str) -> Result<Option<Oid>> {
     query("SELECT owner FROM lambdastore.applications WHERE name = $1 FOR UPDATE", &[TEXTOID], &[app.into()], |rows| {
         Ok(rows.into_iter().next().map(|row| row.get::<Oid>(1)).transpose()?.flatten())
     })
 }
 
-pub fn grant(app: &str, grantee: Oid, privilege: &str) -> Result<()> {
+pub(crate) fn grant(app: &str, grantee: Oid, privilege: &str) -> Result<()> {
     super::cache::changed();
     query(
         "INSERT INTO lambdastore.grants (app, grantee, privilege) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
@@ -52,7 +52,7 @@ pub fn grant(app: &str, grantee: Oid, privilege: &str) -> Result<()> {
 }
 
 /// False if it was not granted.
-pub fn revoke(app: &str, grantee: Oid, privilege: &str) -> Result<bool> {
+pub(crate) fn revoke(app: &str, grantee: Oid, privilege: &str) -> Result<bool> {
     super::cache::changed();
     query(
         "DELETE FROM lambdastore.grants WHERE app = $1 AND grantee = $2 AND privilege = $3 RETURNING 1",
@@ -62,7 +62,7 @@ pub fn revoke(app: &str, grantee: Oid, privilege: &str) -> Result<bool> {
     )
 }
 
-pub fn set_owner(app: &str, owner: Oid) -> Result<()> {
+pub(crate) fn set_owner(app: &str, owner: Oid) -> Result<()> {
     super::cache::changed();
     query(
         "UPDATE lambdastore.applications SET owner = $2 WHERE name = $1",

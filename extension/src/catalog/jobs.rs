@@ -9,17 +9,17 @@ use pgrx::pg_sys::{self, BuiltinOid::*};
 use std::cell::Cell;
 
 /// A job to insert.
-pub struct NewJob<'a> {
-    pub object: i64,
-    pub app: &'a str,
-    pub method: &'a str,
+pub(crate) struct NewJob<'a> {
+    pub(crate) object: i64,
+    pub(crate) app: &'a str,
+    pub(crate) method: &'a str,
     /// JSON text.
-    pub args: &'a str,
-    pub idempotency_key: Option<&'a str>,
+    pub(crate) args: &'a str,
+    pub(crate) idempotency_key: Option<&'a str>,
     /// The job whose lambda spawned this one.
-    pub parent: Option<i64>,
+    pub(crate) parent: Option<i64>,
     /// The role the job runs as.
-    pub role: pg_sys::Oid,
+    pub(crate) role: pg_sys::Oid,
 }
 
 thread_local! {
@@ -29,13 +29,13 @@ thread_local! {
 }
 
 /// Whether this transaction inserted jobs; forgets it.
-pub fn take_inserted() -> bool {
+pub(crate) fn take_inserted() -> bool {
     INSERTED.replace(false)
 }
 
 /// The job's id, and whether this call inserted it (false: an earlier
 /// submission with the same idempotency key).
-pub fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
+pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
     let inserted = query(
         "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id)
          VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
@@ -77,7 +77,7 @@ pub fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
 }
 
 /// Inserts the calls a workflow spawned, in spawn order, to run as `role`.
-pub fn insert_spawned(spawned: &[Spawned], role: pg_sys::Oid, parent: Option<i64>) -> Result<()> {
+pub(crate) fn insert_spawned(spawned: &[Spawned], role: pg_sys::Oid, parent: Option<i64>) -> Result<()> {
     for call in spawned {
         insert(&NewJob {
             object: call.object,
@@ -93,14 +93,14 @@ pub fn insert_spawned(spawned: &[Spawned], role: pg_sys::Oid, parent: Option<i64
 }
 
 /// A queued job, claimed (row-locked) by this transaction.
-pub struct Claimed {
-    pub object: i64,
-    pub job: i64,
-    pub app: String,
-    pub method: String,
-    pub args: String,
-    pub attempts: i32,
-    pub role: pg_sys::Oid,
+pub(crate) struct Claimed {
+    pub(crate) object: i64,
+    pub(crate) job: i64,
+    pub(crate) app: String,
+    pub(crate) method: String,
+    pub(crate) args: String,
+    pub(crate) attempts: i32,
+    pub(crate) role: pg_sys::Oid,
 }
 
 /// Locks a due job no other worker holds, until the transaction ends
@@ -109,7 +109,7 @@ pub struct Claimed {
 /// one, so that workers take turns between applications and one
 /// application's flood of jobs cannot starve another's; else, when that
 /// application's due jobs are all held, the oldest due job of any.
-pub fn claim(after: &str) -> Result<Option<Claimed>> {
+pub(crate) fn claim(after: &str) -> Result<Option<Claimed>> {
     let next_app = query(
         "(SELECT a.name FROM lambdastore.applications a
            WHERE a.name > $1 AND EXISTS (SELECT 1 FROM lambdastore.jobs j
@@ -169,7 +169,7 @@ fn first_claimed(rows: pgrx::spi::SpiTupleTable<'_>) -> pgrx::spi::Result<Option
 /// Milliseconds until the next job that is waiting out a backoff becomes
 /// due; `None` if none is. Jobs already due are either claimable (the
 /// caller just found none) or held by another worker, who will finish them.
-pub fn next_backoff_ms() -> Result<Option<i64>> {
+pub(crate) fn next_backoff_ms() -> Result<Option<i64>> {
     query(
         "SELECT ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000)::bigint
            FROM lambdastore.jobs WHERE state = 'queued' AND run_after > now()",
@@ -179,7 +179,7 @@ pub fn next_backoff_ms() -> Result<Option<i64>> {
     )
 }
 
-pub fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
+pub(crate) fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
     query(
         "UPDATE lambdastore.jobs
             SET state = 'done', result = $3::jsonb, error = NULL, sqlstate = NULL,
@@ -191,7 +191,7 @@ pub fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
     )
 }
 
-pub fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> Result<()> {
+pub(crate) fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> Result<()> {
     query(
         "UPDATE lambdastore.jobs
             SET state = 'failed', error = $3, sqlstate = $4,
@@ -204,7 +204,7 @@ pub fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> Result<(
 }
 
 /// Leaves the job queued, due again after `backoff_ms`.
-pub fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i64) -> Result<()> {
+pub(crate) fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i64) -> Result<()> {
     query(
         "UPDATE lambdastore.jobs
             SET error = $3, sqlstate = $4, attempts = attempts + 1,
@@ -218,7 +218,7 @@ pub fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i
 
 /// The job's application and state as committed now; `None` if there is
 /// no such job.
-pub fn state(job: i64) -> Result<Option<(String, String)>> {
+pub(crate) fn state(job: i64) -> Result<Option<(String, String)>> {
     query("SELECT app, state FROM lambdastore.jobs WHERE job_id = $1", &[INT8OID], &[job.into()], |rows| {
         let Some(row) = rows.into_iter().next() else { return Ok(None) };
         Ok(Some((row.get::<String>(1)?.unwrap_or_default(), row.get::<String>(2)?.unwrap_or_default())))

@@ -5,14 +5,14 @@
 //! They are mutating plans (`prepare_mut`), so under READ COMMITTED every
 //! statement takes a fresh snapshot and sees the transaction's own writes.
 
-pub mod api_keys;
-pub mod cache;
-pub mod entries;
-pub mod entry_sets;
-pub mod grants;
-pub mod jobs;
-pub mod modules;
-pub mod objects;
+pub(crate) mod api_keys;
+pub(crate) mod cache;
+pub(crate) mod entries;
+pub(crate) mod entry_sets;
+pub(crate) mod grants;
+pub(crate) mod jobs;
+pub(crate) mod modules;
+pub(crate) mod objects;
 mod probe;
 
 use crate::error::{LambdaError, Result};
@@ -64,7 +64,7 @@ fn find<K: PartialEq, V: Copy>(entries: &[(K, V)], key: &K) -> Option<V> {
 
 /// Registers the invalidation callbacks of `RELATIONS`; once per process,
 /// from `_PG_init`.
-pub fn init() {
+pub(crate) fn init() {
     use pgrx::pg_sys::{self, SysCacheIdentifier::*};
     // SAFETY: registers plain functions with no argument.
     unsafe {
@@ -93,7 +93,7 @@ fn forget() {
 
 /// The OID of relation `name` in schema lambdastore (InvalidOid if there is
 /// none: the extension is being dropped or recreated).
-pub fn relation(name: &'static std::ffi::CStr) -> pgrx::pg_sys::Oid {
+pub(crate) fn relation(name: &'static std::ffi::CStr) -> pgrx::pg_sys::Oid {
     use pgrx::pg_sys;
     let key = name.as_ptr() as usize;
     if let Some(oid) = RELATIONS.with(|r| find(&r.borrow().oids, &key)) {
@@ -109,7 +109,7 @@ pub fn relation(name: &'static std::ffi::CStr) -> pgrx::pg_sys::Oid {
 
 /// Whether the current user may read relation `oid`: the check SPI makes
 /// on every statement, for the paths that skip SPI (probes, the cache).
-pub fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
+pub(crate) fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
     use pgrx::pg_sys;
     // SAFETY: the current user id, read on the main thread.
     let user = unsafe { pg_sys::GetUserId() };
@@ -137,7 +137,7 @@ fn plan_key(sql: &'static str) -> (usize, usize) {
 
 /// Runs the kept plan of `sql` (preparing it on first use) and hands the
 /// rows to `read` while the SPI connection is open.
-pub fn query<R>(
+pub(crate) fn query<R>(
     sql: &'static str,
     types: &[PgBuiltInOids],
     args: &[DatumWithOid<'_>],
@@ -164,7 +164,7 @@ pub fn query<R>(
 /// Runs the kept plan of `sql` as a cursor and hands its rows to `read`,
 /// `chunk` rows at a time, until they run out or `read` returns an error
 /// of ours: a large result is never held whole, and `read` can stop early.
-pub fn query_chunks(
+pub(crate) fn query_chunks(
     sql: &'static str,
     types: &[PgBuiltInOids],
     args: &[DatumWithOid<'_>],

@@ -7,12 +7,12 @@ use pgrx::pg_sys::BuiltinOid::*;
 use pgrx::pg_sys::Oid;
 use pgrx::JsonB;
 
-pub struct ModuleRow {
-    pub app: String,
-    pub description: Description,
+pub(crate) struct ModuleRow {
+    pub(crate) app: String,
+    pub(crate) description: Description,
 }
 
-pub fn get(module_id: i64) -> Result<ModuleRow> {
+pub(crate) fn get(module_id: i64) -> Result<ModuleRow> {
     query(
         "SELECT app, description FROM lambdastore.modules WHERE module_id = $1",
         &[INT8OID],
@@ -29,7 +29,7 @@ pub fn get(module_id: i64) -> Result<ModuleRow> {
     })
 }
 
-pub fn wasm(module_id: i64) -> Result<Vec<u8>> {
+pub(crate) fn wasm(module_id: i64) -> Result<Vec<u8>> {
     query(
         "SELECT wasm FROM lambdastore.modules WHERE module_id = $1",
         &[INT8OID],
@@ -40,7 +40,7 @@ pub fn wasm(module_id: i64) -> Result<Vec<u8>> {
 }
 
 /// The module an application runs now.
-pub fn current(app: &str) -> Result<ModuleKey> {
+pub(crate) fn current(app: &str) -> Result<ModuleKey> {
     if let Some(cached) = super::cache::module(app) {
         return Ok(cached);
     }
@@ -60,15 +60,15 @@ pub fn current(app: &str) -> Result<ModuleKey> {
     Ok(module)
 }
 
-pub struct Deployed {
-    pub module_id: i64,
-    pub version: i32,
-    pub unchanged: bool,
+pub(crate) struct Deployed {
+    pub(crate) module_id: i64,
+    pub(crate) version: i32,
+    pub(crate) unchanged: bool,
 }
 
 /// The version `app` runs now, if its bytes hash to `sha256`: deploying
 /// the same bytes again changes nothing.
-pub fn running(app: &str, sha256: &str) -> Result<Option<Deployed>> {
+pub(crate) fn running(app: &str, sha256: &str) -> Result<Option<Deployed>> {
     query(
         "SELECT m.module_id, m.version FROM lambdastore.applications a
            JOIN lambdastore.modules m ON m.module_id = a.module_id WHERE a.name = $1 AND m.sha256 = $2",
@@ -89,7 +89,7 @@ pub fn running(app: &str, sha256: &str) -> Result<Option<Deployed>> {
 /// transaction. The caller has locked the application's row (so concurrent
 /// deploys of one application are serialized and versions never collide)
 /// and checked that `deployed_by` may deploy it.
-pub fn deploy(app: &str, sha256: &str, wasm: &[u8], description: &Description, deployed_by: Oid) -> Result<Deployed> {
+pub(crate) fn deploy(app: &str, sha256: &str, wasm: &[u8], description: &Description, deployed_by: Oid) -> Result<Deployed> {
     let description_json = serde_json::to_value(description).expect("a description serializes");
     let (module_id, version) = query(
         "INSERT INTO lambdastore.modules (app, version, sha256, wasm, description, deployed_by)
@@ -119,7 +119,7 @@ pub fn deploy(app: &str, sha256: &str, wasm: &[u8], description: &Description, d
 
 /// The hashes of every module version of this database, as this
 /// transaction sees them: the compiled artifacts worth keeping.
-pub fn shas_in_use() -> Result<Vec<String>> {
+pub(crate) fn shas_in_use() -> Result<Vec<String>> {
     query("SELECT DISTINCT sha256 FROM lambdastore.modules", &[], &[], |rows| {
         rows.into_iter().map(|row| Ok(row.get::<String>(1)?.unwrap_or_default())).collect()
     })

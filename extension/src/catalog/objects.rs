@@ -7,7 +7,7 @@ use pgrx::pg_sys::BuiltinOid::*;
 
 /// The object's application and type, and the application's current
 /// module; 42704 if there is no such object.
-pub fn lookup(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
+pub(crate) fn lookup(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
     if let Some(cached) = cache::object(object_id) {
         return Ok(cached);
     }
@@ -62,14 +62,14 @@ fn find(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
     )
 }
 
-pub fn next_id() -> Result<i64> {
+pub(crate) fn next_id() -> Result<i64> {
     query("SELECT nextval('lambdastore.object_id_seq')", &[], &[], |rows| {
         Ok(rows.first().get_one::<i64>()?.unwrap_or_default())
     })
 }
 
 /// Deletes an object with its entries and entry sets; false if it did not exist.
-pub fn delete(object_id: i64) -> Result<bool> {
+pub(crate) fn delete(object_id: i64) -> Result<bool> {
     cache::forget_object(object_id);
     cache::changed();
     query(

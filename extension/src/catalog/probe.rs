@@ -18,13 +18,13 @@ use std::ffi::CStr;
 use std::num::NonZeroUsize;
 
 /// Whether a probe reads what the SPI statement would.
-pub fn usable() -> bool {
+pub(crate) fn usable() -> bool {
     // SAFETY: a plain int of the current transaction, read on the main thread.
     unsafe { pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32 }
 }
 
 /// One column of a primary key: (object_id bigint, text collate "C", bytea).
-pub enum Part<'a> {
+pub(crate) enum Part<'a> {
     Int8(i64),
     Text(&'a str),
     Bytes(&'a [u8]),
@@ -43,14 +43,14 @@ impl Part<'_> {
 }
 
 /// The columns of one row, read while the scan still holds it.
-pub struct Row {
+pub(crate) struct Row {
     tuple: pg_sys::HeapTuple,
     desc: pg_sys::TupleDesc,
 }
 
 impl Row {
     /// Column `attno` (from 1) as bytea, detoasted and copied.
-    pub fn bytes(&self, attno: usize) -> Option<Vec<u8>> {
+    pub(crate) fn bytes(&self, attno: usize) -> Option<Vec<u8>> {
         self.datum(attno).and_then(|(datum, is_null)| {
             // SAFETY: the column is bytea (see the callers' tables); the
             // slice is copied while the scan still holds the row. (pgrx's
@@ -60,7 +60,7 @@ impl Row {
         })
     }
 
-    pub fn text(&self, attno: usize) -> Option<String> {
+    pub(crate) fn text(&self, attno: usize) -> Option<String> {
         self.datum(attno).and_then(|(datum, is_null)| {
             // SAFETY: the column is text (see the callers' tables).
             unsafe { String::from_polymorphic_datum(datum, is_null, pg_sys::TEXTOID) }
@@ -76,14 +76,14 @@ impl Row {
 
 /// The row of `table` (in schema lambdastore) whose primary key, read
 /// through its index `index`, is `key`, handed to `read`.
-pub fn by_key<R>(table: &'static CStr, index: &'static CStr, key: &[Part<'_>], read: impl FnOnce(&Row) -> R) -> Result<Option<R>> {
+pub(crate) fn by_key<R>(table: &'static CStr, index: &'static CStr, key: &[Part<'_>], read: impl FnOnce(&Row) -> R) -> Result<Option<R>> {
     let mut read = Some(read);
     Ok(by_prefix(table, index, key, 1, |row| (read.take().expect("one row"))(row))?.pop())
 }
 
 /// The rows of `table` whose primary key starts with `prefix`, in key
 /// order, at most `limit`, each handed to `read`.
-pub fn by_prefix<R>(
+pub(crate) fn by_prefix<R>(
     table: &'static CStr,
     index: &'static CStr,
     prefix: &[Part<'_>],

@@ -15,7 +15,7 @@ use std::rc::Rc;
 
 /// Creates an object of `type_name` in the workflow and runs its
 /// constructor (at `depth`); a readonly caller may not.
-pub fn create_object(
+pub(crate) fn create_object(
     workflow: &Rc<Workflow>,
     app: &Rc<AppVersion>,
     type_name: &str,
@@ -106,7 +106,7 @@ fn nested(caller: &HostState, frame: Frame, kind: FunctionKind, args: &str) -> R
 }
 
 /// Host `call`: a method of another object of the same application.
-pub fn call(caller: &HostState, target: i64, function: &str, args: &str) -> Result<String> {
+pub(crate) fn call(caller: &HostState, target: i64, function: &str, args: &str) -> Result<String> {
     let depth = enter(caller)?;
     let info = same_application_object(caller, target)?;
     let f = caller.app.function(&info.type_name, function, FunctionKind::Method)?;
@@ -122,7 +122,7 @@ pub fn call(caller: &HostState, target: i64, function: &str, args: &str) -> Resu
 }
 
 /// Host `call-static`.
-pub fn call_static(caller: &HostState, type_name: &str, function: &str, args: &str) -> Result<String> {
+pub(crate) fn call_static(caller: &HostState, type_name: &str, function: &str, args: &str) -> Result<String> {
     let depth = enter(caller)?;
     let f = caller.app.function(type_name, function, FunctionKind::Static)?;
     let frame = Frame {
@@ -136,7 +136,7 @@ pub fn call_static(caller: &HostState, type_name: &str, function: &str, args: &s
 }
 
 /// Host `create`: a new object of this application, through its constructor.
-pub fn create_nested(caller: &HostState, type_name: &str, args: &str) -> Result<i64> {
+pub(crate) fn create_nested(caller: &HostState, type_name: &str, args: &str) -> Result<i64> {
     let depth = enter(caller)?;
     create_object(&caller.workflow, &caller.app, type_name, args, depth, caller.frame.readonly)
 }
@@ -144,7 +144,7 @@ pub fn create_nested(caller: &HostState, type_name: &str, args: &str) -> Result<
 /// Host `spawn`: a method call on an object of this application, queued as
 /// a job when the workflow commits. A callee's spawns are undone with its
 /// savepoint, like its writes.
-pub fn spawn(caller: &HostState, target: i64, function: &str, args: &str) -> Result<()> {
+pub(crate) fn spawn(caller: &HostState, target: i64, function: &str, args: &str) -> Result<()> {
     if caller.frame.readonly {
         return Err(LambdaError::ReadonlyWrite {
             ty: caller.frame.type_name.clone(),

@@ -37,7 +37,7 @@ fn check_writable(state: &HostState) -> Result<()> {
     Ok(())
 }
 
-pub fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
+pub(crate) fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
     let key = key_of(state, field, key, "read")?;
     state.workflow.record_read(key.0, &key.1, &key.2)?;
     if let Some(buffered) = state.workflow.writes.borrow().get(&key) {
@@ -62,7 +62,7 @@ fn check_buffer(state: &HostState, key: &EntryKey, value: Option<&[u8]>) -> Resu
     Ok(())
 }
 
-pub fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
+pub(crate) fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
     check_buffer(state, &key, Some(&value))?;
@@ -70,7 +70,7 @@ pub fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Re
     Ok(())
 }
 
-pub fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<bool> {
+pub(crate) fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<bool> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
     check_buffer(state, &key, None)?;
@@ -86,7 +86,7 @@ pub fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<bool> {
 /// Merges the table's entries in [start, end) with the buffered ones. Each
 /// buffered key can hide at most one stored entry, so asking the table for
 /// `limit + buffered` rows is always enough.
-pub fn scan(
+pub(crate) fn scan(
     state: &HostState,
     field: String,
     start: Option<Vec<u8>>,

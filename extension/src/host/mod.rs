@@ -6,9 +6,9 @@
 //! carrying a `LambdaError`, which unwinds every wasm frame of the workflow
 //! before the SQL edge reports it.
 
-pub mod calls;
+pub(crate) mod calls;
 mod entries;
-pub mod registry;
+pub(crate) mod registry;
 
 use crate::error::{LambdaError, Result};
 use crate::txn::Workflow;
@@ -21,25 +21,25 @@ wasmtime::component::bindgen!({
     imports: { default: trappable },
 });
 
-pub use lambdastore::lambda::types::{Direction, Entry, LogLevel};
+pub(crate) use lambdastore::lambda::types::{Direction, Entry, LogLevel};
 
 /// The call a store is running.
-pub struct Frame {
+pub(crate) struct Frame {
     /// The object, or 0 for a static function.
-    pub object: i64,
-    pub type_name: String,
-    pub function: String,
-    pub readonly: bool,
+    pub(crate) object: i64,
+    pub(crate) type_name: String,
+    pub(crate) function: String,
+    pub(crate) readonly: bool,
     /// 0 for the top-level call.
-    pub depth: u32,
+    pub(crate) depth: u32,
 }
 
-pub struct HostState {
-    pub workflow: Rc<Workflow>,
+pub(crate) struct HostState {
+    pub(crate) workflow: Rc<Workflow>,
     /// The code version the workflow started with; nested calls keep it even
     /// if the application is redeployed meanwhile.
-    pub app: Rc<AppVersion>,
-    pub frame: Frame,
+    pub(crate) app: Rc<AppVersion>,
+    pub(crate) frame: Frame,
 }
 
 /// A callee's own error goes back to its caller; anything else traps, which

@@ -19,14 +19,14 @@ use std::time::Instant;
 use wasmtime::component::HasSelf;
 
 /// One deployed version of an application, ready to instantiate.
-pub struct AppVersion {
-    pub app: String,
-    pub description: Description,
+pub(crate) struct AppVersion {
+    pub(crate) app: String,
+    pub(crate) description: Description,
     pre: LambdaPre<Sandboxed<HostState>>,
 }
 
 impl AppVersion {
-    pub fn type_desc(&self, type_name: &str) -> Result<&TypeDesc> {
+    pub(crate) fn type_desc(&self, type_name: &str) -> Result<&TypeDesc> {
         self.description
             .types
             .iter()
@@ -35,7 +35,7 @@ impl AppVersion {
     }
 
     /// The function `name` of `type_name`, which must be of kind `kind`.
-    pub fn function(&self, type_name: &str, name: &str, kind: FunctionKind) -> Result<&FnDesc> {
+    pub(crate) fn function(&self, type_name: &str, name: &str, kind: FunctionKind) -> Result<&FnDesc> {
         let ty = self.type_desc(type_name)?;
         let unknown = |why: String| LambdaError::UnknownFunction {
             ty: type_name.to_string(),
@@ -49,7 +49,7 @@ impl AppVersion {
         Ok(f)
     }
 
-    pub fn constructor(&self, type_name: &str) -> Result<Option<&FnDesc>> {
+    pub(crate) fn constructor(&self, type_name: &str) -> Result<Option<&FnDesc>> {
         Ok(self.type_desc(type_name)?.functions.iter().find(|f| f.kind == FunctionKind::Constructor))
     }
 }
@@ -60,7 +60,7 @@ thread_local! {
 
 /// Loads a module version: from this backend's memory, else from the disk
 /// cache (mmap), else by compiling the bytes from `lambdastore.modules`.
-pub fn load(key: &ModuleKey) -> Result<Rc<AppVersion>> {
+pub(crate) fn load(key: &ModuleKey) -> Result<Rc<AppVersion>> {
     if let Some(app) = APPS.with(|apps| apps.borrow().get(key).cloned()) {
         return Ok(app);
     }
@@ -105,7 +105,7 @@ const MAX_DESCRIPTION: usize = 1 << 20;
 /// host interface and asks it to describe itself (for `caller`, within its
 /// timeout). The caller caches the component (`runtime::cache_compiled`)
 /// once the version is registered, so a refused deploy leaves nothing on disk.
-pub fn validate(caller: Caller, wasm: &[u8]) -> Result<(Description, Component)> {
+pub(crate) fn validate(caller: Caller, wasm: &[u8]) -> Result<(Description, Component)> {
     let component = runtime::compile(wasm)?;
     let probe = Rc::new(AppVersion {
         app: String::new(),
@@ -228,7 +228,7 @@ fn check_description(d: &Description) -> Result<()> {
 
 /// Runs `function` of `type_name` on `object` (0 for static functions) in a
 /// fresh store. A guest's error for its caller is `Err(Application)`.
-pub fn run(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, frame: Frame, kind: FunctionKind, args: &str) -> Result<String> {
+pub(crate) fn run(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, frame: Frame, kind: FunctionKind, args: &str) -> Result<String> {
     check_args_size(args)?;
     let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
     let outcome = with_instance(workflow, app, frame, gucs::memory_limit_bytes(), |store, lambda| {
@@ -260,7 +260,7 @@ fn guest_error(err: CallError, ty: &str, function: &str) -> LambdaError {
 
 /// Arguments past `lambdastore.max_args_size` are refused before any call
 /// (or job) is made with them.
-pub fn check_args_size(args: &str) -> Result<()> {
+pub(crate) fn check_args_size(args: &str) -> Result<()> {
     check_size("the arguments are", args.len(), gucs::max_args_bytes(), "lambdastore.max_args_size")
 }
 

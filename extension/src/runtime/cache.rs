@@ -32,7 +32,7 @@ fn artifact_path(engine: &Engine, sha256: &str) -> PathBuf {
 }
 
 /// Compiles `wasm`, validating it.
-pub fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component> {
+pub(crate) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component> {
     Component::new(engine, wasm).map_err(|e| LambdaError::InvalidModule(invalid_module_message(wasm, e)))
 }
 
@@ -49,7 +49,7 @@ fn store_or_warn(engine: &Engine, sha256: &str, component: &Component) {
 /// needs: those of modules no version uses, or of another engine (files
 /// still being written, `.tmp<pid>`, are left alone). Removing one that is
 /// still wanted only costs a compile at its next load.
-pub fn store_and_retain(engine: &Engine, sha256: &str, component: &Component, in_use: HashSet<String>) {
+pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Component, in_use: HashSet<String>) {
     store_or_warn(engine, sha256, component);
     let suffix = engine_suffix(engine);
     let Ok(files) = std::fs::read_dir(cache_dir()) else { return };
@@ -65,7 +65,7 @@ pub fn store_and_retain(engine: &Engine, sha256: &str, component: &Component, in
 }
 
 /// Loads the artifact of `sha256`, compiling `wasm()` if it is not cached.
-pub fn load(engine: &Engine, sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>>) -> Result<Component> {
+pub(crate) fn load(engine: &Engine, sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>>) -> Result<Component> {
     let path = artifact_path(engine, sha256);
     if path.exists() {
         // SAFETY: the file was written by `store` below from a component this

@@ -16,7 +16,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, Po
 
 /// Resolution of deadlines and of noticing a query cancel, once a call has
 /// run for a tick.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// The ticker's period while calls are short: a call is first checked at
 /// most this long after it starts. Each wake-up is a timer interrupt and two
@@ -55,8 +55,8 @@ const KEEP_RESIDENT: usize = 512 * 1024;
 /// (docs/ARCHITECTURE.md, "The sandbox and its limits").
 const MEMORY_RESERVATION: usize = (4 << 30) - (64 << 10);
 
-pub struct Runtime {
-    pub engine: Engine,
+pub(crate) struct Runtime {
+    pub(crate) engine: Engine,
     ticker: Thread,
     state: Arc<TickerState>,
 }
@@ -79,7 +79,7 @@ const RUNNING_MASK: u64 = ONE_STARTED - 1;
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
-pub fn runtime() -> &'static Runtime {
+pub(crate) fn runtime() -> &'static Runtime {
     RUNTIME.get_or_init(|| {
         let started = std::time::Instant::now();
         let engine = Engine::new(&config()).expect("wasmtime engine configuration is valid");
@@ -92,10 +92,10 @@ pub fn runtime() -> &'static Runtime {
 
 /// Marks an invocation as running for as long as the guard lives, so that
 /// the ticker advances the epoch.
-pub struct Running<'a>(&'a Runtime);
+pub(crate) struct Running<'a>(&'a Runtime);
 
 impl Runtime {
-    pub fn start(&self) -> Running<'_> {
+    pub(crate) fn start(&self) -> Running<'_> {
         // SeqCst on both sides (increment here then read `parked`; set
         // `parked` there then read `calls`): at least one of the two sees
         // the other, so the ticker never sleeps through a running call.

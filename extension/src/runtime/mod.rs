@@ -12,35 +12,35 @@ use crate::error::{from_wasmtime, LambdaError, Result};
 use std::collections::HashSet;
 use wasmtime::{Store, UpdateDeadline};
 
-pub use wasmtime::component::{Component, Linker};
+pub(crate) use wasmtime::component::{Component, Linker};
 
 /// Compiles `wasm`, validating it. Compiling cannot be interrupted: the
 /// caller bounds its size.
-pub fn compile(wasm: &[u8]) -> Result<Component> {
+pub(crate) fn compile(wasm: &[u8]) -> Result<Component> {
     cache::compile(&engine::runtime().engine, wasm)
 }
 
 /// The component whose bytes hash to `sha256`: mapped from the disk cache,
 /// else compiled from `wasm()` and cached.
-pub fn load(sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>>) -> Result<Component> {
+pub(crate) fn load(sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>>) -> Result<Component> {
     cache::load(&engine::runtime().engine, sha256, wasm)
 }
 
 /// Caches a version's compiled component once it is registered, and
 /// removes this database's artifacts of modules no version uses (`in_use`).
-pub fn cache_compiled(sha256: &str, component: &Component, in_use: Vec<String>) {
+pub(crate) fn cache_compiled(sha256: &str, component: &Component, in_use: Vec<String>) {
     cache::store_and_retain(&engine::runtime().engine, sha256, component, in_use.into_iter().collect::<HashSet<_>>());
 }
 
 /// A linker for stores holding `T`, to add the host interface to.
-pub fn linker<T: 'static>() -> Linker<Sandboxed<T>> {
+pub(crate) fn linker<T: 'static>() -> Linker<Sandboxed<T>> {
     Linker::new(&engine::runtime().engine)
 }
 
 /// What a store holds: the caller's data and the limits wasmtime asks
 /// about when memory or tables grow.
-pub struct Sandboxed<T> {
-    pub data: T,
+pub(crate) struct Sandboxed<T> {
+    pub(crate) data: T,
     limits: Limits,
 }
 
@@ -66,7 +66,7 @@ impl wasmtime::ResourceLimiter for Limits {
 /// to `memory_limit` bytes (past it: a trap with `MemoryLimit`), and which
 /// `keep_going` may stop at every epoch tick (its error traps). Errors come
 /// back as `LambdaError`s, after every wasm frame has been left.
-pub fn call<T: 'static, R>(
+pub(crate) fn call<T: 'static, R>(
     data: T,
     memory_limit: usize,
     keep_going: fn(&T) -> Result<()>,

@@ -8,12 +8,12 @@
 //! the caller may carry on.
 
 mod buffer;
-pub mod entry_sets;
-pub mod occ;
-pub mod versions;
+pub(crate) mod entry_sets;
+pub(crate) mod occ;
+pub(crate) mod versions;
 
-pub use buffer::WriteBuffer;
-pub use crate::model::{EntryKey, ObjectInfo};
+pub(crate) use buffer::WriteBuffer;
+pub(crate) use crate::model::{EntryKey, ObjectInfo};
 
 use crate::access::Caller;
 use crate::catalog;
@@ -42,27 +42,27 @@ fn guards_of(object: i64, splits: u64) -> Result<Option<entry_sets::Guards>> {
     Ok(Some(guards))
 }
 
-pub struct Workflow {
+pub(crate) struct Workflow {
     /// The role the workflow runs for: its spawned jobs run as this role.
-    pub caller: Caller,
+    pub(crate) caller: Caller,
     /// The job this workflow runs as, if any: the parent of its spawns.
-    pub parent_job: Option<i64>,
-    pub timeout: Duration,
-    pub deadline: Instant,
+    pub(crate) parent_job: Option<i64>,
+    pub(crate) timeout: Duration,
+    pub(crate) deadline: Instant,
     /// Log messages written so far, and their bytes (host `log`).
-    pub logged: Cell<(usize, usize)>,
-    pub writes: RefCell<WriteBuffer>,
+    pub(crate) logged: Cell<(usize, usize)>,
+    pub(crate) writes: RefCell<WriteBuffer>,
     /// Objects looked up or created during this workflow.
     objects: RefCell<HashMap<i64, ObjectInfo>>,
     /// The entry sets touched so far, per object, each as loaded at its
     /// first touch (before any value under it was read).
     sets: RefCell<HashMap<i64, KnownSets>>,
     /// The read set: entry sets read, with the version seen.
-    pub reads: RefCell<BTreeMap<SetId, i64>>,
+    pub(crate) reads: RefCell<BTreeMap<SetId, i64>>,
 }
 
 impl Workflow {
-    pub fn new(caller: Caller, parent_job: Option<i64>, timeout: Duration) -> Self {
+    pub(crate) fn new(caller: Caller, parent_job: Option<i64>, timeout: Duration) -> Self {
         Workflow {
             caller,
             parent_job,
@@ -80,7 +80,7 @@ impl Workflow {
     /// `statement_timeout` or a termination is pending (PostgreSQL's signal
     /// handlers only set flags) or the deadline has passed. Checked by the
     /// epoch callback while wasm runs, and inside long host work.
-    pub fn keep_going(&self) -> Result<()> {
+    pub(crate) fn keep_going(&self) -> Result<()> {
         // SAFETY: sig_atomic_t flags written by signal handlers; a volatile
         // read from the main thread is how PostgreSQL itself reads them.
         let interrupted = unsafe {
@@ -96,13 +96,13 @@ impl Workflow {
         Ok(())
     }
 
-    pub fn is_created(&self, object: i64) -> bool {
+    pub(crate) fn is_created(&self, object: i64) -> bool {
         self.writes.borrow().created().iter().any(|(id, _, _)| *id == object)
     }
 
     /// The entry set containing (field, key) of `object`, as of its first
     /// touch in this workflow.
-    pub fn containing(&self, object: i64, field: &str, key: &[u8]) -> Result<EntrySet> {
+    pub(crate) fn containing(&self, object: i64, field: &str, key: &[u8]) -> Result<EntrySet> {
         self.with_set(object, field, key, |touched| touched.set.clone())
     }
 
@@ -140,14 +140,14 @@ impl Workflow {
 
     /// The split counter of each object whose sets this workflow loaded
     /// (objects it created are invisible to others and left out).
-    pub fn splits_seen(&self) -> Vec<(i64, u64)> {
+    pub(crate) fn splits_seen(&self) -> Vec<(i64, u64)> {
         let sets = self.sets.borrow();
         sets.iter().filter(|(id, _)| !self.is_created(**id)).map(|(id, known)| (*id, known.splits)).collect()
     }
 
     /// Records a point read (or an existence check) of (field, key). Must
     /// run before the value is read: see `occ`.
-    pub fn record_read(&self, object: i64, field: &str, key: &[u8]) -> Result<()> {
+    pub(crate) fn record_read(&self, object: i64, field: &str, key: &[u8]) -> Result<()> {
         if !gucs::occ() || self.is_created(object) {
             return Ok(());
         }
@@ -162,7 +162,7 @@ impl Workflow {
 
     /// Records a range scan: every set it overlaps, so that an entry
     /// inserted into the range later (a phantom) changes a version it saw.
-    pub fn record_scan(&self, object: i64, field: &str, start: &[u8], end: Option<&[u8]>) -> Result<()> {
+    pub(crate) fn record_scan(&self, object: i64, field: &str, start: &[u8], end: Option<&[u8]>) -> Result<()> {
         if !gucs::occ() || self.is_created(object) {
             return Ok(());
         }
@@ -183,16 +183,16 @@ impl Workflow {
         Ok(())
     }
 
-    pub fn known_object(&self, id: i64) -> Option<ObjectInfo> {
+    pub(crate) fn known_object(&self, id: i64) -> Option<ObjectInfo> {
         self.objects.borrow().get(&id).cloned()
     }
 
-    pub fn remember_object(&self, id: i64, info: ObjectInfo) {
+    pub(crate) fn remember_object(&self, id: i64, info: ObjectInfo) {
         self.objects.borrow_mut().insert(id, info);
     }
 
     /// Undoes everything after `savepoint`, including objects created since.
-    pub fn rollback_to(&self, savepoint: usize) {
+    pub(crate) fn rollback_to(&self, savepoint: usize) {
         let forgotten = self.writes.borrow_mut().rollback_to(savepoint);
         let mut objects = self.objects.borrow_mut();
         for id in forgotten {

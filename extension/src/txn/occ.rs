@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 /// OCC reads versions and values with fresh snapshots (READ COMMITTED per
 /// statement); under a transaction snapshot its validation would read stale
 /// versions and pass wrongly, so those isolation levels are refused.
-pub fn check_isolation() -> Result<()> {
+pub(crate) fn check_isolation() -> Result<()> {
     if !gucs::occ() {
         return Ok(());
     }
@@ -98,7 +98,7 @@ fn try_lock(set: &SetId) -> bool {
 }
 
 /// Validates the workflow and applies its writes (see the module doc).
-pub fn commit(workflow: &Workflow) -> Result<()> {
+pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     let writes = workflow.writes.borrow();
     if !gucs::occ() {
         return if writes.is_empty() { Ok(()) } else { apply(&writes, workflow) };
@@ -206,7 +206,7 @@ fn apply(writes: &super::WriteBuffer, workflow: &Workflow) -> Result<()> {
 
 /// `lambdastore.split(object, field, key)`: inserts a guard by hand.
 /// Returns false if `(field, key)` already starts a set.
-pub fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
+pub(crate) fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
     let (lower, _) = catalog::entry_sets::around(object, field, key)?;
     if lower.0 == field && lower.1 == key {
         return Ok(false);

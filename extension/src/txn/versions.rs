@@ -40,7 +40,7 @@ const STRIPES: usize = 1 << 20;
 const OBJECT_STRIPES: usize = 1 << 16;
 
 /// All zeros at server start (see `Zeroed`).
-pub struct Stripes {
+pub(crate) struct Stripes {
     versions: [AtomicU64; STRIPES],
     /// Transactions holding a set of this stripe for writing: Silo's lock
     /// bit, which readers check instead of taking a lock.
@@ -72,12 +72,12 @@ enum Pending {
 /// workflow validates it again, so that a transaction of several workflows
 /// is serializable as a whole.
 #[derive(Default)]
-pub struct Validated {
-    pub reads: BTreeMap<SetId, i64>,
-    pub splits: HashMap<i64, u64>,
+pub(crate) struct Validated {
+    pub(crate) reads: BTreeMap<SetId, i64>,
+    pub(crate) splits: HashMap<i64, u64>,
     /// Taken before the last validation, which found all of the above as
     /// read.
-    pub checked: Option<Mark>,
+    pub(crate) checked: Option<Mark>,
 }
 
 impl Validated {
@@ -86,7 +86,7 @@ impl Validated {
     /// committed since `checked`. If not, they are still as read, and a
     /// transaction of n calls does not check every earlier read again at
     /// every call (n² checks: 8,000 calls in one statement took 1.6 s).
-    pub fn may_have_changed(&self, now: Mark) -> bool {
+    pub(crate) fn may_have_changed(&self, now: Mark) -> bool {
         self.checked.is_none_or(|then| now.changes - then.changes != now.own - then.own)
     }
 }
@@ -94,14 +94,14 @@ impl Validated {
 /// A point in the shared change count, and how much of it is this
 /// backend's own write locks (which leave its reads valid).
 #[derive(Clone, Copy)]
-pub struct Mark {
+pub(crate) struct Mark {
     changes: u64,
     own: u64,
 }
 
 /// Where the change count stands now. Taken before a validation, so that
 /// a change it does not include is seen by that validation or the next.
-pub fn mark() -> Mark {
+pub(crate) fn mark() -> Mark {
     let changes = shared().map_or(0, |s| s.changes.load(Ordering::SeqCst));
     Mark { changes, own: OWN_LOCKS.get() }
 }
@@ -117,20 +117,20 @@ thread_local! {
 
 /// Requests the shared memory; from `_PG_init`, while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
-pub fn request_shared_memory() {
+pub(crate) fn request_shared_memory() {
     pgrx::pg_shmem_init!(SHARED = false);
     ENABLED.store(true, Ordering::Relaxed);
 }
 
 /// Whether the counters exist: OCC needs `shared_preload_libraries`.
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
 /// Before PREPARE TRANSACTION: a prepared transaction is made visible
 /// later by COMMIT PREPARED, in another session, where nothing would apply
 /// its version bumps.
-pub fn refuse_prepare() -> Result<()> {
+pub(crate) fn refuse_prepare() -> Result<()> {
     if HELD.with(|h| !h.borrow().is_empty()) {
         return Err(LambdaError::Prepared(
             "a transaction that ran writing lambdastore workflows cannot be prepared: their entry-set versions are \
@@ -144,7 +144,7 @@ pub fn refuse_prepare() -> Result<()> {
 /// After the commit record, once the transaction's rows are visible and
 /// before its locks are released: applies the queued bumps. Must not fail:
 /// it only adds to atomics.
-pub fn at_commit() {
+pub(crate) fn at_commit() {
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if let Some(shared) = shared() {
         let changed = !pending.is_empty();
@@ -170,7 +170,7 @@ pub fn at_commit() {
 }
 
 /// At abort (or once prepared): no bumps.
-pub fn at_abort() {
+pub(crate) fn at_abort() {
     PENDING.with(|p| p.borrow_mut().clear());
     release();
 }
@@ -207,17 +207,17 @@ fn object_stripe(object: i64) -> usize {
 }
 
 /// The set's version now (0 without shared memory).
-pub fn version(set: &SetId) -> i64 {
+pub(crate) fn version(set: &SetId) -> i64 {
     shared().map_or(0, |s| s.versions[stripe(set)].load(Ordering::SeqCst) as i64)
 }
 
 /// How many splits of the object have committed (0 without shared memory).
-pub fn splits(object: i64) -> u64 {
+pub(crate) fn splits(object: i64) -> u64 {
     shared().map_or(0, |s| s.splits[object_stripe(object)].load(Ordering::SeqCst))
 }
 
 /// The set's recent conflicts: a count halved at every committed write.
-pub fn conflicts(set: &SetId) -> i64 {
+pub(crate) fn conflicts(set: &SetId) -> i64 {
     shared().map_or(0, |s| i64::from(s.conflicts[stripe(set)].load(Ordering::Relaxed)))
 }
 
@@ -228,7 +228,7 @@ pub fn conflicts(set: &SetId) -> i64 {
 const OBJECT_MEMORY: u32 = 16;
 
 /// A workflow failed validation on this set.
-pub fn count_conflict(set: &SetId) {
+pub(crate) fn count_conflict(set: &SetId) {
     if let Some(s) = shared() {
         s.conflicts[stripe(set)].fetch_add(1, Ordering::Relaxed);
         s.object_conflicts[object_stripe(set.0)].fetch_add(OBJECT_MEMORY, Ordering::Relaxed);
@@ -239,7 +239,7 @@ pub fn count_conflict(set: &SetId) {
 /// one off its object's. Returns the set's count before, and whether the
 /// object had met conflicts lately (an object that never did is never
 /// split). Heuristic only, so it need not wait for the commit.
-pub fn cool_down(set: &SetId) -> (i64, bool) {
+pub(crate) fn cool_down(set: &SetId) -> (i64, bool) {
     shared().map_or((0, false), |s| {
         let update = |counter: &AtomicU32, f: fn(u32) -> u32| {
             counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(f(c))).unwrap_or(0)
@@ -253,7 +253,7 @@ pub fn cool_down(set: &SetId) -> (i64, bool) {
 /// This transaction has just taken the set's exclusive lock: readers of
 /// the set fail validation until it ends. (Also after a subtransaction
 /// rollback released the lock early: only false conflicts, until the end.)
-pub fn hold(set: &SetId) {
+pub(crate) fn hold(set: &SetId) {
     let stripe = stripe(set);
     if let Some(shared) = shared() {
         shared.writers[stripe].fetch_add(1, Ordering::SeqCst);
@@ -265,7 +265,7 @@ pub fn hold(set: &SetId) {
 }
 
 /// Why a read set is no longer as read.
-pub enum Stale {
+pub(crate) enum Stale {
     /// Another transaction holds it for writing.
     Written,
     /// Its version has moved to this one.
@@ -275,7 +275,7 @@ pub enum Stale {
 /// Whether a set read at version `seen` is still as read. The writer count
 /// is read first: a writer's data becomes visible only while it counts,
 /// and it stops counting only after its bump.
-pub fn unchanged(set: &SetId, seen: i64) -> std::result::Result<(), Stale> {
+pub(crate) fn unchanged(set: &SetId, seen: i64) -> std::result::Result<(), Stale> {
     let Some(shared) = shared() else { return Ok(()) };
     let stripe = stripe(set);
     let ours = HELD.with(|h| h.borrow().get(&stripe).copied().unwrap_or(0));
@@ -289,18 +289,18 @@ pub fn unchanged(set: &SetId, seen: i64) -> std::result::Result<(), Stale> {
 }
 
 /// Runs `f` on what earlier workflows of this transaction validated.
-pub fn validated<R>(f: impl FnOnce(&mut Validated) -> R) -> R {
+pub(crate) fn validated<R>(f: impl FnOnce(&mut Validated) -> R) -> R {
     VALIDATED.with(|v| f(&mut v.borrow_mut()))
 }
 
 /// The set's version goes up when this transaction commits.
-pub fn bump_at_commit(set: &SetId) {
+pub(crate) fn bump_at_commit(set: &SetId) {
     let set = stripe(set);
     PENDING.with(|p| p.borrow_mut().push(Pending::Write(set)));
 }
 
 /// A guard at `new` splits `old` when this transaction commits.
-pub fn split_at_commit(old: &SetId, new: &SetId) {
+pub(crate) fn split_at_commit(old: &SetId, new: &SetId) {
     let change = Pending::Split { old: stripe(old), new: stripe(new), object: object_stripe(old.0) };
     PENDING.with(|p| p.borrow_mut().push(change));
 }

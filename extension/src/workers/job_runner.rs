@@ -66,8 +66,8 @@ pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
 /// functions, which cannot be signal handlers.
 mod postgres_handlers {
     unsafe extern "C-unwind" {
-        pub fn die(signal: std::ffi::c_int);
-        pub fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
+        pub(crate) fn die(signal: std::ffi::c_int);
+        pub(crate) fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
     }
 }
 

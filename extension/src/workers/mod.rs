@@ -9,7 +9,7 @@
 //! job it waits for. Latches, not polling: a worker sleeps until a commit
 //! that queued jobs sets its latch, or until a retried job's backoff ends.
 
-pub mod job_runner;
+pub(crate) mod job_runner;
 
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::lwlock::PgLwLock;
@@ -38,7 +38,7 @@ impl Slot {
 }
 
 #[derive(Clone, Copy)]
-pub struct Registry {
+pub(crate) struct Registry {
     workers: [Slot; MAX_WORKERS],
     waiters: [Slot; MAX_WAITERS],
 }
@@ -58,14 +58,14 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Requests the registry's shared memory; from `_PG_init`, while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
-pub fn request_shared_memory() {
+pub(crate) fn request_shared_memory() {
     pgrx::pg_shmem_init!(REGISTRY);
     ENABLED.store(true, Ordering::Relaxed);
 }
 
 /// Registers `lambdastore.workers` job runners; from `_PG_init`, while
 /// preloading (background workers can only be started then).
-pub fn register() {
+pub(crate) fn register() {
     for index in 0..crate::gucs::workers() {
         BackgroundWorkerBuilder::new(&format!("lambdastore job runner {index}"))
             .set_type("lambdastore job runner")
@@ -83,7 +83,7 @@ pub fn register() {
 
 /// Whether job runners serve `database` (by configuration: they may be
 /// starting or restarting right now).
-pub fn running_for(database: &str) -> bool {
+pub(crate) fn running_for(database: &str) -> bool {
     ENABLED.load(Ordering::Relaxed) && crate::gucs::workers() > 0 && crate::gucs::database() == database
 }
 
@@ -103,7 +103,7 @@ fn my_procno() -> i32 {
 }
 
 /// Wakes every job runner.
-pub fn wake_workers() {
+pub(crate) fn wake_workers() {
     if !ENABLED.load(Ordering::Relaxed) {
         return;
     }
@@ -114,7 +114,7 @@ pub fn wake_workers() {
 }
 
 /// Wakes the sessions waiting for `job`.
-pub fn wake_waiters(job: i64) {
+pub(crate) fn wake_waiters(job: i64) {
     if !ENABLED.load(Ordering::Relaxed) {
         return;
     }
@@ -125,7 +125,7 @@ pub fn wake_waiters(job: i64) {
 }
 
 /// The jobs the workers are running now.
-pub fn running_jobs() -> Vec<i64> {
+pub(crate) fn running_jobs() -> Vec<i64> {
     if !ENABLED.load(Ordering::Relaxed) {
         return Vec::new();
     }
@@ -150,12 +150,12 @@ fn set_running(index: usize, job: i64) {
 
 /// A session's place among the waiters, given up when dropped (also when
 /// a cancel unwinds out of `lambdastore.wait`).
-pub struct Waiter {
+pub(crate) struct Waiter {
     slot: Option<usize>,
 }
 
 impl Waiter {
-    pub fn register(job: i64) -> Waiter {
+    pub(crate) fn register(job: i64) -> Waiter {
         if !ENABLED.load(Ordering::Relaxed) {
             return Waiter { slot: None };
         }
@@ -170,7 +170,7 @@ impl Waiter {
     /// Sleeps until the latch is set (the job may have finished), `left`
     /// has passed, or an interrupt arrives (which is then processed: a
     /// cancel raises its error here).
-    pub fn sleep(&self, left: Duration) {
+    pub(crate) fn sleep(&self, left: Duration) {
         let left = if self.slot.is_some() { left } else { left.min(POLL) };
         wait_latch(left);
     }
