@@ -56,7 +56,13 @@ pub fn run(url: &str, lambdas: &Path, clients: usize, seconds: u64, entries: u32
             same_object: false,
         })
         .collect();
-    configs.push(Config { name: "occ, adaptive from 1 set".into(), setup: "", guards: None, write_percent: 50, same_object: false });
+    configs.push(Config {
+        name: "occ, adaptive from 1 set".into(),
+        setup: "",
+        guards: None,
+        write_percent: 50,
+        same_object: false,
+    });
     // The same object again: how far splitting got, in steady state.
     configs.push(Config { name: ADAPTIVE.into(), setup: "", guards: None, write_percent: 50, same_object: true });
     configs.push(Config {
@@ -66,7 +72,13 @@ pub fn run(url: &str, lambdas: &Path, clients: usize, seconds: u64, entries: u32
         write_percent: 50,
         same_object: false,
     });
-    configs.push(Config { name: READ_ONLY_OCC.into(), setup: "", guards: Some(1), write_percent: 0, same_object: false });
+    configs.push(Config {
+        name: READ_ONLY_OCC.into(),
+        setup: "",
+        guards: Some(1),
+        write_percent: 0,
+        same_object: false,
+    });
     configs.push(Config {
         name: READ_ONLY_OFF.into(),
         setup: "SET lambdastore.concurrency_control = off",
@@ -96,14 +108,18 @@ pub fn run(url: &str, lambdas: &Path, clients: usize, seconds: u64, entries: u32
                 object = fresh_object(&mut admin, entries, config.guards)?;
             }
             let outcome = drive(url, object, config, clients, seconds, entries)?;
-            let sets: i64 = admin.query_one("SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1", &[&object])?.get(0);
+            let sets: i64 =
+                admin.query_one("SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1", &[&object])?.get(0);
             let attempts = outcome.commits + outcome.aborts;
             let run = Measured {
                 commits_per_s: outcome.commits as f64 / outcome.elapsed.as_secs_f64(),
                 abort_percent: 100.0 * outcome.aborts as f64 / attempts.max(1) as f64,
                 sets,
             };
-            println!("  {round:<5} {:<36} {:>10.0} {:>8.1}% {:>12}", config.name, run.commits_per_s, run.abort_percent, run.sets);
+            println!(
+                "  {round:<5} {:<36} {:>10.0} {:>8.1}% {:>12}",
+                config.name, run.commits_per_s, run.abort_percent, run.sets
+            );
             row[i] = Some(run);
         }
         measured.push(row.into_iter().map(|run| run.expect("every configuration ran")).collect());
@@ -137,26 +153,39 @@ fn report(configs: &[Config], measured: &[Vec<Measured>]) {
         (median(all), shown.join(" / "))
     };
     let best_manual = |round: &[Measured]| {
-        configs.iter().zip(round).filter(|(c, _)| c.name.contains("manual")).map(|(_, m)| m.commits_per_s).fold(0.0, f64::max)
+        configs
+            .iter()
+            .zip(round)
+            .filter(|(c, _)| c.name.contains("manual"))
+            .map(|(_, m)| m.commits_per_s)
+            .fold(0.0, f64::max)
     };
     let (adaptive, each) = ratios(&|round| throughput(round, ADAPTIVE) / best_manual(round));
     println!("adaptive (steady state) / best manual guard count: {adaptive:.2} (rounds: {each}; goal >= 0.80)");
     let (serializable, each) = ratios(&|round| throughput(round, ADAPTIVE) / throughput(round, SERIALIZABLE));
     println!("adaptive (steady state) / PostgreSQL SERIALIZABLE: {serializable:.2}x (rounds: {each}; goal >= 2x)");
-    let (overhead, each) = ratios(&|round| 100.0 * (1.0 - throughput(round, READ_ONLY_OCC) / throughput(round, READ_ONLY_OFF)));
+    let (overhead, each) =
+        ratios(&|round| 100.0 * (1.0 - throughput(round, READ_ONLY_OCC) / throughput(round, READ_ONLY_OFF)));
     println!("read-only OCC overhead against off: {overhead:.1}% (rounds: {each}; goal <= 10%)");
 }
 
 pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
-    if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
 }
 
 /// A new hot object, split into `guards` evenly spaced entry sets.
 fn fresh_object(admin: &mut Client, entries: u32, guards: Option<u32>) -> Result<i64> {
     let object: i64 = admin
-        .query_one("SELECT lambdastore.create_object('bench_micro', 'Bench', jsonb_build_object('entries', $1::int))", &[&(entries as i32)])?
+        .query_one(
+            "SELECT lambdastore.create_object('bench_micro', 'Bench', jsonb_build_object('entries', $1::int))",
+            &[&(entries as i32)],
+        )?
         .get(0);
     if let Some(guards) = guards {
         for i in 1..guards {
@@ -212,7 +241,11 @@ fn drive(url: &str, object: i64, config: &Config, clients: usize, seconds: u64, 
     for worker in workers {
         worker.join().expect("client thread")?;
     }
-    Ok(Outcome { commits: commits.load(Ordering::Relaxed), aborts: aborts.load(Ordering::Relaxed), elapsed: started.elapsed() })
+    Ok(Outcome {
+        commits: commits.load(Ordering::Relaxed),
+        aborts: aborts.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+    })
 }
 
 /// splitmix64: the drivers' own deterministic key choice.

@@ -55,7 +55,10 @@ async fn run_async(url: &str, lambdas: &Path, options: &Options) -> Result<()> {
     admin.execute("SELECT lambdastore.deploy($1, $2)", &[&APP, &counter]).await?;
     // One counter per connection, then a shared one for each path.
     let ids: Vec<i64> = admin
-        .query("SELECT lambdastore.create_object($1, 'Counter', '{}') FROM generate_series(1, $2::bigint)", &[&APP, &(n as i64 + 2)])
+        .query(
+            "SELECT lambdastore.create_object($1, 'Counter', '{}') FROM generate_series(1, $2::bigint)",
+            &[&APP, &(n as i64 + 2)],
+        )
         .await?
         .iter()
         .map(|r| r.get(0))
@@ -69,14 +72,12 @@ async fn run_async(url: &str, lambdas: &Path, options: &Options) -> Result<()> {
         bail!("{base}/readyz: {} {}", ready.status(), ready.text().await.unwrap_or_default());
     }
     let auth = format!("Bearer {}", options.key);
-    http_call(&http[0], &format!("{base}/v1/objects/{}/methods/get", own[0]), &auth)
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "a first call through the gateway failed: {e}\n(--key must be an API key of the application {APP:?}: \
+    http_call(&http[0], &format!("{base}/v1/objects/{}/methods/get", own[0]), &auth).await.map_err(|e| {
+        anyhow::anyhow!(
+            "a first call through the gateway failed: {e}\n(--key must be an API key of the application {APP:?}: \
                  SELECT api_key FROM lambdastore.create_api_key('{APP}'))"
-            )
-        })?;
+        )
+    })?;
     let mut sql = Vec::with_capacity(n);
     for _ in 0..n {
         let client = connect(url).await?;
@@ -108,7 +109,8 @@ async fn run_async(url: &str, lambdas: &Path, options: &Options) -> Result<()> {
                     let calls = http.iter().zip(objects).map(|(client, id)| {
                         (client.clone(), format!("{base}/v1/objects/{id}/methods/{method}"), auth.clone())
                     });
-                    drive(options, calls, |(client, url, auth)| async move { http_call(&client, &url, &auth).await }).await?
+                    drive(options, calls, |(client, url, auth)| async move { http_call(&client, &url, &auth).await })
+                        .await?
                 }
                 Via::Sql => {
                     let calls = sql.iter().zip(objects).map(|(conn, id)| (conn.clone(), *id));

@@ -15,13 +15,18 @@ use std::time::Instant;
 pub fn run(url: &str, lambdas: &Path, jobs: i64, objects: i64, latency_samples: u64) -> Result<()> {
     let counter = std::fs::read(lambdas.join("counter.wasm")).context("read counter.wasm (run make lambdas)")?;
     let (config, mut client) = workers_database(url)?;
-    let workers: i64 = client.query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'", &[])?.get(0);
+    let workers: i64 = client
+        .query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'", &[])?
+        .get(0);
     if workers == 0 {
         bail!("no lambdastore job runner is connected to this database (shared_preload_libraries, lambdastore.workers, lambdastore.database)");
     }
     client.execute("SELECT lambdastore.deploy('bench_jobs', $1)", &[&counter])?;
     let ids: Vec<i64> = client
-        .query("SELECT lambdastore.create_object('bench_jobs', 'Counter', '{}') FROM generate_series(1, $1::bigint)", &[&objects])?
+        .query(
+            "SELECT lambdastore.create_object('bench_jobs', 'Counter', '{}') FROM generate_series(1, $1::bigint)",
+            &[&objects],
+        )?
         .iter()
         .map(|r| r.get(0))
         .collect();
@@ -89,8 +94,20 @@ pub fn run(url: &str, lambdas: &Path, jobs: i64, objects: i64, latency_samples: 
         server.record(us.max(1.0) as u64)?;
     }
     println!("  submit-to-done, one job at a time ({latency_samples} jobs, µs):");
-    println!("    {:<36} p50 {:>6.0}  p90 {:>6.0}  p99 {:>6.0}", "server (submitted_at -> finished_at)", micros(&server, 0.5), micros(&server, 0.9), micros(&server, 0.99));
-    println!("    {:<36} p50 {:>6.0}  p90 {:>6.0}  p99 {:>6.0}", "client (submit + wait round trip)", micros(&round_trip, 0.5), micros(&round_trip, 0.9), micros(&round_trip, 0.99));
+    println!(
+        "    {:<36} p50 {:>6.0}  p90 {:>6.0}  p99 {:>6.0}",
+        "server (submitted_at -> finished_at)",
+        micros(&server, 0.5),
+        micros(&server, 0.9),
+        micros(&server, 0.99)
+    );
+    println!(
+        "    {:<36} p50 {:>6.0}  p90 {:>6.0}  p99 {:>6.0}",
+        "client (submit + wait round trip)",
+        micros(&round_trip, 0.5),
+        micros(&round_trip, 0.9),
+        micros(&round_trip, 0.99)
+    );
     Ok(())
 }
 

@@ -95,7 +95,12 @@ enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         duration: Option<Duration>,
         /// Workloads to run, in this order.
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "rw-mix,job-length,cloudforum,retwis,faulty,cold-start")]
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "rw-mix,job-length,cloudforum,retwis,faulty,cold-start"
+        )]
         workloads: Vec<suite::Workload>,
         /// Systems to measure.
         #[arg(long, value_enum, value_delimiter = ',', default_value = "lambdastore,disaggregated,plpgsql,raw-sql")]
@@ -141,23 +146,29 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let url = || cli.url.as_deref().context("--url (or LAMBDASTORE_URL) is required by this command");
     match cli.command {
-        Command::Foundation { calls, connections, spins } => foundation(url()?, &cli.lambdas, calls, connections, spins),
+        Command::Foundation { calls, connections, spins } => {
+            foundation(url()?, &cli.lambdas, calls, connections, spins)
+        }
         Command::Contention { clients, seconds, entries, rounds } => {
             contention::run(url()?, &cli.lambdas, clients, seconds, entries, rounds as usize)
         }
-        Command::Jobs { jobs, objects, latency_samples } => jobs::run(url()?, &cli.lambdas, jobs, objects, latency_samples),
-        Command::Suite { quick, clients, rate, warmup, duration, workloads, systems, out } => suite::run(suite::Options {
-            url: url()?.to_string(),
-            lambdas: cli.lambdas.clone(),
-            out,
-            quick,
-            clients,
-            rate,
-            warmup,
-            duration,
-            workloads,
-            systems,
-        }),
+        Command::Jobs { jobs, objects, latency_samples } => {
+            jobs::run(url()?, &cli.lambdas, jobs, objects, latency_samples)
+        }
+        Command::Suite { quick, clients, rate, warmup, duration, workloads, systems, out } => {
+            suite::run(suite::Options {
+                url: url()?.to_string(),
+                lambdas: cli.lambdas.clone(),
+                out,
+                quick,
+                clients,
+                rate,
+                warmup,
+                duration,
+                workloads,
+                systems,
+            })
+        }
         Command::Report { from, out } => suite::redraw(&from, &out),
         Command::Http { gateway, key, connections, duration, warmup } => {
             http::run(url()?, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
@@ -195,9 +206,7 @@ fn foundation(url: &str, lambdas: &Path, calls: u64, connections: u64, spins: u6
     client.batch_execute("CREATE EXTENSION IF NOT EXISTS lambdastore")?;
     deploy(&mut client, "bench_counter", &counter)?;
     deploy(&mut client, "bench_micro", &micro)?;
-    let id: i64 = client
-        .query_one("SELECT lambdastore.create_object('bench_counter', 'Counter', '{}')", &[])?
-        .get(0);
+    let id: i64 = client.query_one("SELECT lambdastore.create_object('bench_counter', 'Counter', '{}')", &[])?.get(0);
 
     println!("warm calls on one connection ({calls} each, latency in µs, client-side, loopback):");
     let select1 = client.prepare("SELECT 1")?;
@@ -208,8 +217,14 @@ fn foundation(url: &str, lambdas: &Path, calls: u64, connections: u64, spins: u6
     }
     let rows: Vec<(&str, Histogram<u64>)> = vec![
         ("SELECT 1", time_calls(calls, || client.query_one(&select1, &[]).map(|_| ()).map_err(Into::into))?),
-        ("lambda_invoke(counter, 'get')", time_calls(calls, || client.query_one(&get, &[&id]).map(|_| ()).map_err(Into::into))?),
-        ("lambda_invoke(counter, 'increment')", time_calls(calls, || client.query_one(&increment, &[&id]).map(|_| ()).map_err(Into::into))?),
+        (
+            "lambda_invoke(counter, 'get')",
+            time_calls(calls, || client.query_one(&get, &[&id]).map(|_| ()).map_err(Into::into))?,
+        ),
+        (
+            "lambda_invoke(counter, 'increment')",
+            time_calls(calls, || client.query_one(&increment, &[&id]).map(|_| ()).map_err(Into::into))?,
+        ),
     ];
     println!("  {:<38} {:>8} {:>8} {:>8}", "statement", "p50", "p90", "p99");
     for (name, h) in &rows {
@@ -238,11 +253,18 @@ fn foundation(url: &str, lambdas: &Path, calls: u64, connections: u64, spins: u6
     }
     println!("cold start over {connections} new connections each (µs, p50):");
     for (name, c) in [("lambda_invoke(counter, 'get')", &lambda), ("PL/pgSQL reading the same row", &plpgsql)] {
-        println!("  {name:<32} first call {:>6.0}, second {:>5.0}, extra {:>6.0} (p90 {:.0})",
-            micros(&c.first, 0.5), micros(&c.second, 0.5), micros(&c.extra, 0.5), micros(&c.extra, 0.9));
+        println!(
+            "  {name:<32} first call {:>6.0}, second {:>5.0}, extra {:>6.0} (p90 {:.0})",
+            micros(&c.first, 0.5),
+            micros(&c.second, 0.5),
+            micros(&c.extra, 0.5),
+            micros(&c.extra, 0.9)
+        );
     }
-    println!("  added by the sandbox (difference of the p50 extras): {:.0} µs",
-        micros(&lambda.extra, 0.5) - micros(&plpgsql.extra, 0.5));
+    println!(
+        "  added by the sandbox (difference of the p50 extras): {:.0} µs",
+        micros(&lambda.extra, 0.5) - micros(&plpgsql.extra, 0.5)
+    );
 
     // Timeout overshoot: how long past lambdastore.timeout a spinning
     // lambda keeps the statement.
@@ -259,8 +281,11 @@ fn foundation(url: &str, lambdas: &Path, calls: u64, connections: u64, spins: u6
         let elapsed = t.elapsed();
         over.record((elapsed.saturating_sub(Duration::from_secs(1))).as_micros().max(1) as u64)?;
     }
-    println!("spin() with lambdastore.timeout = 1s, {spins} runs: stopped after the deadline by p50 {:.1} ms, max {:.1} ms",
-        micros(&over, 0.5) / 1000.0, over.max() as f64 / 1000.0);
+    println!(
+        "spin() with lambdastore.timeout = 1s, {spins} runs: stopped after the deadline by p50 {:.1} ms, max {:.1} ms",
+        micros(&over, 0.5) / 1000.0,
+        over.max() as f64 / 1000.0
+    );
     Ok(())
 }
 

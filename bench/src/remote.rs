@@ -169,7 +169,13 @@ impl RemoteSession {
 
 /// Runs one function in a fresh instance; nested calls recurse through the
 /// host functions below on the same connection and transaction.
-fn run(app: &Rc<RemoteApp>, db: &Rc<RefCell<Db>>, frame: Frame, kind: FunctionKind, args: &str) -> Result<String, RemoteError> {
+fn run(
+    app: &Rc<RemoteApp>,
+    db: &Rc<RefCell<Db>>,
+    frame: Frame,
+    kind: FunctionKind,
+    args: &str,
+) -> Result<String, RemoteError> {
     let state = State { app: Some(app.clone()), db: Some(db.clone()), frame };
     let (object, ty, function) = (state.frame.object, state.frame.type_name.clone(), state.frame.function.clone());
     let mut store = Store::new(&app.engine, state);
@@ -251,7 +257,14 @@ impl State {
     }
 
     /// A nested call: its own instance, the same transaction.
-    fn nested(&mut self, object: i64, type_name: String, function: String, kind: FunctionKind, args: &str) -> wasmtime::Result<Result<String, CallError>> {
+    fn nested(
+        &mut self,
+        object: i64,
+        type_name: String,
+        function: String,
+        kind: FunctionKind,
+        args: &str,
+    ) -> wasmtime::Result<Result<String, CallError>> {
         let app = self.app.clone().ok_or_else(|| anyhow!("no calls while describing the application"))?;
         let info = match app.function(&type_name, &function, kind) {
             Ok(info) => info,
@@ -289,7 +302,9 @@ impl lambdastore::lambda::host::Host for State {
     fn get(&mut self, field: String, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
         let object = self.object()?;
         let mut db = self.db()?;
-        let s = db.statement("SELECT value FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key = $3").map_err(sql_error)?;
+        let s = db
+            .statement("SELECT value FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key = $3")
+            .map_err(sql_error)?;
         let row = db.client.query_opt(&s, &[&object, &field, &key]).map_err(sql_error)?;
         Ok(row.map(|r| r.get(0)))
     }
@@ -310,11 +325,20 @@ impl lambdastore::lambda::host::Host for State {
     fn delete(&mut self, field: String, key: Vec<u8>) -> wasmtime::Result<bool> {
         let object = self.writable()?;
         let mut db = self.db()?;
-        let s = db.statement("DELETE FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key = $3").map_err(sql_error)?;
+        let s = db
+            .statement("DELETE FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key = $3")
+            .map_err(sql_error)?;
         Ok(db.client.execute(&s, &[&object, &field, &key]).map_err(sql_error)? > 0)
     }
 
-    fn scan(&mut self, field: String, start: Option<Vec<u8>>, end: Option<Vec<u8>>, limit: u32, dir: Direction) -> wasmtime::Result<Vec<Entry>> {
+    fn scan(
+        &mut self,
+        field: String,
+        start: Option<Vec<u8>>,
+        end: Option<Vec<u8>>,
+        limit: u32,
+        dir: Direction,
+    ) -> wasmtime::Result<Vec<Entry>> {
         let object = self.object()?;
         let mut db = self.db()?;
         // One statement per shape, so that each bound is an index condition.
@@ -351,7 +375,12 @@ impl lambdastore::lambda::host::Host for State {
         Ok(Err(CallError::NotAllowed(format!("the disaggregated baseline cannot create objects ({type_name})"))))
     }
 
-    fn call_static(&mut self, type_name: String, function: String, args: String) -> wasmtime::Result<Result<String, CallError>> {
+    fn call_static(
+        &mut self,
+        type_name: String,
+        function: String,
+        args: String,
+    ) -> wasmtime::Result<Result<String, CallError>> {
         self.nested(0, type_name, function, FunctionKind::Static, &args)
     }
 

@@ -95,9 +95,7 @@ impl LambdaError {
             JobNotCommitted(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             UnknownFunction { .. } => ERRCODE_UNDEFINED_FUNCTION,
             UnknownField { .. } => ERRCODE_UNDEFINED_COLUMN,
-            Protected { .. } | CrossApplication { .. } | PermissionDenied(_) => {
-                ERRCODE_INSUFFICIENT_PRIVILEGE
-            }
+            Protected { .. } | CrossApplication { .. } | PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             BadArguments { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             Application { .. } => ERRCODE_RAISE_EXCEPTION,
             Trap { .. } => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
@@ -107,9 +105,7 @@ impl LambdaError {
             InvalidParameter(_) => ERRCODE_INVALID_PARAMETER_VALUE,
             ReadOnlyTransaction(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
-            ReadonlyWrite { .. } | NoObject { .. } => {
-                ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED
-            }
+            ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,
             IsolationLevel(_) | Prepared(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
             NotPreloaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,

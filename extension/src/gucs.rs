@@ -184,9 +184,24 @@ pub(crate) fn define() {
         GucFlags::UNIT_MS,
     );
     for (name, description, setting, max) in [
-        (c"lambdastore.max_write_size", c"Bytes one workflow may write (field names, keys, values).", &MAX_WRITE_KB, 1024 * 1024 * 1024),
-        (c"lambdastore.max_scan_size", c"Bytes of keys and values one range scan may return.", &MAX_SCAN_KB, 1024 * 1024),
-        (c"lambdastore.max_module_size", c"The largest component lambdastore.deploy compiles.", &MAX_MODULE_KB, 1024 * 1024),
+        (
+            c"lambdastore.max_write_size",
+            c"Bytes one workflow may write (field names, keys, values).",
+            &MAX_WRITE_KB,
+            1024 * 1024 * 1024,
+        ),
+        (
+            c"lambdastore.max_scan_size",
+            c"Bytes of keys and values one range scan may return.",
+            &MAX_SCAN_KB,
+            1024 * 1024,
+        ),
+        (
+            c"lambdastore.max_module_size",
+            c"The largest component lambdastore.deploy compiles.",
+            &MAX_MODULE_KB,
+            1024 * 1024,
+        ),
     ] {
         GucRegistry::define_int_guc(name, description, c"", setting, 1, max, GucContext::Suset, GucFlags::UNIT_KB);
     }

@@ -43,7 +43,13 @@ pub(crate) fn at_abort() {
 /// (PostgreSQL failed such inserts with its own index-row-size error).
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
-pub(crate) fn submit(caller: Caller, object: i64, method: &str, args: &str, idempotency_key: Option<&str>) -> Result<i64> {
+pub(crate) fn submit(
+    caller: Caller,
+    object: i64,
+    method: &str,
+    args: &str,
+    idempotency_key: Option<&str>,
+) -> Result<i64> {
     if let Some(key) = idempotency_key.filter(|key| key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY) {
         return Err(LambdaError::IdempotencyKeyLength { len: key.len(), max: MAX_IDEMPOTENCY_KEY });
     }

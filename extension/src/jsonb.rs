@@ -3,14 +3,14 @@
 //! and prints it again on the way in and out; for a warm call that read 5
 //! entries those two round trips were 5% of the backend's time.
 
+use crate::error::{LambdaError, Result};
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
-use crate::error::{LambdaError, Result};
-use pgrx::pg_sys::panic::CaughtError;
 use pgrx::{direct_function_call, direct_function_call_as_datum, FromDatum, IntoDatum, PgTryBuilder};
 use std::ffi::{CStr, CString};
 
@@ -26,8 +26,8 @@ impl FromDatum for JsonText {
         // SAFETY: the datum is a jsonb (the function's declared type);
         // jsonb_out detoasts it and returns a palloc'd C string.
         unsafe {
-            let text = direct_function_call::<&CStr>(pg_sys::jsonb_out, &[Some(datum)])
-                .expect("jsonb_out returns text");
+            let text =
+                direct_function_call::<&CStr>(pg_sys::jsonb_out, &[Some(datum)]).expect("jsonb_out returns text");
             let owned = text.to_string_lossy().into_owned();
             pg_sys::pfree(text.as_ptr().cast_mut().cast());
             Some(JsonText(owned))

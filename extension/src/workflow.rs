@@ -77,13 +77,7 @@ fn run_method(
     method: &str,
     args: &str,
 ) -> Result<String> {
-    let frame = Frame {
-        object,
-        type_name: info.type_name.clone(),
-        function: method.to_string(),
-        readonly,
-        depth: 0,
-    };
+    let frame = Frame { object, type_name: info.type_name.clone(), function: method.to_string(), readonly, depth: 0 };
     let result = registry::run(workflow, app, frame, FunctionKind::Method, args)?;
     commit(workflow)?;
     Ok(result)
@@ -149,7 +143,13 @@ fn method_callable_from_sql(app: &AppVersion, type_name: &str, method: &str) -> 
 }
 
 /// `lambdastore.invoke_static(app, type, function, args)`, for `caller`.
-pub(crate) fn invoke_static(caller: Caller, app_name: &str, type_name: &str, function: &str, args: &str) -> Result<String> {
+pub(crate) fn invoke_static(
+    caller: Caller,
+    app_name: &str,
+    type_name: &str,
+    function: &str,
+    args: &str,
+) -> Result<String> {
     occ::check_isolation()?;
     let started = Instant::now();
     let app = current_version(caller, app_name)?;
@@ -170,13 +170,8 @@ fn run_static(
     args: &str,
 ) -> Result<String> {
     let workflow = start(caller, None);
-    let frame = Frame {
-        object: 0,
-        type_name: type_name.to_string(),
-        function: function.to_string(),
-        readonly,
-        depth: 0,
-    };
+    let frame =
+        Frame { object: 0, type_name: type_name.to_string(), function: function.to_string(), readonly, depth: 0 };
     let result = registry::run(&workflow, app, frame, FunctionKind::Static, args)?;
     commit(&workflow)?;
     Ok(result)
@@ -219,4 +214,3 @@ fn refuse_protected(app: &AppVersion, type_name: &str, f: &FnDesc) -> Result<()>
     }
     Ok(())
 }
-

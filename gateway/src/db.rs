@@ -34,7 +34,13 @@ fn retryable(err: &tokio_postgres::Error) -> Option<&'static str> {
 
 impl AppState {
     /// Runs `sql` (one row expected) on the node owning `object`.
-    pub async fn call(&self, route: &'static str, object: Option<i64>, sql: &str, params: &[Param<'_>]) -> Result<Outcome, ApiError> {
+    pub async fn call(
+        &self,
+        route: &'static str,
+        object: Option<i64>,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<Outcome, ApiError> {
         let deadline = Instant::now() + self.config.request_timeout;
         match tokio::time::timeout_at(deadline.into(), self.attempts(route, object, sql, params, deadline)).await {
             Ok(outcome) => outcome,
@@ -73,7 +79,8 @@ impl AppState {
                 return Err(ApiError::from_db(&err));
             }
             retries += 1;
-            metrics::counter!("lambdastore_gateway_retries_total", "route" => route, "sqlstate" => sqlstate).increment(1);
+            metrics::counter!("lambdastore_gateway_retries_total", "route" => route, "sqlstate" => sqlstate)
+                .increment(1);
             tracing::debug!(retries, sqlstate, ?backoff, "retrying");
             tokio::time::sleep(backoff).await;
         }

@@ -113,7 +113,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
-            error: ErrorDetail { status: self.status.as_u16(), code: self.code, sqlstate: self.sqlstate, message: self.message },
+            error: ErrorDetail {
+                status: self.status.as_u16(),
+                code: self.code,
+                sqlstate: self.sqlstate,
+                message: self.message,
+            },
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {

@@ -86,7 +86,8 @@ fn pool(config: &Config) -> anyhow::Result<Pool> {
     let timeout_ms = config.request_timeout.as_millis();
     let options = format!("{} -c statement_timeout={timeout_ms}", pg.get_options().unwrap_or(""));
     pg.options(options.trim()).application_name("lambdastore-gateway");
-    let manager = Manager::from_config(pg, tokio_postgres::NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    let manager =
+        Manager::from_config(pg, tokio_postgres::NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Ok(Pool::builder(manager)
         .max_size(config.pool_size)
         .wait_timeout(Some(config.request_timeout))
@@ -112,7 +113,9 @@ async fn purge_idempotency_keys(state: Arc<AppState>) {
         for (node, pool) in state.placement.pools() {
             let purged = async {
                 let client = pool.get().await?;
-                let row = client.query_one("SELECT lambdastore_gateway.purge_idempotency_keys($1::text::interval)", &[&older_than]).await?;
+                let row = client
+                    .query_one("SELECT lambdastore_gateway.purge_idempotency_keys($1::text::interval)", &[&older_than])
+                    .await?;
                 anyhow::Ok(row.get::<_, i64>(0))
             };
             match purged.await {

@@ -9,20 +9,32 @@ use std::sync::OnceLock;
 use std::time::Duration;
 use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::schema::{Schema, SchemaType, Type};
-use utoipa::openapi::RefOr;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::RefOr;
 use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, Required, ResponseBuilder};
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "LambdaStore gateway", description = "Deploy, create, invoke and submit LambdaStore calls over HTTP. \
-        Authenticate with an application's API key (`Authorization: Bearer <key>`, created with `lambdastore.create_api_key`)."),
-    paths(
-        routes::deploy, routes::create_object, routes::invoke, routes::invoke_static, routes::submit,
-        routes::job, routes::wait, routes::healthz, routes::readyz, routes::metrics, routes::openapi,
+    info(
+        title = "LambdaStore gateway",
+        description = "Deploy, create, invoke and submit LambdaStore calls over HTTP. \
+        Authenticate with an application's API key (`Authorization: Bearer <key>`, created with `lambdastore.create_api_key`)."
     ),
-    components(schemas(ErrorBody)),
+    paths(
+        routes::deploy,
+        routes::create_object,
+        routes::invoke,
+        routes::invoke_static,
+        routes::submit,
+        routes::job,
+        routes::wait,
+        routes::healthz,
+        routes::readyz,
+        routes::metrics,
+        routes::openapi,
+    ),
+    components(schemas(ErrorBody))
 )]
 struct ApiDoc;
 
@@ -40,7 +52,8 @@ const GATEWAY_ERRORS: &[(u16, &str)] = &[
 
 fn describe(status: u16) -> String {
     let mut text = GATEWAY_ERRORS.iter().find(|(s, _)| *s == status).map(|(_, d)| d.to_string()).unwrap_or_default();
-    let codes: Vec<String> = SQLSTATES.iter().filter(|(_, s, _)| *s == status).map(|(state, _, code)| format!("{code} ({state})")).collect();
+    let codes: Vec<String> =
+        SQLSTATES.iter().filter(|(_, s, _)| *s == status).map(|(state, _, code)| format!("{code} ({state})")).collect();
     if !codes.is_empty() {
         if !text.is_empty() {
             text.push_str("; ");
@@ -51,7 +64,8 @@ fn describe(status: u16) -> String {
 }
 
 fn error_statuses() -> Vec<u16> {
-    let mut statuses: Vec<u16> = GATEWAY_ERRORS.iter().map(|(s, _)| *s).chain(SQLSTATES.iter().map(|(_, s, _)| *s)).collect();
+    let mut statuses: Vec<u16> =
+        GATEWAY_ERRORS.iter().map(|(s, _)| *s).chain(SQLSTATES.iter().map(|(_, s, _)| *s)).collect();
     statuses.sort_unstable();
     statuses.dedup();
     statuses
@@ -112,11 +126,14 @@ fn constrain_inputs(doc: &mut Document) {
         if let Some(body) = op.request_body.as_mut() {
             if body.content.contains_key("application/json") {
                 // Optional: an empty body means {}.
-                body.content.values_mut().for_each(|content| content.schema = Some(Ref::from_schema_name("Arguments").into()));
+                body.content
+                    .values_mut()
+                    .for_each(|content| content.schema = Some(Ref::from_schema_name("Arguments").into()));
             } else {
                 body.required = Some(Required::True);
                 for content in body.content.values_mut() {
-                    content.schema = Some(schema(serde_json::json!({"type": "string", "format": "binary", "minLength": 1})).into());
+                    content.schema =
+                        Some(schema(serde_json::json!({"type": "string", "format": "binary", "minLength": 1})).into());
                 }
             }
         }
@@ -156,7 +173,10 @@ fn build(max_wait: Option<Duration>) -> Document {
     }
     constrain_inputs(&mut doc);
     let components = doc.components.get_or_insert_with(Default::default);
-    components.add_security_scheme("api_key", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+    components.add_security_scheme(
+        "api_key",
+        SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+    );
     let statuses = error_statuses();
     let mut responses = BTreeMap::new();
     for status in &statuses {
@@ -191,7 +211,9 @@ mod tests {
     fn the_document_is_openapi_3_1_with_every_route_and_the_error_shape() {
         let json = serde_json::to_value(build(None)).unwrap();
         assert!(json["openapi"].as_str().unwrap().starts_with("3.1"));
-        for path in ["/v1/objects/{object_id}/methods/{method}", "/v1/jobs/{job_id}/wait", "/v1/apps/{app}/module", "/metrics"] {
+        for path in
+            ["/v1/objects/{object_id}/methods/{method}", "/v1/jobs/{job_id}/wait", "/v1/apps/{app}/module", "/metrics"]
+        {
             assert!(json["paths"][path].is_object(), "{path} missing");
         }
         let invoke = &json["paths"]["/v1/objects/{object_id}/methods/{method}"]["post"]["responses"];
@@ -208,7 +230,10 @@ mod tests {
         }
         let json = serde_json::to_value(build(None)).unwrap();
         let invoke = &json["paths"]["/v1/objects/{object_id}/methods/{method}"]["post"];
-        assert_eq!(invoke["requestBody"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/Arguments");
+        assert_eq!(
+            invoke["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/Arguments"
+        );
         assert_eq!(invoke["parameters"][1]["schema"]["pattern"], NO_NUL);
         let deploy = &json["paths"]["/v1/apps/{app}/module"]["put"]["requestBody"]["content"];
         assert_eq!(deploy["application/wasm"]["schema"]["minLength"], 1);

@@ -240,7 +240,8 @@ pub async fn deploy(
     Module(module): Module,
 ) -> Result<Json<Deployed>, ApiError> {
     let module: &[u8] = &module;
-    let outcome = state.call("deploy", None, "SELECT lambdastore_gateway.deploy($1, $2, $3)", &[&key, &app, &module]).await?;
+    let outcome =
+        state.call("deploy", None, "SELECT lambdastore_gateway.deploy($1, $2, $3)", &[&key, &app, &module]).await?;
     Ok(Json(from_db_json(outcome.row.get(0))?))
 }
 
@@ -286,7 +287,11 @@ pub async fn submit(
     responses((status = 200, description = "The job", body = Job)),
     security(("api_key" = []))
 )]
-pub async fn job(State(state): Shared, ApiKey(key): ApiKey, PathParams(job_id): PathParams<i64>) -> Result<Json<Job>, ApiError> {
+pub async fn job(
+    State(state): Shared,
+    ApiKey(key): ApiKey,
+    PathParams(job_id): PathParams<i64>,
+) -> Result<Json<Job>, ApiError> {
     let outcome = state.call("job", None, "SELECT lambdastore_gateway.job($1, $2)", &[&key, &job_id]).await?;
     Ok(Json(from_db_json(outcome.row.get(0))?))
 }
@@ -312,7 +317,8 @@ pub async fn wait(
         return Err(ApiError::bad_request(format!("timeout_ms may be at most {} on this gateway", max.as_millis())));
     }
     let timeout_ms = timeout.as_millis() as i64;
-    let outcome = state.call("wait", None, "SELECT lambdastore_gateway.wait($1, $2, $3)", &[&key, &job_id, &timeout_ms]).await?;
+    let outcome =
+        state.call("wait", None, "SELECT lambdastore_gateway.wait($1, $2, $3)", &[&key, &job_id, &timeout_ms]).await?;
     Ok(Json(from_db_json(outcome.row.get(0))?))
 }
 
@@ -334,9 +340,13 @@ pub async fn readyz(State(state): Shared) -> Result<Json<Ready>, ApiError> {
         })?;
         let row = client.query_one("SELECT lambdastore_gateway.ready()", &[]).await.map_err(|e| {
             tracing::warn!(node, error = %e, "not ready");
-            ApiError::unavailable(format!("node {node}: the lambdastore extension is missing or this role may not use it"))
+            ApiError::unavailable(format!(
+                "node {node}: the lambdastore extension is missing or this role may not use it"
+            ))
         })?;
-        extension = row.get::<_, Option<String>>(0).ok_or_else(|| ApiError::unavailable(format!("node {node}: lambdastore is not installed")))?;
+        extension = row
+            .get::<_, Option<String>>(0)
+            .ok_or_else(|| ApiError::unavailable(format!("node {node}: lambdastore is not installed")))?;
     }
     Ok(Json(Ready { status: "ready".into(), extension }))
 }
@@ -348,8 +358,10 @@ pub async fn metrics(State(state): Shared) -> impl IntoResponse {
     for (node, pool) in state.placement.pools() {
         let status = pool.status();
         let node = node.to_string();
-        metrics::gauge!("lambdastore_gateway_pool_connections", "node" => node.clone(), "state" => "open").set(status.size as f64);
-        metrics::gauge!("lambdastore_gateway_pool_connections", "node" => node.clone(), "state" => "idle").set(status.available as f64);
+        metrics::gauge!("lambdastore_gateway_pool_connections", "node" => node.clone(), "state" => "open")
+            .set(status.size as f64);
+        metrics::gauge!("lambdastore_gateway_pool_connections", "node" => node.clone(), "state" => "idle")
+            .set(status.available as f64);
         metrics::gauge!("lambdastore_gateway_pool_connections_max", "node" => node.clone()).set(status.max_size as f64);
         metrics::gauge!("lambdastore_gateway_pool_waiting_requests", "node" => node).set(status.waiting as f64);
     }
@@ -367,5 +379,9 @@ pub async fn not_found() -> ApiError {
 }
 
 pub async fn method_not_allowed() -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that HTTP method; see /openapi.json")
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that HTTP method; see /openapi.json",
+    )
 }

@@ -32,7 +32,11 @@ fn deploy_create_invoke_and_static_over_http() {
     assert_eq!(second["version"], 2);
     assert_eq!(second["types"][0]["name"], "Counter");
 
-    let created = gw.post(&app.key, &format!("/v1/apps/{}/types/Counter/objects", app.name)).json(&json!({"initial": 40})).send().unwrap();
+    let created = gw
+        .post(&app.key, &format!("/v1/apps/{}/types/Counter/objects", app.name))
+        .json(&json!({"initial": 40}))
+        .send()
+        .unwrap();
     assert_eq!(created.status(), 201);
     let location = created.headers()["location"].to_str().unwrap().to_string();
     let id = created.json::<Value>().unwrap()["object_id"].as_i64().unwrap();
@@ -49,7 +53,8 @@ fn deploy_create_invoke_and_static_over_http() {
     assert_eq!(counter_value(id), 42);
 
     let micro = App::deployed("gw_static", "micro");
-    let version = gw.post(&micro.key, &format!("/v1/apps/{}/types/Bench/functions/version", micro.name)).send().unwrap();
+    let version =
+        gw.post(&micro.key, &format!("/v1/apps/{}/types/Bench/functions/version", micro.name)).send().unwrap();
     assert_eq!(result_of(version), json!(env!("CARGO_PKG_VERSION")));
 }
 
@@ -58,13 +63,15 @@ fn submit_get_and_wait_for_jobs() {
     let gw = Gateway::start();
     let app = App::deployed("gw_jobs", "counter");
     let id = app.create("Counter", json!({"initial": 1}));
-    let submitted = gw.post(&app.key, &format!("/v1/objects/{id}/methods/add/jobs")).json(&json!({"n": 9})).send().unwrap();
+    let submitted =
+        gw.post(&app.key, &format!("/v1/objects/{id}/methods/add/jobs")).json(&json!({"n": 9})).send().unwrap();
     assert_eq!(submitted.status(), 202);
     let location = submitted.headers()["location"].to_str().unwrap().to_string();
     let job = submitted.json::<Value>().unwrap()["job_id"].as_i64().unwrap();
     assert_eq!(location, format!("/v1/jobs/{job}"));
 
-    let waited: Value = gw.get(&app.key, &format!("/v1/jobs/{job}/wait?timeout_ms=20000")).send().unwrap().json().unwrap();
+    let waited: Value =
+        gw.get(&app.key, &format!("/v1/jobs/{job}/wait?timeout_ms=20000")).send().unwrap().json().unwrap();
     assert_eq!((waited["state"].as_str(), &waited["result"]), (Some("done"), &json!(10)), "{waited}");
     let got: Value = gw.get(&app.key, &location).send().unwrap().json().unwrap();
     assert_eq!(got, waited);
@@ -72,14 +79,23 @@ fn submit_get_and_wait_for_jobs() {
 
     // The same Idempotency-Key is the same job.
     let submit_once = || {
-        gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment/jobs")).header("Idempotency-Key", "job-1").send().unwrap().json::<Value>().unwrap()
+        gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment/jobs"))
+            .header("Idempotency-Key", "job-1")
+            .send()
+            .unwrap()
+            .json::<Value>()
+            .unwrap()
     };
     assert_eq!(submit_once(), submit_once());
 
     // A failing job reports its error and SQLSTATE.
     let micro = App::deployed("gw_jobs_fail", "micro");
     let bench = micro.create("Bench", json!({"entries": 1}));
-    let failing = gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/fail/jobs")).json(&json!({"message": "no"})).send().unwrap();
+    let failing = gw
+        .post(&micro.key, &format!("/v1/objects/{bench}/methods/fail/jobs"))
+        .json(&json!({"message": "no"}))
+        .send()
+        .unwrap();
     let failing = failing.json::<Value>().unwrap()["job_id"].as_i64().unwrap();
     let failed: Value = gw.get(&micro.key, &format!("/v1/jobs/{failing}/wait")).send().unwrap().json().unwrap();
     assert_eq!((failed["state"].as_str(), failed["sqlstate"].as_str()), (Some("failed"), Some("P0001")), "{failed}");
@@ -100,37 +116,164 @@ fn each_error_maps_to_its_status_and_changes_nothing() {
     let bench = micro.create("Bench", json!({"entries": 1}));
     let other = App::deployed("gw_errors_other", "counter");
     let counter = other.create("Counter", json!({}));
-    let entries = || sql().query_one("SELECT count(*) FROM lambdastore.entries WHERE object_id = $1", &[&bench]).unwrap().get::<_, i64>(0);
+    let entries = || {
+        sql()
+            .query_one("SELECT count(*) FROM lambdastore.entries WHERE object_id = $1", &[&bench])
+            .unwrap()
+            .get::<_, i64>(0)
+    };
     let before = entries();
 
     let cases: Vec<(&str, reqwest::blocking::Response, u16, &str, Option<&str>)> = vec![
-        ("unknown object", gw.invoke(&micro.key, 9_000_000_000, "get", json!({})), 404, "undefined_object", Some("42704")),
+        (
+            "unknown object",
+            gw.invoke(&micro.key, 9_000_000_000, "get", json!({})),
+            404,
+            "undefined_object",
+            Some("42704"),
+        ),
         ("unknown method", gw.invoke(&micro.key, bench, "nope", json!({})), 404, "undefined_function", Some("42883")),
-        ("unknown type", gw.post(&micro.key, &format!("/v1/apps/{}/types/Nope/objects", micro.name)).send().unwrap(), 404, "undefined_object", Some("42704")),
-        ("protected method", gw.invoke(&micro.key, bench, "secret", json!({})), 403, "insufficient_privilege", Some("42501")),
-        ("another app's object", gw.invoke(&micro.key, counter, "increment", json!({})), 403, "insufficient_privilege", Some("42501")),
-        ("bad arguments", gw.invoke(&micro.key, bench, "put", json!({"key": 1})), 400, "invalid_parameter_value", Some("22023")),
-        ("a number at f64's limit", gw.invoke(&micro.key, bench, "hash", json!({"n": f64::MAX})), 400, "invalid_parameter_value", Some("22023")),
-        ("function error", gw.invoke(&micro.key, bench, "put_then_fail", json!({"key": "k", "value": "v"})), 422, "raise_exception", Some("P0001")),
+        (
+            "unknown type",
+            gw.post(&micro.key, &format!("/v1/apps/{}/types/Nope/objects", micro.name)).send().unwrap(),
+            404,
+            "undefined_object",
+            Some("42704"),
+        ),
+        (
+            "protected method",
+            gw.invoke(&micro.key, bench, "secret", json!({})),
+            403,
+            "insufficient_privilege",
+            Some("42501"),
+        ),
+        (
+            "another app's object",
+            gw.invoke(&micro.key, counter, "increment", json!({})),
+            403,
+            "insufficient_privilege",
+            Some("42501"),
+        ),
+        (
+            "bad arguments",
+            gw.invoke(&micro.key, bench, "put", json!({"key": 1})),
+            400,
+            "invalid_parameter_value",
+            Some("22023"),
+        ),
+        (
+            "a number at f64's limit",
+            gw.invoke(&micro.key, bench, "hash", json!({"n": f64::MAX})),
+            400,
+            "invalid_parameter_value",
+            Some("22023"),
+        ),
+        (
+            "function error",
+            gw.invoke(&micro.key, bench, "put_then_fail", json!({"key": "k", "value": "v"})),
+            422,
+            "raise_exception",
+            Some("P0001"),
+        ),
         ("trap", gw.invoke(&micro.key, bench, "panic", json!({})), 502, "external_routine_exception", Some("38000")),
-        ("memory limit", gw.invoke(&micro.key, bench, "alloc", json!({"bytes": 1u64 << 30})), 502, "out_of_memory", Some("53200")),
+        (
+            "memory limit",
+            gw.invoke(&micro.key, bench, "alloc", json!({"bytes": 1u64 << 30})),
+            502,
+            "out_of_memory",
+            Some("53200"),
+        ),
         ("timeout", gw.invoke(&micro.key, bench, "spin", json!({})), 504, "query_canceled", Some("57014")),
-        ("result too large", gw.invoke(&micro.key, bench, "big_result", json!({"bytes": 2u64 << 20})), 413, "program_limit_exceeded", Some("54000")),
-        ("too deep", gw.invoke(&micro.key, bench, "deep", json!({"depth": 100})), 508, "statement_too_complex", Some("54001")),
-        ("invalid module", gw.http.put(gw.url(&format!("/v1/apps/{}/module", micro.name))).bearer_auth(&micro.key)
-            .header("content-type", "application/wasm").body(b"\0asm garbage".to_vec()).send().unwrap(), 422, "invalid_function_definition", Some("42P13")),
-        ("wrong key", gw.invoke("lsk_wrong", bench, "get", json!({})), 401, "invalid_authorization_specification", Some("28000")),
-        ("no key", gw.http.post(gw.url(&format!("/v1/objects/{bench}/methods/get"))).send().unwrap(), 401, "missing_api_key", None),
-        ("bad JSON", gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get")).header("content-type", "application/json").body("{").send().unwrap(), 400, "bad_request", None),
-        ("not JSON", gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get")).header("content-type", "text/plain").body("x").send().unwrap(), 415, "unsupported_media_type", None),
+        (
+            "result too large",
+            gw.invoke(&micro.key, bench, "big_result", json!({"bytes": 2u64 << 20})),
+            413,
+            "program_limit_exceeded",
+            Some("54000"),
+        ),
+        (
+            "too deep",
+            gw.invoke(&micro.key, bench, "deep", json!({"depth": 100})),
+            508,
+            "statement_too_complex",
+            Some("54001"),
+        ),
+        (
+            "invalid module",
+            gw.http
+                .put(gw.url(&format!("/v1/apps/{}/module", micro.name)))
+                .bearer_auth(&micro.key)
+                .header("content-type", "application/wasm")
+                .body(b"\0asm garbage".to_vec())
+                .send()
+                .unwrap(),
+            422,
+            "invalid_function_definition",
+            Some("42P13"),
+        ),
+        (
+            "wrong key",
+            gw.invoke("lsk_wrong", bench, "get", json!({})),
+            401,
+            "invalid_authorization_specification",
+            Some("28000"),
+        ),
+        (
+            "no key",
+            gw.http.post(gw.url(&format!("/v1/objects/{bench}/methods/get"))).send().unwrap(),
+            401,
+            "missing_api_key",
+            None,
+        ),
+        (
+            "bad JSON",
+            gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get"))
+                .header("content-type", "application/json")
+                .body("{")
+                .send()
+                .unwrap(),
+            400,
+            "bad_request",
+            None,
+        ),
+        (
+            "not JSON",
+            gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get"))
+                .header("content-type", "text/plain")
+                .body("x")
+                .send()
+                .unwrap(),
+            415,
+            "unsupported_media_type",
+            None,
+        ),
         ("bad object id", gw.post(&micro.key, "/v1/objects/abc/methods/get").send().unwrap(), 400, "bad_request", None),
-        ("bad idempotency key", gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get")).header("Idempotency-Key", "has space").send().unwrap(), 400, "bad_request", None),
+        (
+            "bad idempotency key",
+            gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/get"))
+                .header("Idempotency-Key", "has space")
+                .send()
+                .unwrap(),
+            400,
+            "bad_request",
+            None,
+        ),
         ("no such route", gw.get(&micro.key, "/v2/nothing").send().unwrap(), 404, "not_found", None),
-        ("wrong method", gw.http.delete(gw.url(&format!("/v1/objects/{bench}/methods/get"))).send().unwrap(), 405, "method_not_allowed", None),
+        (
+            "wrong method",
+            gw.http.delete(gw.url(&format!("/v1/objects/{bench}/methods/get"))).send().unwrap(),
+            405,
+            "method_not_allowed",
+            None,
+        ),
     ];
     for (what, response, status, code, sqlstate) in cases {
         let (got_status, got_code, got_sqlstate, message) = error_of(response);
-        assert_eq!((got_status, got_code.as_str(), got_sqlstate.as_deref()), (status, code, sqlstate), "{what}: {message}");
+        assert_eq!(
+            (got_status, got_code.as_str(), got_sqlstate.as_deref()),
+            (status, code, sqlstate),
+            "{what}: {message}"
+        );
         assert!(!message.is_empty(), "{what}");
     }
     assert_eq!(entries(), before, "a failed request left entries behind");
@@ -151,18 +294,34 @@ fn api_keys_are_refused_when_revoked_and_only_reach_their_application() {
 
     // b's key on a's objects, types, code and jobs.
     assert_eq!(error_of(gw.invoke(&b.key, counter_a, "increment", json!({}))).0, 403);
-    assert_eq!(error_of(gw.post(&b.key, &format!("/v1/objects/{counter_a}/methods/increment/jobs")).send().unwrap()).0, 403);
+    assert_eq!(
+        error_of(gw.post(&b.key, &format!("/v1/objects/{counter_a}/methods/increment/jobs")).send().unwrap()).0,
+        403
+    );
     assert_eq!(error_of(gw.post(&b.key, &format!("/v1/apps/{}/types/Counter/objects", a.name)).send().unwrap()).0, 403);
-    let overwrite = gw.http.put(gw.url(&format!("/v1/apps/{}/module", a.name))).bearer_auth(&b.key)
-        .header("content-type", "application/wasm").body(component("micro")).send().unwrap();
+    let overwrite = gw
+        .http
+        .put(gw.url(&format!("/v1/apps/{}/module", a.name)))
+        .bearer_auth(&b.key)
+        .header("content-type", "application/wasm")
+        .body(component("micro"))
+        .send()
+        .unwrap();
     assert_eq!(error_of(overwrite).0, 403);
     assert_eq!(counter_value(counter_a), 0);
-    let versions: i64 = sql().query_one("SELECT count(*) FROM lambdastore.modules WHERE app = $1", &[&a.name]).unwrap().get(0);
+    let versions: i64 =
+        sql().query_one("SELECT count(*) FROM lambdastore.modules WHERE app = $1", &[&a.name]).unwrap().get(0);
     assert_eq!(versions, 1, "b's key deployed over a");
     assert_eq!(result_of(gw.invoke(&b.key, counter_b, "increment", json!({}))), json!(1));
 
     // The key is stored hashed, and a revoked key is refused at once.
-    let stored: i64 = sql().query_one("SELECT count(*) FROM lambdastore.api_keys WHERE sha256 = convert_to($1, 'UTF8') OR prefix = $1", &[&a.key]).unwrap().get(0);
+    let stored: i64 = sql()
+        .query_one(
+            "SELECT count(*) FROM lambdastore.api_keys WHERE sha256 = convert_to($1, 'UTF8') OR prefix = $1",
+            &[&a.key],
+        )
+        .unwrap()
+        .get(0);
     assert_eq!(stored, 0, "the key itself is not stored");
     assert!(sql().query_one("SELECT lambdastore.revoke_api_key($1)", &[&a.key_id]).unwrap().get::<_, bool>(0));
     let (status, code, _, _) = error_of(gw.invoke(&a.key, counter_a, "get", json!({})));
@@ -199,7 +358,9 @@ fn an_idempotency_key_replays_the_stored_response() {
     let gw = Gateway::start();
     let app = App::deployed("gw_idem", "counter");
     let id = app.create("Counter", json!({}));
-    let call = |key: &str, method: &str| gw.post(&app.key, &format!("/v1/objects/{id}/methods/{method}")).header("Idempotency-Key", key).send().unwrap();
+    let call = |key: &str, method: &str| {
+        gw.post(&app.key, &format!("/v1/objects/{id}/methods/{method}")).header("Idempotency-Key", key).send().unwrap()
+    };
 
     let first = call("k1", "increment");
     assert!(first.headers().get("idempotent-replayed").is_none());
@@ -214,13 +375,23 @@ fn an_idempotency_key_replays_the_stored_response() {
     // A failed call stores nothing: the key can be used again.
     let micro = App::deployed("gw_idem_fail", "micro");
     let bench = micro.create("Bench", json!({"entries": 1}));
-    let put_then_fail = || gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/put_then_fail")).header("Idempotency-Key", "f")
-        .json(&json!({"key": "k", "value": "v"})).send().unwrap();
+    let put_then_fail = || {
+        gw.post(&micro.key, &format!("/v1/objects/{bench}/methods/put_then_fail"))
+            .header("Idempotency-Key", "f")
+            .json(&json!({"key": "k", "value": "v"}))
+            .send()
+            .unwrap()
+    };
     assert_eq!(error_of(put_then_fail()).0, 422);
     assert_eq!(error_of(put_then_fail()).0, 422);
 
     // Creating an object with a key creates it once.
-    let create = || gw.post(&app.key, &format!("/v1/apps/{}/types/Counter/objects", app.name)).header("Idempotency-Key", "c1").send().unwrap();
+    let create = || {
+        gw.post(&app.key, &format!("/v1/apps/{}/types/Counter/objects", app.name))
+            .header("Idempotency-Key", "c1")
+            .send()
+            .unwrap()
+    };
     let (a, b) = (create(), create());
     assert_eq!((a.status().as_u16(), b.status().as_u16()), (201, 201));
     assert_eq!(b.headers()["idempotent-replayed"], "true");
@@ -228,7 +399,11 @@ fn an_idempotency_key_replays_the_stored_response() {
     // Keys are per application.
     let other = App::deployed("gw_idem_other", "counter");
     let other_id = other.create("Counter", json!({}));
-    let theirs = gw.post(&other.key, &format!("/v1/objects/{other_id}/methods/increment")).header("Idempotency-Key", "k1").send().unwrap();
+    let theirs = gw
+        .post(&other.key, &format!("/v1/objects/{other_id}/methods/increment"))
+        .header("Idempotency-Key", "k1")
+        .send()
+        .unwrap();
     assert!(theirs.headers().get("idempotent-replayed").is_none());
 }
 
@@ -243,7 +418,11 @@ fn concurrent_duplicates_run_once_and_all_get_the_same_response() {
             let handles: Vec<_> = (0..8)
                 .map(|_| {
                     s.spawn(|| {
-                        let response = gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).header("Idempotency-Key", &key).send().unwrap();
+                        let response = gw
+                            .post(&app.key, &format!("/v1/objects/{id}/methods/increment"))
+                            .header("Idempotency-Key", &key)
+                            .send()
+                            .unwrap();
                         let replayed = response.headers().contains_key("idempotent-replayed");
                         (result_of(response), replayed)
                     })
@@ -269,7 +448,8 @@ fn a_retry_after_the_client_went_away_gets_the_first_attempts_response() {
     // Hold the key's claim in an open transaction, so the first attempt blocks on it.
     let mut holder = sql();
     let mut txn = holder.transaction().unwrap();
-    txn.execute("INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, 'gone', 'x')", &[&app.name]).unwrap();
+    txn.execute("INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, 'gone', 'x')", &[&app.name])
+        .unwrap();
 
     let address = gw.base.trim_start_matches("http://").to_string();
     let mut first = std::net::TcpStream::connect(&address).unwrap();
@@ -280,14 +460,29 @@ fn a_retry_after_the_client_went_away_gets_the_first_attempts_response() {
     )
     .unwrap();
     eventually("the first attempt waits on the claim", || {
-        sql().query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", &[&ROLE]).unwrap().get::<_, i64>(0) >= 1
+        sql()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'",
+                &[&ROLE],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+            >= 1
     });
     first.shutdown(std::net::Shutdown::Both).unwrap();
     drop(first);
     txn.rollback().unwrap(); // the first attempt now claims the key and runs
 
-    let retry = gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).header("Idempotency-Key", "gone").send().unwrap();
-    assert_eq!(retry.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap()), Some("true"), "the retry ran the call itself");
+    let retry = gw
+        .post(&app.key, &format!("/v1/objects/{id}/methods/increment"))
+        .header("Idempotency-Key", "gone")
+        .send()
+        .unwrap();
+    assert_eq!(
+        retry.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap()),
+        Some("true"),
+        "the retry ran the call itself"
+    );
     assert_eq!(result_of(retry), json!(6));
     assert_eq!(counter_value(id), 6);
 }
@@ -351,7 +546,8 @@ fn health_readiness_metrics_and_the_openapi_document() {
     assert_eq!(gw.http.get(gw.url("/healthz")).send().unwrap().status(), 200);
     let ready: Value = gw.http.get(gw.url("/readyz")).send().unwrap().json().unwrap();
     assert_eq!(ready["status"], "ready");
-    let version: String = sql().query_one("SELECT extversion FROM pg_extension WHERE extname = 'lambdastore'", &[]).unwrap().get(0);
+    let version: String =
+        sql().query_one("SELECT extversion FROM pg_extension WHERE extname = 'lambdastore'", &[]).unwrap().get(0);
     assert_eq!(ready["extension"], version);
 
     let app = App::deployed("gw_metrics", "counter");
@@ -395,12 +591,22 @@ fn shutdown_drains_in_flight_requests() {
     let id = app.create("Counter", json!({}));
     let mut holder = sql();
     let mut txn = holder.transaction().unwrap();
-    txn.execute("INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, 'drain', 'x')", &[&app.name]).unwrap();
+    txn.execute("INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, 'drain', 'x')", &[&app.name])
+        .unwrap();
 
     std::thread::scope(|s| {
-        let in_flight = s.spawn(|| gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).header("Idempotency-Key", "drain").send());
+        let in_flight = s.spawn(|| {
+            gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).header("Idempotency-Key", "drain").send()
+        });
         eventually("the request waits in the database", || {
-            sql().query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", &[&ROLE]).unwrap().get::<_, i64>(0) >= 1
+            sql()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'",
+                    &[&ROLE],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+                >= 1
         });
         let pid = gw.child.id().to_string();
         assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());

@@ -47,33 +47,17 @@ fn object_data_is_rows_of_json() {
     call(&mut c, id, "increment", json!({}));
 
     // A cell is one entry under the empty key; values are JSON bytes.
-    assert_eq!(
-        entries(&mut c, id),
-        vec![("value".to_string(), vec![], b"42".to_vec())]
-    );
-    let row = c
-        .query_one(
-            "SELECT app, type_name FROM lambdastore.objects WHERE object_id = $1",
-            &[&id],
-        )
-        .unwrap();
-    assert_eq!(
-        (row.get::<_, String>(0), row.get::<_, String>(1)),
-        (app, "Counter".to_string())
-    );
+    assert_eq!(entries(&mut c, id), vec![("value".to_string(), vec![], b"42".to_vec())]);
+    let row = c.query_one("SELECT app, type_name FROM lambdastore.objects WHERE object_id = $1", &[&id]).unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, String>(1)), (app, "Counter".to_string()));
 }
 
 #[test]
 fn a_new_object_has_one_entry_set() {
     let (mut c, app) = deployed("counter_entry_set", "counter");
     let id = create(&mut c, &app, "Counter", json!({}));
-    let sets: i64 = c
-        .query_one(
-            "SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1",
-            &[&id],
-        )
-        .unwrap()
-        .get(0);
+    let sets: i64 =
+        c.query_one("SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1", &[&id]).unwrap().get(0);
     assert_eq!(sets, 1);
 }
 
@@ -100,12 +84,13 @@ fn lambdas_run_in_the_callers_transaction() {
 #[test]
 fn a_statement_may_invoke_many_objects() {
     let (mut c, app) = deployed("counter_many", "counter");
-    let ids: Vec<i64> = (0..10)
-        .map(|i| create(&mut c, &app, "Counter", json!({"initial": i})))
-        .collect();
+    let ids: Vec<i64> = (0..10).map(|i| create(&mut c, &app, "Counter", json!({"initial": i}))).collect();
 
     let total: i64 = c
-        .query_one("SELECT sum((lambda_invoke(id, 'increment'))::text::bigint)::bigint FROM unnest($1::bigint[]) id", &[&ids])
+        .query_one(
+            "SELECT sum((lambda_invoke(id, 'increment'))::text::bigint)::bigint FROM unnest($1::bigint[]) id",
+            &[&ids],
+        )
         .unwrap()
         .get(0);
     assert_eq!(total, (1..=10).sum::<i64>());
@@ -114,12 +99,7 @@ fn a_statement_may_invoke_many_objects() {
 #[test]
 fn bank_transfer_moves_money_through_a_nested_deposit() {
     let (mut c, app) = deployed("bank", "bank");
-    let alice = create(
-        &mut c,
-        &app,
-        "Account",
-        json!({"owner": "alice", "initial": 100}),
-    );
+    let alice = create(&mut c, &app, "Account", json!({"owner": "alice", "initial": 100}));
     let bob = create(&mut c, &app, "Account", json!({"owner": "bob"}));
 
     let balance = call(&mut c, alice, "transfer", json!({"to": bob, "amount": 30}));
@@ -138,12 +118,7 @@ fn bank_transfer_moves_money_through_a_nested_deposit() {
 #[test]
 fn bank_history_is_newest_first() {
     let (mut c, app) = deployed("bank_history", "bank");
-    let alice = create(
-        &mut c,
-        &app,
-        "Account",
-        json!({"owner": "alice", "initial": 1_000_000}),
-    );
+    let alice = create(&mut c, &app, "Account", json!({"owner": "alice", "initial": 1_000_000}));
     let bob = create(&mut c, &app, "Account", json!({"owner": "bob"}));
     // Transfers of 1, 2, ..., MORE_THAN_A_PAGE, in that order.
     c.execute(
@@ -153,21 +128,12 @@ fn bank_history_is_newest_first() {
     )
     .unwrap();
 
-    let history = call(
-        &mut c,
-        alice,
-        "history",
-        json!({"limit": MORE_THAN_A_PAGE - 1}),
-    );
+    let history = call(&mut c, alice, "history", json!({"limit": MORE_THAN_A_PAGE - 1}));
     let amounts: Vec<i64> = history
         .as_array()
         .unwrap_or_else(|| panic!("history is not a list: {history}"))
         .iter()
-        .map(|h| {
-            h["amount"]
-                .as_i64()
-                .unwrap_or_else(|| panic!("no amount in {h}"))
-        })
+        .map(|h| h["amount"].as_i64().unwrap_or_else(|| panic!("no amount in {h}")))
         .collect();
     let expected: Vec<i64> = (2..=MORE_THAN_A_PAGE).rev().collect();
     assert_eq!(amounts, expected);
@@ -182,15 +148,8 @@ fn forum(test: &str) -> (Client, String, i64, i64) {
 }
 
 fn new_thread(c: &mut Client, account: i64, community: i64, title: &str) -> i64 {
-    let thread = call(
-        c,
-        account,
-        "create_thread",
-        json!({"community": community, "title": title, "text": "hello"}),
-    );
-    thread
-        .as_i64()
-        .unwrap_or_else(|| panic!("create_thread returned {thread}, not a thread id"))
+    let thread = call(c, account, "create_thread", json!({"community": community, "title": title, "text": "hello"}));
+    thread.as_i64().unwrap_or_else(|| panic!("create_thread returned {thread}, not a thread id"))
 }
 
 #[test]
@@ -214,12 +173,7 @@ fn forum_add_comment_reaches_the_thread_through_a_nested_call() {
     let grace = create(&mut c, &app, "Account", json!({"name": "grace"}));
     let thread = new_thread(&mut c, ada, rust, "Questions");
 
-    let comment = call(
-        &mut c,
-        grace,
-        "add_comment",
-        json!({"thread": thread, "text": "me first"}),
-    );
+    let comment = call(&mut c, grace, "add_comment", json!({"thread": thread, "text": "me first"}));
 
     let got = call(&mut c, thread, "get_thread", json!({}));
     assert_eq!(got["comment_count"], json!(1));
@@ -236,15 +190,7 @@ fn forum_add_comment_on_thread_is_protected_from_sql() {
     let thread = new_thread(&mut c, ada, rust, "Closed");
     let before = entries(&mut c, thread);
 
-    expect_sqlstate(
-        invoke(
-            &mut c,
-            thread,
-            "add_comment",
-            json!({"author": ada, "text": "sneaky"}),
-        ),
-        "42501",
-    );
+    expect_sqlstate(invoke(&mut c, thread, "add_comment", json!({"author": ada, "text": "sneaky"})), "42501");
     assert_eq!(entries(&mut c, thread), before);
 }
 
@@ -261,12 +207,7 @@ fn forum_comments_come_back_oldest_first() {
 
     let got = call(&mut c, thread, "get_thread", json!({}));
     assert_eq!(got["comment_count"], json!(MORE_THAN_A_PAGE));
-    let texts: Vec<&str> = got["comments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["text"].as_str().unwrap())
-        .collect();
+    let texts: Vec<&str> = got["comments"].as_array().unwrap().iter().map(|x| x["text"].as_str().unwrap()).collect();
     let expected: Vec<String> = (1..=MORE_THAN_A_PAGE).map(|i| format!("c{i}")).collect();
     assert_eq!(texts, expected);
 }
@@ -281,26 +222,14 @@ fn forum_list_threads_is_newest_first() {
     )
     .unwrap();
 
-    let listed = call(
-        &mut c,
-        rust,
-        "list_threads",
-        json!({"limit": MORE_THAN_A_PAGE - 1}),
-    );
+    let listed = call(&mut c, rust, "list_threads", json!({"limit": MORE_THAN_A_PAGE - 1}));
     let titles: Vec<&str> = listed
         .as_array()
         .unwrap_or_else(|| panic!("list_threads is not a list: {listed}"))
         .iter()
-        .map(|t| {
-            t["title"]
-                .as_str()
-                .unwrap_or_else(|| panic!("no title in {t}"))
-        })
+        .map(|t| t["title"].as_str().unwrap_or_else(|| panic!("no title in {t}")))
         .collect();
-    let expected: Vec<String> = (2..=MORE_THAN_A_PAGE)
-        .rev()
-        .map(|i| format!("t{i}"))
-        .collect();
+    let expected: Vec<String> = (2..=MORE_THAN_A_PAGE).rev().map(|i| format!("t{i}")).collect();
     assert_eq!(titles, expected);
 }
 
@@ -316,12 +245,7 @@ fn micro_constructor_fills_100_entries_of_1_kib() {
     let (mut c, _, id) = bench("micro_new");
     let stored = entries(&mut c, id);
     let kib: Vec<_> = stored.iter().filter(|(_, _, v)| v.len() >= 1024).collect();
-    assert_eq!(
-        kib.len(),
-        100,
-        "fields: {:?}",
-        stored.iter().map(|e| &e.0).collect::<Vec<_>>()
-    );
+    assert_eq!(kib.len(), 100, "fields: {:?}", stored.iter().map(|e| &e.0).collect::<Vec<_>>());
 }
 
 #[test]
@@ -355,29 +279,18 @@ fn a_protected_function_may_be_called_by_its_own_application() {
     // ask_secret calls the protected secret of another Bench.
     let (mut c, app, id) = bench("micro_ask_secret");
     let other = create(&mut c, &app, "Bench", json!({}));
-    assert_eq!(
-        call(&mut c, id, "ask_secret", json!({"target": other})),
-        json!("the secret")
-    );
+    assert_eq!(call(&mut c, id, "ask_secret", json!({"target": other})), json!("the secret"));
 }
 
 #[test]
 fn micro_list_scans_in_key_order_within_bounds() {
     let (mut c, _, id) = bench("micro_list");
     for key in ["b", "d", "a", "c", "bb"] {
-        call(
-            &mut c,
-            id,
-            "put",
-            json!({"key": key, "value": key.to_uppercase()}),
-        );
+        call(&mut c, id, "put", json!({"key": key, "value": key.to_uppercase()}));
     }
 
     let all = call(&mut c, id, "list", json!({}));
-    assert_eq!(
-        all,
-        json!([["a", "A"], ["b", "B"], ["bb", "BB"], ["c", "C"], ["d", "D"]])
-    );
+    assert_eq!(all, json!([["a", "A"], ["b", "B"], ["bb", "BB"], ["c", "C"], ["d", "D"]]));
     let bounded = call(&mut c, id, "list", json!({"start": "b", "end": "c"}));
     assert_eq!(bounded, json!([["b", "B"], ["bb", "BB"]]));
     let newest = call(&mut c, id, "list", json!({"limit": 2, "reverse": true}));
@@ -396,10 +309,7 @@ fn a_scan_sees_the_calls_own_pending_writes_in_key_order() {
     }
     let puts = json!([["c", "new"], ["b", "new"], ["f", "new"]]);
     let merged = call(&mut c, id, "write_then_list", json!({"puts": puts, "deletes": ["e"]}));
-    assert_eq!(
-        merged,
-        json!([["a", "stored"], ["b", "new"], ["c", "new"], ["f", "new"]])
-    );
+    assert_eq!(merged, json!([["a", "stored"], ["b", "new"], ["c", "new"], ["f", "new"]]));
     let newest = call(
         &mut c,
         id,
@@ -408,10 +318,7 @@ fn a_scan_sees_the_calls_own_pending_writes_in_key_order() {
     );
     assert_eq!(newest, json!([["d", "new"], ["c", "new"]]));
     // And the writes of both calls were applied.
-    assert_eq!(
-        call(&mut c, id, "list", json!({})),
-        json!([["a", "stored"], ["b", "new"], ["c", "new"], ["d", "new"]])
-    );
+    assert_eq!(call(&mut c, id, "list", json!({})), json!([["a", "stored"], ["b", "new"], ["c", "new"], ["d", "new"]]));
 }
 
 #[test]
@@ -454,9 +361,18 @@ fn stats_count_calls_commits_and_aborts_by_reason() {
     expect_sqlstate(invoke(&mut c, id, "no_such_method", json!({})), "42883");
     expect_sqlstate(invoke_static(&mut c, &app, "Bench", "no_such_function", json!({})), "42883");
     expect_sqlstate(c.query_one("SELECT lambdastore.create_object($1, 'NoSuchType', '{}')", &[&app]), "42704");
-    let rows = count(&mut c, &format!("SELECT count(*) FROM lambdastore.stats WHERE app = '{app}' AND function LIKE 'no_such%'"));
+    let rows = count(
+        &mut c,
+        &format!("SELECT count(*) FROM lambdastore.stats WHERE app = '{app}' AND function LIKE 'no_such%'"),
+    );
     assert_eq!(rows, 0, "unknown functions got rows in lambdastore.stats");
-    assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.stats WHERE app = '{app}' AND type_name = 'NoSuchType'")), 0);
+    assert_eq!(
+        count(
+            &mut c,
+            &format!("SELECT count(*) FROM lambdastore.stats WHERE app = '{app}' AND type_name = 'NoSuchType'")
+        ),
+        0
+    );
 }
 
 #[test]

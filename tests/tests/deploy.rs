@@ -31,25 +31,14 @@ fn with_custom_section(mut wasm: Vec<u8>, name: &str, payload: &[u8]) -> Vec<u8>
 }
 
 fn application_rows(c: &mut postgres::Client, app: &str) -> i64 {
-    c.query_one(
-        "SELECT count(*) FROM lambdastore.applications WHERE name = $1",
-        &[&app],
-    )
-    .unwrap()
-    .get(0)
+    c.query_one("SELECT count(*) FROM lambdastore.applications WHERE name = $1", &[&app]).unwrap().get(0)
 }
 
 fn function<'a>(deployed: &'a Value, ty: &str, name: &str) -> &'a Value {
     let types = deployed["types"].as_array().expect("types is a list");
-    let t = types
-        .iter()
-        .find(|t| t["name"] == ty)
-        .unwrap_or_else(|| panic!("no type {ty} in {deployed}"));
+    let t = types.iter().find(|t| t["name"] == ty).unwrap_or_else(|| panic!("no type {ty} in {deployed}"));
     let functions = t["functions"].as_array().expect("functions is a list");
-    functions
-        .iter()
-        .find(|f| f["name"] == name)
-        .unwrap_or_else(|| panic!("no function {ty}.{name} in {t}"))
+    functions.iter().find(|f| f["name"] == name).unwrap_or_else(|| panic!("no function {ty}.{name} in {t}"))
 }
 
 #[test]
@@ -62,10 +51,7 @@ fn deploy_returns_what_it_registered() {
     assert_eq!(deployed["version"], json!(1));
     assert_eq!(deployed["unchanged"], json!(false));
     let sha256 = deployed["sha256"].as_str().unwrap();
-    assert!(
-        sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit()),
-        "{sha256}"
-    );
+    assert!(sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit()), "{sha256}");
     assert_eq!(
         function(&deployed, "Counter", "new"),
         &json!({"name": "new", "kind": "constructor", "protected": false, "readonly": false})
@@ -74,10 +60,7 @@ fn deploy_returns_what_it_registered() {
         function(&deployed, "Counter", "get"),
         &json!({"name": "get", "kind": "method", "protected": false, "readonly": true})
     );
-    assert_eq!(
-        function(&deployed, "Counter", "add")["readonly"],
-        json!(false)
-    );
+    assert_eq!(function(&deployed, "Counter", "add")["readonly"], json!(false));
 
     // The catalog says the same.
     let row = c
@@ -91,10 +74,7 @@ fn deploy_returns_what_it_registered() {
     assert_eq!(row.get::<_, i32>(1), 1);
     assert_eq!(row.get::<_, String>(2), sha256);
     let types: Vec<String> = c
-        .query(
-            "SELECT type_name FROM lambdastore.object_types WHERE app = $1",
-            &[&app],
-        )
+        .query("SELECT type_name FROM lambdastore.object_types WHERE app = $1", &[&app])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
@@ -235,9 +215,7 @@ fn revoked_privileges_refuse_the_next_call() {
     call(&mut c, bench, "now", json!({}));
 
     // Out of the group: the group's grant no longer reaches the member.
-    admin
-        .batch_execute(&format!("REVOKE {} FROM {}", group.name, member.name))
-        .unwrap();
+    admin.batch_execute(&format!("REVOKE {} FROM {}", group.name, member.name)).unwrap();
     expect_sqlstate(invoke(&mut c, bench, "now", json!({})), "42501");
 
     // Back in the group, then the owner revokes the group's privilege.
@@ -337,8 +315,7 @@ fn reinstalling_the_extension_forgets_the_old_code() {
     let counter = create(&mut c, "old_app", "Counter", json!({"initial": 7}));
     assert_eq!(call(&mut c, counter, "get", json!({})), json!(7));
 
-    c.batch_execute("DROP EXTENSION lambdastore CASCADE; CREATE EXTENSION lambdastore")
-        .unwrap();
+    c.batch_execute("DROP EXTENSION lambdastore CASCADE; CREATE EXTENSION lambdastore").unwrap();
     deploy_example(&mut c, "new_app", "micro");
 
     let version = invoke_static(&mut c, "new_app", "Bench", "version", json!({}));
@@ -352,11 +329,7 @@ fn assert_refused(module: &[u8], test: &str) -> String {
     let mut c = connect();
     let app = app(test);
     let message = expect_sqlstate(deploy(&mut c, &app, module), "42P13");
-    assert_eq!(
-        application_rows(&mut c, &app),
-        0,
-        "an application row was left behind"
-    );
+    assert_eq!(application_rows(&mut c, &app), 0, "an application row was left behind");
     assert_eq!(module_rows(&mut c, &app), 0, "a module row was left behind");
     message
 }
@@ -374,8 +347,7 @@ fn empty_bytes_are_refused() {
 #[test]
 fn a_core_module_is_refused() {
     // A valid WebAssembly module, but not a component.
-    let core =
-        wat::parse_str(r#"(module (func (export "describe") (result i32) i32.const 0))"#).unwrap();
+    let core = wat::parse_str(r#"(module (func (export "describe") (result i32) i32.const 0))"#).unwrap();
     assert_refused(&core, "refuse_core");
 }
 
@@ -440,20 +412,13 @@ fn only_the_owner_may_redeploy() {
     ))
     .unwrap();
     // The role may deploy an application of its own...
-    deploy(&mut tx, &own, &example("counter")).unwrap_or_else(|e| {
-        panic!(
-            "a non-superuser deploying its own application: {}",
-            describe(&e)
-        )
-    });
+    deploy(&mut tx, &own, &example("counter"))
+        .unwrap_or_else(|e| panic!("a non-superuser deploying its own application: {}", describe(&e)));
     assert!(has_app_privilege(&mut tx, &own, "owner"));
     // ...but not over one that belongs to another role.
     let mut attempt = tx.transaction().unwrap(); // a savepoint
     let message = expect_sqlstate(deploy(&mut attempt, &app, &example("micro")), "42501");
-    assert!(
-        message.contains("belongs to role"),
-        "refused for another reason: {message}"
-    );
+    assert!(message.contains("belongs to role"), "refused for another reason: {message}");
     attempt.rollback().unwrap();
     tx.batch_execute("RESET ROLE").unwrap();
     assert_eq!(module_rows(&mut tx, &app), 1);

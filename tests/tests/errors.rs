@@ -22,10 +22,7 @@ fn rogue(test: &str) -> (Client, String, i64) {
 fn an_unknown_object_is_42704() {
     let mut c = connect();
     expect_sqlstate(invoke(&mut c, -42, "get", json!({})), "42704");
-    expect_sqlstate(
-        c.execute("SELECT lambdastore.delete_object(-42)", &[]),
-        "42704",
-    );
+    expect_sqlstate(c.execute("SELECT lambdastore.delete_object(-42)", &[]), "42704");
 }
 
 #[test]
@@ -33,30 +30,21 @@ fn an_unknown_application_is_42704() {
     let mut c = connect();
     let missing = app("never_deployed");
     expect_sqlstate(create_object(&mut c, &missing, "Bench", json!({})), "42704");
-    expect_sqlstate(
-        invoke_static(&mut c, &missing, "Bench", "version", json!({})),
-        "42704",
-    );
+    expect_sqlstate(invoke_static(&mut c, &missing, "Bench", "version", json!({})), "42704");
 }
 
 #[test]
 fn an_unknown_type_is_42704() {
     let (mut c, app, _) = micro_object("unknown_type");
     expect_sqlstate(create_object(&mut c, &app, "Nope", json!({})), "42704");
-    expect_sqlstate(
-        invoke_static(&mut c, &app, "Nope", "version", json!({})),
-        "42704",
-    );
+    expect_sqlstate(invoke_static(&mut c, &app, "Nope", "version", json!({})), "42704");
 }
 
 #[test]
 fn an_unknown_function_is_42883() {
     let (mut c, app, id) = micro_object("unknown_function");
     fails_cleanly(&mut c, id, "no_such_method", json!({}), "42883");
-    expect_sqlstate(
-        invoke_static(&mut c, &app, "Bench", "no_such_function", json!({})),
-        "42883",
-    );
+    expect_sqlstate(invoke_static(&mut c, &app, "Bench", "no_such_function", json!({})), "42883");
 }
 
 /// Errors quote what the caller sent, which can be megabytes: the report
@@ -82,10 +70,7 @@ fn a_function_called_as_the_wrong_kind_is_42883() {
     // `version` is static, `hash` a method, `new` the constructor.
     fails_cleanly(&mut c, id, "version", json!({}), "42883");
     fails_cleanly(&mut c, id, "new", json!({}), "42883");
-    expect_sqlstate(
-        invoke_static(&mut c, &app, "Bench", "hash", json!({"n": 1})),
-        "42883",
-    );
+    expect_sqlstate(invoke_static(&mut c, &app, "Bench", "hash", json!({"n": 1})), "42883");
 }
 
 #[test]
@@ -102,7 +87,7 @@ fn bad_arguments_are_22023() {
     fails_cleanly(&mut c, id, "hash", json!({"n": 1, "m": 2}), "22023"); // unknown name
     fails_cleanly(&mut c, id, "hash", json!([1, 2]), "22023"); // too many
     fails_cleanly(&mut c, id, "hash", json!(5), "22023"); // neither object nor array
-    // jsonb prints this in full, 309 digits; reading it back must not fail with XX000.
+                                                          // jsonb prints this in full, 309 digits; reading it back must not fail with XX000.
     fails_cleanly(&mut c, id, "hash", json!({"n": -f64::MAX}), "22023");
 }
 
@@ -111,36 +96,21 @@ fn arguments_for_a_type_without_constructor_are_22023() {
     let mut c = connect();
     let app = app("no_ctor_args");
     deploy(&mut c, &app, &rogue::component()).unwrap();
-    expect_sqlstate(
-        create_object(&mut c, &app, "Rogue", json!({"x": 1})),
-        "22023",
-    );
+    expect_sqlstate(create_object(&mut c, &app, "Rogue", json!({"x": 1})), "22023");
     assert_eq!(objects(&mut c, &app), Vec::<i64>::new());
 }
 
 #[test]
 fn an_application_error_is_p0001_with_its_message() {
     let (mut c, _, id) = micro_object("app_error");
-    let message = fails_cleanly(
-        &mut c,
-        id,
-        "fail",
-        json!({"message": "out of coffee"}),
-        "P0001",
-    );
+    let message = fails_cleanly(&mut c, id, "fail", json!({"message": "out of coffee"}), "P0001");
     assert!(message.contains("out of coffee"), "{message}");
 }
 
 #[test]
 fn writes_before_an_application_error_are_not_kept() {
     let (mut c, _, id) = micro_object("put_then_fail");
-    fails_cleanly(
-        &mut c,
-        id,
-        "put_then_fail",
-        json!({"key": "k", "value": "v"}),
-        "P0001",
-    );
+    fails_cleanly(&mut c, id, "put_then_fail", json!({"key": "k", "value": "v"}), "P0001");
     assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), Value::Null);
 }
 
@@ -186,10 +156,7 @@ fn a_readonly_function_cannot_write_through_a_nested_call() {
 #[test]
 fn a_static_function_that_touches_entries_is_38002() {
     let (mut c, app, _) = rogue("static_put");
-    expect_sqlstate(
-        invoke_static(&mut c, &app, "Rogue", "static_put", json!({})),
-        "38002",
-    );
+    expect_sqlstate(invoke_static(&mut c, &app, "Rogue", "static_put", json!({})), "38002");
 }
 
 #[test]
@@ -197,17 +164,11 @@ fn an_error_aborts_the_sql_transaction() {
     let (mut c, _, id) = micro_object("abort_txn");
     let mut tx = c.transaction().unwrap();
     call(&mut tx, id, "put", json!({"key": "before", "value": "1"}));
-    expect_sqlstate(
-        invoke(&mut tx, id, "fail", json!({"message": "no"})),
-        "P0001",
-    );
+    expect_sqlstate(invoke(&mut tx, id, "fail", json!({"message": "no"})), "P0001");
     // 25P02: current transaction is aborted.
     expect_sqlstate(tx.query_one("SELECT 1", &[]), "25P02");
     tx.rollback().unwrap();
-    assert_eq!(
-        call(&mut c, id, "get", json!({"key": "before"})),
-        Value::Null
-    );
+    assert_eq!(call(&mut c, id, "get", json!({"key": "before"})), Value::Null);
 }
 
 #[test]
@@ -219,18 +180,10 @@ fn a_callee_error_is_rolled_back_and_the_caller_goes_on() {
     let target = create(&mut c, &app, "Bench", json!({}));
     let target_before = entries(&mut c, target);
 
-    let saw_error = call(
-        &mut c,
-        caller,
-        "call_and_recover",
-        json!({"target": target, "key": "k", "value": "v"}),
-    );
+    let saw_error = call(&mut c, caller, "call_and_recover", json!({"target": target, "key": "k", "value": "v"}));
 
     assert_eq!(saw_error, json!(true));
-    assert_eq!(
-        call(&mut c, target, "get", json!({"key": "k"})),
-        Value::Null
-    );
+    assert_eq!(call(&mut c, target, "get", json!({"key": "k"})), Value::Null);
     assert_eq!(entries(&mut c, target), target_before);
 }
 
@@ -244,26 +197,14 @@ fn a_refused_nested_call_aborts_the_whole_workflow() {
     let foreign = create(&mut c, &other_app, "Bench", json!({}));
     let foreign_before = entries(&mut c, foreign);
 
-    fails_cleanly(
-        &mut c,
-        caller,
-        "call_and_recover",
-        json!({"target": foreign, "key": "k", "value": "v"}),
-        "42501",
-    );
+    fails_cleanly(&mut c, caller, "call_and_recover", json!({"target": foreign, "key": "k", "value": "v"}), "42501");
     assert_eq!(entries(&mut c, foreign), foreign_before);
 }
 
 #[test]
 fn a_nested_call_to_an_unknown_object_aborts_with_42704() {
     let (mut c, _, caller) = micro_object("nested_unknown");
-    fails_cleanly(
-        &mut c,
-        caller,
-        "call_and_recover",
-        json!({"target": -42, "key": "k", "value": "v"}),
-        "42704",
-    );
+    fails_cleanly(&mut c, caller, "call_and_recover", json!({"target": -42, "key": "k", "value": "v"}), "42704");
 }
 
 #[test]
@@ -272,24 +213,11 @@ fn a_transfer_to_another_applications_account_is_42501() {
     let (bank_a, bank_b) = (app("bank_a"), app("bank_b"));
     deploy_example(&mut c, &bank_a, "bank");
     deploy_example(&mut c, &bank_b, "bank");
-    let alice = create(
-        &mut c,
-        &bank_a,
-        "Account",
-        json!({"owner": "alice", "initial": 100}),
-    );
-    let bob = create(
-        &mut c,
-        &bank_b,
-        "Account",
-        json!({"owner": "bob", "initial": 5}),
-    );
+    let alice = create(&mut c, &bank_a, "Account", json!({"owner": "alice", "initial": 100}));
+    let bob = create(&mut c, &bank_b, "Account", json!({"owner": "bob", "initial": 5}));
     let (alice_before, bob_before) = (entries(&mut c, alice), entries(&mut c, bob));
 
-    expect_sqlstate(
-        invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 30})),
-        "42501",
-    );
+    expect_sqlstate(invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 30})), "42501");
 
     assert_eq!(call(&mut c, alice, "balance", json!({})), json!(100));
     assert_eq!(call(&mut c, bob, "balance", json!({})), json!(5));
@@ -302,17 +230,9 @@ fn deposit_is_protected_from_sql() {
     let mut c = connect();
     let bank = app("bank_protected");
     deploy_example(&mut c, &bank, "bank");
-    let alice = create(
-        &mut c,
-        &bank,
-        "Account",
-        json!({"owner": "alice", "initial": 10}),
-    );
+    let alice = create(&mut c, &bank, "Account", json!({"owner": "alice", "initial": 10}));
 
-    expect_sqlstate(
-        invoke(&mut c, alice, "deposit", json!({"amount": 1000})),
-        "42501",
-    );
+    expect_sqlstate(invoke(&mut c, alice, "deposit", json!({"amount": 1000})), "42501");
     assert_eq!(call(&mut c, alice, "balance", json!({})), json!(10));
 }
 
@@ -321,27 +241,13 @@ fn an_overdraft_is_refused_with_p0001_and_moves_nothing() {
     let mut c = connect();
     let bank = app("bank_overdraft");
     deploy_example(&mut c, &bank, "bank");
-    let alice = create(
-        &mut c,
-        &bank,
-        "Account",
-        json!({"owner": "alice", "initial": 10}),
-    );
+    let alice = create(&mut c, &bank, "Account", json!({"owner": "alice", "initial": 10}));
     let bob = create(&mut c, &bank, "Account", json!({"owner": "bob"}));
     let (alice_before, bob_before) = (entries(&mut c, alice), entries(&mut c, bob));
 
-    expect_sqlstate(
-        invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 11})),
-        "P0001",
-    );
-    expect_sqlstate(
-        invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 0})),
-        "P0001",
-    );
-    expect_sqlstate(
-        invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": -5})),
-        "P0001",
-    );
+    expect_sqlstate(invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 11})), "P0001");
+    expect_sqlstate(invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 0})), "P0001");
+    expect_sqlstate(invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": -5})), "P0001");
 
     assert_eq!(entries(&mut c, alice), alice_before);
     assert_eq!(entries(&mut c, bob), bob_before);
@@ -372,14 +278,10 @@ fn a_failed_workflow_creates_no_objects() {
 #[test]
 fn a_deleted_object_is_gone() {
     let (mut c, app, id) = micro_object("delete");
-    c.execute("SELECT lambdastore.delete_object($1)", &[&id])
-        .unwrap();
+    c.execute("SELECT lambdastore.delete_object($1)", &[&id]).unwrap();
 
     assert_eq!(objects(&mut c, &app), Vec::<i64>::new());
     assert_eq!(entries(&mut c, id), Entries::new());
     expect_sqlstate(invoke(&mut c, id, "read", json!({"k": 1})), "42704");
-    expect_sqlstate(
-        c.execute("SELECT lambdastore.delete_object($1)", &[&id]),
-        "42704",
-    );
+    expect_sqlstate(c.execute("SELECT lambdastore.delete_object($1)", &[&id]), "42704");
 }

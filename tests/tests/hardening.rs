@@ -93,10 +93,7 @@ fn a_job_runs_as_the_role_that_submitted_it() {
     grant(&mut admin, &mine, &role.name, "invoke").unwrap();
     let mut c = role.connect();
     let jobs_on = |admin: &mut Client, object: i64| -> i64 {
-        admin
-            .query_one("SELECT count(*) FROM lambdastore.jobs WHERE object_id = $1", &[&object])
-            .unwrap()
-            .get(0)
+        admin.query_one("SELECT count(*) FROM lambdastore.jobs WHERE object_id = $1", &[&object]).unwrap().get(0)
     };
 
     let message = expect_sqlstate(
@@ -114,10 +111,8 @@ fn a_job_runs_as_the_role_that_submitted_it() {
     // On the application it may invoke, the job runs, as this role.
     let job = submit(&mut c, a, "put", json!({"key": "k", "value": "v"}), None).unwrap();
     assert_eq!(finished(&mut c, job).state, "done");
-    let submitted_by: u32 = admin
-        .query_one("SELECT submitted_by FROM lambdastore.jobs WHERE job_id = $1", &[&job])
-        .unwrap()
-        .get(0);
+    let submitted_by: u32 =
+        admin.query_one("SELECT submitted_by FROM lambdastore.jobs WHERE job_id = $1", &[&job]).unwrap().get(0);
     assert_eq!(submitted_by, role.oid(&mut admin));
 
     // Submitted while the role may invoke, committed after a revoke: the
@@ -160,10 +155,7 @@ fn another_applications_jobs_are_invisible() {
     // Its own application's jobs it sees.
     let job = submit(&mut c, a, "now", json!({}), None).unwrap();
     assert_eq!(finished(&mut c, job).state, "done");
-    let seen: i64 = c
-        .query_one("SELECT count(*) FROM lambdastore.queue WHERE app = $1", &[&mine])
-        .unwrap()
-        .get(0);
+    let seen: i64 = c.query_one("SELECT count(*) FROM lambdastore.queue WHERE app = $1", &[&mine]).unwrap().get(0);
     assert_eq!(seen, 1);
 }
 
@@ -201,9 +193,7 @@ fn a_new_role_with_a_dropped_owners_name_owns_nothing() {
     assert_eq!(module_rows(&mut admin, &app), 1);
     expect_sqlstate(invoke(&mut c, id, "now", json!({})), "42501");
 
-    admin
-        .execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &role.name])
-        .unwrap();
+    admin.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &role.name]).unwrap();
     call(&mut c, id, "now", json!({}));
     assert!(has_app_privilege(&mut c, &app, "owner"));
 }
@@ -290,18 +280,14 @@ fn grants_are_the_owners_to_give() {
     let mut d = other.connect();
     expect_sqlstate(grant(&mut d, &app, &other.name, "invoke"), "42501");
     expect_sqlstate(revoke(&mut d, &app, &other.name, "read"), "42501");
-    expect_sqlstate(
-        d.execute("SELECT lambdastore.set_owner($1, current_user::regrole)", &[&app]),
-        "42501",
-    );
+    expect_sqlstate(d.execute("SELECT lambdastore.set_owner($1, current_user::regrole)", &[&app]), "42501");
     for privilege in ["owner", "invoke", "read"] {
         assert!(!has_app_privilege(&mut d, &app, privilege), "another role has {privilege}");
     }
     expect_sqlstate(invoke(&mut d, id, "now", json!({})), "42501");
 
     // The owner hands it over.
-    c.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &other.name])
-        .unwrap();
+    c.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &other.name]).unwrap();
     call(&mut d, id, "now", json!({}));
     assert!(has_app_privilege(&mut d, &app, "owner"));
     expect_sqlstate(invoke(&mut c, id, "now", json!({})), "42501");
@@ -341,10 +327,7 @@ fn max_timeout_caps_an_ordinary_roles_timeout() {
     let message = expect_sqlstate(invoke(&mut c, id, "spin", json!({})), "57014");
     let elapsed = started.elapsed();
     assert!(message.contains("(300 ms)"), "{message}");
-    assert!(
-        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(5),
-        "stopped after {elapsed:?}"
-    );
+    assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(5), "stopped after {elapsed:?}");
 
     c.batch_execute("RESET ROLE; SET lambdastore.timeout = '1s'").unwrap();
     let started = Instant::now();
@@ -366,14 +349,11 @@ fn a_result_jsonb_cannot_hold_is_38000() {
 
 /// Job runners' pids: a runner that dies is restarted with a new pid.
 fn job_runners(c: &mut Client) -> Vec<i32> {
-    c.query(
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner' ORDER BY pid",
-        &[],
-    )
-    .unwrap()
-    .iter()
-    .map(|row| row.get(0))
-    .collect()
+    c.query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner' ORDER BY pid", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
 }
 
 #[test]
@@ -383,9 +363,8 @@ fn poison_jobs_fail_and_the_workers_live_on() {
     let runners = job_runners(&mut c);
     assert!(!runners.is_empty(), "no job runner is running");
 
-    let poison: Vec<i64> = (0..3)
-        .map(|_| submit(&mut c, id, "chars", json!({"codes": [97, 0, 98]}), None).unwrap())
-        .collect();
+    let poison: Vec<i64> =
+        (0..3).map(|_| submit(&mut c, id, "chars", json!({"codes": [97, 0, 98]}), None).unwrap()).collect();
     let normal = submit(&mut c, other, "put", json!({"key": "after", "value": "poison"}), None).unwrap();
 
     let done = wait_job(&mut c, normal, 30).unwrap();
@@ -511,10 +490,7 @@ fn a_deploy_by_a_non_owner_is_refused_before_compiling() {
     // Bytes no test has deployed before.
     let never_seen = app("NeverSeen");
     let module = rogue::describing(&[(&never_seen, rogue::FUNCTIONS)]);
-    let sha256: String = admin
-        .query_one("SELECT encode(sha256($1), 'hex')", &[&module])
-        .unwrap()
-        .get(0);
+    let sha256: String = admin.query_one("SELECT encode(sha256($1), 'hex')", &[&module]).unwrap().get(0);
     let named = |files: &[String]| files.iter().any(|f| f.rsplit('/').next().unwrap().starts_with(&sha256));
 
     let mut c = role.connect();
@@ -608,10 +584,7 @@ struct DropQueued(String);
 
 impl Drop for DropQueued {
     fn drop(&mut self) {
-        let _ = connect().execute(
-            "DELETE FROM lambdastore.jobs WHERE app = $1 AND state = 'queued'",
-            &[&self.0],
-        );
+        let _ = connect().execute("DELETE FROM lambdastore.jobs WHERE app = $1 AND state = 'queued'", &[&self.0]);
     }
 }
 
@@ -623,10 +596,7 @@ fn a_flood_of_jobs_does_not_starve_another_application() {
     // `now` writes nothing, so the flood's jobs never conflict (a conflict
     // would push a job back, and let others pass it).
     let queued: i64 = a
-        .query_one(
-            "SELECT count(lambdastore.submit($1, 'now')) FROM generate_series(1, 3000) g",
-            &[&object_a],
-        )
+        .query_one("SELECT count(lambdastore.submit($1, 'now')) FROM generate_series(1, 3000) g", &[&object_a])
         .unwrap()
         .get(0);
     assert_eq!(queued, 3000);
@@ -719,10 +689,7 @@ fn a_transaction_that_wrote_cannot_be_prepared() {
     let message = expect_sqlstate(c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")), "0A000");
     assert!(message.contains("cannot be prepared"), "{message}");
     let _ = c.batch_execute("ROLLBACK"); // a failed PREPARE already ended the transaction
-    let left: i64 = c
-        .query_one("SELECT count(*) FROM pg_prepared_xacts WHERE gid = $1", &[&gid])
-        .unwrap()
-        .get(0);
+    let left: i64 = c.query_one("SELECT count(*) FROM pg_prepared_xacts WHERE gid = $1", &[&gid]).unwrap().get(0);
     assert_eq!(left, 0);
     assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), json!(null));
 }

@@ -37,10 +37,7 @@ fn a_job_runs_in_a_worker_and_keeps_its_result() {
 #[test]
 fn two_job_runners_serve_the_test_database() {
     let mut c = connect();
-    let workers = count(
-        &mut c,
-        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'",
-    );
+    let workers = count(&mut c, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'");
     assert_eq!(workers, 2, "lambdastore.workers defaults to 2");
 }
 
@@ -206,7 +203,8 @@ fn spawned_children_exist_only_for_committed_parents() {
 
     // A failed workflow, a failed callee, a rolled-back transaction: no child.
     expect_sqlstate(invoke(&mut c, id, "spawn_then", child(1, true)), "P0001");
-    let recovered = call(&mut c, id, "spawn_in_failed_callee", json!({"target": id, "method": "tally", "args": {"tag": 2}}));
+    let recovered =
+        call(&mut c, id, "spawn_in_failed_callee", json!({"target": id, "method": "tally", "args": {"tag": 2}}));
     assert_eq!(recovered, json!(true));
     let mut tx = c.transaction().unwrap();
     invoke(&mut tx, id, "spawn_then", child(3, false)).unwrap();
@@ -223,11 +221,14 @@ fn spawned_children_exist_only_for_committed_parents() {
 #[test]
 fn a_job_can_spawn_jobs_which_name_their_parent() {
     let (mut c, _, id) = micro_object("job_spawn_chain");
-    let parent = submitted(&mut c, id, "spawn_then", json!({"target": id, "method": "tally", "args": {"tag": 9}, "fail": false}));
+    let parent = submitted(
+        &mut c,
+        id,
+        "spawn_then",
+        json!({"target": id, "method": "tally", "args": {"tag": 9}, "fail": false}),
+    );
     assert_eq!(finished(&mut c, parent).state, "done");
-    let row = c
-        .query_one("SELECT job_id FROM lambdastore.jobs WHERE parent_job_id = $1", &[&parent])
-        .unwrap();
+    let row = c.query_one("SELECT job_id FROM lambdastore.jobs WHERE parent_job_id = $1", &[&parent]).unwrap();
     assert_eq!(finished(&mut c, row.get(0)).result, Some(json!(1)));
 }
 

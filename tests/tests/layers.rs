@@ -19,7 +19,9 @@ fn layer_order() -> Vec<String> {
     let block = section.split("```text\n").nth(1).and_then(|b| b.split("```").next()).expect("a ```text block");
     block
         .lines()
-        .flat_map(|line| line.split("  ").next().unwrap_or("").split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|line| {
+            line.split("  ").next().unwrap_or("").split_whitespace().map(str::to_string).collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -75,8 +77,12 @@ fn every_module_uses_only_the_layers_below_it() {
         for used in uses(&std::fs::read_to_string(file).unwrap()) {
             match rank.get(used.as_str()) {
                 Some(&theirs) if theirs <= own => {}
-                Some(_) => wrong.push(format!("{}: `{module}` uses `{used}`, which is listed after it", file.display())),
-                None => wrong.push(format!("{}: `{module}` uses `{used}`, which is not in the Layers list", file.display())),
+                Some(_) => {
+                    wrong.push(format!("{}: `{module}` uses `{used}`, which is listed after it", file.display()))
+                }
+                None => {
+                    wrong.push(format!("{}: `{module}` uses `{used}`, which is not in the Layers list", file.display()))
+                }
             }
         }
     }
@@ -85,5 +91,8 @@ fn every_module_uses_only_the_layers_below_it() {
 
 #[test]
 fn the_check_sees_grouped_and_nested_paths() {
-    assert_eq!(uses("use crate::{catalog, jobs::NewJob};\nlet x = crate::gucs::timeout();"), ["catalog", "jobs", "gucs"]);
+    assert_eq!(
+        uses("use crate::{catalog, jobs::NewJob};\nlet x = crate::gucs::timeout();"),
+        ["catalog", "jobs", "gucs"]
+    );
 }

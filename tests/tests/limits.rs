@@ -25,9 +25,7 @@ fn bench(test: &str) -> (Client, String, i64) {
 static ONE_SPINNER: Mutex<()> = Mutex::new(());
 
 fn one_spinner() -> MutexGuard<'static, ()> {
-    ONE_SPINNER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    ONE_SPINNER.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The connection still runs lambdas normally.
@@ -43,8 +41,7 @@ fn spin_is_stopped_by_the_timeout_on_time() {
     let (mut c, _, id) = bench("spin_timeout");
     // statement_timeout is only a safety net: if lambdastore.timeout did not
     // stop the lambda, this test fails on the message instead of hanging.
-    c.batch_execute("SET lambdastore.timeout = '300ms'; SET statement_timeout = '5s'")
-        .unwrap();
+    c.batch_execute("SET lambdastore.timeout = '300ms'; SET statement_timeout = '5s'").unwrap();
 
     let before = entries(&mut c, id);
     let started = Instant::now();
@@ -53,14 +50,8 @@ fn spin_is_stopped_by_the_timeout_on_time() {
 
     let message = expect_sqlstate(result, "57014");
     assert!(message.contains("lambdastore.timeout"), "{message}");
-    assert!(
-        elapsed >= Duration::from_millis(300),
-        "stopped before the timeout, after {elapsed:?}"
-    );
-    assert!(
-        elapsed <= Duration::from_millis(400),
-        "stopped {elapsed:?} after the call, more than 300 ms + 100 ms"
-    );
+    assert!(elapsed >= Duration::from_millis(300), "stopped before the timeout, after {elapsed:?}");
+    assert!(elapsed <= Duration::from_millis(400), "stopped {elapsed:?} after the call, more than 300 ms + 100 ms");
     assert_eq!(entries(&mut c, id), before);
     assert_serves_calls(&mut c, id);
 }
@@ -69,9 +60,11 @@ fn spin_is_stopped_by_the_timeout_on_time() {
 /// reports it: its `/proc` task directory, if the server runs on this
 /// machine and the ticker exists.
 fn ticker_task(pid: i32) -> Option<std::path::PathBuf> {
-    std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten().map(|task| task.path()).find(|task| {
-        std::fs::read_to_string(task.join("comm")).is_ok_and(|comm| comm.starts_with("lambdastore-epo"))
-    })
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .map(|task| task.path())
+        .find(|task| std::fs::read_to_string(task.join("comm")).is_ok_and(|comm| comm.starts_with("lambdastore-epo")))
 }
 
 /// The ticker parks after 250 ms without calls, and a call wakes it only if
@@ -117,27 +110,18 @@ fn pg_cancel_backend_stops_a_running_lambda() {
 
     let spinner = std::thread::spawn(move || {
         let result = c
-            .query_one(
-                "SELECT lambda_invoke($1, 'spin')::text /* spin_cancel */",
-                &[&id],
-            )
+            .query_one("SELECT lambda_invoke($1, 'spin')::text /* spin_cancel */", &[&id])
             .map(|row| row.get::<_, String>(0));
         (c, result)
     });
     let mut observer = connect();
     wait_until_running(&mut observer, pid, "spin_cancel");
-    let canceled: bool = observer
-        .query_one("SELECT pg_cancel_backend($1)", &[&pid])
-        .unwrap()
-        .get(0);
+    let canceled: bool = observer.query_one("SELECT pg_cancel_backend($1)", &[&pid]).unwrap().get(0);
     assert!(canceled);
 
     let (mut c, result) = spinner.join().unwrap();
     let message = expect_sqlstate(result, "57014");
-    assert!(
-        message.contains("canceling statement due to user request"),
-        "{message}"
-    );
+    assert!(message.contains("canceling statement due to user request"), "{message}");
     assert_serves_calls(&mut c, id);
 }
 
@@ -145,8 +129,7 @@ fn pg_cancel_backend_stops_a_running_lambda() {
 fn statement_timeout_stops_a_running_lambda() {
     let _alone = one_spinner();
     let (mut c, _, id) = bench("spin_statement_timeout");
-    c.batch_execute("SET lambdastore.timeout = '60s'; SET statement_timeout = '300ms'")
-        .unwrap();
+    c.batch_execute("SET lambdastore.timeout = '60s'; SET statement_timeout = '300ms'").unwrap();
 
     let message = fails_cleanly(&mut c, id, "spin", json!({}), "57014");
     assert!(message.contains("statement timeout"), "{message}");
@@ -158,8 +141,7 @@ fn statement_timeout_stops_a_running_lambda() {
 #[test]
 fn allocating_past_the_memory_limit_is_53200() {
     let (mut c, _, id) = bench("memory_limit");
-    c.batch_execute("SET lambdastore.memory_limit = '16MB'")
-        .unwrap();
+    c.batch_execute("SET lambdastore.memory_limit = '16MB'").unwrap();
 
     call(&mut c, id, "alloc", json!({"bytes": 1 << 20}));
     let message = fails_cleanly(&mut c, id, "alloc", json!({"bytes": 32 << 20}), "53200");
@@ -179,8 +161,7 @@ fn the_default_memory_limit_holds() {
 fn nesting_past_max_call_depth_is_54001() {
     // deep(n) makes n nested calls, each one level deeper.
     let (mut c, _, id) = bench("call_depth");
-    c.batch_execute("SET lambdastore.max_call_depth = 8")
-        .unwrap();
+    c.batch_execute("SET lambdastore.max_call_depth = 8").unwrap();
 
     assert_eq!(call(&mut c, id, "deep", json!({"depth": 8})), json!(8));
     let message = fails_cleanly(&mut c, id, "deep", json!({"depth": 9}), "54001");
@@ -193,8 +174,7 @@ fn the_largest_max_call_depth_is_reachable() {
     // Nested calls stack wasm and host frames on the backend's stack: the
     // deepest nesting the setting allows must still fit.
     let (mut c, _, id) = bench("call_depth_max");
-    c.batch_execute("SET lambdastore.max_call_depth = 32")
-        .unwrap();
+    c.batch_execute("SET lambdastore.max_call_depth = 32").unwrap();
     assert_eq!(call(&mut c, id, "deep", json!({"depth": 32})), json!(32));
 }
 
@@ -208,25 +188,17 @@ fn the_default_call_depth_holds() {
 #[test]
 fn arguments_past_max_args_size_are_54000() {
     let (mut c, _, id) = bench("args_size");
-    c.batch_execute("SET lambdastore.max_args_size = '1kB'")
-        .unwrap();
+    c.batch_execute("SET lambdastore.max_args_size = '1kB'").unwrap();
 
     let big = "x".repeat(2048);
-    let message = fails_cleanly(
-        &mut c,
-        id,
-        "put",
-        json!({"key": "big", "value": big}),
-        "54000",
-    );
+    let message = fails_cleanly(&mut c, id, "put", json!({"key": "big", "value": big}), "54000");
     assert!(message.contains("lambdastore.max_args_size"), "{message}");
 }
 
 #[test]
 fn a_result_past_max_result_size_is_54000() {
     let (mut c, _, id) = bench("result_size");
-    c.batch_execute("SET lambdastore.max_result_size = '1kB'")
-        .unwrap();
+    c.batch_execute("SET lambdastore.max_result_size = '1kB'").unwrap();
 
     call(&mut c, id, "big_result", json!({"bytes": 512}));
     let message = fails_cleanly(&mut c, id, "big_result", json!({"bytes": 4096}), "54000");
@@ -253,9 +225,6 @@ fn limits_raised_only_by_a_superuser() {
         "LOAD 'lambdastore'; CREATE ROLE {role} NOSUPERUSER; SET LOCAL ROLE {role}; SET lambdastore.timeout = '5s'"
     ))
     .unwrap();
-    expect_sqlstate(
-        tx.batch_execute("SET lambdastore.memory_limit = '1GB'"),
-        "42501",
-    );
+    expect_sqlstate(tx.batch_execute("SET lambdastore.memory_limit = '1GB'"), "42501");
     tx.rollback().unwrap();
 }

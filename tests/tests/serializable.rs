@@ -49,20 +49,13 @@ struct Outcome {
 /// races are races).
 fn prove(test: &str, cc: Cc, scenario: impl Fn(Cc) -> Outcome) {
     let report = |run: usize, o: &Outcome| {
-        println!(
-            "{test} [{cc}] run {run}: {} anomalies; {}; {}",
-            o.anomalies, o.tally, o.details
-        )
+        println!("{test} [{cc}] run {run}: {} anomalies; {}; {}", o.anomalies, o.tally, o.details)
     };
     match cc {
         Cc::Occ => {
             let outcome = scenario(cc);
             report(1, &outcome);
-            assert_eq!(
-                outcome.anomalies, 0,
-                "{test}: anomalies under occ: {}",
-                outcome.details
-            );
+            assert_eq!(outcome.anomalies, 0, "{test}: anomalies under occ: {}", outcome.details);
             assert!(
                 outcome.tally.retries > 0,
                 "{test}: not one serialization failure under occ, so the workers never \
@@ -113,9 +106,7 @@ fn refused<T>(result: &Result<T, postgres::Error>, expected: &str, what: impl Di
 }
 
 fn as_i64(value: Value) -> i64 {
-    value
-        .as_i64()
-        .unwrap_or_else(|| panic!("expected an integer, got {value}"))
+    value.as_i64().unwrap_or_else(|| panic!("expected an integer, got {value}"))
 }
 
 fn balance(c: &mut impl GenericClient, account: i64) -> i64 {
@@ -132,12 +123,7 @@ fn open_accounts(c: &mut Client, bank: &str, n: usize, initial: i64) -> Vec<i64>
     let ids = (0..n)
         .map(|i| {
             let owner = format!("owner {i}");
-            create(
-                &mut tx,
-                bank,
-                "Account",
-                json!({"owner": owner, "initial": initial}),
-            )
+            create(&mut tx, bank, "Account", json!({"owner": owner, "initial": initial}))
         })
         .collect();
     tx.commit().unwrap();
@@ -174,32 +160,16 @@ impl EntrySet {
 }
 
 fn entry_sets(c: &mut impl GenericClient, object: i64) -> Vec<EntrySet> {
-    c.query(
-        "SELECT lower_field, lower_key, version, conflicts FROM lambdastore.entry_sets($1)",
-        &[&object],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| EntrySet {
-        field: r.get(0),
-        key: r.get(1),
-        version: r.get(2),
-        conflicts: r.get(3),
-    })
-    .collect()
+    c.query("SELECT lower_field, lower_key, version, conflicts FROM lambdastore.entry_sets($1)", &[&object])
+        .unwrap()
+        .iter()
+        .map(|r| EntrySet { field: r.get(0), key: r.get(1), version: r.get(2), conflicts: r.get(3) })
+        .collect()
 }
 
 /// `lambdastore.split(object, field, key)`: whether a guard was inserted.
-fn split(
-    c: &mut impl GenericClient,
-    object: i64,
-    field: &str,
-    key: &[u8],
-) -> Result<bool, postgres::Error> {
-    let row = c.query_one(
-        "SELECT lambdastore.split($1, $2, $3)",
-        &[&object, &field, &key],
-    )?;
+fn split(c: &mut impl GenericClient, object: i64, field: &str, key: &[u8]) -> Result<bool, postgres::Error> {
+    let row = c.query_one("SELECT lambdastore.split($1, $2, $3)", &[&object, &field, &key])?;
     Ok(row.get(0))
 }
 
@@ -219,9 +189,7 @@ fn lost_update(cc: Cc) -> Outcome {
         let mut c = connect_cc(cc);
         let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
         for _ in 0..PER_THREAD {
-            let done = retrying(cc, &mut tally, &mut rng, || {
-                invoke(&mut c, counter, "increment", json!({}))
-            });
+            let done = retrying(cc, &mut tally, &mut rng, || invoke(&mut c, counter, "increment", json!({})));
             ok(done, "increment");
             tally.committed += 1;
         }
@@ -232,10 +200,7 @@ fn lost_update(cc: Cc) -> Outcome {
     let value = counter_value(&mut c, counter);
     Outcome {
         anomalies: tally.committed.abs_diff(value as u64),
-        details: format!(
-            "{} increments committed, the counter is at {value}",
-            tally.committed
-        ),
+        details: format!("{} increments committed, the counter is at {value}", tally.committed),
         tally,
     }
 }
@@ -277,12 +242,7 @@ fn write_skew(cc: Cc) -> Outcome {
                 let (me, other) = if i % 2 == 0 { (a, b) } else { (b, a) };
                 barrier.wait();
                 let result = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(
-                        &mut c,
-                        me,
-                        "withdraw_if_covered",
-                        json!({"other": other, "amount": 150}),
-                    )
+                    invoke(&mut c, me, "withdraw_if_covered", json!({"other": other, "amount": 150}))
                 });
                 if refused(&result, "not covered", "withdraw_if_covered") {
                     tally.refused += 1;
@@ -307,16 +267,13 @@ fn write_skew(cc: Cc) -> Outcome {
         if n != 1 || ba + bb != 200 - 150 * n {
             anomalies += 1;
             if example.is_empty() {
-                example =
-                    format!("; e.g. pair {p}: {n} withdrawals of 150, balances {ba} and {bb}");
+                example = format!("; e.g. pair {p}: {n} withdrawals of 150, balances {ba} and {bb}");
             }
         }
     }
     Outcome {
         anomalies,
-        details: format!(
-            "{PAIRS} pairs, each must end with one withdrawal and a sum of 50{example}"
-        ),
+        details: format!("{PAIRS} pairs, each must end with one withdrawal and a sum of 50{example}"),
         tally,
     }
 }
@@ -366,11 +323,8 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
             })
             .collect();
         for batch in guards.chunks(250) {
-            c.execute(
-                "SELECT count(lambdastore.split($1, 'kv', k)) FROM unnest($2::bytea[]) AS k",
-                &[&bench, &batch],
-            )
-            .unwrap();
+            c.execute("SELECT count(lambdastore.split($1, 'kv', k)) FROM unnest($2::bytea[]) AS k", &[&bench, &batch])
+                .unwrap();
         }
         let sets = entry_sets(&mut c, bench).len();
         assert!(sets > 1024, "{sets} entry sets: too few to be loaded one by one");
@@ -383,12 +337,9 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
         let mut inserted = Vec::new();
         for round in 0..ROUNDS {
             let (start, end) = range(round);
-            let args =
-                json!({"start": start, "end": end, "max": MAX, "key": format!("{start}t{i}")});
+            let args = json!({"start": start, "end": end, "max": MAX, "key": format!("{start}t{i}")});
             barrier.wait();
-            let result = retrying(cc, &mut tally, &mut rng, || {
-                invoke(&mut c, bench, "insert_if_fewer", args.clone())
-            });
+            let result = retrying(cc, &mut tally, &mut rng, || invoke(&mut c, bench, "insert_if_fewer", args.clone()));
             if ok(result, "insert_if_fewer") == json!(true) {
                 inserted.push(round);
             }
@@ -402,8 +353,7 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
     for round in results.iter().flat_map(|(_, r)| r) {
         said_inserted[*round] += 1;
     }
-    let listing: Vec<(String, String)> =
-        serde_json::from_value(call(&mut c, bench, "list", json!({}))).unwrap();
+    let listing: Vec<(String, String)> = serde_json::from_value(call(&mut c, bench, "list", json!({}))).unwrap();
     let mut present = vec![0usize; ROUNDS];
     for (key, _) in &listing {
         present[key[1..5].parse::<usize>().unwrap()] += 1;
@@ -420,11 +370,7 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
             }
         }
     }
-    Outcome {
-        anomalies,
-        details: format!("{ROUNDS} ranges, each must end with {MAX} entries{example}"),
-        tally,
-    }
+    Outcome { anomalies, details: format!("{ROUNDS} ranges, each must end with {MAX} entries{example}"), tally }
 }
 
 #[test]
@@ -476,12 +422,7 @@ fn read_skew(cc: Cc) -> Outcome {
                 let (from, to) = if rng.below(2) == 0 { (a, b) } else { (b, a) };
                 let amount = 1 + rng.below(100) as i64;
                 let result = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(
-                        &mut c,
-                        from,
-                        "transfer",
-                        json!({"to": to, "amount": amount}),
-                    )
+                    invoke(&mut c, from, "transfer", json!({"to": to, "amount": amount}))
                 });
                 if refused(&result, "insufficient funds", "transfer") {
                     tally.refused += 1;
@@ -493,9 +434,8 @@ fn read_skew(cc: Cc) -> Outcome {
         } else {
             while writing.load(Ordering::SeqCst) {
                 let (me, other) = if rng.below(2) == 0 { (a, b) } else { (b, a) };
-                let total = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(&mut c, me, "total_with", json!({"other": other}))
-                });
+                let total =
+                    retrying(cc, &mut tally, &mut rng, || invoke(&mut c, me, "total_with", json!({"other": other})));
                 let total = as_i64(ok(total, "total_with"));
                 if total != TOTAL {
                     skewed.push(total);
@@ -561,12 +501,7 @@ fn bank_invariant(cc: Cc) -> Outcome {
                 };
                 let amount = 1 + rng.below(300) as i64;
                 let result = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(
-                        &mut c,
-                        from,
-                        "transfer",
-                        json!({"to": to, "amount": amount}),
-                    )
+                    invoke(&mut c, from, "transfer", json!({"to": to, "amount": amount}))
                 });
                 if refused(&result, "insufficient funds", "transfer") {
                     tally.refused += 1;
@@ -592,9 +527,7 @@ fn bank_invariant(cc: Cc) -> Outcome {
     let expected_total = ACCOUNTS as i64 * INITIAL;
     let expected_audit = 2 * tally.committed as i64;
     Outcome {
-        anomalies: u64::from(total != expected_total)
-            + negative
-            + u64::from(audit != expected_audit),
+        anomalies: u64::from(total != expected_total) + negative + u64::from(audit != expected_audit),
         details: format!(
             "total {total} (must be {expected_total}), {negative} negative accounts, \
              {audit} audit entries (must be {expected_audit})"
@@ -684,9 +617,7 @@ fn multi_statement(cc: Cc) -> Outcome {
     }
     Outcome {
         anomalies,
-        details: format!(
-            "{PAIRS} pairs, each must end with one subtraction and a sum of 50{example}"
-        ),
+        details: format!("{PAIRS} pairs, each must end with one subtraction and a sum of 50{example}"),
         tally,
     }
 }
@@ -721,11 +652,7 @@ fn a_transaction_holds_its_write_locks_and_revalidates_its_reads_until_it_ends()
     assert_eq!(call(&mut second, counter, "increment", json!({})), json!(1));
     let started = Instant::now();
     let message = expect_sqlstate(invoke(&mut first, counter, "get", json!({})), "40001");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the reader waited {:?} before failing",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(5), "the reader waited {:?} before failing", started.elapsed());
     assert!(
         message.contains(&format!("object {counter}")) && message.contains("entry set"),
         "a serialization failure names the object and the entry set: {message}"
@@ -771,10 +698,7 @@ fn a_transaction_holds_its_write_locks_and_revalidates_its_reads_until_it_ends()
     second.batch_execute("SELECT 1").unwrap();
     assert_eq!(call(&mut first, counter, "increment", json!({})), json!(6));
     let held: i64 = first
-        .query_one(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
-            &[],
-        )
+        .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()", &[])
         .unwrap()
         .get(0);
     assert_eq!(held, 1, "the write after the rollback holds the set's lock again");
@@ -829,11 +753,8 @@ fn transactions_locking_in_opposite_orders_never_hang() {
                     )
                     .unwrap()
                 {
-                    let (kind, mode, pid): (String, String, i32) =
-                        (row.get(0), row.get(1), row.get(2));
-                    moved
-                        .waits
-                        .push(format!("backend {pid} waits for a {mode} {kind} lock"));
+                    let (kind, mode, pid): (String, String, i32) = (row.get(0), row.get(1), row.get(2));
+                    moved.waits.push(format!("backend {pid} waits for a {mode} {kind} lock"));
                 }
                 // A polling interval, not a wait for an event.
                 std::thread::sleep(Duration::from_millis(5));
@@ -885,22 +806,14 @@ fn transactions_locking_in_opposite_orders_never_hang() {
     let x_to_y: i64 = results.iter().map(|m| m.x_to_y).sum();
     let y_to_x: i64 = results.iter().map(|m| m.y_to_x).sum();
     let waits: Vec<&String> = results.iter().flat_map(|m| &m.waits).collect();
-    println!(
-        "opposite_orders [occ]: {tally}; {x_to_y} transfers x->y, {y_to_x} y->x; {} lock waits seen",
-        waits.len()
-    );
+    println!("opposite_orders [occ]: {tally}; {x_to_y} transfers x->y, {y_to_x} y->x; {} lock waits seen", waits.len());
     let committed = tally.committed as i64;
     assert_eq!(committed, (THREADS * PER_THREAD) as i64);
     assert_eq!(counter_value(&mut c, p), committed);
     assert_eq!(counter_value(&mut c, q), committed);
     assert_eq!(balance(&mut c, x), INITIAL - x_to_y + y_to_x);
     assert_eq!(balance(&mut c, y), INITIAL + x_to_y - y_to_x);
-    assert!(
-        waits.is_empty(),
-        "{} times a backend waited for another's lock, e.g. {}",
-        waits.len(),
-        waits[0]
-    );
+    assert!(waits.is_empty(), "{} times a backend waited for another's lock, e.g. {}", waits.len(), waits[0]);
 }
 
 // ---------------------------------------------------------------------------
@@ -915,8 +828,7 @@ fn repeatable_read_and_serializable_are_refused_under_occ_and_run_under_off() {
 
     let mut c = connect_cc(Cc::Occ);
     for level in ["REPEATABLE READ", "SERIALIZABLE"] {
-        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
-            .unwrap();
+        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).unwrap();
         let message = expect_sqlstate(invoke(&mut c, counter, "get", json!({})), "0A000");
         assert!(
             message.contains("lambdastore.concurrency_control"),
@@ -924,28 +836,21 @@ fn repeatable_read_and_serializable_are_refused_under_occ_and_run_under_off() {
         );
         c.batch_execute("ROLLBACK").unwrap();
 
-        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
-            .unwrap();
+        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).unwrap();
         expect_sqlstate(create_object(&mut c, &app, "Counter", json!({})), "0A000");
         c.batch_execute("ROLLBACK").unwrap();
     }
     // The level of statements outside a transaction block counts too.
-    c.batch_execute("SET default_transaction_isolation = 'repeatable read'")
-        .unwrap();
+    c.batch_execute("SET default_transaction_isolation = 'repeatable read'").unwrap();
     expect_sqlstate(invoke(&mut c, counter, "increment", json!({})), "0A000");
-    c.batch_execute("RESET default_transaction_isolation")
-        .unwrap();
+    c.batch_execute("RESET default_transaction_isolation").unwrap();
     assert_eq!(counter_value(&mut c, counter), 0);
 
     // Under off, PostgreSQL's own isolation is the user's choice.
     let mut c = connect_cc(Cc::Off);
     for (level, expected) in [("REPEATABLE READ", 1), ("SERIALIZABLE", 2)] {
-        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
-            .unwrap();
-        assert_eq!(
-            call(&mut c, counter, "increment", json!({})),
-            json!(expected)
-        );
+        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).unwrap();
+        assert_eq!(call(&mut c, counter, "increment", json!({})), json!(expected));
         c.batch_execute("COMMIT").unwrap();
     }
     assert_eq!(counter_value(&mut connect(), counter), 2);
@@ -976,15 +881,7 @@ fn entry_sets_show_versions_rising_with_writes_and_splits() {
     // Reads and failed workflows change nothing.
     call(&mut c, bench, "get", json!({"key": "m"}));
     call(&mut c, bench, "list", json!({}));
-    expect_sqlstate(
-        invoke(
-            &mut c,
-            bench,
-            "put_then_fail",
-            json!({"key": "n", "value": "2"}),
-        ),
-        "P0001",
-    );
+    expect_sqlstate(invoke(&mut c, bench, "put_then_fail", json!({"key": "n", "value": "2"})), "P0001");
     assert_eq!(entry_sets(&mut c, bench)[0].version, v1);
 
     // A guard splits the set; both halves get versions above the old one.
@@ -993,10 +890,7 @@ fn entry_sets_show_versions_rising_with_writes_and_splits() {
     let sets = entry_sets(&mut c, bench);
     let lowers: Vec<_> = sets.iter().map(EntrySet::lower).collect();
     assert_eq!(lowers, [("", &[][..]), ("kv", &m[..])]);
-    assert!(
-        sets.iter().all(|s| s.version > v1),
-        "after a split at version {v1}: {sets:?}"
-    );
+    assert!(sets.iter().all(|s| s.version > v1), "after a split at version {v1}: {sets:?}");
     // The same guard again is not a new split.
     assert!(!ok(split(&mut c, bench, "kv", &m), "split again"));
     assert_eq!(entry_sets(&mut c, bench), sets);
@@ -1006,23 +900,16 @@ fn entry_sets_show_versions_rising_with_writes_and_splits() {
     assert_eq!(entry_sets(&mut c, bench), sets);
 
     // A write raises the version of its own set only.
-    let versions =
-        |c: &mut Client| -> Vec<i64> { entry_sets(c, bench).iter().map(|s| s.version).collect() };
+    let versions = |c: &mut Client| -> Vec<i64> { entry_sets(c, bench).iter().map(|s| s.version).collect() };
     let before = versions(&mut c);
     call(&mut c, bench, "put", json!({"key": "z", "value": "1"}));
     let after = versions(&mut c);
-    assert!(
-        after[0] == before[0] && after[1] > before[1],
-        "write above the guard: {before:?} -> {after:?}"
-    );
+    assert!(after[0] == before[0] && after[1] > before[1], "write above the guard: {before:?} -> {after:?}");
     let before = after;
     call(&mut c, bench, "put", json!({"key": "a", "value": "1"}));
     call(&mut c, bench, "write", json!({"k": 3})); // field "data" < "kv"
     let after = versions(&mut c);
-    assert!(
-        after[0] > before[0] && after[1] == before[1],
-        "writes below the guard: {before:?} -> {after:?}"
-    );
+    assert!(after[0] > before[0] && after[1] == before[1], "writes below the guard: {before:?} -> {after:?}");
     // The entries are all there, in order.
     let listing = call(&mut c, bench, "list", json!({}));
     assert_eq!(listing, json!([["a", "1"], ["m", "1"], ["z", "1"]]));
@@ -1036,16 +923,10 @@ fn adaptive_splitting_puts_guards_at_written_keys_up_to_the_limit() {
 
     // A set that has met no conflicts is never split, however often it is
     // written and however high the split chance.
-    c.batch_execute("SET lambdastore.split_chance = 1; SET lambdastore.max_entry_sets = 4")
-        .unwrap();
+    c.batch_execute("SET lambdastore.split_chance = 1; SET lambdastore.max_entry_sets = 4").unwrap();
     let calm = create(&mut c, &app, "Bench", json!({}));
     for i in 0..20 {
-        call(
-            &mut c,
-            calm,
-            "put",
-            json!({"key": format!("k{i}"), "value": "v"}),
-        );
+        call(&mut c, calm, "put", json!({"key": format!("k{i}"), "value": "v"}));
     }
     assert_eq!(entry_sets(&mut c, calm).len(), 1);
 
@@ -1067,10 +948,7 @@ fn adaptive_splitting_puts_guards_at_written_keys_up_to_the_limit() {
             expected.push(("kv".to_string(), string_key(key)));
         }
         let sets = entry_sets(&mut c, hot);
-        let lowers: Vec<_> = sets
-            .iter()
-            .map(|s| (s.field.clone(), s.key.clone()))
-            .collect();
+        let lowers: Vec<_> = sets.iter().map(|s| (s.field.clone(), s.key.clone())).collect();
         assert_eq!(lowers, expected, "after writing {key}");
         let old = before.last().unwrap().version;
         assert!(
@@ -1079,16 +957,7 @@ fn adaptive_splitting_puts_guards_at_written_keys_up_to_the_limit() {
         );
     }
     let listing = call(&mut c, hot, "list", json!({}));
-    assert_eq!(
-        listing,
-        json!([
-            ["k1", "v"],
-            ["k2", "v"],
-            ["k3", "v"],
-            ["k4", "v"],
-            ["k5", "v"]
-        ])
-    );
+    assert_eq!(listing, json!([["k1", "v"], ["k2", "v"], ["k3", "v"], ["k4", "v"], ["k5", "v"]]));
 }
 
 #[test]
@@ -1096,7 +965,6 @@ fn splitting_an_unknown_object_is_42704() {
     let mut c = connect();
     expect_sqlstate(split(&mut c, -42, "kv", &string_key("k")), "42704");
 }
-
 
 /// A workflow learns an object's entry sets, a split commits, and the
 /// workflow then reads a key the split moved to a new set: by its old
@@ -1138,10 +1006,7 @@ fn a_workflow_whose_guards_a_split_made_stale_fails() {
 
     let t_outcome = skewed.join().expect("T's thread");
     w.batch_execute("COMMIT").unwrap();
-    let (a, t) = (
-        call(&mut c, object, "get", json!({"key": "a"})),
-        call(&mut c, object, "get", json!({"key": "t"})),
-    );
+    let (a, t) = (call(&mut c, object, "get", json!({"key": "a"})), call(&mut c, object, "get", json!({"key": "t"})));
     let message = match t_outcome {
         Ok(result) => panic!(
             "T committed ({result}) next to W: a write skew (a = {a}, t = {t}: each copied the \
@@ -1149,10 +1014,7 @@ fn a_workflow_whose_guards_a_split_made_stale_fails() {
         ),
         Err(e) => expect_sqlstate(Err::<(), _>(e), "40001"),
     };
-    assert!(
-        message.contains("was split by a concurrent transaction"),
-        "T fails on the split: {message}"
-    );
+    assert!(message.contains("was split by a concurrent transaction"), "T fails on the split: {message}");
     assert_eq!((a, t), (json!("A0"), json!("A0")), "only W's copy is there");
 }
 
@@ -1176,8 +1038,7 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
     let committed = Arc::new(Mutex::new(BTreeMap::<String, String>::new()));
     let writers_done = Arc::new(AtomicUsize::new(0));
     // The key each writer is writing now.
-    let progress: Arc<Vec<AtomicUsize>> =
-        Arc::new((0..WRITERS).map(|_| AtomicUsize::new(0)).collect());
+    let progress: Arc<Vec<AtomicUsize>> = Arc::new((0..WRITERS).map(|_| AtomicUsize::new(0)).collect());
     let barrier = Arc::new(Barrier::new(THREADS));
 
     #[derive(Default)]
@@ -1195,15 +1056,13 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
             let mut work = Work::default();
             barrier.wait();
             if i < WRITERS {
-                c.batch_execute("SET lambdastore.split_chance = 0.1")
-                    .unwrap();
+                c.batch_execute("SET lambdastore.split_chance = 0.1").unwrap();
                 for n in 0..KEYS {
                     progress[i].store(n, Ordering::SeqCst);
                     let k = key(i, n);
                     let args = json!({"key": k, "value": value(&k)});
-                    let result = retrying(Cc::Occ, &mut work.tally, &mut rng, || {
-                        invoke(&mut c, bench, "put", args.clone())
-                    });
+                    let result =
+                        retrying(Cc::Occ, &mut work.tally, &mut rng, || invoke(&mut c, bench, "put", args.clone()));
                     ok(result, format!("put {k}"));
                     work.tally.committed += 1;
                     committed.lock().unwrap().insert(k.clone(), value(&k));
@@ -1215,9 +1074,7 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
                 // under them), the others between random keys (a `+` sorts
                 // after a key and before the next) or in the `data` field
                 // the readers read too.
-                while writers_done.load(Ordering::SeqCst) < WRITERS
-                    && work.guards.len() < MAX_SPLITS
-                {
+                while writers_done.load(Ordering::SeqCst) < WRITERS && work.guards.len() < MAX_SPLITS {
                     let w = rng.below(WRITERS as u64) as usize;
                     let (field, guard) = match rng.below(8) {
                         0 => ("data", (rng.below(100) as u32).to_be_bytes().to_vec()),
@@ -1230,9 +1087,7 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
                             ("kv", string_key(&format!("{k}+")))
                         }
                     };
-                    let result = retrying(Cc::Occ, &mut work.tally, &mut rng, || {
-                        split(&mut c, bench, field, &guard)
-                    });
+                    let result = retrying(Cc::Occ, &mut work.tally, &mut rng, || split(&mut c, bench, field, &guard));
                     if ok(result, "lambdastore.split") {
                         work.guards.push((field.to_string(), guard));
                     }
@@ -1251,33 +1106,24 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
                             ("list", args, format!("w{w}-"))
                         }
                         2 => {
-                            let Some((k, _)) = before
-                                .iter()
-                                .nth(rng.below(before.len().max(1) as u64) as usize)
-                            else {
+                            let Some((k, _)) = before.iter().nth(rng.below(before.len().max(1) as u64) as usize) else {
                                 continue;
                             };
                             ("get", json!({"key": k}), k.clone())
                         }
                         _ => ("read", json!({"k": 20}), String::new()),
                     };
-                    let result = retrying(Cc::Occ, &mut work.tally, &mut rng, || {
-                        invoke(&mut c, bench, method, args.clone())
-                    });
+                    let result =
+                        retrying(Cc::Occ, &mut work.tally, &mut rng, || invoke(&mut c, bench, method, args.clone()));
                     let result = ok(result, format!("{method} {args}"));
                     work.tally.committed += 1;
                     work.checks += 1;
                     match method {
                         "list" => {
-                            let listing: Vec<(String, String)> =
-                                serde_json::from_value(result).unwrap();
+                            let listing: Vec<(String, String)> = serde_json::from_value(result).unwrap();
                             check_listing(&listing, &before, &prefix, &value);
                         }
-                        "get" => assert_eq!(
-                            result,
-                            json!(before[&prefix]),
-                            "get {prefix} after its write committed"
-                        ),
+                        "get" => assert_eq!(result, json!(before[&prefix]), "get {prefix} after its write committed"),
                         _ => assert_eq!(result, json!(20 * 1024), "read 20 entries of data"),
                     }
                 }
@@ -1293,33 +1139,22 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
     assert_eq!(committed.len(), WRITERS * KEYS);
 
     // Every key is there, in order, through the lambda and in the table.
-    let listing: Vec<(String, String)> =
-        serde_json::from_value(call(&mut c, bench, "list", json!({}))).unwrap();
+    let listing: Vec<(String, String)> = serde_json::from_value(call(&mut c, bench, "list", json!({}))).unwrap();
     let expected: Vec<(String, String)> = committed.clone().into_iter().collect();
     assert_eq!(listing, expected, "the final listing");
-    let stored: Vec<Vec<u8>> = entries(&mut c, bench)
-        .into_iter()
-        .filter(|(field, _, _)| field == "kv")
-        .map(|(_, key, _)| key)
-        .collect();
+    let stored: Vec<Vec<u8>> =
+        entries(&mut c, bench).into_iter().filter(|(field, _, _)| field == "kv").map(|(_, key, _)| key).collect();
     let expected_keys: Vec<Vec<u8>> = committed.keys().map(|k| string_key(k)).collect();
     assert_eq!(stored, expected_keys, "the kv rows of lambdastore.entries");
-    assert_eq!(
-        call(&mut c, bench, "read", json!({"k": 100})),
-        json!(100 * 1024)
-    );
+    assert_eq!(call(&mut c, bench, "read", json!({"k": 100})), json!(100 * 1024));
 
     // Every guard is there, and the sets are in strictly increasing order.
     let sets = entry_sets(&mut c, bench);
-    assert!(
-        sets.windows(2).all(|w| w[0].lower() < w[1].lower()),
-        "entry sets out of order: {sets:?}"
-    );
+    assert!(sets.windows(2).all(|w| w[0].lower() < w[1].lower()), "entry sets out of order: {sets:?}");
     assert_eq!(sets[0].lower(), ("", &[][..]));
     for (field, guard) in &guards {
         assert!(
-            sets.iter()
-                .any(|s| s.lower() == (field.as_str(), guard.as_slice())),
+            sets.iter().any(|s| s.lower() == (field.as_str(), guard.as_slice())),
             "the guard at {field} {guard:?} is gone"
         );
     }
@@ -1329,12 +1164,7 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
         guards.len(),
         sets.len()
     );
-    assert!(
-        sets.len() > guards.len(),
-        "{} sets for {} guards",
-        sets.len(),
-        guards.len()
-    );
+    assert!(sets.len() > guards.len(), "{} sets for {} guards", sets.len(), guards.len());
 }
 
 /// A listing (all of `kv`, or the keys starting with `prefix`) is in strict
@@ -1346,19 +1176,14 @@ fn check_listing(
     prefix: &str,
     value: &impl Fn(&str) -> String,
 ) {
-    assert!(
-        listing.windows(2).all(|w| w[0].0 < w[1].0),
-        "a listing out of order or with duplicates: {listing:?}"
-    );
+    assert!(listing.windows(2).all(|w| w[0].0 < w[1].0), "a listing out of order or with duplicates: {listing:?}");
     for (k, v) in listing {
         assert!(k.starts_with(prefix), "{k} listed for prefix {prefix:?}");
         assert_eq!(*v, value(k), "the value of {k}");
     }
     let listed: BTreeSet<&str> = listing.iter().map(|(k, _)| k.as_str()).collect();
-    let hidden: Vec<&String> = before
-        .keys()
-        .filter(|k| k.starts_with(prefix) && !listed.contains(k.as_str()))
-        .collect();
+    let hidden: Vec<&String> =
+        before.keys().filter(|k| k.starts_with(prefix) && !listed.contains(k.as_str())).collect();
     assert!(
         hidden.is_empty(),
         "a listing of {prefix:?} missed {} committed keys, e.g. {:?} ({} listed)",

@@ -15,9 +15,7 @@ use serde_json::json;
 use std::path::PathBuf;
 
 fn postmaster_start_time(c: &mut Client) -> String {
-    c.query_one("SELECT pg_postmaster_start_time()::text", &[])
-        .unwrap()
-        .get(0)
+    c.query_one("SELECT pg_postmaster_start_time()::text", &[]).unwrap().get(0)
 }
 
 #[test]
@@ -32,31 +30,18 @@ fn terminating_a_running_lambda_ends_only_its_session() {
     let started = postmaster_start_time(&mut observer);
 
     let spinner = std::thread::spawn(move || {
-        c.query_one(
-            "SELECT lambda_invoke($1, 'spin')::text /* terminate_me */",
-            &[&id],
-        )
-        .map(|row| row.get::<_, String>(0))
+        c.query_one("SELECT lambda_invoke($1, 'spin')::text /* terminate_me */", &[&id])
+            .map(|row| row.get::<_, String>(0))
     });
     wait_until_running(&mut observer, pid, "terminate_me");
-    let terminated: bool = observer
-        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
-        .unwrap()
-        .get(0);
+    let terminated: bool = observer.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap().get(0);
     assert!(terminated);
 
     // 57P01: terminating connection due to administrator command.
     expect_sqlstate(spinner.join().unwrap(), "57P01");
-    assert_eq!(
-        postmaster_start_time(&mut observer),
-        started,
-        "the server restarted"
-    );
+    assert_eq!(postmaster_start_time(&mut observer), started, "the server restarted");
     // The observer's session survived, and runs lambdas.
-    assert_eq!(
-        call(&mut observer, id, "get", json!({"key": "k"})),
-        json!(null)
-    );
+    assert_eq!(call(&mut observer, id, "get", json!({"key": "k"})), json!(null));
 }
 
 #[test]
@@ -70,19 +55,12 @@ fn an_sql_error_inside_a_host_call_fails_only_the_statement() {
     let id = create(&mut c, &app, "Bench", json!({}));
     let started = postmaster_start_time(&mut c);
     let mut locker = connect();
-    locker
-        .batch_execute("BEGIN; LOCK TABLE lambdastore.entries IN ACCESS EXCLUSIVE MODE")
-        .unwrap();
+    locker.batch_execute("BEGIN; LOCK TABLE lambdastore.entries IN ACCESS EXCLUSIVE MODE").unwrap();
 
     let mut tx = c.transaction().unwrap();
     let mut attempt = tx.transaction().unwrap(); // a savepoint
-    attempt
-        .batch_execute("SET LOCAL lock_timeout = '100ms'")
-        .unwrap();
-    let message = expect_sqlstate(
-        invoke(&mut attempt, id, "get", json!({"key": "k"})),
-        "55P03",
-    );
+    attempt.batch_execute("SET LOCAL lock_timeout = '100ms'").unwrap();
+    let message = expect_sqlstate(invoke(&mut attempt, id, "get", json!({"key": "k"})), "55P03");
     assert!(message.contains("lock timeout"), "{message}");
     attempt.rollback().unwrap();
     locker.batch_execute("ROLLBACK").unwrap();
@@ -90,11 +68,7 @@ fn an_sql_error_inside_a_host_call_fails_only_the_statement() {
     // Same session, same transaction, after ROLLBACK TO SAVEPOINT.
     assert_eq!(call(&mut tx, id, "get", json!({"key": "k"})), json!(null));
     tx.rollback().unwrap();
-    assert_eq!(
-        postmaster_start_time(&mut c),
-        started,
-        "the server restarted"
-    );
+    assert_eq!(postmaster_start_time(&mut c), started, "the server restarted");
 }
 
 /// `make install` while a server runs: the server keeps the library it has
@@ -153,9 +127,5 @@ fn reinstalling_the_extension_leaves_a_running_server_alone() {
     assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), json!(null));
     let mut fresh = connect();
     assert_eq!(call(&mut fresh, id, "get", json!({"key": "k"})), json!(null));
-    assert_eq!(
-        postmaster_start_time(&mut fresh),
-        started,
-        "the server restarted"
-    );
+    assert_eq!(postmaster_start_time(&mut fresh), started, "the server restarted");
 }

@@ -246,11 +246,15 @@ where
         Ok((runtime, connected))
     };
     let load_timing = timing.clone();
-    let load = move |(runtime, connected): (tokio::runtime::Runtime, Vec<(usize, C)>), started: Instant, stop: &Arc<AtomicBool>| {
+    let load = move |(runtime, connected): (tokio::runtime::Runtime, Vec<(usize, C)>),
+                     started: Instant,
+                     stop: &Arc<AtomicBool>| {
         runtime.block_on(async {
             let tasks: Vec<_> = connected
                 .into_iter()
-                .map(|(n, client)| tokio::spawn(run_task(n, client, clients, mode, load_timing.clone(), started, stop.clone())))
+                .map(|(n, client)| {
+                    tokio::spawn(run_task(n, client, clients, mode, load_timing.clone(), started, stop.clone()))
+                })
                 .collect();
             let mut results = Vec::with_capacity(tasks.len());
             for task in tasks {
@@ -285,7 +289,8 @@ where
     let start_cell: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
     let handles: Vec<_> = (0..workers)
         .map(|w| {
-            let (connect, load, stop, ready, start_cell) = (connect.clone(), load.clone(), stop.clone(), ready.clone(), start_cell.clone());
+            let (connect, load, stop, ready, start_cell) =
+                (connect.clone(), load.clone(), stop.clone(), ready.clone(), start_cell.clone());
             std::thread::spawn(move || {
                 let connected = connect(w);
                 ready.wait(); // even after a failed connection, or the others would wait forever
@@ -346,7 +351,9 @@ fn watch(label: &str, timing: &Timing, started: Instant, all_failed: impl Fn() -
     let total = timing.warmup + timing.measure;
     let bar = ProgressBar::new(total.as_millis() as u64).with_message(label.to_string());
     bar.set_style(
-        ProgressStyle::with_template("{msg:40} [{bar:30}] {elapsed:>4}/{duration}").expect("valid template").progress_chars("=> "),
+        ProgressStyle::with_template("{msg:40} [{bar:30}] {elapsed:>4}/{duration}")
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     while started.elapsed() < total {
         std::thread::sleep(Duration::from_millis(100)); // the run's duration, not synchronisation
@@ -368,7 +375,12 @@ pub struct Measured {
 }
 
 impl Measured {
-    fn merge(results: impl Iterator<Item = Result<ClientResult>>, timing: &Timing, clients: usize, mode: Mode) -> Result<Measured> {
+    fn merge(
+        results: impl Iterator<Item = Result<ClientResult>>,
+        timing: &Timing,
+        clients: usize,
+        mode: Mode,
+    ) -> Result<Measured> {
         let mut merged = ClientResult::new(timing.steps());
         for r in results {
             let r = r?;
@@ -380,7 +392,13 @@ impl Measured {
             merged.errors += r.errors;
             merged.retries += r.retries;
         }
-        Ok(Measured { result: merged, seconds: timing.measure.as_secs_f64(), step: timing.step.as_secs_f64(), clients, mode })
+        Ok(Measured {
+            result: merged,
+            seconds: timing.measure.as_secs_f64(),
+            step: timing.step.as_secs_f64(),
+            clients,
+            mode,
+        })
     }
 
     pub fn into_run(self, workload: &str, variant: &str, x: Option<f64>, system: &str) -> Run {
@@ -508,7 +526,8 @@ mod tests {
     #[test]
     fn tasks_count_operations_retries_and_errors() {
         let measured =
-            drive_tasks("test", 3, Mode::Closed, &timing(), |_| async { Ok(Scripted { op: 0, retried: false }) }).unwrap();
+            drive_tasks("test", 3, Mode::Closed, &timing(), |_| async { Ok(Scripted { op: 0, retried: false }) })
+                .unwrap();
         check(measured, 3);
     }
 }

@@ -52,10 +52,7 @@ impl Fixture {
     }
 
     fn create(&mut self, app: &str, type_name: &str, args: Value) -> i64 {
-        self.admin
-            .query_one("SELECT lambdastore.create_object($1, $2, $3)", &[&app, &type_name, &args])
-            .unwrap()
-            .get(0)
+        self.admin.query_one("SELECT lambdastore.create_object($1, $2, $3)", &[&app, &type_name, &args]).unwrap().get(0)
     }
 
     fn invoke(&mut self, object: i64, method: &str, args: Value) -> Value {
@@ -182,7 +179,10 @@ fn disaggregated_calls_are_transactions() {
     let fx = url();
     let bench = {
         let mut admin = Client::connect(&fx, NoTls).unwrap();
-        admin.query_one("SELECT lambdastore.create_object('micro', 'Bench', '{\"entries\": 0}')", &[]).unwrap().get::<_, i64>(0)
+        admin
+            .query_one("SELECT lambdastore.create_object('micro', 'Bench', '{\"entries\": 0}')", &[])
+            .unwrap()
+            .get::<_, i64>(0)
     };
     let threads: Vec<_> = (0..4)
         .map(|t| {
@@ -206,6 +206,9 @@ fn disaggregated_calls_are_transactions() {
         .collect();
     let retries: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
     let mut admin = Client::connect(&fx, NoTls).unwrap();
-    let count = admin.query_one("SELECT lambda_invoke($1, 'tally', '{\"tag\": 999999}')", &[&bench]).unwrap().get::<_, Value>(0);
+    let count = admin
+        .query_one("SELECT lambda_invoke($1, 'tally', '{\"tag\": 999999}')", &[&bench])
+        .unwrap()
+        .get::<_, Value>(0);
     assert_eq!(count, json!(201), "200 tallies and this one, after {retries} retries");
 }

@@ -77,7 +77,11 @@ pub fn run(options: Options) -> Result<()> {
     if !may_checkpoint {
         println!("note: this role may not run CHECKPOINT, so a checkpoint may fall inside a run");
     }
-    let (warmup, measure) = if options.quick { (Duration::from_secs(1), Duration::from_secs(3)) } else { (Duration::from_secs(2), Duration::from_secs(10)) };
+    let (warmup, measure) = if options.quick {
+        (Duration::from_secs(1), Duration::from_secs(3))
+    } else {
+        (Duration::from_secs(2), Duration::from_secs(10))
+    };
     let mut suite = Suite {
         url: options.url.clone(),
         lambdas: options.lambdas.clone(),
@@ -151,16 +155,16 @@ fn goals(results: &Results) -> Vec<String> {
     let find = |workload: &str, variant: &str, system: &str| {
         results.runs.iter().find(|r| r.workload == workload && r.variant == variant && r.system == system)
     };
-    let ratio = |workload: &str, variant: &str, a: &str, b: &str| match (find(workload, variant, a), find(workload, variant, b)) {
+    let ratio = |workload: &str, variant: &str, a: &str, b: &str| match (
+        find(workload, variant, a),
+        find(workload, variant, b),
+    ) {
         (Some(a), Some(b)) if b.throughput > 0.0 => Some(a.throughput / b.throughput),
         _ => None,
     };
     let mut out = Vec::new();
-    let goals = [
-        ("0% writes", "disaggregated", 10.0),
-        ("0% writes", "plpgsql", 0.8),
-        ("100% writes", "disaggregated", 1.0),
-    ];
+    let goals =
+        [("0% writes", "disaggregated", 10.0), ("0% writes", "plpgsql", 0.8), ("100% writes", "disaggregated", 1.0)];
     for (variant, baseline, goal) in goals {
         if let Some(r) = ratio("rw-mix", variant, "lambdastore", baseline) {
             let verdict = if r >= goal { "met" } else { "missed" };

@@ -31,7 +31,9 @@ impl Suite {
         }
         let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else { return Ok(()) };
         if last - first + 1 != ids.len() as i64 {
-            self.results.findings.push("rw-mix 0% writes through pgbench: skipped, the objects' ids are not one range".into());
+            self.results
+                .findings
+                .push("rw-mix 0% writes through pgbench: skipped, the objects' ids are not one range".into());
             return Ok(());
         }
         let dir = std::env::temp_dir().join(format!("lambdastore-bench-{}", std::process::id()));
@@ -90,7 +92,14 @@ impl Suite {
             .args(["-n", "-M", "prepared", "-P", "1"])
             .args(["-c", &self.clients.to_string(), "-j", &self.clients.min(2).to_string()])
             .args(["-T", &(warmup + self.timing.measure.as_secs().max(1)).to_string()])
-            .args(["-D", &format!("first_object={first}"), "-D", &format!("objects={objects}"), "-D", "write_percent=0"])
+            .args([
+                "-D",
+                &format!("first_object={first}"),
+                "-D",
+                &format!("objects={objects}"),
+                "-D",
+                "write_percent=0",
+            ])
             .arg("-f")
             .arg(script)
             .arg(&self.url)
@@ -101,7 +110,8 @@ impl Suite {
             bail!("pgbench failed: {}", stderr.trim());
         }
         let whole = tps(&stdout).with_context(|| format!("no tps in pgbench's output: {stdout}"))?;
-        let steady = tps_after(&stderr, warmup).with_context(|| format!("no progress after {warmup} s in pgbench's output: {stderr}"))?;
+        let steady = tps_after(&stderr, warmup)
+            .with_context(|| format!("no progress after {warmup} s in pgbench's output: {stderr}"))?;
         Ok(Throughput { steady, whole })
     }
 }

@@ -27,11 +27,7 @@ impl Renderer {
         let family = SANS_SERIF
             .into_iter()
             .find(|family| {
-                fonts.faces().any(|face| {
-                    face.families
-                        .iter()
-                        .any(|(name, _)| name.eq_ignore_ascii_case(family))
-                })
+                fonts.faces().any(|face| face.families.iter().any(|(name, _)| name.eq_ignore_ascii_case(family)))
             })
             .ok_or_else(|| {
                 format!(
@@ -42,11 +38,8 @@ impl Renderer {
                 )
             })?;
         fonts.set_sans_serif_family(family);
-        let options = usvg::Options {
-            font_family: family.to_string(),
-            fontdb: Arc::new(fonts),
-            ..usvg::Options::default()
-        };
+        let options =
+            usvg::Options { font_family: family.to_string(), fontdb: Arc::new(fonts), ..usvg::Options::default() };
         Ok(Self { options })
     }
 

@@ -62,22 +62,15 @@ pub fn write(results: &Results, dir: &Path) -> Result<Vec<PathBuf>> {
         files.push(path);
         Ok(())
     };
-    put(
-        "results.json",
-        (serde_json::to_string_pretty(results)? + "\n").as_bytes(),
-    )?;
+    put("results.json", (serde_json::to_string_pretty(results)? + "\n").as_bytes())?;
     put("results.md", markdown(results).as_bytes())?;
-    let renderer = Renderer::new()
-        .inspect_err(|why| eprintln!("plots as SVG only: {why}"))
-        .ok();
+    let renderer = Renderer::new().inspect_err(|why| eprintln!("plots as SVG only: {why}")).ok();
     for workload in workloads(results) {
         let svg = plot(&workload).with_context(|| format!("plot {}", workload.name))?;
         let stem = plot_file(workload.name);
         put(&format!("{stem}.svg"), svg.as_bytes())?;
         if let Some(renderer) = &renderer {
-            let png = renderer
-                .png(&svg)
-                .with_context(|| format!("draw {stem}.png"))?;
+            let png = renderer.png(&svg).with_context(|| format!("draw {stem}.png"))?;
             put(&format!("{stem}.png"), &png)?;
         }
     }
@@ -97,18 +90,8 @@ pub fn markdown(results: &Results) -> String {
 }
 
 fn header(md: &mut String, results: &Results) -> fmt::Result {
-    let Machine {
-        cpu_model,
-        cpus,
-        memory_gib,
-        kernel,
-        postgres,
-    } = &results.machine;
-    let quick = if results.quick {
-        "yes: short runs and scaled-down data, numbers are indicative only"
-    } else {
-        "no"
-    };
+    let Machine { cpu_model, cpus, memory_gib, kernel, postgres } = &results.machine;
+    let quick = if results.quick { "yes: short runs and scaled-down data, numbers are indicative only" } else { "no" };
     writeln!(md, "- **Started**: {}", results.started_at)?;
     writeln!(md, "- **Quick**: {quick}")?;
     writeln!(md, "- **CPU**: {cpu_model}, {cpus} CPUs")?;
@@ -138,17 +121,9 @@ fn section(md: &mut String, w: &Workload) -> fmt::Result {
     let mut setups: Vec<String> = Vec::new();
     for run in &w.runs {
         let setup = if latency_only {
-            format!(
-                "{}, {} clients, {} samples",
-                run.mode,
-                run.clients,
-                thousands(run.ops)
-            )
+            format!("{}, {} clients, {} samples", run.mode, run.clients, thousands(run.ops))
         } else {
-            format!(
-                "{}, {} clients, {:.0} s measured",
-                run.mode, run.clients, run.seconds
-            )
+            format!("{}, {} clients, {:.0} s measured", run.mode, run.clients, run.seconds)
         };
         if !setups.contains(&setup) {
             setups.push(setup);
@@ -156,20 +131,13 @@ fn section(md: &mut String, w: &Workload) -> fmt::Result {
     }
     // Ratios only where the baseline ran: "lambdastore ÷ x" for every other x.
     let others: Vec<&str> = if w.systems.contains(&BASELINE) && !latency_only {
-        w.systems
-            .iter()
-            .copied()
-            .filter(|s| *s != BASELINE)
-            .collect()
+        w.systems.iter().copied().filter(|s| *s != BASELINE).collect()
     } else {
         Vec::new()
     };
     write!(md, "*{}.", setups.join("; "))?;
     if !others.is_empty() {
-        write!(
-            md,
-            " Ratios are of throughput: above 1× {BASELINE} is faster."
-        )?;
+        write!(md, " Ratios are of throughput: above 1× {BASELINE} is faster.")?;
     }
     writeln!(md, "*\n")?;
 
@@ -227,18 +195,12 @@ fn section(md: &mut String, w: &Workload) -> fmt::Result {
         .iter()
         .filter_map(|system| {
             let runs = w.runs.iter().filter(|r| r.system == *system);
-            let (retries, errors) =
-                runs.fold((0, 0), |(r, e), run| (r + run.retries, e + run.errors));
-            (retries + errors > 0)
-                .then(|| format!("{system} {} / {}", thousands(retries), thousands(errors)))
+            let (retries, errors) = runs.fold((0, 0), |(r, e), run| (r + run.retries, e + run.errors));
+            (retries + errors > 0).then(|| format!("{system} {} / {}", thousands(retries), thousands(errors)))
         })
         .collect();
     if !per_system.is_empty() {
-        writeln!(
-            md,
-            "Retries / errors by system: {}.\n",
-            per_system.join(", ")
-        )?;
+        writeln!(md, "Retries / errors by system: {}.\n", per_system.join(", "))?;
     }
     let failed: Vec<&&Run> = w.runs.iter().filter(|r| r.errors > 0).collect();
     for run in &failed {
@@ -289,10 +251,7 @@ impl<'a> Workload<'a> {
     /// The first run of `system` on `variant`; a repeated run is in the JSON
     /// but not in the report.
     fn run(&self, variant: &str, system: &str) -> Option<&'a Run> {
-        self.runs
-            .iter()
-            .copied()
-            .find(|r| r.variant == variant && r.system == system)
+        self.runs.iter().copied().find(|r| r.variant == variant && r.system == system)
     }
 }
 
@@ -305,12 +264,7 @@ fn workloads(results: &Results) -> Vec<Workload<'_>> {
         let index = match workloads.iter().position(|w| w.name == run.workload) {
             Some(index) => index,
             None => {
-                workloads.push(Workload {
-                    name: &run.workload,
-                    runs: vec![],
-                    variants: vec![],
-                    systems: vec![],
-                });
+                workloads.push(Workload { name: &run.workload, runs: vec![], variants: vec![], systems: vec![] });
                 workloads.len() - 1
             }
         };
@@ -319,11 +273,7 @@ fn workloads(results: &Results) -> Vec<Workload<'_>> {
         push_new(&mut w.variants, &run.variant);
     }
     for w in &mut workloads {
-        w.systems = all_systems
-            .iter()
-            .copied()
-            .filter(|s| w.runs.iter().any(|r| r.system == *s))
-            .collect();
+        w.systems = all_systems.iter().copied().filter(|s| w.runs.iter().any(|r| r.system == *s)).collect();
     }
     workloads
 }
@@ -406,16 +356,7 @@ fn thousands(n: u64) -> String {
 /// The plot's file name without its extension (`.svg`, `.png`).
 /// The plot's file name without its extension (`.svg`, `.png`).
 fn plot_file(workload: &str) -> String {
-    workload
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
+    workload.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).collect()
 }
 
 /// What each workload's plot shows.
@@ -469,9 +410,7 @@ fn color(system: &str) -> RGBColor {
     match SYSTEM_COLORS.iter().find(|(name, _)| *name == system) {
         Some((_, color)) => *color,
         None => {
-            let hash = system
-                .bytes()
-                .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+            let hash = system.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
             OTHER_COLORS[hash % OTHER_COLORS.len()]
         }
     }
@@ -514,19 +453,8 @@ fn text_width(text: &str) -> u32 {
 
 /// Renders a titled SVG of a plot `plot_width` wide with the legend to its
 /// right, where it cannot cover data.
-fn render(
-    title: &str,
-    plot_width: u32,
-    legend: &[Entry],
-    draw: impl FnOnce(&Area) -> Result<()>,
-) -> Result<String> {
-    let legend_width = legend
-        .iter()
-        .map(|e| text_width(&e.label))
-        .max()
-        .unwrap_or(0)
-        .max(60)
-        + 60;
+fn render(title: &str, plot_width: u32, legend: &[Entry], draw: impl FnOnce(&Area) -> Result<()>) -> Result<String> {
+    let legend_width = legend.iter().map(|e| text_width(&e.label)).max().unwrap_or(0).max(60) + 60;
     let width = (plot_width + legend_width).max(text_width(title) * 3 / 2 + 40);
     let mut svg = String::new();
     {
@@ -547,21 +475,11 @@ fn draw_legend(area: &Area, entries: &[Entry]) -> Result<()> {
         let y = 30 + 24 * i as i32;
         let (x0, x1) = (8, 36);
         match entry.mark {
-            Mark::Bar => area.draw(&Rectangle::new(
-                [(x0 + 6, y - 7), (x1 - 6, y + 7)],
-                entry.color.filled(),
-            ))?,
+            Mark::Bar => area.draw(&Rectangle::new([(x0 + 6, y - 7), (x1 - 6, y + 7)], entry.color.filled()))?,
             Mark::Points => {
-                area.draw(&PathElement::new(
-                    vec![(x0, y), (x1, y)],
-                    entry.color.stroke_width(2),
-                ))?;
+                area.draw(&PathElement::new(vec![(x0, y), (x1, y)], entry.color.stroke_width(2)))?;
                 // Hollow, as `LineSeries::point_size` draws them.
-                area.draw(&Circle::new(
-                    ((x0 + x1) / 2, y),
-                    4,
-                    entry.color.stroke_width(2),
-                ))?;
+                area.draw(&Circle::new(((x0 + x1) / 2, y), 4, entry.color.stroke_width(2)))?;
             }
             Mark::Line { dash } => {
                 let (size, gap) = DASHES[dash % DASHES.len()];
@@ -569,12 +487,7 @@ fn draw_legend(area: &Area, entries: &[Entry]) -> Result<()> {
                 if size == 0 {
                     area.draw(&PathElement::new(vec![(x0, y), (x1, y)], style))?;
                 } else {
-                    area.draw(&DashedPathElement::new(
-                        vec![(x0, y), (x1, y)],
-                        size,
-                        gap,
-                        style,
-                    ))?;
+                    area.draw(&DashedPathElement::new(vec![(x0, y), (x1, y)], size, gap, style))?;
                 }
             }
         }
@@ -588,14 +501,8 @@ fn note_if_empty(area: &Area, empty: bool) -> Result<()> {
     if empty {
         let (width, height) = area.dim_in_pixel();
         let grey = BLACK.mix(0.6);
-        let style = TextStyle::from((FONT, DESC_SIZE))
-            .color(&grey)
-            .pos(Pos::new(HPos::Center, VPos::Center));
-        area.draw(&Text::new(
-            "no operations completed",
-            (width as i32 / 2, height as i32 / 2),
-            style,
-        ))?;
+        let style = TextStyle::from((FONT, DESC_SIZE)).color(&grey).pos(Pos::new(HPos::Center, VPos::Center));
+        area.draw(&Text::new("no operations completed", (width as i32 / 2, height as i32 / 2), style))?;
     }
     Ok(())
 }
@@ -605,11 +512,7 @@ fn note_if_empty(area: &Area, empty: bool) -> Result<()> {
 /// A chart in `area` with the margins and label areas every plot uses.
 fn chart_on<'a, 'b>(area: &'a Area<'b>) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
     let mut builder = ChartBuilder::on(area);
-    builder
-        .margin(10)
-        .margin_right(20)
-        .x_label_area_size(50)
-        .y_label_area_size(70);
+    builder.margin(10).margin_right(20).x_label_area_size(50).y_label_area_size(70);
     builder
 }
 
@@ -627,9 +530,7 @@ fn zero_to_max(values: impl Iterator<Item = f64>) -> Range<f64> {
 fn decades(values: impl Iterator<Item = f64>) -> Range<f64> {
     let (lo, hi) = values
         .filter(|v| v.is_finite() && *v > 0.0)
-        .fold((f64::INFINITY, 0.0_f64), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
+        .fold((f64::INFINITY, 0.0_f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     if hi == 0.0 {
         return 1.0..10.0;
     }
@@ -661,11 +562,7 @@ struct BarMetric {
     value: fn(&Run) -> f64,
 }
 
-const THROUGHPUT: BarMetric = BarMetric {
-    title: "throughput",
-    axis: "throughput (ops/s)",
-    value: |r| r.throughput,
-};
+const THROUGHPUT: BarMetric = BarMetric { title: "throughput", axis: "throughput (ops/s)", value: |r| r.throughput };
 
 const P50_MS: BarMetric = BarMetric {
     title: "p50 latency",
@@ -692,63 +589,43 @@ fn bars(w: &Workload, metric: &BarMetric) -> Result<String> {
     let longest = w.variants.iter().map(|v| text_width(v)).max().unwrap_or(0);
     let group_width = (systems as u32 * 28 + 30).max(longest + 16);
     let plot_width = (w.variants.len() as u32 * group_width + 110).max(PLOT_WIDTH);
-    let legend: Vec<Entry> = w
-        .systems
-        .iter()
-        .map(|s| Entry {
-            label: s.to_string(),
-            color: color(s),
-            mark: Mark::Bar,
-        })
-        .collect();
+    let legend: Vec<Entry> =
+        w.systems.iter().map(|s| Entry { label: s.to_string(), color: color(s), mark: Mark::Bar }).collect();
 
-    render(
-        &format!("{}: {}", w.name, metric.title),
-        plot_width,
-        &legend,
-        |area| {
-            let n = w.variants.len();
-            let y = zero_to_max(w.runs.iter().map(|r| value(r)));
-            let mut chart = chart_on(area).build_cartesian_2d(VariantAxis(n), y)?;
-            let label = |x: &f64| {
-                w.variants
-                    .get(x.floor() as usize)
-                    .map(|v| v.to_string())
-                    .unwrap_or_default()
-            };
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(n)
-                .x_label_formatter(&label)
-                .y_label_formatter(&|y| axis_number(*y))
-                .x_desc("variant")
-                .y_desc(metric.axis)
-                .label_style((FONT, LABEL_SIZE))
-                .axis_desc_style((FONT, DESC_SIZE))
-                .max_light_lines(1)
-                .draw()?;
+    render(&format!("{}: {}", w.name, metric.title), plot_width, &legend, |area| {
+        let n = w.variants.len();
+        let y = zero_to_max(w.runs.iter().map(|r| value(r)));
+        let mut chart = chart_on(area).build_cartesian_2d(VariantAxis(n), y)?;
+        let label = |x: &f64| w.variants.get(x.floor() as usize).map(|v| v.to_string()).unwrap_or_default();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n)
+            .x_label_formatter(&label)
+            .y_label_formatter(&|y| axis_number(*y))
+            .x_desc("variant")
+            .y_desc(metric.axis)
+            .label_style((FONT, LABEL_SIZE))
+            .axis_desc_style((FONT, DESC_SIZE))
+            .max_light_lines(1)
+            .draw()?;
 
-            // Bars at most MAX_BAR_PX wide (in x units: a variant's share of
-            // the plot), each group centred on its variant.
-            let unit_px = f64::from(plot_width - 110) / n.max(1) as f64;
-            let bar = (0.8 / systems as f64).min(MAX_BAR_PX / unit_px);
-            let first = 0.5 - bar * systems as f64 / 2.0;
-            for (j, system) in w.systems.iter().enumerate() {
-                let style = color(system).filled();
-                let bars = w.variants.iter().enumerate().filter_map(|(i, variant)| {
-                    let run = w.run(variant, system)?;
-                    let x0 = i as f64 + first + j as f64 * bar;
-                    Some(Rectangle::new(
-                        [(x0, 0.0), (x0 + bar * 0.92, value(run))],
-                        style,
-                    ))
-                });
-                chart.draw_series(bars)?;
-            }
-            note_if_empty(area, !w.runs.iter().any(|r| value(r) > 0.0))
-        },
-    )
+        // Bars at most MAX_BAR_PX wide (in x units: a variant's share of
+        // the plot), each group centred on its variant.
+        let unit_px = f64::from(plot_width - 110) / n.max(1) as f64;
+        let bar = (0.8 / systems as f64).min(MAX_BAR_PX / unit_px);
+        let first = 0.5 - bar * systems as f64 / 2.0;
+        for (j, system) in w.systems.iter().enumerate() {
+            let style = color(system).filled();
+            let bars = w.variants.iter().enumerate().filter_map(|(i, variant)| {
+                let run = w.run(variant, system)?;
+                let x0 = i as f64 + first + j as f64 * bar;
+                Some(Rectangle::new([(x0, 0.0), (x0 + bar * 0.92, value(run))], style))
+            });
+            chart.draw_series(bars)?;
+        }
+        note_if_empty(area, !w.runs.iter().any(|r| value(r) > 0.0))
+    })
 }
 
 /// A categorical x axis: one unit per variant, ticked at its centre.
@@ -778,51 +655,37 @@ impl Ranged for VariantAxis {
 }
 
 fn throughput_lines(w: &Workload) -> Result<String> {
-    let legend: Vec<Entry> = w
-        .systems
-        .iter()
-        .map(|s| Entry {
-            label: s.to_string(),
-            color: color(s),
-            mark: Mark::Points,
-        })
-        .collect();
-    render(
-        &format!("{}: throughput", w.name),
-        PLOT_WIDTH,
-        &legend,
-        |area| {
-            let xs = || w.runs.iter().filter_map(|r| r.x).filter(|x| x.is_finite());
-            let lo = xs().fold(f64::INFINITY, f64::min);
-            let hi = xs().fold(f64::NEG_INFINITY, f64::max);
-            let x = if lo < hi {
-                lo..hi
-            } else if lo.is_finite() {
-                lo - 1.0..lo + 1.0
-            } else {
-                0.0..1.0
-            };
-            let y = zero_to_max(w.runs.iter().map(|r| r.throughput));
-            let mut chart = chart_on(area).build_cartesian_2d(x, y)?;
-            chart
-                .configure_mesh()
-                .x_label_formatter(&|x| axis_number(*x))
-                .y_label_formatter(&|y| axis_number(*y))
-                .x_desc(x_desc(w.name))
-                .y_desc("throughput (ops/s)")
-                .label_style((FONT, LABEL_SIZE))
-                .axis_desc_style((FONT, DESC_SIZE))
-                .max_light_lines(1)
-                .draw()?;
-            for system in &w.systems {
-                let line = series(w, system, |r| Some((r.x?, r.throughput)));
-                chart.draw_series(
-                    LineSeries::new(line, color(system).stroke_width(2)).point_size(4),
-                )?;
-            }
-            note_if_empty(area, !w.runs.iter().any(|r| r.throughput > 0.0))
-        },
-    )
+    let legend: Vec<Entry> =
+        w.systems.iter().map(|s| Entry { label: s.to_string(), color: color(s), mark: Mark::Points }).collect();
+    render(&format!("{}: throughput", w.name), PLOT_WIDTH, &legend, |area| {
+        let xs = || w.runs.iter().filter_map(|r| r.x).filter(|x| x.is_finite());
+        let lo = xs().fold(f64::INFINITY, f64::min);
+        let hi = xs().fold(f64::NEG_INFINITY, f64::max);
+        let x = if lo < hi {
+            lo..hi
+        } else if lo.is_finite() {
+            lo - 1.0..lo + 1.0
+        } else {
+            0.0..1.0
+        };
+        let y = zero_to_max(w.runs.iter().map(|r| r.throughput));
+        let mut chart = chart_on(area).build_cartesian_2d(x, y)?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|x| axis_number(*x))
+            .y_label_formatter(&|y| axis_number(*y))
+            .x_desc(x_desc(w.name))
+            .y_desc("throughput (ops/s)")
+            .label_style((FONT, LABEL_SIZE))
+            .axis_desc_style((FONT, DESC_SIZE))
+            .max_light_lines(1)
+            .draw()?;
+        for system in &w.systems {
+            let line = series(w, system, |r| Some((r.x?, r.throughput)));
+            chart.draw_series(LineSeries::new(line, color(system).stroke_width(2)).point_size(4))?;
+        }
+        note_if_empty(area, !w.runs.iter().any(|r| r.throughput > 0.0))
+    })
 }
 
 fn latency_by_rounds(w: &Workload) -> Result<String> {
@@ -832,15 +695,8 @@ fn latency_by_rounds(w: &Workload) -> Result<String> {
         let p50 = r.latency_us.p50;
         (r.ops > 0 && p50.is_finite() && p50 > 0.0).then_some((x, p50))
     };
-    let legend: Vec<Entry> = w
-        .systems
-        .iter()
-        .map(|s| Entry {
-            label: s.to_string(),
-            color: color(s),
-            mark: Mark::Points,
-        })
-        .collect();
+    let legend: Vec<Entry> =
+        w.systems.iter().map(|s| Entry { label: s.to_string(), color: color(s), mark: Mark::Points }).collect();
     let title = format!("{}: p50 latency by job length", w.name);
     render(&title, PLOT_WIDTH, &legend, |area| {
         let points: Vec<(f64, f64)> = w.runs.iter().filter_map(|r| point(r)).collect();
@@ -858,19 +714,14 @@ fn latency_by_rounds(w: &Workload) -> Result<String> {
             .draw()?;
         for system in &w.systems {
             let line = series(w, system, point);
-            chart
-                .draw_series(LineSeries::new(line, color(system).stroke_width(2)).point_size(4))?;
+            chart.draw_series(LineSeries::new(line, color(system).stroke_width(2)).point_size(4))?;
         }
         note_if_empty(area, points.is_empty())
     })
 }
 
 /// The points of one system's runs, in x order.
-fn series(
-    w: &Workload,
-    system: &str,
-    point: impl Fn(&Run) -> Option<(f64, f64)>,
-) -> Vec<(f64, f64)> {
+fn series(w: &Workload, system: &str, point: impl Fn(&Run) -> Option<(f64, f64)>) -> Vec<(f64, f64)> {
     let mut points: Vec<(f64, f64)> = w
         .runs
         .iter()
@@ -883,18 +734,10 @@ fn series(
 }
 
 fn timeline(w: &Workload) -> Result<String> {
-    let runs: Vec<&Run> = w
-        .runs
-        .iter()
-        .copied()
-        .filter(|r| !r.timeline.is_empty())
-        .collect();
+    let runs: Vec<&Run> = w.runs.iter().copied().filter(|r| !r.timeline.is_empty()).collect();
     // A system's runs share its colour and differ in dashes.
-    let dashes: Vec<usize> = runs
-        .iter()
-        .enumerate()
-        .map(|(i, run)| runs[..i].iter().filter(|r| r.system == run.system).count())
-        .collect();
+    let dashes: Vec<usize> =
+        runs.iter().enumerate().map(|(i, run)| runs[..i].iter().filter(|r| r.system == run.system).count()).collect();
     let entries: Vec<Entry> = runs
         .iter()
         .zip(&dashes)
@@ -912,49 +755,36 @@ fn timeline(w: &Workload) -> Result<String> {
         }
     };
 
-    render(
-        &format!("{}: throughput over time", w.name),
-        PLOT_WIDTH,
-        &entries,
-        |area| {
-            let end = runs
+    render(&format!("{}: throughput over time", w.name), PLOT_WIDTH, &entries, |area| {
+        let end = runs.iter().map(|r| step(r) * (r.timeline.len() - 1) as f64).fold(0.0, f64::max);
+        let x = 0.0..if end > 0.0 { end } else { 1.0 };
+        let y = zero_to_max(runs.iter().flat_map(|r| r.timeline.iter().copied()));
+        let mut chart = chart_on(area).build_cartesian_2d(x, y)?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|x| axis_number(*x))
+            .y_label_formatter(&|y| axis_number(*y))
+            .x_desc("time (s)")
+            .y_desc("throughput (ops/s)")
+            .label_style((FONT, LABEL_SIZE))
+            .axis_desc_style((FONT, DESC_SIZE))
+            .max_light_lines(1)
+            .draw()?;
+        for ((run, entry), dash) in runs.iter().zip(&entries).zip(&dashes) {
+            let points: Vec<(f64, f64)> = run
+                .timeline
                 .iter()
-                .map(|r| step(r) * (r.timeline.len() - 1) as f64)
-                .fold(0.0, f64::max);
-            let x = 0.0..if end > 0.0 { end } else { 1.0 };
-            let y = zero_to_max(runs.iter().flat_map(|r| r.timeline.iter().copied()));
-            let mut chart = chart_on(area).build_cartesian_2d(x, y)?;
-            chart
-                .configure_mesh()
-                .x_label_formatter(&|x| axis_number(*x))
-                .y_label_formatter(&|y| axis_number(*y))
-                .x_desc("time (s)")
-                .y_desc("throughput (ops/s)")
-                .label_style((FONT, LABEL_SIZE))
-                .axis_desc_style((FONT, DESC_SIZE))
-                .max_light_lines(1)
-                .draw()?;
-            for ((run, entry), dash) in runs.iter().zip(&entries).zip(&dashes) {
-                let points: Vec<(f64, f64)> = run
-                    .timeline
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| (i as f64 * step(run), if v.is_finite() { *v } else { 0.0 }))
-                    .collect();
-                let style = entry.color.stroke_width(2);
-                match DASHES[dash % DASHES.len()] {
-                    (0, _) => chart.draw_series(LineSeries::new(points, style))?,
-                    (size, gap) => {
-                        chart.draw_series(DashedLineSeries::new(points, size, gap, style))?
-                    }
-                };
-            }
-            note_if_empty(
-                area,
-                !runs.iter().flat_map(|r| &r.timeline).any(|v| *v > 0.0),
-            )
-        },
-    )
+                .enumerate()
+                .map(|(i, v)| (i as f64 * step(run), if v.is_finite() { *v } else { 0.0 }))
+                .collect();
+            let style = entry.color.stroke_width(2);
+            match DASHES[dash % DASHES.len()] {
+                (0, _) => chart.draw_series(LineSeries::new(points, style))?,
+                (size, gap) => chart.draw_series(DashedLineSeries::new(points, size, gap, style))?,
+            };
+        }
+        note_if_empty(area, !runs.iter().flat_map(|r| &r.timeline).any(|v| *v > 0.0))
+    })
 }
 
 #[cfg(test)]
@@ -974,27 +804,14 @@ mod tests {
             throughput,
             errors: 0,
             retries: 0,
-            latency_us: Latency {
-                p50: 1_500.0,
-                p90: 2_000.0,
-                p99: 12_345.0,
-                max: 20_000.0,
-                mean: 1_600.0,
-            },
+            latency_us: Latency { p50: 1_500.0, p90: 2_000.0, p99: 12_345.0, max: 20_000.0, mean: 1_600.0 },
             timeline: vec![],
             timeline_step_s: 0.0,
         }
     }
 
     /// The workloads of `results()`, in the order they first ran.
-    const WORKLOADS: [&str; 6] = [
-        "rw-mix",
-        "job-length",
-        "faulty",
-        "cold-start",
-        "retwis",
-        "cloudforum",
-    ];
+    const WORKLOADS: [&str; 6] = ["rw-mix", "job-length", "faulty", "cold-start", "retwis", "cloudforum"];
 
     /// Several workloads as the suite produces them, with the awkward cases:
     /// a workload without the baseline on every variant, one with a single
@@ -1007,10 +824,7 @@ mod tests {
             runs.push(run("rw-mix", variant, Some(x), "plpgsql", 500.0));
         }
         // plpgsql retried serialization failures and gave up on three.
-        let contended = runs
-            .iter_mut()
-            .find(|r| r.variant == "25% writes" && r.system == "plpgsql")
-            .unwrap();
+        let contended = runs.iter_mut().find(|r| r.variant == "25% writes" && r.system == "plpgsql").unwrap();
         contended.retries = 1_234;
         contended.errors = 3;
         // raw-sql ran only the first variant.
@@ -1023,11 +837,9 @@ mod tests {
                 runs.push(r);
             }
         }
-        for (system, variant) in [
-            ("lambdastore", "kill a worker"),
-            ("lambdastore", "restart"),
-            ("plpgsql", "kill a worker"),
-        ] {
+        for (system, variant) in
+            [("lambdastore", "kill a worker"), ("lambdastore", "restart"), ("plpgsql", "kill a worker")]
+        {
             let mut r = run("faulty", variant, None, system, 800.0);
             r.timeline = vec![900.0, 880.0, 0.0, 450.0, 870.0];
             r.timeline_step_s = 0.5;
@@ -1059,37 +871,27 @@ mod tests {
             started_at: "2025-01-02T03:04:05Z".into(),
             quick: true,
             scale: vec!["rw-mix: 2,000 objects x 100 entries x 1 KiB".into()],
-            findings: vec![
-                "faulty, lambdastore: back to 90% of the earlier throughput 1.2 s after the fault"
-                    .into(),
-            ],
+            findings: vec!["faulty, lambdastore: back to 90% of the earlier throughput 1.2 s after the fault".into()],
             runs,
         }
     }
 
     /// A fresh, empty directory per test.
     fn temp_dir(test: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("lambdastore-report-{}-{test}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("lambdastore-report-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
 
     /// The markdown table row whose first cell is `variant`, under `### workload`.
     fn row(md: &str, workload: &str, variant: &str) -> Vec<String> {
-        let section = md
-            .split(&format!("### {workload}\n"))
-            .nth(1)
-            .expect("section");
+        let section = md.split(&format!("### {workload}\n")).nth(1).expect("section");
         let section = section.split("\n### ").next().unwrap();
         let line = section
             .lines()
             .find(|l| l.starts_with(&format!("| {variant} |")))
             .unwrap_or_else(|| panic!("no row {variant} in {workload}:\n{section}"));
-        line.trim_matches('|')
-            .split(" | ")
-            .map(|c| c.trim().to_string())
-            .collect()
+        line.trim_matches('|').split(" | ").map(|c| c.trim().to_string()).collect()
     }
 
     fn header_row(md: &str, workload: &str) -> Vec<String> {
@@ -1176,14 +978,8 @@ mod tests {
     #[test]
     fn retries_and_errors_are_summed_per_row_and_listed_per_run() {
         let md = markdown(&results());
-        assert_eq!(
-            row(&md, "rw-mix", "25% writes").last().unwrap(),
-            "1,234 / 3"
-        );
-        assert!(
-            md.contains("Retries / errors by system: plpgsql 1,234 / 3.\n"),
-            "{md}"
-        );
+        assert_eq!(row(&md, "rw-mix", "25% writes").last().unwrap(), "1,234 / 3");
+        assert!(md.contains("Retries / errors by system: plpgsql 1,234 / 3.\n"), "{md}");
         assert!(
             md.contains("- **3 errors** in 25% writes, plpgsql: operations that failed for good (5,000 completed)."),
             "{md}"
@@ -1194,10 +990,7 @@ mod tests {
     fn a_single_system_has_no_ratio_columns() {
         let md = markdown(&results());
         assert_eq!(header_row(&md, "cloudforum").len(), 4);
-        assert_eq!(
-            row(&md, "cloudforum", "90/10"),
-            ["90/10", "40.0", "1.50 / 12.3", "0 / 0"]
-        );
+        assert_eq!(row(&md, "cloudforum", "90/10"), ["90/10", "40.0", "1.50 / 12.3", "0 / 0"]);
     }
 
     #[test]
@@ -1206,36 +999,22 @@ mod tests {
         assert!(md.contains("*sequential, 1 clients, 200 samples.*"), "{md}");
         assert_eq!(
             header_row(&md, "cold-start"),
-            [
-                "variant",
-                "lambdastore p50 / p99 ms",
-                "plpgsql p50 / p99 ms",
-                "retries / errors"
-            ]
+            ["variant", "lambdastore p50 / p99 ms", "plpgsql p50 / p99 ms", "retries / errors"]
         );
-        assert_eq!(
-            row(&md, "cold-start", "cold call"),
-            ["cold call", "1.70 / 12.3", "1.40 / 12.3", "0 / 0"]
-        );
+        assert_eq!(row(&md, "cold-start", "cold call"), ["cold call", "1.70 / 12.3", "1.40 / 12.3", "0 / 0"]);
     }
 
     #[test]
     fn zero_throughput_shows_zero_and_no_latency_or_ratio() {
         let md = markdown(&results());
-        assert_eq!(
-            row(&md, "retwis", "post"),
-            ["post", "0", "—", "0", "—", "—", "0 / 7"]
-        );
+        assert_eq!(row(&md, "retwis", "post"), ["post", "0", "—", "0", "—", "—", "0 / 7"]);
     }
 
     #[test]
     fn each_workload_links_its_plot() {
         let md = markdown(&results());
         for workload in WORKLOADS {
-            assert!(
-                md.contains(&format!("![{workload}]({workload}.svg)")),
-                "{workload}"
-            );
+            assert!(md.contains(&format!("![{workload}]({workload}.svg)")), "{workload}");
         }
     }
 
@@ -1277,10 +1056,7 @@ mod tests {
         let dir = temp_dir("write");
         let results = results();
         let files = write(&results, &dir).unwrap();
-        let names: Vec<String> = files
-            .iter()
-            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
-            .collect();
+        let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
         let mut expected = vec!["results.json".to_string(), "results.md".to_string()];
         let pngs = fonts_for_png();
         for workload in WORKLOADS {
@@ -1291,20 +1067,11 @@ mod tests {
         }
         assert_eq!(names, expected);
         for file in &files {
-            assert!(
-                file.starts_with(&dir) && file.is_file(),
-                "{}",
-                file.display()
-            );
+            assert!(file.starts_with(&dir) && file.is_file(), "{}", file.display());
         }
-        let json: Results =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap())
-                .unwrap();
+        let json: Results = serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
         assert_eq!(json.runs.len(), results.runs.len());
-        assert_eq!(
-            std::fs::read_to_string(dir.join("results.md")).unwrap(),
-            markdown(&results)
-        );
+        assert_eq!(std::fs::read_to_string(dir.join("results.md")).unwrap(), markdown(&results));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1323,10 +1090,7 @@ mod tests {
     }
 
     fn dark(pixels: &[[u8; 4]]) -> usize {
-        pixels
-            .iter()
-            .filter(|[r, g, b, a]| *a > 0 && u16::from(*r) + u16::from(*g) + u16::from(*b) < 200)
-            .count()
+        pixels.iter().filter(|[r, g, b, a]| *a > 0 && u16::from(*r) + u16::from(*g) + u16::from(*b) < 200).count()
     }
 
     #[test]
@@ -1367,11 +1131,7 @@ mod tests {
     /// A plot as its text: what a browser would show, so `starts_with("<svg")`.
     fn svg(dir: &Path, name: &str) -> String {
         let svg = std::fs::read_to_string(dir.join(name)).unwrap();
-        assert!(
-            svg.starts_with("<svg"),
-            "{name} starts with {:?}",
-            &svg[..svg.len().min(40)]
-        );
+        assert!(svg.starts_with("<svg"), "{name} starts with {:?}", &svg[..svg.len().min(40)]);
         assert!(svg.trim_end().ends_with("</svg>"), "{name} is complete");
         svg
     }
@@ -1426,19 +1186,9 @@ mod tests {
             ),
             (
                 "cold-start.svg",
-                &[
-                    "cold-start: p50 latency",
-                    "p50 latency (ms)",
-                    "warm call",
-                    "cold call",
-                    "lambdastore",
-                    "plpgsql",
-                ],
+                &["cold-start: p50 latency", "p50 latency (ms)", "warm call", "cold call", "lambdastore", "plpgsql"],
             ),
-            (
-                "retwis.svg",
-                &["retwis: throughput", "post", "lambdastore", "plpgsql"],
-            ),
+            ("retwis.svg", &["retwis: throughput", "post", "lambdastore", "plpgsql"]),
         ];
         for (name, texts) in expected {
             let svg = svg(&dir, name);
@@ -1452,10 +1202,7 @@ mod tests {
     /// How many `<tag` elements of `svg` are drawn in `hex` (fill or stroke).
     fn in_colour(svg: &str, tag: &str, hex: &str) -> usize {
         let colour = format!("=\"#{hex}\"");
-        svg.split(&format!("<{tag} "))
-            .skip(1)
-            .filter(|e| e.split('>').next().unwrap().contains(&colour))
-            .count()
+        svg.split(&format!("<{tag} ")).skip(1).filter(|e| e.split('>').next().unwrap().contains(&colour)).count()
     }
 
     #[test]
@@ -1493,13 +1240,7 @@ mod tests {
             .flat_map(|w| {
                 let variant = format!("{w}% writes");
                 [
-                    run(
-                        "rw-mix",
-                        &variant,
-                        Some(w as f64),
-                        "lambdastore",
-                        1000.0 - w as f64,
-                    ),
+                    run("rw-mix", &variant, Some(w as f64), "lambdastore", 1000.0 - w as f64),
                     run("rw-mix", &variant, Some(w as f64), "plpgsql", 500.0),
                 ]
             })
@@ -1507,20 +1248,10 @@ mod tests {
         let dir = temp_dir("numeric");
         write(&results, &dir).unwrap();
         let svg = svg(&dir, "rw-mix.svg");
-        for text in [
-            "rw-mix: throughput",
-            "writes (%)",
-            "throughput (ops/s)",
-            "lambdastore",
-            "plpgsql",
-        ] {
+        for text in ["rw-mix: throughput", "writes (%)", "throughput (ops/s)", "lambdastore", "plpgsql"] {
             assert!(has_text(&svg, text), "lacks {text:?}");
         }
-        assert_eq!(
-            in_colour(&svg, "circle", "4E79A7"),
-            11 + 1,
-            "a dot per variant and the legend's"
-        );
+        assert_eq!(in_colour(&svg, "circle", "4E79A7"), 11 + 1, "a dot per variant and the legend's");
         assert_eq!(in_colour(&svg, "rect", "4E79A7"), 0, "no bars");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1537,17 +1268,12 @@ mod tests {
         results.runs.push(flat);
         let dir = temp_dir("degenerate");
         write(&results, &dir).unwrap();
-        for (name, legend) in [
-            ("lonely.svg", "lambdastore"),
-            ("job-length.svg", "plpgsql"),
-            ("faulty.svg", "lambdastore: kill"),
-        ] {
+        for (name, legend) in
+            [("lonely.svg", "lambdastore"), ("job-length.svg", "plpgsql"), ("faulty.svg", "lambdastore: kill")]
+        {
             let svg = svg(&dir, name);
             assert!(has_text(&svg, legend), "{name} keeps its legend");
-            assert!(
-                has_text(&svg, "no operations completed"),
-                "{name} says it is empty"
-            );
+            assert!(has_text(&svg, "no operations completed"), "{name} says it is empty");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -10,8 +10,8 @@ use super::workloads::Op;
 use crate::remote::{RemoteApp, RemoteError, RemoteSession};
 use anyhow::{bail, Result};
 use postgres::types::ToSql;
-use std::collections::HashMap;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -108,9 +108,7 @@ impl SqlSession {
 }
 
 pub(super) fn is_retryable(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<postgres::Error>()
-        .and_then(|e| e.code())
-        .is_some_and(|c| matches!(c.code(), "40001" | "40P01"))
+    e.downcast_ref::<postgres::Error>().and_then(|e| e.code()).is_some_and(|c| matches!(c.code(), "40001" | "40P01"))
 }
 
 fn first_column(row: &postgres::Row) -> Result<Value> {
@@ -132,30 +130,46 @@ fn statement(system: System, op: &Op) -> Result<(&'static str, Vec<Param>)> {
     Ok(match system {
         System::Lambdastore => {
             let (object, method, args) = op.call();
-            ("SELECT lambda_invoke($1, $2, $3::jsonb)", vec![Box::new(object), Box::new(method.to_string()), Box::new(args)])
+            (
+                "SELECT lambda_invoke($1, $2, $3::jsonb)",
+                vec![Box::new(object), Box::new(method.to_string()), Box::new(args)],
+            )
         }
         System::Plpgsql => match op {
-            Op::Touch { object, keys, write } => {
-                ("SELECT bench_plpgsql.touch($1, $2, $3)", vec![Box::new(*object), Box::new(int_keys(keys)), Box::new(*write)])
-            }
+            Op::Touch { object, keys, write } => (
+                "SELECT bench_plpgsql.touch($1, $2, $3)",
+                vec![Box::new(*object), Box::new(int_keys(keys)), Box::new(*write)],
+            ),
             Op::Hash { n, .. } => ("SELECT bench_plpgsql.hash($1)", vec![Box::new(*n as i32)]),
             Op::GetThread { thread } => ("SELECT bench_plpgsql.forum_get_thread($1)", vec![Box::new(*thread)]),
-            Op::AddComment { account, thread, text } => {
-                ("SELECT bench_plpgsql.forum_add_comment($1, $2, $3)", vec![Box::new(*account), Box::new(*thread), Box::new(text.clone())])
-            }
+            Op::AddComment { account, thread, text } => (
+                "SELECT bench_plpgsql.forum_add_comment($1, $2, $3)",
+                vec![Box::new(*account), Box::new(*thread), Box::new(text.clone())],
+            ),
             Op::Timeline { user } => ("SELECT bench_plpgsql.retwis_get_timeline($1, 50)", vec![Box::new(*user)]),
-            Op::Post { user, text } => ("SELECT bench_plpgsql.retwis_create_post($1, $2)", vec![Box::new(*user), Box::new(text.clone())]),
+            Op::Post { user, text } => {
+                ("SELECT bench_plpgsql.retwis_create_post($1, $2)", vec![Box::new(*user), Box::new(text.clone())])
+            }
             Op::Spin { .. } => ("SELECT bench_plpgsql.spin()", vec![]),
         },
         System::RawSql => match op {
-            Op::Touch { object, keys, write: false } => (include_str!("../../sql/raw/touch_read.sql"), vec![Box::new(*object), Box::new(int_keys(keys))]),
-            Op::Touch { object, keys, write: true } => (include_str!("../../sql/raw/touch_write.sql"), vec![Box::new(*object), Box::new(int_keys(keys))]),
-            Op::GetThread { thread } => (include_str!("../../sql/raw/forum_get_thread.sql"), vec![Box::new(*thread)]),
-            Op::AddComment { account, thread, text } => {
-                (include_str!("../../sql/raw/forum_add_comment.sql"), vec![Box::new(*account), Box::new(*thread), Box::new(text.clone())])
+            Op::Touch { object, keys, write: false } => {
+                (include_str!("../../sql/raw/touch_read.sql"), vec![Box::new(*object), Box::new(int_keys(keys))])
             }
-            Op::Timeline { user } => (include_str!("../../sql/raw/retwis_get_timeline.sql"), vec![Box::new(*user), Box::new(50i32)]),
-            Op::Post { user, text } => (include_str!("../../sql/raw/retwis_create_post.sql"), vec![Box::new(*user), Box::new(text.clone())]),
+            Op::Touch { object, keys, write: true } => {
+                (include_str!("../../sql/raw/touch_write.sql"), vec![Box::new(*object), Box::new(int_keys(keys))])
+            }
+            Op::GetThread { thread } => (include_str!("../../sql/raw/forum_get_thread.sql"), vec![Box::new(*thread)]),
+            Op::AddComment { account, thread, text } => (
+                include_str!("../../sql/raw/forum_add_comment.sql"),
+                vec![Box::new(*account), Box::new(*thread), Box::new(text.clone())],
+            ),
+            Op::Timeline { user } => {
+                (include_str!("../../sql/raw/retwis_get_timeline.sql"), vec![Box::new(*user), Box::new(50i32)])
+            }
+            Op::Post { user, text } => {
+                (include_str!("../../sql/raw/retwis_create_post.sql"), vec![Box::new(*user), Box::new(text.clone())])
+            }
             Op::Hash { .. } | Op::Spin { .. } => bail!("raw SQL has no form of {op:?}"),
         },
         System::Disaggregated => unreachable!("disaggregated sessions do not run SQL statements"),

@@ -4,9 +4,9 @@
 
 use super::driver::{self, Outcome};
 use super::systems::{self, SqlSession, System};
-use crate::remote::RemoteSession;
 use super::Suite;
 use crate::contention::next;
+use crate::remote::RemoteSession;
 use anyhow::Result;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -37,7 +37,9 @@ impl Op {
             Op::Touch { object, keys, write } => (*object, "touch", json!({"keys": keys, "write": write})),
             Op::Hash { object, n } => (*object, "hash", json!({"n": n})),
             Op::GetThread { thread } => (*thread, "get_thread", json!({})),
-            Op::AddComment { account, thread, text } => (*account, "add_comment", json!({"thread": thread, "text": text})),
+            Op::AddComment { account, thread, text } => {
+                (*account, "add_comment", json!({"thread": thread, "text": text}))
+            }
             Op::Timeline { user } => (*user, "get_timeline", json!({"limit": 50})),
             Op::Post { user, text } => (*user, "create_post", json!({"text": text})),
             Op::Spin { object } => (*object, "spin", json!({})),
@@ -93,7 +95,15 @@ fn percent(rng: &mut u64) -> u64 {
 
 impl Suite {
     /// Measures `systems` on the operations `generate` draws, one run each.
-    fn measure<G>(&mut self, workload: &str, variant: &str, x: Option<f64>, systems: &[System], setup: &str, generate: G) -> Result<()>
+    fn measure<G>(
+        &mut self,
+        workload: &str,
+        variant: &str,
+        x: Option<f64>,
+        systems: &[System],
+        setup: &str,
+        generate: G,
+    ) -> Result<()>
     where
         G: Fn(usize, &mut u64) -> Op + Send + Sync + 'static,
     {
@@ -118,8 +128,14 @@ impl Suite {
                 })?
             };
             let run = measured.into_run(workload, variant, x, system.name());
-            println!("  {label:<44} {:>9.0} ops/s  p50 {:>8.2} ms  p99 {:>8.2} ms  retries {:>6}  errors {}",
-                run.throughput, run.latency_us.p50 / 1e3, run.latency_us.p99 / 1e3, run.retries, run.errors);
+            println!(
+                "  {label:<44} {:>9.0} ops/s  p50 {:>8.2} ms  p99 {:>8.2} ms  retries {:>6}  errors {}",
+                run.throughput,
+                run.latency_us.p50 / 1e3,
+                run.latency_us.p99 / 1e3,
+                run.retries,
+                run.errors
+            );
             self.results.runs.push(run);
         }
         Ok(())
@@ -152,7 +168,13 @@ impl Suite {
 
     /// Creates `count` objects of `type_name` with constructor arguments
     /// `args(i)`, 500 per statement; returns their ids in order.
-    fn create_objects(&mut self, app: &str, type_name: &str, count: usize, args: impl Fn(usize) -> Value) -> Result<Vec<i64>> {
+    fn create_objects(
+        &mut self,
+        app: &str,
+        type_name: &str,
+        count: usize,
+        args: impl Fn(usize) -> Value,
+    ) -> Result<Vec<i64>> {
         let mut ids = Vec::with_capacity(count);
         for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
             let batch: Vec<Value> = chunk.iter().map(|&i| args(i)).collect();
@@ -190,20 +212,27 @@ impl Suite {
         println!("rw-mix: {objects} objects created in {:.1} s", started.elapsed().as_secs_f64());
         for write_percent in [0u64, 25, 50, 75, 100] {
             let ids = ids.clone();
-            self.measure("rw-mix", &format!("{write_percent}% writes"), Some(write_percent as f64), &System::ALL, "", move |_, rng| {
-                let object = pick(rng, &ids);
-                let mut keys = [0u32; 5];
-                // Distinct keys, as a transaction over 5 entries means.
-                let mut i = 0;
-                while i < 5 {
-                    let k = (next(rng) % 100) as u32;
-                    if !keys[..i].contains(&k) {
-                        keys[i] = k;
-                        i += 1;
+            self.measure(
+                "rw-mix",
+                &format!("{write_percent}% writes"),
+                Some(write_percent as f64),
+                &System::ALL,
+                "",
+                move |_, rng| {
+                    let object = pick(rng, &ids);
+                    let mut keys = [0u32; 5];
+                    // Distinct keys, as a transaction over 5 entries means.
+                    let mut i = 0;
+                    while i < 5 {
+                        let k = (next(rng) % 100) as u32;
+                        if !keys[..i].contains(&k) {
+                            keys[i] = k;
+                            i += 1;
+                        }
                     }
-                }
-                Op::Touch { object, keys, write: percent(rng) < write_percent }
-            })?;
+                    Op::Touch { object, keys, write: percent(rng) < write_percent }
+                },
+            )?;
         }
         self.pgbench_read_only(&ids)
     }
@@ -219,7 +248,10 @@ impl Suite {
         for &n in rounds {
             let setup = "SET lambdastore.timeout = '600s'";
             let systems = [System::Lambdastore, System::Disaggregated, System::Plpgsql];
-            self.measure("job-length", &format!("n = {n}"), Some(n as f64), &systems, setup, move |_, _| Op::Hash { object, n })?;
+            self.measure("job-length", &format!("n = {n}"), Some(n as f64), &systems, setup, move |_, _| Op::Hash {
+                object,
+                n,
+            })?;
         }
         Ok(())
     }
@@ -231,8 +263,10 @@ impl Suite {
         self.deploy("forum")?;
         self.admin.batch_execute(include_str!("../../sql/plpgsql/forum.sql"))?;
         let started = Instant::now();
-        let community_ids = self.create_objects("forum", "Community", communities, |i| json!({"name": format!("community {i}")}))?;
-        let account_ids = Arc::new(self.create_objects("forum", "Account", accounts, |i| json!({"name": format!("user {i}")}))?);
+        let community_ids =
+            self.create_objects("forum", "Community", communities, |i| json!({"name": format!("community {i}")}))?;
+        let account_ids =
+            Arc::new(self.create_objects("forum", "Account", accounts, |i| json!({"name": format!("user {i}")}))?);
         let authors: Vec<i64> = (0..threads).map(|i| account_ids[i % accounts]).collect();
         // Threads come from create_thread on their author: a nested
         // constructor and a nested call to the community, as users make them.
@@ -256,7 +290,11 @@ impl Suite {
             if percent(rng) < 90 {
                 Op::GetThread { thread: pick(rng, &thread_ids) }
             } else {
-                Op::AddComment { account: pick(rng, &account_ids), thread: pick(rng, &thread_ids), text: format!("comment {}", next(rng) % 1_000_000) }
+                Op::AddComment {
+                    account: pick(rng, &account_ids),
+                    thread: pick(rng, &thread_ids),
+                    text: format!("comment {}", next(rng) % 1_000_000),
+                }
             }
         })
     }
@@ -265,7 +303,9 @@ impl Suite {
     pub fn retwis(&mut self) -> Result<()> {
         let users = if self.quick { 1_000 } else { 10_000 };
         const FOLLOWERS: usize = 20;
-        self.results.scale.push(format!("retwis: {users} users x {FOLLOWERS} followers; 90% get-timeline (50 newest), 10% create-post"));
+        self.results.scale.push(format!(
+            "retwis: {users} users x {FOLLOWERS} followers; 90% get-timeline (50 newest), 10% create-post"
+        ));
         self.deploy("retwis")?;
         self.admin.batch_execute(include_str!("../../sql/plpgsql/retwis.sql"))?;
         let started = Instant::now();
@@ -349,7 +389,8 @@ impl Suite {
         self.results.scale.push(format!("cold-start: {connections} new connections per system, a redeploy every 10"));
         let counter = self.wasm("counter")?;
         self.admin.execute("SELECT lambdastore.deploy('bench_counter', $1)", &[&counter])?;
-        let id: i64 = self.admin.query_one("SELECT lambdastore.create_object('bench_counter', 'Counter', '{}')", &[])?.get(0);
+        let id: i64 =
+            self.admin.query_one("SELECT lambdastore.create_object('bench_counter', 'Counter', '{}')", &[])?.get(0);
         self.admin.batch_execute(crate::PLPGSQL_GET)?;
         let mut lambda = crate::ColdStart::default();
         let mut plpgsql = crate::ColdStart::default();
@@ -363,7 +404,11 @@ impl Suite {
             plpgsql.measure(&self.url, "SELECT bench_plpgsql_get($1)", id)?;
         }
         for (system, c) in [("lambdastore", &lambda), ("plpgsql", &plpgsql)] {
-            for (variant, h) in [("first call in a new connection", &c.first), ("second call", &c.second), ("first minus second", &c.extra)] {
+            for (variant, h) in [
+                ("first call in a new connection", &c.first),
+                ("second call", &c.second),
+                ("first minus second", &c.extra),
+            ] {
                 self.results.runs.push(super::results::Run {
                     workload: "cold-start".into(),
                     variant: variant.into(),
@@ -381,8 +426,12 @@ impl Suite {
                     timeline_step_s: 0.0,
                 });
             }
-            println!("  cold-start {system:<14} first {:>7.0} µs  second {:>6.0} µs  extra p50 {:>6.0} µs",
-                driver::latency(&c.first).p50, driver::latency(&c.second).p50, driver::latency(&c.extra).p50);
+            println!(
+                "  cold-start {system:<14} first {:>7.0} µs  second {:>6.0} µs  extra p50 {:>6.0} µs",
+                driver::latency(&c.first).p50,
+                driver::latency(&c.second).p50,
+                driver::latency(&c.extra).p50
+            );
         }
         Ok(())
     }

@@ -25,7 +25,12 @@ pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
     }
     let limit = gucs::max_module_bytes();
     if wasm.len() > limit {
-        return Err(LambdaError::TooLarge { what: "the module is", size: wasm.len(), limit, setting: "lambdastore.max_module_size" });
+        return Err(LambdaError::TooLarge {
+            what: "the module is",
+            size: wasm.len(),
+            limit,
+            setting: "lambdastore.max_module_size",
+        });
     }
     let sha256 = hex::encode(Sha256::digest(wasm));
     if let Some(running) = modules::running(app, &sha256)? {

@@ -5,8 +5,8 @@
 
 use crate::access::{self, as_storage, Caller, Privilege};
 use crate::error::{LambdaError, Result};
-use crate::workflow;
 use crate::jsonb::JsonText;
+use crate::workflow;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 

@@ -23,7 +23,11 @@ pub(crate) fn around(object: i64, field: &str, key: &[u8]) -> Result<(Position, 
            ORDER BY lower_field, lower_key LIMIT 1)",
         &[INT8OID, TEXTOID, BYTEAOID],
         &[object.into(), field.into(), key.into()],
-        |rows| rows.into_iter().map(|row| Ok((row.get::<bool>(1)?.unwrap_or(false), position(&row, 2)?))).collect::<pgrx::spi::Result<Vec<_>>>(),
+        |rows| {
+            rows.into_iter()
+                .map(|row| Ok((row.get::<bool>(1)?.unwrap_or(false), position(&row, 2)?)))
+                .collect::<pgrx::spi::Result<Vec<_>>>()
+        },
     )?;
     let mut containing = None;
     let mut next = None;
@@ -61,7 +65,9 @@ pub(crate) fn all_if_few(object: i64, max: usize) -> Result<Option<Vec<Position>
 /// The guards of `field` strictly inside (start, end): with the set
 /// containing `start`, every set a scan of [start, end) overlaps.
 pub(crate) fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Position>> {
-    let read = |rows: pgrx::spi::SpiTupleTable<'_>| rows.into_iter().map(|row| position(&row, 1)).collect::<pgrx::spi::Result<Vec<_>>>();
+    let read = |rows: pgrx::spi::SpiTupleTable<'_>| {
+        rows.into_iter().map(|row| position(&row, 1)).collect::<pgrx::spi::Result<Vec<_>>>()
+    };
     match end {
         Some(end) => query(
             "SELECT lower_field, lower_key FROM lambdastore.entry_sets

@@ -100,7 +100,8 @@ pub(crate) fn relation(name: &'static std::ffi::CStr) -> pgrx::pg_sys::Oid {
         return oid;
     }
     // SAFETY: syscache lookups by name; both return InvalidOid when missing.
-    let oid = unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true)) };
+    let oid =
+        unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true)) };
     if oid != pg_sys::InvalidOid {
         RELATIONS.with(|r| r.borrow_mut().oids.push((key, oid)));
     }

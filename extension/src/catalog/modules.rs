@@ -30,12 +30,9 @@ pub(crate) fn get(module_id: i64) -> Result<ModuleRow> {
 }
 
 pub(crate) fn wasm(module_id: i64) -> Result<Vec<u8>> {
-    query(
-        "SELECT wasm FROM lambdastore.modules WHERE module_id = $1",
-        &[INT8OID],
-        &[module_id.into()],
-        |rows| rows.first().get_one::<Vec<u8>>(),
-    )?
+    query("SELECT wasm FROM lambdastore.modules WHERE module_id = $1", &[INT8OID], &[module_id.into()], |rows| {
+        rows.first().get_one::<Vec<u8>>()
+    })?
     .ok_or_else(|| LambdaError::Internal(format!("module {module_id} vanished")))
 }
 
@@ -89,7 +86,13 @@ pub(crate) fn running(app: &str, sha256: &str) -> Result<Option<Deployed>> {
 /// transaction. The caller has locked the application's row (so concurrent
 /// deploys of one application are serialized and versions never collide)
 /// and checked that `deployed_by` may deploy it.
-pub(crate) fn deploy(app: &str, sha256: &str, wasm: &[u8], description: &Description, deployed_by: Oid) -> Result<Deployed> {
+pub(crate) fn deploy(
+    app: &str,
+    sha256: &str,
+    wasm: &[u8],
+    description: &Description,
+    deployed_by: Oid,
+) -> Result<Deployed> {
     let description_json = serde_json::to_value(description).expect("a description serializes");
     let (module_id, version) = query(
         "INSERT INTO lambdastore.modules (app, version, sha256, wasm, description, deployed_by)

@@ -76,7 +76,12 @@ impl Row {
 
 /// The row of `table` (in schema lambdastore) whose primary key, read
 /// through its index `index`, is `key`, handed to `read`.
-pub(crate) fn by_key<R>(table: &'static CStr, index: &'static CStr, key: &[Part<'_>], read: impl FnOnce(&Row) -> R) -> Result<Option<R>> {
+pub(crate) fn by_key<R>(
+    table: &'static CStr,
+    index: &'static CStr,
+    key: &[Part<'_>],
+    read: impl FnOnce(&Row) -> R,
+) -> Result<Option<R>> {
     let mut read = Some(read);
     Ok(by_prefix(table, index, key, 1, |row| (read.take().expect("one row"))(row))?.pop())
 }

@@ -37,11 +37,8 @@ impl AppVersion {
     /// The function `name` of `type_name`, which must be of kind `kind`.
     pub(crate) fn function(&self, type_name: &str, name: &str, kind: FunctionKind) -> Result<&FnDesc> {
         let ty = self.type_desc(type_name)?;
-        let unknown = |why: String| LambdaError::UnknownFunction {
-            ty: type_name.to_string(),
-            function: name.to_string(),
-            why,
-        };
+        let unknown =
+            |why: String| LambdaError::UnknownFunction { ty: type_name.to_string(), function: name.to_string(), why };
         let f = ty.functions.iter().find(|f| f.name == name).ok_or_else(|| unknown(String::new()))?;
         if f.kind != kind {
             return Err(unknown(format!(" as a {} (it is a {})", kind.name(), f.kind.name())));
@@ -124,7 +121,11 @@ pub(crate) fn validate(caller: Caller, wasm: &[u8]) -> Result<(Description, Comp
             .into_iter()
             .map(|t| TypeDesc {
                 name: t.name,
-                fields: t.fields.into_iter().map(|f| FieldDesc { name: f.name, kind: field_kind_name(f.kind).into() }).collect(),
+                fields: t
+                    .fields
+                    .into_iter()
+                    .map(|f| FieldDesc { name: f.name, kind: field_kind_name(f.kind).into() })
+                    .collect(),
                 functions: t
                     .functions
                     .into_iter()
@@ -228,7 +229,13 @@ fn check_description(d: &Description) -> Result<()> {
 
 /// Runs `function` of `type_name` on `object` (0 for static functions) in a
 /// fresh store. A guest's error for its caller is `Err(Application)`.
-pub(crate) fn run(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, frame: Frame, kind: FunctionKind, args: &str) -> Result<String> {
+pub(crate) fn run(
+    workflow: &Rc<Workflow>,
+    app: &Rc<AppVersion>,
+    frame: Frame,
+    kind: FunctionKind,
+    args: &str,
+) -> Result<String> {
     check_args_size(args)?;
     let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
     let outcome = with_instance(workflow, app, frame, gucs::memory_limit_bytes(), |store, lambda| {
@@ -247,7 +254,9 @@ pub(crate) fn run(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, frame: Frame, k
 fn guest_error(err: CallError, ty: &str, function: &str) -> LambdaError {
     match err {
         CallError::Application(message) => LambdaError::Application { message },
-        CallError::BadArguments(message) => LambdaError::BadArguments { ty: ty.into(), function: function.into(), message },
+        CallError::BadArguments(message) => {
+            LambdaError::BadArguments { ty: ty.into(), function: function.into(), message }
+        }
         CallError::UnknownObject(id) => LambdaError::UnknownObject(id),
         CallError::UnknownFunction(why) => LambdaError::UnknownFunction {
             ty: ty.into(),
@@ -281,8 +290,13 @@ fn with_instance<R>(
     f: impl FnOnce(&mut wasmtime::Store<Sandboxed<HostState>>, &Lambda) -> wasmtime::Result<R>,
 ) -> Result<R> {
     let state = HostState { workflow: workflow.clone(), app: app.clone(), frame };
-    runtime::call(state, memory_limit, |state| state.workflow.keep_going(), |store| {
-        let lambda = app.pre.instantiate(&mut *store)?;
-        f(store, &lambda)
-    })
+    runtime::call(
+        state,
+        memory_limit,
+        |state| state.workflow.keep_going(),
+        |store| {
+            let lambda = app.pre.instantiate(&mut *store)?;
+            f(store, &lambda)
+        },
+    )
 }

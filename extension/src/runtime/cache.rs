@@ -55,9 +55,7 @@ pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Compon
     let Ok(files) = std::fs::read_dir(cache_dir()) else { return };
     for file in files.flatten() {
         let name = file.file_name().to_string_lossy().into_owned();
-        let wanted = name
-            .strip_suffix(&suffix)
-            .is_some_and(|sha| sha == sha256 || in_use.contains(sha));
+        let wanted = name.strip_suffix(&suffix).is_some_and(|sha| sha == sha256 || in_use.contains(sha));
         if !wanted && !name.contains(".tmp") {
             let _ = std::fs::remove_file(file.path());
         }

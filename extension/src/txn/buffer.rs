@@ -111,9 +111,7 @@ impl WriteBuffer {
             // field name; "field\0" is the smallest name after `field`.
             None => Bound::Excluded((object, format!("{field}\0"), Vec::new())),
         };
-        self.entries
-            .range((Bound::Included(lower), upper))
-            .map(|((_, _, key), slot)| (key.as_slice(), slot))
+        self.entries.range((Bound::Included(lower), upper)).map(|((_, _, key), slot)| (key.as_slice(), slot))
     }
 
     pub(crate) fn is_empty(&self) -> bool {

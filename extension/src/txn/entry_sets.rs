@@ -70,19 +70,30 @@ impl KnownSets {
 
     /// The set containing (field, key): as touched before, else from the
     /// guards with its version now (`version`), else None (not known).
-    pub(crate) fn containing(&mut self, field: &str, key: &[u8], version: impl Fn(&Position) -> i64) -> Option<&mut Touched> {
+    pub(crate) fn containing(
+        &mut self,
+        field: &str,
+        key: &[u8],
+        version: impl Fn(&Position) -> i64,
+    ) -> Option<&mut Touched> {
         match &mut self.known {
             Known::Complete { guards, touched } => {
                 // The last guard at or below the position; the first is ("", "").
                 let i = match guards.len() {
                     1 => 0,
-                    _ => guards.partition_point(|guard| (guard.0.as_str(), guard.1.as_slice()) <= (field, key)).max(1) - 1,
+                    _ => {
+                        guards.partition_point(|guard| (guard.0.as_str(), guard.1.as_slice()) <= (field, key)).max(1)
+                            - 1
+                    }
                 };
-                Some(touched.entry(i).or_insert_with(|| Touched::new(EntrySet { version: version(&guards[i]), lower: guards[i].clone() })))
+                Some(touched.entry(i).or_insert_with(|| {
+                    Touched::new(EntrySet { version: version(&guards[i]), lower: guards[i].clone() })
+                }))
             }
             Known::Partial { touched } => {
                 let position = (field.to_string(), key.to_vec());
-                let (_, (set, upper)) = touched.range_mut::<Position, _>((Unbounded, Included(&position))).next_back()?;
+                let (_, (set, upper)) =
+                    touched.range_mut::<Position, _>((Unbounded, Included(&position))).next_back()?;
                 upper.as_ref().is_none_or(|upper| position < *upper).then_some(set)
             }
         }
@@ -90,21 +101,33 @@ impl KnownSets {
 
     /// With every guard known: the sets of `field` starting strictly inside
     /// (start, end), touched now.
-    pub(crate) fn inside(&mut self, field: &str, start: &[u8], end: Option<&[u8]>, version: impl Fn(&Position) -> i64) -> Option<Vec<EntrySet>> {
+    pub(crate) fn inside(
+        &mut self,
+        field: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        version: impl Fn(&Position) -> i64,
+    ) -> Option<Vec<EntrySet>> {
         let Known::Complete { guards, touched } = &mut self.known else { return None };
         let first = guards.partition_point(|guard| (guard.0.as_str(), guard.1.as_slice()) <= (field, start));
         let within = |guard: &Position| guard.0 == field && end.is_none_or(|end| guard.1.as_slice() < end);
         let count = guards[first..].iter().take_while(|guard| within(guard)).count();
         let touch = |i: usize| {
             let lower = &guards[i];
-            touched.entry(i).or_insert_with(|| Touched::new(EntrySet { version: version(lower), lower: lower.clone() })).set.clone()
+            touched
+                .entry(i)
+                .or_insert_with(|| Touched::new(EntrySet { version: version(lower), lower: lower.clone() }))
+                .set
+                .clone()
         };
         Some((first..first + count).map(touch).collect())
     }
 
     /// A set of an object with many sets, loaded from the table.
     pub(crate) fn insert(&mut self, set: EntrySet, upper: Option<Position>) -> &mut Touched {
-        let Known::Partial { touched } = &mut self.known else { unreachable!("only sets of a partially known object are loaded") };
+        let Known::Partial { touched } = &mut self.known else {
+            unreachable!("only sets of a partially known object are loaded")
+        };
         let lower = set.lower.clone();
         touched.insert(lower.clone(), (Touched::new(set), upper));
         &mut touched.get_mut(&lower).expect("inserted above").0

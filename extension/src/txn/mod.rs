@@ -12,8 +12,8 @@ pub(crate) mod entry_sets;
 pub(crate) mod occ;
 pub(crate) mod versions;
 
-pub(crate) use buffer::WriteBuffer;
 pub(crate) use crate::model::{EntryKey, ObjectInfo};
+pub(crate) use buffer::WriteBuffer;
 
 use crate::access::Caller;
 use crate::catalog;

@@ -139,10 +139,16 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
                 // Sets share version counters (stripes): say so, since the
                 // set named may be one nobody touched.
                 Err(Stale::Written) => {
-                    return Err(conflict(set, "is being written by a concurrent transaction (or a set sharing its version counter is)"));
+                    return Err(conflict(
+                        set,
+                        "is being written by a concurrent transaction (or a set sharing its version counter is)",
+                    ));
                 }
                 Err(Stale::Changed(now)) => {
-                    return Err(conflict(set, &format!("changed (version {seen} -> {now}; or a set sharing its version counter did)")));
+                    return Err(conflict(
+                        set,
+                        &format!("changed (version {seen} -> {now}; or a set sharing its version counter did)"),
+                    ));
                 }
             }
         }

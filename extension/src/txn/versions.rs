@@ -27,9 +27,9 @@
 //! Counters reset when the server restarts, with no transaction in flight.
 
 use super::entry_sets::{lock_key, SetId};
-use pgrx::prelude::*;
 use crate::error::{LambdaError, Result};
 use crate::shmem::Zeroed;
+use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -13,8 +13,8 @@
 //! serialization failure, as a retry after a backoff.
 
 use super::{attach_worker, set_running, wait_latch, wake_waiters};
-use crate::catalog::jobs::{self, Claimed};
 use crate::access::Caller;
+use crate::catalog::jobs::{self, Claimed};
 use crate::error::LambdaError;
 use crate::{gucs, workflow};
 use pgrx::bgworkers::BackgroundWorker;

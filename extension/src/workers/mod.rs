@@ -11,10 +11,10 @@
 
 pub(crate) mod job_runner;
 
+use crate::gucs::MAX_WORKERS;
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::lwlock::PgLwLock;
 use pgrx::pg_sys;
-use crate::gucs::MAX_WORKERS;
 use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -29,7 +29,8 @@ fn config(dbname: &str) -> postgres::Config {
 /// The test database's libpq URL for `role`.
 pub fn url_as(role: &str) -> String {
     let url = std::env::var("LAMBDASTORE_TEST_URL").unwrap();
-    let kept: Vec<&str> = url.split_whitespace().filter(|kv| !kv.starts_with("user=") && !kv.starts_with("dbname=")).collect();
+    let kept: Vec<&str> =
+        url.split_whitespace().filter(|kv| !kv.starts_with("user=") && !kv.starts_with("dbname=")).collect();
     format!("{} user={role} dbname={DATABASE}", kept.join(" "))
 }
 
@@ -78,7 +79,8 @@ impl App {
     pub fn new(prefix: &str) -> App {
         static N: AtomicU32 = AtomicU32::new(0);
         let name = format!("{prefix}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
-        let row = sql().query_one("SELECT key_id, api_key FROM lambdastore.create_api_key($1, 'tests')", &[&name]).unwrap();
+        let row =
+            sql().query_one("SELECT key_id, api_key FROM lambdastore.create_api_key($1, 'tests')", &[&name]).unwrap();
         App { name, key_id: row.get(0), key: row.get(1) }
     }
 
@@ -92,7 +94,8 @@ impl App {
 
     pub fn create(&self, type_name: &str, args: Value) -> i64 {
         let args = args.to_string();
-        sql().query_one("SELECT lambdastore.create_object($1, $2, $3::text::jsonb)", &[&self.name, &type_name, &args])
+        sql()
+            .query_one("SELECT lambdastore.create_object($1, $2, $3::text::jsonb)", &[&self.name, &type_name, &args])
             .unwrap()
             .get(0)
     }

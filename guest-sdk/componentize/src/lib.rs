@@ -35,11 +35,10 @@ pub fn componentize(core: &[u8]) -> Result<Vec<u8>> {
 /// Checks that `component` imports only `lambdastore:lambda/{host,types}`
 /// and exports exactly `describe` and `dispatch`.
 pub fn check(component: &[u8]) -> Result<()> {
-    let (resolve, world) =
-        match wit_component::decode(component).context("cannot decode the component's WIT")? {
-            DecodedWasm::Component(resolve, world) => (resolve, world),
-            DecodedWasm::WitPackage(..) => bail!("this is a WIT package, not a component"),
-        };
+    let (resolve, world) = match wit_component::decode(component).context("cannot decode the component's WIT")? {
+        DecodedWasm::Component(resolve, world) => (resolve, world),
+        DecodedWasm::WitPackage(..) => bail!("this is a WIT package, not a component"),
+    };
     let world = &resolve.worlds[world];
 
     let mut refused = Vec::new();
@@ -87,10 +86,7 @@ fn is_allowed_interface(resolve: &Resolve, id: wit_parser::InterfaceId) -> bool 
         return false;
     };
     (package.namespace.as_str(), package.name.as_str()) == PACKAGE
-        && interface
-            .name
-            .as_deref()
-            .is_some_and(|name| INTERFACES.contains(&name))
+        && interface.name.as_deref().is_some_and(|name| INTERFACES.contains(&name))
 }
 
 #[cfg(test)]
@@ -105,9 +101,7 @@ mod tests {
     /// exports (with dummy bodies) and the embedded component type.
     fn core_module(extra_wit: &str, world: &str) -> Vec<u8> {
         let mut resolve = Resolve::default();
-        let package = resolve
-            .push_str("lambda.wit", &format!("{LAMBDA_WIT}\n{extra_wit}"))
-            .unwrap();
+        let package = resolve.push_str("lambda.wit", &format!("{LAMBDA_WIT}\n{extra_wit}")).unwrap();
         let world = resolve.select_world(&[package], Some(world)).unwrap();
         let wat = dummy_module(&resolve, world, ManglingAndAbi::Standard32);
         let mut module = wat::parse_bytes(&wat).unwrap().into_owned();
@@ -126,10 +120,7 @@ mod tests {
         let extra = "interface clock { now: func() -> u64; }
                      world greedy { include lambda; import clock; }";
         let err = componentize(&core_module(extra, "greedy")).unwrap_err();
-        assert!(
-            format!("{err:#}").contains("imports lambdastore:lambda/clock"),
-            "{err:#}"
-        );
+        assert!(format!("{err:#}").contains("imports lambdastore:lambda/clock"), "{err:#}");
     }
 
     #[test]

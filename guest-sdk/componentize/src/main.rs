@@ -20,12 +20,10 @@ struct Cli {
 }
 
 fn run(cli: &Cli) -> Result<()> {
-    let core =
-        fs::read(&cli.input).with_context(|| format!("cannot read {}", cli.input.display()))?;
+    let core = fs::read(&cli.input).with_context(|| format!("cannot read {}", cli.input.display()))?;
     let component = lambdastore_componentize::componentize(&core)
         .with_context(|| format!("{} is not a valid lambda", cli.input.display()))?;
-    fs::write(&cli.output, component)
-        .with_context(|| format!("cannot write {}", cli.output.display()))?;
+    fs::write(&cli.output, component).with_context(|| format!("cannot write {}", cli.output.display()))?;
     Ok(())
 }
 

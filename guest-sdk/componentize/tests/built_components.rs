@@ -28,11 +28,7 @@ fn built_components_import_only_the_host_and_export_describe_and_dispatch() {
     for app in APPS {
         let path = dir.join(format!("{app}.wasm"));
         let Ok(bytes) = std::fs::read(&path) else {
-            assert!(
-                !required,
-                "{} is missing: run `make lambdas`",
-                path.display()
-            );
+            assert!(!required, "{} is missing: run `make lambdas`", path.display());
             eprintln!("skipped {}: not built (run `make lambdas`)", path.display());
             continue;
         };
@@ -53,19 +49,11 @@ fn built_components_import_only_the_host_and_export_describe_and_dispatch() {
             .collect();
         imports.sort();
         assert!(
-            imports
-                == [
-                    "lambdastore:lambda/host@0.1.0",
-                    "lambdastore:lambda/types@0.1.0"
-                ]
+            imports == ["lambdastore:lambda/host@0.1.0", "lambdastore:lambda/types@0.1.0"]
                 || imports == ["lambdastore:lambda/host@0.1.0"],
             "{app} imports {imports:?}"
         );
-        let mut exports: Vec<String> = world
-            .exports
-            .keys()
-            .map(|key| resolve.name_world_key(key))
-            .collect();
+        let mut exports: Vec<String> = world.exports.keys().map(|key| resolve.name_world_key(key)).collect();
         exports.sort();
         assert_eq!(exports, ["describe", "dispatch"], "{app}");
     }

@@ -33,10 +33,7 @@ fn expand(
     let result = if attr.is_empty() {
         f(item.into())
     } else {
-        Err(syn::Error::new_spanned(
-            attr,
-            "this attribute takes no arguments",
-        ))
+        Err(syn::Error::new_spanned(attr, "this attribute takes no arguments"))
     };
     result.unwrap_or_else(syn::Error::into_compile_error).into()
 }
@@ -95,10 +92,7 @@ mod tests {
         ))
         .unwrap()
         .to_string();
-        assert!(
-            tokens.contains("\"a\"") && tokens.contains("\"type\""),
-            "{tokens}"
-        );
+        assert!(tokens.contains("\"a\"") && tokens.contains("\"type\""), "{tokens}");
     }
 
     #[test]
@@ -116,43 +110,16 @@ mod tests {
             (quote!(impl S { fn f(&mut self) {} }), "take `&self`"),
             (quote!(impl S { fn f(self) {} }), "take `&self`"),
             (quote!(impl S { async fn f(&self) {} }), "plain `fn`s"),
-            (
-                quote!(impl S { fn f<T>(&self, t: T) {} }),
-                "cannot be generic",
-            ),
-            (
-                quote!(impl S { fn f(&self, (a, b): (u8, u8)) {} }),
-                "plain name",
-            ),
+            (quote!(impl S { fn f<T>(&self, t: T) {} }), "cannot be generic"),
+            (quote!(impl S { fn f(&self, (a, b): (u8, u8)) {} }), "plain name"),
             (quote!(impl S { fn f(&self, s: &str) {} }), "owned type"),
-            (
-                quote!(impl S { fn f(&self) -> impl Serialize { 1 } }),
-                "concrete type",
-            ),
-            (
-                quote!(impl S { #[constructor] fn new() {} }),
-                "takes `&self`",
-            ),
-            (
-                quote!(impl S { #[constructor] fn new(&self) -> u8 { 1 } }),
-                "returns nothing or `Result<(), E>`",
-            ),
-            (
-                quote!(impl S { #[constructor] #[readonly] fn new(&self) {} }),
-                "cannot be readonly",
-            ),
-            (
-                quote!(impl S { #[constructor] fn a(&self) {} #[constructor] fn b(&self) {} }),
-                "at most one constructor",
-            ),
-            (
-                quote!(impl S { #[readonly] #[readonly] fn f(&self) {} }),
-                "duplicate attribute",
-            ),
-            (
-                quote!(impl S { #[readonly(yes)] fn f(&self) {} }),
-                "unexpected token",
-            ),
+            (quote!(impl S { fn f(&self) -> impl Serialize { 1 } }), "concrete type"),
+            (quote!(impl S { #[constructor] fn new() {} }), "takes `&self`"),
+            (quote!(impl S { #[constructor] fn new(&self) -> u8 { 1 } }), "returns nothing or `Result<(), E>`"),
+            (quote!(impl S { #[constructor] #[readonly] fn new(&self) {} }), "cannot be readonly"),
+            (quote!(impl S { #[constructor] fn a(&self) {} #[constructor] fn b(&self) {} }), "at most one constructor"),
+            (quote!(impl S { #[readonly] #[readonly] fn f(&self) {} }), "duplicate attribute"),
+            (quote!(impl S { #[readonly(yes)] fn f(&self) {} }), "unexpected token"),
             (quote!(impl S { fn id(&self) {} }), "reserved"),
         ];
         for (input, expected) in cases {
@@ -177,14 +144,8 @@ mod tests {
         }))
         .unwrap()
         .to_string();
-        assert!(
-            !tokens.contains("# [protected]") && !tokens.contains("# [readonly]"),
-            "{tokens}"
-        );
+        assert!(!tokens.contains("# [protected]") && !tokens.contains("# [readonly]"), "{tokens}");
         assert!(tokens.contains("pub struct SRef"), "{tokens}");
-        assert!(
-            tokens.contains("protected : true , readonly : true"),
-            "{tokens}"
-        );
+        assert!(tokens.contains("protected : true , readonly : true"), "{tokens}");
     }
 }

@@ -7,12 +7,8 @@ use syn::spanned::Spanned;
 use syn::{Fields, ItemStruct};
 
 pub fn expand(item: TokenStream) -> syn::Result<TokenStream> {
-    let item: ItemStruct = syn::parse2(item).map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            "#[lambda_object] goes on a struct of typed fields",
-        )
-    })?;
+    let item: ItemStruct = syn::parse2(item)
+        .map_err(|e| syn::Error::new(e.span(), "#[lambda_object] goes on a struct of typed fields"))?;
     if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
         return Err(syn::Error::new_spanned(
             &item.generics,

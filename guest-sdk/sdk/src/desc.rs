@@ -68,9 +68,7 @@ impl TypeDesc {
 
     /// The constructor, if the type has one (it has at most one).
     pub fn constructor(&self) -> Option<&FunctionDesc> {
-        self.functions
-            .iter()
-            .find(|f| f.kind == FunctionKind::Constructor)
+        self.functions.iter().find(|f| f.kind == FunctionKind::Constructor)
     }
 }
 
@@ -129,19 +127,10 @@ pub trait LambdaFunctions: LambdaObject {
     fn lambda_functions() -> Vec<FunctionDesc>;
 
     /// Decodes `args`, runs `function` and encodes its result.
-    fn lambda_dispatch(
-        kind: FunctionKind,
-        function: &str,
-        object: ObjectId,
-        args: &str,
-    ) -> Result<String, CallError>;
+    fn lambda_dispatch(kind: FunctionKind, function: &str, object: ObjectId, args: &str) -> Result<String, CallError>;
 }
 
 /// The description of type `T`.
 pub fn type_desc<T: LambdaFunctions>() -> TypeDesc {
-    TypeDesc {
-        name: T::NAME.to_string(),
-        fields: T::lambda_fields(),
-        functions: T::lambda_functions(),
-    }
+    TypeDesc { name: T::NAME.to_string(), fields: T::lambda_fields(), functions: T::lambda_functions() }
 }

@@ -68,9 +68,7 @@ pub struct Error {
 impl Error {
     /// An error with this message.
     pub fn new(message: impl Into<String>) -> Self {
-        Error {
-            message: message.into(),
-        }
+        Error { message: message.into() }
     }
 
     /// The message.

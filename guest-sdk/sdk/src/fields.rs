@@ -53,20 +53,14 @@ impl FieldError {
 fn decode_value<V: DeserializeOwned>(field: &'static str, bytes: &[u8]) -> Result<V, FieldError> {
     serde_json::from_slice(bytes).map_err(|e| FieldError {
         field,
-        message: format!(
-            "stored value does not decode as {}: {e}",
-            std::any::type_name::<V>()
-        ),
+        message: format!("stored value does not decode as {}: {e}", std::any::type_name::<V>()),
     })
 }
 
 fn decode_map_key<K: OwnedKey>(field: &'static str, bytes: &[u8]) -> Result<K, FieldError> {
     decode_key(bytes).map_err(|e| FieldError {
         field,
-        message: format!(
-            "stored key does not decode as {}: {e}",
-            std::any::type_name::<K>()
-        ),
+        message: format!("stored key does not decode as {}: {e}", std::any::type_name::<K>()),
     })
 }
 
@@ -78,9 +72,7 @@ fn or_fail_later<T>(result: Result<T, FieldError>) -> Option<T> {
 fn write_value<V: Serialize + ?Sized>(field: &'static str, key: &[u8], value: &V) {
     match serde_json::to_vec(value) {
         Ok(bytes) => host::put(field, key, &bytes),
-        Err(e) => fail_later(format!(
-            "field `{field}`: value does not encode as JSON: {e}"
-        )),
+        Err(e) => fail_later(format!("field `{field}`: value does not encode as JSON: {e}")),
     }
 }
 
@@ -144,9 +136,7 @@ impl<T: Serialize + DeserializeOwned> Cell<T> {
 
     /// The value, if set; an error if the stored value does not decode.
     pub fn try_get(&self) -> Result<Option<T>, FieldError> {
-        host::get(self.name, &[])
-            .map(|bytes| decode_value(self.name, &bytes))
-            .transpose()
+        host::get(self.name, &[]).map(|bytes| decode_value(self.name, &bytes)).transpose()
     }
 
     /// The value, or `T::default()` if unset.
@@ -216,9 +206,7 @@ impl<K: OwnedKey, V: Serialize + DeserializeOwned> Map<K, V> {
     where
         K: Borrow<Q>,
     {
-        host::get(self.name, &encode_key(key))
-            .map(|bytes| decode_value(self.name, &bytes))
-            .transpose()
+        host::get(self.name, &encode_key(key)).map(|bytes| decode_value(self.name, &bytes)).transpose()
     }
 
     /// Whether `key` has a value.
@@ -276,14 +264,8 @@ impl<K: OwnedKey, V: Serialize + DeserializeOwned> Map<K, V> {
     }
 }
 
-fn decode_entry<K: OwnedKey, V: DeserializeOwned>(
-    field: &'static str,
-    entry: Entry,
-) -> Result<(K, V), FieldError> {
-    Ok((
-        decode_map_key(field, &entry.key)?,
-        decode_value(field, &entry.value)?,
-    ))
+fn decode_entry<K: OwnedKey, V: DeserializeOwned>(field: &'static str, entry: Entry) -> Result<(K, V), FieldError> {
+    Ok((decode_map_key(field, &entry.key)?, decode_value(field, &entry.value)?))
 }
 
 /// Scan bounds (inclusive start, exclusive end) of a range of whole keys.
@@ -400,13 +382,7 @@ impl<T> Iter<T> {
             self.exhausted = true;
             return;
         }
-        let entries = host::scan(
-            self.field,
-            self.start.as_deref(),
-            self.end.as_deref(),
-            want,
-            self.dir,
-        );
+        let entries = host::scan(self.field, self.start.as_deref(), self.end.as_deref(), want, self.dir);
         if (entries.len() as u32) < want {
             self.exhausted = true;
         }
@@ -517,9 +493,7 @@ impl<K: OwnedKey, V: Serialize + DeserializeOwned> MultiMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.key_entries(key)
-            .filter_map(|e| or_fail_later(decode_value(self.name, &e.value)))
-            .collect()
+        self.key_entries(key).filter_map(|e| or_fail_later(decode_value(self.name, &e.value))).collect()
     }
 
     /// Whether `key` has at least one value.
@@ -565,15 +539,9 @@ fn decode_multi_entry<K: OwnedKey, V: DeserializeOwned>(
     entry: Entry,
 ) -> Result<(K, V), FieldError> {
     let Some(split) = entry.key.len().checked_sub(SUFFIX_LEN) else {
-        return Err(FieldError {
-            field,
-            message: "stored key has no multimap suffix".to_string(),
-        });
+        return Err(FieldError { field, message: "stored key has no multimap suffix".to_string() });
     };
-    Ok((
-        decode_map_key(field, &entry.key[..split])?,
-        decode_value(field, &entry.value)?,
-    ))
+    Ok((decode_map_key(field, &entry.key[..split])?, decode_value(field, &entry.value)?))
 }
 
 /// Ordered keys without values (a map whose values are empty).
@@ -627,9 +595,7 @@ impl<T: OwnedKey> Set<T> {
     /// Members in `bounds`, in order.
     pub fn range(&self, bounds: impl RangeBounds<T>) -> Iter<T> {
         let (start, end) = key_bounds(&bounds);
-        Iter::new(self.name, start, end, |field, e| {
-            decode_map_key(field, &e.key)
-        })
+        Iter::new(self.name, start, end, |field, e| decode_map_key(field, &e.key))
     }
 
     /// All members, in order.

@@ -44,9 +44,7 @@ fn finite(value: f64) -> Result<(), NotJson> {
     if value.is_finite() {
         Ok(())
     } else {
-        Err(NotJson(
-            "it contains a non-finite float (NaN or infinity), which JSON cannot represent".into(),
-        ))
+        Err(NotJson("it contains a non-finite float (NaN or infinity), which JSON cannot represent".into()))
     }
 }
 
@@ -118,11 +116,7 @@ impl ser::Serializer for Check {
         value.serialize(self)
     }
 
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        value: &T,
-    ) -> Result<(), NotJson> {
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, value: &T) -> Result<(), NotJson> {
         value.serialize(self)
     }
 
@@ -211,11 +205,7 @@ mod tests {
         assert!(check(&Some(f32::INFINITY)).is_err());
         assert!(check(&vec![(1, f64::NEG_INFINITY)]).is_err());
         assert!(check(&BTreeMap::from([("a", vec![0.5, f64::NAN])])).is_err());
-        assert!(check(&Shape::Point {
-            x: 0.0,
-            y: f32::NAN
-        })
-        .is_err());
+        assert!(check(&Shape::Point { x: 0.0, y: f32::NAN }).is_err());
         assert!(check(&Shape::Scale(f64::INFINITY)).is_err());
     }
 

@@ -68,13 +68,7 @@ pub fn delete(field: &str, key: &[u8]) -> bool {
 
 /// Entries of `field` with `start <= key < end` (a missing bound is open), in
 /// key order or reverse, at most `limit` of them.
-pub fn scan(
-    field: &str,
-    start: Option<&[u8]>,
-    end: Option<&[u8]>,
-    limit: u32,
-    dir: Direction,
-) -> Vec<Entry> {
+pub fn scan(field: &str, start: Option<&[u8]>, end: Option<&[u8]>, limit: u32, dir: Direction) -> Vec<Entry> {
     imp::scan(field, start, end, limit, dir)
 }
 
@@ -133,24 +127,12 @@ mod wasm {
     pub fn delete(field: &str, key: &[u8]) -> bool {
         host::delete(field, key)
     }
-    pub fn scan(
-        field: &str,
-        start: Option<&[u8]>,
-        end: Option<&[u8]>,
-        limit: u32,
-        dir: Direction,
-    ) -> Vec<Entry> {
+    pub fn scan(field: &str, start: Option<&[u8]>, end: Option<&[u8]>, limit: u32, dir: Direction) -> Vec<Entry> {
         let dir = match dir {
             Direction::Forward => types::Direction::Forward,
             Direction::Backward => types::Direction::Backward,
         };
-        host::scan(field, start, end, limit, dir)
-            .into_iter()
-            .map(|e| Entry {
-                key: e.key,
-                value: e.value,
-            })
-            .collect()
+        host::scan(field, start, end, limit, dir).into_iter().map(|e| Entry { key: e.key, value: e.value }).collect()
     }
     pub fn call(target: ObjectId, function: &str, args: &str) -> Result<String, CallError> {
         host::call(target, function, args).map_err(Into::into)

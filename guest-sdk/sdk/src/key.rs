@@ -76,10 +76,7 @@ pub fn encode_key<K: Key + ?Sized>(key: &K) -> Vec<u8> {
 pub fn decode_key<K: OwnedKey>(mut bytes: &[u8]) -> Result<K, KeyError> {
     let key = K::decode(&mut bytes)?;
     if !bytes.is_empty() {
-        return Err(KeyError::new(format_args!(
-            "{} trailing bytes",
-            bytes.len()
-        )));
+        return Err(KeyError::new(format_args!("{} trailing bytes", bytes.len())));
     }
     Ok(key)
 }
@@ -99,10 +96,7 @@ pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 
 fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8], KeyError> {
     if input.len() < n {
-        return Err(KeyError::new(format_args!(
-            "expected {n} bytes, found {}",
-            input.len()
-        )));
+        return Err(KeyError::new(format_args!("expected {n} bytes, found {}", input.len())));
     }
     let (head, rest) = input.split_at(n);
     *input = rest;
@@ -314,16 +308,12 @@ mod tests {
         /// 0xFF, so escapes, terminators and shared prefixes are common.
         fn bytes(&mut self) -> Vec<u8> {
             let len = self.next() % 6;
-            (0..len)
-                .map(|_| [0x00, 0x01, 0x02, 0x61, 0xFE, 0xFF][(self.next() % 6) as usize])
-                .collect()
+            (0..len).map(|_| [0x00, 0x01, 0x02, 0x61, 0xFE, 0xFF][(self.next() % 6) as usize]).collect()
         }
 
         fn string(&mut self) -> String {
             let len = self.next() % 5;
-            (0..len)
-                .map(|_| ['\0', '\u{1}', 'a', 'b', 'é', '\u{10FFFF}'][(self.next() % 6) as usize])
-                .collect()
+            (0..len).map(|_| ['\0', '\u{1}', 'a', 'b', 'é', '\u{10FFFF}'][(self.next() % 6) as usize]).collect()
         }
     }
 
@@ -379,9 +369,7 @@ mod tests {
         check(200, |r| (r.int() as i16,));
         check(300, |r| (r.bytes(), r.int() as u8));
         check(300, |r| (r.string(), r.bytes(), r.next() % 2 == 0));
-        check(300, |r| {
-            (r.int() as i8, r.string(), r.int() as u16, r.bytes())
-        });
+        check(300, |r| (r.int() as i8, r.string(), r.int() as u16, r.bytes()));
     }
 
     #[test]

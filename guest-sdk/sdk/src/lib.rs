@@ -248,8 +248,8 @@ pub fn spawn<A: serde::Serialize + ?Sized>(
     function: &str,
     args: &A,
 ) -> Result<(), CallError> {
-    let args = serde_json::to_string(args)
-        .map_err(|e| CallError::BadArguments(format!("cannot encode arguments: {e}")))?;
+    let args =
+        serde_json::to_string(args).map_err(|e| CallError::BadArguments(format!("cannot encode arguments: {e}")))?;
     host::spawn(target.into(), function, &args)
 }
 
@@ -292,8 +292,8 @@ pub mod log {
 /// What a lambda module usually needs: `use lambdastore_sdk::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        bail, lambda_functions, lambda_object, now_micros, random_u64, self_id, CallError, Cell,
-        Error, LambdaObject, Map, MultiMap, ObjectId, Result, Set,
+        bail, lambda_functions, lambda_object, now_micros, random_u64, self_id, CallError, Cell, Error, LambdaObject,
+        Map, MultiMap, ObjectId, Result, Set,
     };
 }
 

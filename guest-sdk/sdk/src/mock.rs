@@ -174,10 +174,7 @@ impl MockHost {
         });
         CURRENT.with(|c| {
             let mut current = c.borrow_mut();
-            assert!(
-                current.is_none(),
-                "a MockHost is already installed on this thread"
-            );
+            assert!(current.is_none(), "a MockHost is already installed on this thread");
             *current = Some(state.clone());
         });
         MockHost { state }
@@ -194,23 +191,11 @@ impl MockHost {
             _: ObjectId,
             _: &str,
         ) -> Result<String, CallError> {
-            Err(CallError::UnknownFunction(format!(
-                "{type_name}.{function}"
-            )))
+            Err(CallError::UnknownFunction(format!("{type_name}.{function}")))
         }
-        let host = MockHost::new(
-            AppDesc {
-                sdk: crate::SDK_VERSION.to_string(),
-                types: Vec::new(),
-            },
-            no_dispatch,
-        );
+        let host = MockHost::new(AppDesc { sdk: crate::SDK_VERSION.to_string(), types: Vec::new() }, no_dispatch);
         let id = host.state.new_id();
-        host.state
-            .store
-            .borrow_mut()
-            .objects
-            .insert(id, "Standalone".into());
+        host.state.store.borrow_mut().objects.insert(id, "Standalone".into());
         host.state.stack.borrow_mut().push(Frame {
             object: id,
             type_name: "Standalone".into(),
@@ -223,32 +208,17 @@ impl MockHost {
     /// Creates an object of `type_name` and runs its constructor with `args`,
     /// as a client would.
     pub fn create(&self, type_name: &str, args: Value) -> Result<ObjectId, CallError> {
-        self.state
-            .workflow(|s| s.create(type_name, &args.to_string()))
+        self.state.workflow(|s| s.create(type_name, &args.to_string()))
     }
 
     /// Calls method `function` of `object` with `args`, as a client would.
-    pub fn invoke(
-        &self,
-        object: ObjectId,
-        function: &str,
-        args: Value,
-    ) -> Result<Value, CallError> {
-        self.state
-            .workflow(|s| s.call(object, function, &args.to_string()))
-            .map(|json| parse_result(&json))
+    pub fn invoke(&self, object: ObjectId, function: &str, args: Value) -> Result<Value, CallError> {
+        self.state.workflow(|s| s.call(object, function, &args.to_string())).map(|json| parse_result(&json))
     }
 
     /// Calls static `function` of `type_name` with `args`, as a client would.
-    pub fn invoke_static(
-        &self,
-        type_name: &str,
-        function: &str,
-        args: Value,
-    ) -> Result<Value, CallError> {
-        self.state
-            .workflow(|s| s.call_static(type_name, function, &args.to_string()))
-            .map(|json| parse_result(&json))
+    pub fn invoke_static(&self, type_name: &str, function: &str, args: Value) -> Result<Value, CallError> {
+        self.state.workflow(|s| s.call_static(type_name, function, &args.to_string())).map(|json| parse_result(&json))
     }
 
     /// Runs each spawned call as its own workflow, in spawn order (calls
@@ -284,12 +254,7 @@ impl MockHost {
     /// ```
     pub fn with_object<T>(&self, object: ObjectId, f: impl FnOnce() -> T) -> T {
         let type_name = self.object_type(object).unwrap_or_default();
-        let _frame = self.state.enter(Frame {
-            object,
-            type_name,
-            function: "with_object".into(),
-            readonly: false,
-        });
+        let _frame = self.state.enter(Frame { object, type_name, function: "with_object".into(), readonly: false });
         f()
     }
 
@@ -301,11 +266,7 @@ impl MockHost {
     /// All objects and their types, by id.
     pub fn objects(&self) -> Vec<(ObjectId, String)> {
         let store = self.state.store.borrow();
-        store
-            .objects
-            .iter()
-            .map(|(id, t)| (*id, t.clone()))
-            .collect()
+        store.objects.iter().map(|(id, t)| (*id, t.clone())).collect()
     }
 
     /// The stored entries of `object`, by field and key.
@@ -330,9 +291,7 @@ impl MockHost {
     /// If the stored value does not decode as `T`.
     pub fn cell<T: DeserializeOwned>(&self, object: ObjectId, field: &str) -> Option<T> {
         let store = self.state.store.borrow();
-        let bytes = store
-            .entries
-            .get(&(object, field.to_string(), Vec::new()))?;
+        let bytes = store.entries.get(&(object, field.to_string(), Vec::new()))?;
         Some(serde_json::from_slice(bytes).expect("cell value does not decode"))
     }
 
@@ -341,11 +300,7 @@ impl MockHost {
     /// # Panics
     ///
     /// If a stored key or value does not decode.
-    pub fn map<K: OwnedKey, V: DeserializeOwned>(
-        &self,
-        object: ObjectId,
-        field: &str,
-    ) -> Vec<(K, V)> {
+    pub fn map<K: OwnedKey, V: DeserializeOwned>(&self, object: ObjectId, field: &str) -> Vec<(K, V)> {
         self.entries(object)
             .into_iter()
             .filter(|e| e.field == field)
@@ -457,12 +412,7 @@ impl State {
         FrameGuard(self)
     }
 
-    fn function(
-        &self,
-        type_name: &str,
-        function: &str,
-        kind: FunctionKind,
-    ) -> Result<&FunctionDesc, CallError> {
+    fn function(&self, type_name: &str, function: &str, kind: FunctionKind) -> Result<&FunctionDesc, CallError> {
         self.app
             .type_desc(type_name)
             .and_then(|t| t.function(function))
@@ -482,17 +432,10 @@ impl State {
     }
 
     /// Runs `f` as the function of `frame` inside a savepoint.
-    fn run(
-        &self,
-        frame: Frame,
-        f: impl FnOnce() -> Result<String, CallError>,
-    ) -> Result<String, CallError> {
+    fn run(&self, frame: Frame, f: impl FnOnce() -> Result<String, CallError>) -> Result<String, CallError> {
         let max_depth = self.max_depth.get();
         if self.stack.borrow().len() >= max_depth {
-            panic!(
-                "call depth limit ({max_depth}) exceeded calling {}.{}",
-                frame.type_name, frame.function
-            );
+            panic!("call depth limit ({max_depth}) exceeded calling {}.{}", frame.type_name, frame.function);
         }
         let savepoint = self.store.borrow().clone();
         let result = {
@@ -506,50 +449,24 @@ impl State {
     }
 
     fn call(&self, object: ObjectId, function: &str, args: &str) -> Result<String, CallError> {
-        let type_name = self
-            .store
-            .borrow()
-            .objects
-            .get(&object)
-            .cloned()
-            .ok_or(CallError::UnknownObject(object))?;
+        let type_name = self.store.borrow().objects.get(&object).cloned().ok_or(CallError::UnknownObject(object))?;
         let f = self.function(&type_name, function, FunctionKind::Method)?;
         self.check_visibility(&type_name, f)?;
-        let frame = Frame {
-            object,
-            type_name: type_name.clone(),
-            function: function.to_string(),
-            readonly: f.readonly,
-        };
-        self.run(frame, || {
-            (self.dispatch)(FunctionKind::Method, &type_name, function, object, args)
-        })
+        let frame =
+            Frame { object, type_name: type_name.clone(), function: function.to_string(), readonly: f.readonly };
+        self.run(frame, || (self.dispatch)(FunctionKind::Method, &type_name, function, object, args))
     }
 
-    fn call_static(
-        &self,
-        type_name: &str,
-        function: &str,
-        args: &str,
-    ) -> Result<String, CallError> {
+    fn call_static(&self, type_name: &str, function: &str, args: &str) -> Result<String, CallError> {
         let f = self.function(type_name, function, FunctionKind::Static)?;
         self.check_visibility(type_name, f)?;
-        let frame = Frame {
-            object: 0,
-            type_name: type_name.to_string(),
-            function: function.to_string(),
-            readonly: f.readonly,
-        };
-        self.run(frame, || {
-            (self.dispatch)(FunctionKind::Static, type_name, function, 0, args)
-        })
+        let frame =
+            Frame { object: 0, type_name: type_name.to_string(), function: function.to_string(), readonly: f.readonly };
+        self.run(frame, || (self.dispatch)(FunctionKind::Static, type_name, function, 0, args))
     }
 
     fn create(&self, type_name: &str, args: &str) -> Result<ObjectId, CallError> {
-        let ty = self
-            .app
-            .type_desc(type_name)
-            .ok_or_else(|| CallError::UnknownFunction(type_name.to_string()))?;
+        let ty = self.app.type_desc(type_name).ok_or_else(|| CallError::UnknownFunction(type_name.to_string()))?;
         self.check_write(&format!("create a {type_name}"));
         let id = self.new_id();
         let Some(ctor) = ty.constructor() else {
@@ -564,25 +481,15 @@ impl State {
                     "{type_name} has no constructor, so it takes no arguments"
                 )));
             }
-            self.store
-                .borrow_mut()
-                .objects
-                .insert(id, type_name.to_string());
+            self.store.borrow_mut().objects.insert(id, type_name.to_string());
             return Ok(id);
         };
         self.check_visibility(type_name, ctor)?;
-        let frame = Frame {
-            object: id,
-            type_name: type_name.to_string(),
-            function: ctor.name.clone(),
-            readonly: false,
-        };
+        let frame =
+            Frame { object: id, type_name: type_name.to_string(), function: ctor.name.clone(), readonly: false };
         self.run(frame, || {
             // Inside the savepoint: a failed constructor leaves no object.
-            self.store
-                .borrow_mut()
-                .objects
-                .insert(id, type_name.to_string());
+            self.store.borrow_mut().objects.insert(id, type_name.to_string());
             (self.dispatch)(FunctionKind::Constructor, type_name, &ctor.name, id, args)
         })?;
         Ok(id)
@@ -606,10 +513,7 @@ impl State {
     fn current_object(&self, what: &str) -> ObjectId {
         match self.stack.borrow().last() {
             Some(frame) if frame.object != 0 => frame.object,
-            Some(frame) => panic!(
-                "{what}: static function {}.{} has no object",
-                frame.type_name, frame.function
-            ),
+            Some(frame) => panic!("{what}: static function {}.{} has no object", frame.type_name, frame.function),
             None => panic!(
                 "{what}: no lambda is running; call functions through MockHost::create/invoke, \
                  or use MockHost::with_object"
@@ -622,56 +526,32 @@ impl State {
     fn check_write(&self, what: &str) {
         let stack = self.stack.borrow();
         if let Some(frame) = stack.iter().rev().find(|f| f.readonly) {
-            panic!(
-                "readonly function {}.{} may not write (tried to {what})",
-                frame.type_name, frame.function
-            );
+            panic!("readonly function {}.{} may not write (tried to {what})", frame.type_name, frame.function);
         }
     }
 
     fn get(&self, field: &str, key: &[u8]) -> Option<Vec<u8>> {
         let object = self.field_object("get", field);
         let store = self.store.borrow();
-        store
-            .entries
-            .get(&(object, field.to_string(), key.to_vec()))
-            .cloned()
+        store.entries.get(&(object, field.to_string(), key.to_vec())).cloned()
     }
 
     fn put(&self, field: &str, key: &[u8], value: &[u8]) {
         let object = self.field_object("put", field);
         self.check_write(&format!("put into field `{field}`"));
-        self.store
-            .borrow_mut()
-            .entries
-            .insert((object, field.to_string(), key.to_vec()), value.to_vec());
+        self.store.borrow_mut().entries.insert((object, field.to_string(), key.to_vec()), value.to_vec());
     }
 
     fn delete(&self, field: &str, key: &[u8]) -> bool {
         let object = self.field_object("delete", field);
         self.check_write(&format!("delete from field `{field}`"));
-        self.store
-            .borrow_mut()
-            .entries
-            .remove(&(object, field.to_string(), key.to_vec()))
-            .is_some()
+        self.store.borrow_mut().entries.remove(&(object, field.to_string(), key.to_vec())).is_some()
     }
 
-    fn scan(
-        &self,
-        field: &str,
-        start: Option<&[u8]>,
-        end: Option<&[u8]>,
-        limit: u32,
-        dir: Direction,
-    ) -> Vec<Entry> {
+    fn scan(&self, field: &str, start: Option<&[u8]>, end: Option<&[u8]>, limit: u32, dir: Direction) -> Vec<Entry> {
         let object = self.field_object("scan", field);
         let store = self.store.borrow();
-        let lo = (
-            object,
-            field.to_string(),
-            start.unwrap_or_default().to_vec(),
-        );
+        let lo = (object, field.to_string(), start.unwrap_or_default().to_vec());
         let hi = match end {
             Some(end) => (object, field.to_string(), end.to_vec()),
             // `field\0` is the first field name after `field`.
@@ -698,11 +578,7 @@ impl State {
         if !store.objects.contains_key(&target) {
             return Err(CallError::UnknownObject(target));
         }
-        store.spawned.push(SpawnedCall {
-            target,
-            function: function.to_string(),
-            args: args.to_string(),
-        });
+        store.spawned.push(SpawnedCall { target, function: function.to_string(), args: args.to_string() });
         Ok(())
     }
 
@@ -719,11 +595,7 @@ impl State {
     fn log(&self, level: LogLevel, message: &str) {
         let object = self.stack.borrow().last().map_or(0, |f| f.object);
         eprintln!("[lambda {object} {level:?}] {message}");
-        self.logs.borrow_mut().push(LogRecord {
-            level,
-            message: message.to_string(),
-            object,
-        });
+        self.logs.borrow_mut().push(LogRecord { level, message: message.to_string(), object });
     }
 }
 
@@ -753,13 +625,7 @@ pub(crate) mod host {
     pub fn delete(field: &str, key: &[u8]) -> bool {
         with(|s| s.delete(field, key))
     }
-    pub fn scan(
-        field: &str,
-        start: Option<&[u8]>,
-        end: Option<&[u8]>,
-        limit: u32,
-        dir: Direction,
-    ) -> Vec<Entry> {
+    pub fn scan(field: &str, start: Option<&[u8]>, end: Option<&[u8]>, limit: u32, dir: Direction) -> Vec<Entry> {
         with(|s| s.scan(field, start, end, limit, dir))
     }
     pub fn call(target: ObjectId, function: &str, args: &str) -> Result<String, CallError> {

@@ -68,8 +68,7 @@ impl Args {
         let json: Value = if json.trim().is_empty() {
             Value::Null
         } else {
-            serde_json::from_str(json)
-                .map_err(|e| bad(format!("arguments are not valid JSON: {e}")))?
+            serde_json::from_str(json).map_err(|e| bad(format!("arguments are not valid JSON: {e}")))?
         };
         let mut values: Vec<Option<Value>> = vec![None; names.len()];
         match json {
@@ -77,21 +76,14 @@ impl Args {
             Value::Object(map) => {
                 for (name, value) in map {
                     let Some(i) = names.iter().position(|n| *n == name) else {
-                        return Err(bad(format!(
-                            "unknown parameter `{name}` ({})",
-                            describe_params(names)
-                        )));
+                        return Err(bad(format!("unknown parameter `{name}` ({})", describe_params(names))));
                     };
                     values[i] = Some(value);
                 }
             }
             Value::Array(list) => {
                 if list.len() > names.len() {
-                    return Err(bad(format!(
-                        "{} arguments given ({})",
-                        list.len(),
-                        describe_params(names)
-                    )));
+                    return Err(bad(format!("{} arguments given ({})", list.len(), describe_params(names))));
                 }
                 for (slot, value) in values.iter_mut().zip(list) {
                     *slot = Some(value);
@@ -110,8 +102,9 @@ impl Args {
     pub fn take<T: DeserializeOwned>(&mut self, index: usize) -> Result<T, CallError> {
         let name = self.names[index];
         match self.values[index].take() {
-            Some(value) => serde_json::from_value(value)
-                .map_err(|e| CallError::BadArguments(format!("parameter `{name}`: {e}"))),
+            Some(value) => {
+                serde_json::from_value(value).map_err(|e| CallError::BadArguments(format!("parameter `{name}`: {e}")))
+            }
             None => serde_json::from_value(Value::Null)
                 .map_err(|_| CallError::BadArguments(format!("missing parameter `{name}`"))),
         }
@@ -130,8 +123,7 @@ fn describe_params(names: &[&str]) -> String {
 ///
 /// A non-finite float fails the call rather than reach the caller as `null`.
 pub fn encode_return<T: Serialize>(value: &T) -> Result<String, CallError> {
-    let cannot =
-        |e: &dyn Display| CallError::Application(format!("cannot encode the result as JSON: {e}"));
+    let cannot = |e: &dyn Display| CallError::Application(format!("cannot encode the result as JSON: {e}"));
     let json = serde_json::to_string(value).map_err(|e| cannot(&e))?;
     // serde_json writes non-finite floats as `null`: a result without one
     // needs no second look.
@@ -165,9 +157,8 @@ pub struct ArgsBuilder(Map<String, Value>);
 impl ArgsBuilder {
     /// Adds one argument.
     pub fn arg<T: Serialize>(mut self, name: &str, value: &T) -> Result<Self, CallError> {
-        let value = serde_json::to_value(value).map_err(|e| {
-            CallError::BadArguments(format!("cannot encode argument `{name}`: {e}"))
-        })?;
+        let value = serde_json::to_value(value)
+            .map_err(|e| CallError::BadArguments(format!("cannot encode argument `{name}`: {e}")))?;
         self.0.insert(name.to_string(), value);
         Ok(self)
     }
@@ -180,9 +171,8 @@ impl ArgsBuilder {
 
 /// Decodes the JSON result of a nested call.
 pub fn decode_return<T: DeserializeOwned>(function: &str, json: &str) -> Result<T, CallError> {
-    serde_json::from_str(json).map_err(|e| {
-        CallError::Application(format!("cannot decode the result of `{function}`: {e}"))
-    })
+    serde_json::from_str(json)
+        .map_err(|e| CallError::Application(format!("cannot decode the result of `{function}`: {e}")))
 }
 
 /// The error of a dispatch to a function this type does not have.
@@ -204,14 +194,8 @@ mod tests {
     #[test]
     fn arguments_by_name_and_by_position() {
         assert_eq!(parse(r#"{"amount": 5, "to": 2}"#).unwrap(), (2, 5, None));
-        assert_eq!(
-            parse(r#"[2, 5, "rent"]"#).unwrap(),
-            (2, 5, Some("rent".into()))
-        );
-        assert_eq!(
-            parse(r#"{"to": 2, "amount": 5, "memo": null}"#).unwrap(),
-            (2, 5, None)
-        );
+        assert_eq!(parse(r#"[2, 5, "rent"]"#).unwrap(), (2, 5, Some("rent".into())));
+        assert_eq!(parse(r#"{"to": 2, "amount": 5, "memo": null}"#).unwrap(), (2, 5, None));
         // A repeated name: the last one counts, as in a JSON object.
         assert_eq!(parse(r#"{"to": 1, "amount": 5, "to": 2}"#).unwrap(), (2, 5, None));
         // Escapes in names and nested values are decoded as usual.

@@ -93,11 +93,7 @@ impl Node {
     }
 
     fn schedule(&self, target: NodeRef, value: i64) -> Result<()> {
-        Ok(lambdastore_sdk::spawn(
-            target,
-            "set",
-            &json!({ "value": value }),
-        )?)
+        Ok(lambdastore_sdk::spawn(target, "set", &json!({ "value": value }))?)
     }
 
     /// Sets `value`, then writes `field` through the raw host interface.
@@ -118,9 +114,7 @@ impl Node {
     }
 
     fn create_many(n: u32) -> Result<Vec<NodeRef>> {
-        Ok((0..n)
-            .map(|i| NodeRef::new(Some(i.into())))
-            .collect::<Result<_, _>>()?)
+        Ok((0..n).map(|i| NodeRef::new(Some(i.into()))).collect::<Result<_, _>>()?)
     }
 }
 
@@ -150,10 +144,7 @@ fn a_failing_call_undoes_its_callees_writes() {
     let host = MockHost::for_app::<App>();
     let (a, b) = (node(&host, 0), node(&host, 0));
     let err = host.invoke(a, "relay", json!({"value": 5, "target": b, "fail": true}));
-    assert_eq!(
-        err,
-        Err(CallError::Application("relay failed after writing".into()))
-    );
+    assert_eq!(err, Err(CallError::Application("relay failed after writing".into())));
     assert_eq!((get(&host, a), get(&host, b)), (0, 0));
 
     host.invoke(a, "relay", json!([5, b, false])).unwrap();
@@ -174,19 +165,12 @@ fn the_caller_of_a_failed_nested_call_goes_on() {
 fn readonly_functions_and_their_callees_may_not_write() {
     let host = MockHost::for_app::<App>();
     let (a, b) = (node(&host, 1), node(&host, 2));
-    let panic = catch_unwind(AssertUnwindSafe(|| {
-        host.invoke(a, "sneaky_write", json!(null))
-    }));
+    let panic = catch_unwind(AssertUnwindSafe(|| host.invoke(a, "sneaky_write", json!(null))));
     let message = *panic.unwrap_err().downcast::<String>().unwrap();
-    assert!(
-        message.starts_with("readonly function Node.sneaky_write may not write"),
-        "{message}"
-    );
+    assert!(message.starts_with("readonly function Node.sneaky_write may not write"), "{message}");
     assert_eq!(get(&host, a), 1);
 
-    let panic = catch_unwind(AssertUnwindSafe(|| {
-        host.invoke(a, "readonly_calls_writer", json!([b]))
-    }));
+    let panic = catch_unwind(AssertUnwindSafe(|| host.invoke(a, "readonly_calls_writer", json!([b]))));
     assert!(panic.is_err());
     assert_eq!(get(&host, b), 2);
     // The host still works after an aborted workflow.
@@ -198,19 +182,12 @@ fn readonly_functions_and_their_callees_may_not_write() {
 fn a_field_name_with_a_nul_byte_aborts_the_workflow() {
     let host = MockHost::for_app::<App>();
     let a = node(&host, 1);
-    let panic = catch_unwind(AssertUnwindSafe(|| {
-        host.invoke(a, "set_then_put_raw", json!([2, "value\0evil"]))
-    }));
+    let panic = catch_unwind(AssertUnwindSafe(|| host.invoke(a, "set_then_put_raw", json!([2, "value\0evil"]))));
     let message = *panic.unwrap_err().downcast::<String>().unwrap();
-    assert_eq!(
-        message,
-        r#"field name "value\0evil" of "Node.set_then_put_raw" contains a NUL byte"#
-    );
+    assert_eq!(message, r#"field name "value\0evil" of "Node.set_then_put_raw" contains a NUL byte"#);
     assert_eq!(get(&host, a), 1);
     // Reads are refused too.
-    let read = catch_unwind(AssertUnwindSafe(|| {
-        host.with_object(a, || lambdastore_sdk::host::get("\0", &[]))
-    }));
+    let read = catch_unwind(AssertUnwindSafe(|| host.with_object(a, || lambdastore_sdk::host::get("\0", &[]))));
     assert!(read.is_err());
 }
 
@@ -249,41 +226,25 @@ fn kinds_must_match() {
     let a = node(&host, 0);
     let unknown = |name: &str| Err(CallError::UnknownFunction(name.into()));
     assert_eq!(host.invoke(a, "new", json!(null)), unknown("Node.new"));
-    assert_eq!(
-        host.invoke_static("Node", "get", json!(null)),
-        unknown("Node.get")
-    );
-    assert_eq!(
-        host.invoke_static("Nope", "get", json!(null)),
-        unknown("Nope.get")
-    );
+    assert_eq!(host.invoke_static("Node", "get", json!(null)), unknown("Node.get"));
+    assert_eq!(host.invoke_static("Nope", "get", json!(null)), unknown("Nope.get"));
     // The dispatcher checks kinds too, and unknown types.
     let err = |name: &str| CallError::UnknownFunction(name.into());
-    assert_eq!(
-        App::dispatch(FunctionKind::Static, "Node", "set", 0, "[1]").unwrap_err(),
-        err("Node.set")
-    );
-    assert_eq!(
-        App::dispatch(FunctionKind::Method, "Nope", "f", 1, "null").unwrap_err(),
-        err("Nope")
-    );
+    assert_eq!(App::dispatch(FunctionKind::Static, "Node", "set", 0, "[1]").unwrap_err(), err("Node.set"));
+    assert_eq!(App::dispatch(FunctionKind::Method, "Nope", "f", 1, "null").unwrap_err(), err("Nope"));
 }
 
 #[test]
 fn protected_static_functions_are_for_lambdas_only() {
     let host = MockHost::for_app::<App>();
-    let err = host
-        .invoke_static("Node", "internal", json!(null))
-        .unwrap_err();
+    let err = host.invoke_static("Node", "internal", json!(null)).unwrap_err();
     assert!(matches!(err, CallError::NotAllowed(_)), "{err}");
 }
 
 #[test]
 fn static_functions_create_objects() {
     let host = MockHost::for_app::<App>();
-    let created = host
-        .invoke_static("Node", "create_many", json!({"n": 3}))
-        .unwrap();
+    let created = host.invoke_static("Node", "create_many", json!({"n": 3})).unwrap();
     assert_eq!(created, json!([1, 2, 3]));
     assert_eq!(get(&host, 3), 2);
 }
@@ -292,14 +253,8 @@ fn static_functions_create_objects() {
 fn types_without_constructor_take_no_arguments() {
     let host = MockHost::for_app::<App>();
     let p = host.create("Plain", json!(null)).unwrap();
-    assert_eq!(
-        host.invoke(p, "hello", json!({})).unwrap(),
-        json!(format!("hello from {p}"))
-    );
-    assert!(matches!(
-        host.create("Plain", json!([1])),
-        Err(CallError::BadArguments(_))
-    ));
+    assert_eq!(host.invoke(p, "hello", json!({})).unwrap(), json!(format!("hello from {p}")));
+    assert!(matches!(host.create("Plain", json!([1])), Err(CallError::BadArguments(_))));
 }
 
 #[test]
@@ -308,13 +263,8 @@ fn a_stored_value_that_does_not_decode_fails_the_call() {
     let a = node(&host, 0);
     host.with_object(a, || Cell::<String>::new("value").set("not a number"));
     let err = host.invoke(a, "get", json!(null)).unwrap_err();
-    let CallError::Application(message) = err else {
-        panic!("{err:?}")
-    };
-    assert!(
-        message.starts_with("field `value`: stored value does not decode as i64"),
-        "{message}"
-    );
+    let CallError::Application(message) = err else { panic!("{err:?}") };
+    assert!(message.starts_with("field `value`: stored value does not decode as i64"), "{message}");
     // try_get hands the error to the function instead.
     let err = host.invoke(a, "try_get", json!(null)).unwrap_err();
     assert!(err.to_string().starts_with("field `value`"), "{err}");
@@ -325,8 +275,7 @@ fn the_clock_is_the_transactions() {
     let host = MockHost::for_app::<App>();
     let (a, b) = (node(&host, 0), node(&host, 0));
     host.set_now_micros(42);
-    let clocks: (i64, i64) =
-        serde_json::from_value(host.invoke(a, "clocks", json!([b])).unwrap()).unwrap();
+    let clocks: (i64, i64) = serde_json::from_value(host.invoke(a, "clocks", json!([b])).unwrap()).unwrap();
     assert_eq!(clocks, (42, 42));
     assert!(host.now_micros() > 42);
 }
@@ -338,18 +287,9 @@ fn multimaps_and_sets() {
     for (event, value) in [("click", 2), ("view", 9), ("click", 1), ("click", 2)] {
         host.invoke(a, "record", json!([event, value])).unwrap();
     }
-    assert_eq!(
-        host.invoke(a, "events", json!(["click"])).unwrap(),
-        json!([1, 2, 2])
-    );
-    assert_eq!(
-        host.invoke(a, "events", json!(["none"])).unwrap(),
-        json!([])
-    );
-    assert_eq!(
-        host.invoke(a, "tags", json!(null)).unwrap(),
-        json!(["click", "view"])
-    );
+    assert_eq!(host.invoke(a, "events", json!(["click"])).unwrap(), json!([1, 2, 2]));
+    assert_eq!(host.invoke(a, "events", json!(["none"])).unwrap(), json!([]));
+    assert_eq!(host.invoke(a, "tags", json!(null)).unwrap(), json!(["click", "view"]));
 }
 
 #[test]
@@ -380,10 +320,7 @@ fn iteration_pages_through_many_entries() {
         map.insert(&i, &(i * 2));
     }
     assert_eq!(map.iter().count(), 1000);
-    assert!(map
-        .iter()
-        .enumerate()
-        .all(|(i, (k, v))| k == i as u32 && v == k * 2));
+    assert!(map.iter().enumerate().all(|(i, (k, v))| k == i as u32 && v == k * 2));
     let newest: Vec<u32> = map.iter().rev().map(|(k, _)| k).take(300).collect();
     assert_eq!(newest, (700..1000).rev().collect::<Vec<_>>());
     assert_eq!(map.range(100..400).count(), 300);

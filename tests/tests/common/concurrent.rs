@@ -91,11 +91,7 @@ impl Tally {
 
 impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} committed, {} refused, {} retries (40001)",
-            self.committed, self.refused, self.retries
-        )?;
+        write!(f, "{} committed, {} refused, {} retries (40001)", self.committed, self.refused, self.retries)?;
         if self.deadlocks > 0 {
             write!(f, ", {} deadlocks (40P01)", self.deadlocks)?;
         }
@@ -201,10 +197,7 @@ pub struct Rng(u64);
 
 impl Rng {
     pub fn new(stream: u64) -> Rng {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
         Rng(nanos ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
 

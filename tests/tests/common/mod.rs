@@ -23,9 +23,8 @@ pub const DATABASE: &str = "lambdastore_test";
 const SETUP_LOCK: i64 = 0x4c53_7465_7374; // "LStest"
 
 fn config(dbname: &str) -> postgres::Config {
-    let url = std::env::var("LAMBDASTORE_TEST_URL").expect(
-        "LAMBDASTORE_TEST_URL is not set: run the suite with `make test-e2e` or scripts/e2e.sh",
-    );
+    let url = std::env::var("LAMBDASTORE_TEST_URL")
+        .expect("LAMBDASTORE_TEST_URL is not set: run the suite with `make test-e2e` or scripts/e2e.sh");
     let mut config: postgres::Config = url.parse().expect("LAMBDASTORE_TEST_URL is a libpq URL");
     config.dbname(dbname).application_name("lambdastore-tests");
     config
@@ -34,38 +33,23 @@ fn config(dbname: &str) -> postgres::Config {
 fn setup() {
     static SETUP: Once = Once::new();
     SETUP.call_once(|| {
-        let mut admin = config("postgres")
-            .connect(NoTls)
-            .expect("connect to the test server");
-        admin
-            .execute("SELECT pg_advisory_lock($1)", &[&SETUP_LOCK])
-            .unwrap();
-        let exists = admin
-            .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&DATABASE])
-            .unwrap()
-            .is_some();
+        let mut admin = config("postgres").connect(NoTls).expect("connect to the test server");
+        admin.execute("SELECT pg_advisory_lock($1)", &[&SETUP_LOCK]).unwrap();
+        let exists = admin.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&DATABASE]).unwrap().is_some();
         if !exists {
-            admin
-                .batch_execute(&format!("CREATE DATABASE {DATABASE}"))
-                .unwrap();
+            admin.batch_execute(&format!("CREATE DATABASE {DATABASE}")).unwrap();
         }
-        let mut db = config(DATABASE)
-            .connect(NoTls)
-            .expect("connect to the test database");
+        let mut db = config(DATABASE).connect(NoTls).expect("connect to the test database");
         db.batch_execute("CREATE EXTENSION IF NOT EXISTS lambdastore")
             .expect("CREATE EXTENSION lambdastore (is the extension installed?)");
-        admin
-            .execute("SELECT pg_advisory_unlock($1)", &[&SETUP_LOCK])
-            .unwrap();
+        admin.execute("SELECT pg_advisory_unlock($1)", &[&SETUP_LOCK]).unwrap();
     });
 }
 
 /// A new connection to the test database, as the superuser `postgres`.
 pub fn connect() -> Client {
     setup();
-    config(DATABASE)
-        .connect(NoTls)
-        .expect("connect to the test database")
+    config(DATABASE).connect(NoTls).expect("connect to the test database")
 }
 
 /// A database of its own, for a test that changes the extension itself
@@ -80,29 +64,20 @@ impl ScratchDatabase {
         let name = format!("lambdastore_test_{test}_{}", std::process::id());
         let mut admin = config("postgres").connect(NoTls).unwrap();
         // Separate statements: neither may run in a transaction block.
-        admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .unwrap();
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .unwrap();
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
         ScratchDatabase { name }
     }
 
     pub fn connect(&self) -> Client {
-        config(&self.name)
-            .connect(NoTls)
-            .expect("connect to the scratch database")
+        config(&self.name).connect(NoTls).expect("connect to the scratch database")
     }
 }
 
 impl Drop for ScratchDatabase {
     fn drop(&mut self) {
         if let Ok(mut admin) = config("postgres").connect(NoTls) {
-            let _ = admin.batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ));
+            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
         }
     }
 }
@@ -111,10 +86,7 @@ impl Drop for ScratchDatabase {
 /// run in parallel and be re-run against the same database.
 pub fn app(test: &str) -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
     let name = format!("{test}_{:x}{:04x}", std::process::id(), secs & 0xffff);
     assert!(name.len() <= 63, "application name {name} is too long");
     name
@@ -126,28 +98,16 @@ pub fn workspace() -> PathBuf {
 
 /// The bytes of an example application, as `make lambdas` builds them.
 pub fn example(name: &str) -> Vec<u8> {
-    let path = workspace()
-        .join("target/lambdas")
-        .join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (build the examples with `make lambdas`)",
-            path.display()
-        )
-    })
+    let path = workspace().join("target/lambdas").join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (build the examples with `make lambdas`)", path.display()))
 }
 
 fn json(text: &str) -> Value {
-    serde_json::from_str(text)
-        .unwrap_or_else(|e| panic!("the server returned invalid JSON {text:?}: {e}"))
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("the server returned invalid JSON {text:?}: {e}"))
 }
 
 /// `lambdastore.deploy(app, module)`.
-pub fn deploy(
-    c: &mut impl GenericClient,
-    app: &str,
-    module: &[u8],
-) -> Result<Value, postgres::Error> {
+pub fn deploy(c: &mut impl GenericClient, app: &str, module: &[u8]) -> Result<Value, postgres::Error> {
     let row = c.query_one("SELECT lambdastore.deploy($1, $2)::text", &[&app, &module])?;
     Ok(json(row.get(0)))
 }
@@ -155,21 +115,13 @@ pub fn deploy(
 /// Deploys the example `name` as application `app`.
 #[track_caller]
 pub fn deploy_example(c: &mut impl GenericClient, app: &str, name: &str) -> Value {
-    deploy(c, app, &example(name))
-        .unwrap_or_else(|e| panic!("deploy {name} as {app}: {}", describe(&e)))
+    deploy(c, app, &example(name)).unwrap_or_else(|e| panic!("deploy {name} as {app}: {}", describe(&e)))
 }
 
 /// `lambdastore.create_object(app, type, args)`.
-pub fn create_object(
-    c: &mut impl GenericClient,
-    app: &str,
-    ty: &str,
-    args: Value,
-) -> Result<i64, postgres::Error> {
-    let row = c.query_one(
-        "SELECT lambdastore.create_object($1, $2, $3::text::jsonb)",
-        &[&app, &ty, &args.to_string()],
-    )?;
+pub fn create_object(c: &mut impl GenericClient, app: &str, ty: &str, args: Value) -> Result<i64, postgres::Error> {
+    let row =
+        c.query_one("SELECT lambdastore.create_object($1, $2, $3::text::jsonb)", &[&app, &ty, &args.to_string()])?;
     Ok(row.get(0))
 }
 
@@ -180,27 +132,16 @@ pub fn create(c: &mut impl GenericClient, app: &str, ty: &str, args: Value) -> i
 }
 
 /// `lambda_invoke(object, method, args)`.
-pub fn invoke(
-    c: &mut impl GenericClient,
-    object: i64,
-    method: &str,
-    args: Value,
-) -> Result<Value, postgres::Error> {
-    let row = c.query_one(
-        "SELECT lambda_invoke($1, $2, $3::text::jsonb)::text",
-        &[&object, &method, &args.to_string()],
-    )?;
+pub fn invoke(c: &mut impl GenericClient, object: i64, method: &str, args: Value) -> Result<Value, postgres::Error> {
+    let row =
+        c.query_one("SELECT lambda_invoke($1, $2, $3::text::jsonb)::text", &[&object, &method, &args.to_string()])?;
     Ok(json(row.get(0)))
 }
 
 #[track_caller]
 pub fn call(c: &mut impl GenericClient, object: i64, method: &str, args: Value) -> Value {
-    invoke(c, object, method, args.clone()).unwrap_or_else(|e| {
-        panic!(
-            "lambda_invoke({object}, {method}, {args}): {}",
-            describe(&e)
-        )
-    })
+    invoke(c, object, method, args.clone())
+        .unwrap_or_else(|e| panic!("lambda_invoke({object}, {method}, {args}): {}", describe(&e)))
 }
 
 /// `lambdastore.invoke_static(app, type, function, args)`.
@@ -226,9 +167,7 @@ pub fn describe(err: &postgres::Error) -> String {
             db.severity(),
             db.code().code(),
             db.message(),
-            db.detail()
-                .map(|d| format!(" (DETAIL: {d})"))
-                .unwrap_or_default()
+            db.detail().map(|d| format!(" (DETAIL: {d})")).unwrap_or_default()
         ),
         None => format!("{err}"),
     }
@@ -255,11 +194,7 @@ pub fn expect_sqlstate<T: Debug>(result: Result<T, postgres::Error>, code: &str)
 pub fn fails_cleanly(c: &mut Client, object: i64, method: &str, args: Value, code: &str) -> String {
     let before = entries(c, object);
     let message = expect_sqlstate(invoke(c, object, method, args), code);
-    assert_eq!(
-        entries(c, object),
-        before,
-        "{method} failed with {code} but changed the object's entries"
-    );
+    assert_eq!(entries(c, object), before, "{method} failed with {code} but changed the object's entries");
     message
 }
 
@@ -267,26 +202,20 @@ pub fn fails_cleanly(c: &mut Client, object: i64, method: &str, args: Value, cod
 pub type Entries = Vec<(String, Vec<u8>, Vec<u8>)>;
 
 pub fn entries(c: &mut impl GenericClient, object: i64) -> Entries {
-    c.query(
-        "SELECT field, key, value FROM lambdastore.entries WHERE object_id = $1 ORDER BY field, key",
-        &[&object],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| (r.get(0), r.get(1), r.get(2)))
-    .collect()
+    c.query("SELECT field, key, value FROM lambdastore.entries WHERE object_id = $1 ORDER BY field, key", &[&object])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
 }
 
 /// The objects of an application, in id order.
 pub fn objects(c: &mut impl GenericClient, app: &str) -> Vec<i64> {
-    c.query(
-        "SELECT object_id FROM lambdastore.objects WHERE app = $1 ORDER BY 1",
-        &[&app],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
+    c.query("SELECT object_id FROM lambdastore.objects WHERE app = $1 ORDER BY 1", &[&app])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
 }
 
 pub fn count(c: &mut impl GenericClient, sql: &str) -> i64 {
@@ -329,20 +258,15 @@ fn wait_for_backend(observer: &mut Client, pid: i32, condition: &str, needle: Op
 
 /// Creates role `name` unless it exists (roles outlive test databases).
 pub fn create_role(c: &mut impl GenericClient, name: &str) {
-    c.batch_execute(&format!(
-        "DO $$ BEGIN CREATE ROLE {name}; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-    ))
-    .unwrap();
+    c.batch_execute(&format!("DO $$ BEGIN CREATE ROLE {name}; EXCEPTION WHEN duplicate_object THEN NULL; END $$"))
+        .unwrap();
 }
 
 /// A new connection to the test database as `role`, which must have
 /// `LOGIN` (the test server trusts every local user).
 pub fn connect_as(role: &str) -> Client {
     setup();
-    config(DATABASE)
-        .user(role)
-        .connect(NoTls)
-        .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
+    config(DATABASE).user(role).connect(NoTls).unwrap_or_else(|e| panic!("connect as {role}: {e}"))
 }
 
 /// The notices (and warnings) a connection received, in order.
@@ -406,48 +330,26 @@ impl TestRole {
     }
 
     pub fn oid(&self, c: &mut impl GenericClient) -> u32 {
-        c.query_one("SELECT oid FROM pg_roles WHERE rolname = $1", &[&self.name])
-            .unwrap()
-            .get(0)
+        c.query_one("SELECT oid FROM pg_roles WHERE rolname = $1", &[&self.name]).unwrap().get(0)
     }
 }
 
 impl Drop for TestRole {
     fn drop(&mut self) {
         // DROP OWNED takes the schema privilege back, which DROP ROLE needs.
-        let _ = change_roles(
-            &mut connect(),
-            &format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}", self.name),
-        );
+        let _ = change_roles(&mut connect(), &format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}", self.name));
     }
 }
 
 /// `lambdastore.grant(app, role, privilege)`: the owner lets `role`
 /// 'invoke' or 'read' the application.
-pub fn grant(
-    c: &mut impl GenericClient,
-    app: &str,
-    role: &str,
-    privilege: &str,
-) -> Result<(), postgres::Error> {
-    c.execute(
-        "SELECT lambdastore.grant($1, $2::text::regrole, $3)",
-        &[&app, &role, &privilege],
-    )
-    .map(|_| ())
+pub fn grant(c: &mut impl GenericClient, app: &str, role: &str, privilege: &str) -> Result<(), postgres::Error> {
+    c.execute("SELECT lambdastore.grant($1, $2::text::regrole, $3)", &[&app, &role, &privilege]).map(|_| ())
 }
 
 /// `lambdastore.revoke(app, role, privilege)`: whether it had been granted.
-pub fn revoke(
-    c: &mut impl GenericClient,
-    app: &str,
-    role: &str,
-    privilege: &str,
-) -> Result<bool, postgres::Error> {
-    let row = c.query_one(
-        "SELECT lambdastore.revoke($1, $2::text::regrole, $3)",
-        &[&app, &role, &privilege],
-    )?;
+pub fn revoke(c: &mut impl GenericClient, app: &str, role: &str, privilege: &str) -> Result<bool, postgres::Error> {
+    let row = c.query_one("SELECT lambdastore.revoke($1, $2::text::regrole, $3)", &[&app, &role, &privilege])?;
     Ok(row.get(0))
 }
 
@@ -468,9 +370,7 @@ pub fn app_owner(c: &mut impl GenericClient, app: &str) -> u32 {
 
 /// Rows of `lambdastore.modules` for `app`: its deployed versions.
 pub fn module_rows(c: &mut impl GenericClient, app: &str) -> i64 {
-    c.query_one("SELECT count(*) FROM lambdastore.modules WHERE app = $1", &[&app])
-        .unwrap()
-        .get(0)
+    c.query_one("SELECT count(*) FROM lambdastore.modules WHERE app = $1", &[&app]).unwrap().get(0)
 }
 
 /// A fresh `micro` application with one `Bench` object (100 entries).

@@ -101,8 +101,7 @@ impl Account {
         self.balance.set(&(balance - amount));
         self.record(Kind::Debit, amount, to);
         // If the deposit fails, returning the error undoes the debit above.
-        to.deposit(amount, Some(me))
-            .map_err(|e| Error::new(format!("transfer to account {} failed: {e}", to.id())))?;
+        to.deposit(amount, Some(me)).map_err(|e| Error::new(format!("transfer to account {} failed: {e}", to.id())))?;
         Ok(balance - amount)
     }
 
@@ -139,12 +138,7 @@ impl Account {
     /// The newest `limit` audit entries (default 20), newest first.
     #[readonly]
     fn history(&self, limit: Option<u32>) -> Vec<HistoryEntry> {
-        self.audit
-            .iter()
-            .rev()
-            .limit(limit.unwrap_or(20))
-            .map(|(seq, entry)| HistoryEntry { seq, entry })
-            .collect()
+        self.audit.iter().rev().limit(limit.unwrap_or(20)).map(|(seq, entry)| HistoryEntry { seq, entry }).collect()
     }
 }
 
@@ -152,12 +146,7 @@ impl Account {
 impl Account {
     fn record(&self, kind: Kind, amount: i64, counterparty: AccountRef) {
         let seq = self.audit.last().map_or(1, |(seq, _)| seq + 1);
-        let entry = AuditEntry {
-            kind,
-            amount,
-            counterparty,
-            at_micros: now_micros(),
-        };
+        let entry = AuditEntry { kind, amount, counterparty, at_micros: now_micros() };
         self.audit.insert(&seq, &entry);
     }
 }
@@ -171,33 +160,22 @@ mod tests {
     use serde_json::{json, Value};
 
     fn open(host: &MockHost, owner: &str, initial: i64) -> ObjectId {
-        host.create("Account", json!({"owner": owner, "initial": initial}))
-            .unwrap()
+        host.create("Account", json!({"owner": owner, "initial": initial})).unwrap()
     }
 
     fn balance(host: &MockHost, id: ObjectId) -> i64 {
-        host.invoke(id, "balance", json!(null))
-            .unwrap()
-            .as_i64()
-            .unwrap()
+        host.invoke(id, "balance", json!(null)).unwrap().as_i64().unwrap()
     }
 
     #[test]
     fn transfer_moves_money_and_audits_both_sides() {
         let host = MockHost::for_app::<App>();
         let (a, b) = (open(&host, "ada", 100), open(&host, "bob", 0));
-        assert_eq!(
-            host.invoke(a, "transfer", json!({"to": b, "amount": 30}))
-                .unwrap(),
-            json!(70)
-        );
+        assert_eq!(host.invoke(a, "transfer", json!({"to": b, "amount": 30})).unwrap(), json!(70));
         assert_eq!((balance(&host, a), balance(&host, b)), (70, 30));
 
         let debit = &host.map::<u64, AuditEntry>(a, "audit")[0];
-        assert_eq!(
-            (debit.0, debit.1.kind, debit.1.amount),
-            (1, Kind::Debit, 30)
-        );
+        assert_eq!((debit.0, debit.1.kind, debit.1.amount), (1, Kind::Debit, 30));
         assert_eq!(debit.1.counterparty.id(), b);
         let credit = &host.map::<u64, AuditEntry>(b, "audit")[0].1;
         assert_eq!((credit.kind, credit.counterparty.id()), (Kind::Credit, a));
@@ -211,39 +189,22 @@ mod tests {
             host.invoke(a, "transfer", json!([b, amount])).unwrap();
         }
         let history = host.invoke(a, "history", json!({"limit": 3})).unwrap();
-        let amounts: Vec<i64> = history
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["amount"].as_i64().unwrap())
-            .collect();
+        let amounts: Vec<i64> = history.as_array().unwrap().iter().map(|e| e["amount"].as_i64().unwrap()).collect();
         assert_eq!(amounts, [5, 4, 3]);
         assert_eq!(history[0]["seq"], json!(5));
         assert_eq!(history[0]["kind"], json!("debit"));
         assert_eq!(history[0]["counterparty"], json!(b));
         // Each workflow has its own (later) transaction time.
         assert!(history[0]["at_micros"].as_i64() > history[1]["at_micros"].as_i64());
-        assert_eq!(
-            host.invoke(a, "history", json!(null))
-                .unwrap()
-                .as_array()
-                .unwrap()
-                .len(),
-            5
-        );
+        assert_eq!(host.invoke(a, "history", json!(null)).unwrap().as_array().unwrap().len(), 5);
     }
 
     #[test]
     fn overdraft_is_refused_and_changes_nothing() {
         let host = MockHost::for_app::<App>();
         let (a, b) = (open(&host, "ada", 10), open(&host, "bob", 0));
-        let err = host
-            .invoke(a, "transfer", json!({"to": b, "amount": 11}))
-            .unwrap_err();
-        assert_eq!(
-            err,
-            CallError::Application("insufficient funds: balance 10, transfer 11".into())
-        );
+        let err = host.invoke(a, "transfer", json!({"to": b, "amount": 11})).unwrap_err();
+        assert_eq!(err, CallError::Application("insufficient funds: balance 10, transfer 11".into()));
         assert_eq!((balance(&host, a), balance(&host, b)), (10, 0));
         assert!(host.map::<u64, AuditEntry>(a, "audit").is_empty());
     }
@@ -263,13 +224,8 @@ mod tests {
         let host = MockHost::for_app::<App>();
         let a = open(&host, "ada", 10);
         // The debit happens, then the nested deposit fails on an unknown object.
-        let err = host
-            .invoke(a, "transfer", json!({"to": 999, "amount": 5}))
-            .unwrap_err();
-        assert_eq!(
-            err,
-            CallError::Application("transfer to account 999 failed: unknown object 999".into())
-        );
+        let err = host.invoke(a, "transfer", json!({"to": 999, "amount": 5})).unwrap_err();
+        assert_eq!(err, CallError::Application("transfer to account 999 failed: unknown object 999".into()));
         assert_eq!(balance(&host, a), 10);
         assert!(host.map::<u64, AuditEntry>(a, "audit").is_empty());
     }
@@ -278,9 +234,7 @@ mod tests {
     fn clients_cannot_deposit() {
         let host = MockHost::for_app::<App>();
         let a = open(&host, "ada", 0);
-        let err = host
-            .invoke(a, "deposit", json!({"amount": 1_000_000}))
-            .unwrap_err();
+        let err = host.invoke(a, "deposit", json!({"amount": 1_000_000})).unwrap_err();
         assert!(matches!(err, CallError::NotAllowed(_)), "{err}");
         assert_eq!(balance(&host, a), 0);
     }
@@ -289,13 +243,8 @@ mod tests {
     fn constructor_checks_its_arguments() {
         let host = MockHost::for_app::<App>();
         let err = host.create("Account", json!({"initial": 5})).unwrap_err();
-        assert_eq!(
-            err,
-            CallError::BadArguments("missing parameter `owner`".into())
-        );
-        let err = host
-            .create("Account", json!({"owner": "eve", "initial": -1}))
-            .unwrap_err();
+        assert_eq!(err, CallError::BadArguments("missing parameter `owner`".into()));
+        let err = host.create("Account", json!({"owner": "eve", "initial": -1})).unwrap_err();
         assert!(matches!(err, CallError::Application(_)));
         // A failed constructor leaves no object behind.
         assert!(host.objects().is_empty());
@@ -309,19 +258,11 @@ mod tests {
         let host = MockHost::for_app::<App>();
         let (a, b) = (open(&host, "ada", 100), open(&host, "bob", 100));
         let args = json!({"other": b, "amount": 150});
-        assert_eq!(
-            host.invoke(a, "withdraw_if_covered", args.clone()).unwrap(),
-            json!(-50)
-        );
+        assert_eq!(host.invoke(a, "withdraw_if_covered", args.clone()).unwrap(), json!(-50));
         assert_eq!((balance(&host, a), balance(&host, b)), (-50, 100));
         // 50 left between them: the same withdrawal on the other side is refused.
-        let err = host
-            .invoke(b, "withdraw_if_covered", json!({"other": a, "amount": 150}))
-            .unwrap_err();
-        assert_eq!(
-            err,
-            CallError::Application("not covered: balance 100 + -50 < 150".into())
-        );
+        let err = host.invoke(b, "withdraw_if_covered", json!({"other": a, "amount": 150})).unwrap_err();
+        assert_eq!(err, CallError::Application("not covered: balance 100 + -50 < 150".into()));
         assert_eq!((balance(&host, a), balance(&host, b)), (-50, 100));
     }
 
@@ -331,19 +272,11 @@ mod tests {
         let (a, b) = (open(&host, "ada", 100), open(&host, "bob", 100));
         for (other, amount) in [(b, 0), (b, -1), (a, 10)] {
             let args = json!({"other": other, "amount": amount});
-            assert!(matches!(
-                host.invoke(a, "withdraw_if_covered", args),
-                Err(CallError::Application(_))
-            ));
+            assert!(matches!(host.invoke(a, "withdraw_if_covered", args), Err(CallError::Application(_))));
         }
         // The covering account must exist: its error aborts the withdrawal.
-        let err = host
-            .invoke(a, "withdraw_if_covered", json!([999, 10]))
-            .unwrap_err();
-        assert!(
-            matches!(err, CallError::Application(ref m) if m.contains("999")),
-            "{err}"
-        );
+        let err = host.invoke(a, "withdraw_if_covered", json!([999, 10])).unwrap_err();
+        assert!(matches!(err, CallError::Application(ref m) if m.contains("999")), "{err}");
         assert_eq!(balance(&host, a), 100);
     }
 
@@ -351,16 +284,9 @@ mod tests {
     fn total_with_adds_both_balances() {
         let host = MockHost::for_app::<App>();
         let (a, b) = (open(&host, "ada", 70), open(&host, "bob", 30));
-        host.invoke(a, "transfer", json!({"to": b, "amount": 20}))
-            .unwrap();
-        assert_eq!(
-            host.invoke(a, "total_with", json!({"other": b})).unwrap(),
-            json!(100)
-        );
-        assert_eq!(
-            host.invoke(b, "total_with", json!([a])).unwrap(),
-            json!(100)
-        );
+        host.invoke(a, "transfer", json!({"to": b, "amount": 20})).unwrap();
+        assert_eq!(host.invoke(a, "total_with", json!({"other": b})).unwrap(), json!(100));
+        assert_eq!(host.invoke(b, "total_with", json!([a])).unwrap(), json!(100));
     }
 
     #[test]

@@ -69,21 +69,15 @@ mod tests {
     #[test]
     fn overflow_is_an_error_and_keeps_the_value() {
         let host = MockHost::for_app::<App>();
-        let id = host
-            .create("Counter", json!({"initial": i64::MAX}))
-            .unwrap();
+        let id = host.create("Counter", json!({"initial": i64::MAX})).unwrap();
         assert_eq!(
             host.invoke(id, "increment", json!(null)),
-            Err(CallError::Application(
-                "counter overflow: 9223372036854775807 + 1".into()
-            ))
+            Err(CallError::Application("counter overflow: 9223372036854775807 + 1".into()))
         );
         let low = host.create("Counter", json!([i64::MIN + 1])).unwrap();
         assert_eq!(
             host.invoke(low, "add", json!([-2])),
-            Err(CallError::Application(
-                "counter overflow: -9223372036854775807 + -2".into()
-            ))
+            Err(CallError::Application("counter overflow: -9223372036854775807 + -2".into()))
         );
         assert_eq!(host.cell::<i64>(id, "value"), Some(i64::MAX));
         assert_eq!(host.cell::<i64>(low, "value"), Some(i64::MIN + 1));
@@ -102,10 +96,7 @@ mod tests {
         let host = MockHost::for_app::<App>();
         let id = host.create("Counter", json!(null)).unwrap();
         let err = host.invoke(id, "add", json!({"n": "two"})).unwrap_err();
-        assert!(
-            matches!(err, CallError::BadArguments(ref m) if m.starts_with("parameter `n`")),
-            "{err}"
-        );
+        assert!(matches!(err, CallError::BadArguments(ref m) if m.starts_with("parameter `n`")), "{err}");
         let err = host.invoke(id, "add", json!({})).unwrap_err();
         assert_eq!(err, CallError::BadArguments("missing parameter `n`".into()));
         let err = host.invoke(id, "get", json!({"n": 1})).unwrap_err();
@@ -116,18 +107,9 @@ mod tests {
     fn unknown_objects_and_functions_are_errors() {
         let host = MockHost::for_app::<App>();
         let id = host.create("Counter", json!(null)).unwrap();
-        assert_eq!(
-            host.invoke(id, "reset", json!(null)),
-            Err(CallError::UnknownFunction("Counter.reset".into()))
-        );
-        assert_eq!(
-            host.invoke(99, "get", json!(null)),
-            Err(CallError::UnknownObject(99))
-        );
-        assert!(matches!(
-            host.create("Nope", json!(null)),
-            Err(CallError::UnknownFunction(_))
-        ));
+        assert_eq!(host.invoke(id, "reset", json!(null)), Err(CallError::UnknownFunction("Counter.reset".into())));
+        assert_eq!(host.invoke(99, "get", json!(null)), Err(CallError::UnknownObject(99)));
+        assert!(matches!(host.create("Nope", json!(null)), Err(CallError::UnknownFunction(_))));
     }
 
     #[test]

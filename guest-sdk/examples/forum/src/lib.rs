@@ -119,12 +119,7 @@ impl Account {
     }
 
     /// Starts a thread in `community`; returns the new thread.
-    fn create_thread(
-        &self,
-        community: CommunityRef,
-        title: String,
-        text: String,
-    ) -> Result<ThreadRef> {
+    fn create_thread(&self, community: CommunityRef, title: String, text: String) -> Result<ThreadRef> {
         let me = AccountRef::from_id(self_id());
         let thread = ThreadRef::new(me, community, title.clone(), text)?;
         // If the community refuses (or does not exist), the error undoes
@@ -159,8 +154,7 @@ impl Community {
     /// `Account::create_thread`, not by clients.
     #[protected]
     fn add_thread(&self, thread: ThreadRef, title: String, author: AccountRef) {
-        self.threads
-            .insert(&(now_micros(), thread), &ThreadSummary { title, author });
+        self.threads.insert(&(now_micros(), thread), &ThreadSummary { title, author });
     }
 
     /// The newest `limit` threads (default 20), newest first.
@@ -179,13 +173,7 @@ impl Community {
 impl Thread {
     /// A thread by `author` in `community`.
     #[constructor]
-    fn new(
-        &self,
-        author: AccountRef,
-        community: CommunityRef,
-        title: String,
-        text: String,
-    ) -> Result<()> {
+    fn new(&self, author: AccountRef, community: CommunityRef, title: String, text: String) -> Result<()> {
         non_empty("title", &title)?;
         self.author.set(&author);
         self.community.set(&community);
@@ -201,14 +189,7 @@ impl Thread {
     fn add_comment(&self, author: AccountRef, text: String) -> Result<u64> {
         non_empty("comment", &text)?;
         let id = self.comment_count.get_or_default() + 1;
-        self.comments.insert(
-            &id,
-            &Comment {
-                author,
-                text,
-                at: now_micros(),
-            },
-        );
+        self.comments.insert(&id, &Comment { author, text, at: now_micros() });
         self.comment_count.set(&id);
         Ok(id)
     }
@@ -226,11 +207,7 @@ impl Thread {
             title: self.title.get_or_default(),
             text: self.text.get_or_default(),
             comment_count: self.comment_count.get_or_default(),
-            comments: self
-                .comments
-                .iter()
-                .map(|(id, comment)| CommentView { id, comment })
-                .collect(),
+            comments: self.comments.iter().map(|(id, comment)| CommentView { id, comment }).collect(),
         })
     }
 }
@@ -255,21 +232,12 @@ mod tests {
         let alice = host.create("Account", json!({"name": "alice"})).unwrap();
         let bob = host.create("Account", json!({"name": "bob"})).unwrap();
         let rust = host.create("Community", json!({"name": "rust"})).unwrap();
-        Forum {
-            host,
-            alice,
-            bob,
-            rust,
-        }
+        Forum { host, alice, bob, rust }
     }
 
     fn post(f: &Forum, title: &str) -> ObjectId {
         let args = json!({"community": f.rust, "title": title, "text": "body"});
-        f.host
-            .invoke(f.alice, "create_thread", args)
-            .unwrap()
-            .as_i64()
-            .unwrap()
+        f.host.invoke(f.alice, "create_thread", args).unwrap().as_i64().unwrap()
     }
 
     #[test]
@@ -278,8 +246,7 @@ mod tests {
         let thread = post(&f, "hello");
         assert_eq!(f.host.object_type(thread).as_deref(), Some("Thread"));
         let view: ThreadView =
-            serde_json::from_value(f.host.invoke(thread, "get_thread", json!(null)).unwrap())
-                .unwrap();
+            serde_json::from_value(f.host.invoke(thread, "get_thread", json!(null)).unwrap()).unwrap();
         assert_eq!(view.id.id(), thread);
         assert_eq!((view.author.id(), view.community.id()), (f.alice, f.rust));
         assert_eq!((view.title.as_str(), view.comment_count), ("hello", 0));
@@ -293,20 +260,9 @@ mod tests {
     #[test]
     fn list_threads_is_newest_first_and_limited() {
         let f = forum();
-        let ids: Vec<ObjectId> = ["one", "two", "three"]
-            .iter()
-            .map(|t| post(&f, t))
-            .collect();
-        let listed = f
-            .host
-            .invoke(f.rust, "list_threads", json!({"limit": 2}))
-            .unwrap();
-        let listed: Vec<i64> = listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["id"].as_i64().unwrap())
-            .collect();
+        let ids: Vec<ObjectId> = ["one", "two", "three"].iter().map(|t| post(&f, t)).collect();
+        let listed = f.host.invoke(f.rust, "list_threads", json!({"limit": 2})).unwrap();
+        let listed: Vec<i64> = listed.as_array().unwrap().iter().map(|t| t["id"].as_i64().unwrap()).collect();
         assert_eq!(listed, [ids[2], ids[1]]);
     }
 
@@ -314,10 +270,7 @@ mod tests {
     fn comments_are_numbered_and_kept_in_order() {
         let f = forum();
         let thread = post(&f, "hello");
-        let comment = |who, text: &str| {
-            f.host
-                .invoke(who, "add_comment", json!({"thread": thread, "text": text}))
-        };
+        let comment = |who, text: &str| f.host.invoke(who, "add_comment", json!({"thread": thread, "text": text}));
         assert_eq!(comment(f.bob, "first").unwrap(), json!(1));
         assert_eq!(comment(f.alice, "second").unwrap(), json!(2));
 
@@ -335,15 +288,9 @@ mod tests {
     fn protected_functions_are_not_for_clients() {
         let f = forum();
         let thread = post(&f, "hello");
-        let err = f.host.invoke(
-            thread,
-            "add_comment",
-            json!({"author": f.bob, "text": "spam"}),
-        );
+        let err = f.host.invoke(thread, "add_comment", json!({"author": f.bob, "text": "spam"}));
         assert!(matches!(err, Err(CallError::NotAllowed(_))));
-        let err = f
-            .host
-            .invoke(f.rust, "add_thread", json!([thread, "fake", f.bob]));
+        let err = f.host.invoke(f.rust, "add_thread", json!([thread, "fake", f.bob]));
         assert!(matches!(err, Err(CallError::NotAllowed(_))));
     }
 
@@ -354,33 +301,21 @@ mod tests {
         // The thread is created, then indexing fails: the community is not one.
         let args = json!({"community": f.bob, "title": "lost", "text": "body"});
         let err = f.host.invoke(f.alice, "create_thread", args).unwrap_err();
-        assert_eq!(
-            err,
-            CallError::Application("unknown function Account.add_thread".into())
-        );
+        assert_eq!(err, CallError::Application("unknown function Account.add_thread".into()));
         assert_eq!(f.host.objects().len(), before);
         // An empty title fails in the Thread constructor.
         let args = json!({"community": f.rust, "title": " ", "text": "body"});
         assert!(f.host.invoke(f.alice, "create_thread", args).is_err());
         assert_eq!(f.host.objects().len(), before);
-        assert_eq!(
-            f.host.invoke(f.rust, "list_threads", json!(null)).unwrap(),
-            json!([])
-        );
+        assert_eq!(f.host.invoke(f.rust, "list_threads", json!(null)).unwrap(), json!([]));
     }
 
     #[test]
     fn empty_comments_are_refused_without_side_effects() {
         let f = forum();
         let thread = post(&f, "hello");
-        let err = f
-            .host
-            .invoke(f.bob, "add_comment", json!([thread, ""]))
-            .unwrap_err();
-        assert_eq!(
-            err,
-            CallError::Application("comment must not be empty".into())
-        );
+        let err = f.host.invoke(f.bob, "add_comment", json!([thread, ""])).unwrap_err();
+        assert_eq!(err, CallError::Application("comment must not be empty".into()));
         assert_eq!(f.host.cell::<u64>(thread, "comment_count"), Some(0));
     }
 }

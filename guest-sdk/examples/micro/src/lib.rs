@@ -33,9 +33,7 @@ fn value(seed: u64) -> String {
     let mut x = seed;
     (0..VALUE_BYTES)
         .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             alphabet[(x >> 58) as usize % alphabet.len()] as char
         })
         .collect()
@@ -97,10 +95,7 @@ impl Bench {
     #[readonly]
     fn read(&self, k: u32) -> Result<u64> {
         let keys = random_keys(k)?;
-        Ok(keys
-            .iter()
-            .map(|key| self.data.get(key).map_or(0, |v| v.len() as u64))
-            .sum())
+        Ok(keys.iter().map(|key| self.data.get(key).map_or(0, |v| v.len() as u64)).sum())
     }
 
     /// Overwrites `k` distinct random entries with new 1 KiB values; returns `k`.
@@ -327,8 +322,7 @@ impl Bench {
         codes
             .into_iter()
             .map(|code| {
-                char::from_u32(code)
-                    .ok_or_else(|| Error::new(format!("{code:#x} is not a Unicode scalar value")))
+                char::from_u32(code).ok_or_else(|| Error::new(format!("{code:#x} is not a Unicode scalar value")))
             })
             .collect()
     }
@@ -423,10 +417,7 @@ mod tests {
         let (host, id) = bench();
         let data = host.map::<u32, String>(id, "data");
         assert_eq!(data.len(), 100);
-        assert!(data
-            .iter()
-            .enumerate()
-            .all(|(i, (k, v))| *k == i as u32 && v.len() == 1024));
+        assert!(data.iter().enumerate().all(|(i, (k, v))| *k == i as u32 && v.len() == 1024));
     }
 
     #[test]
@@ -434,10 +425,7 @@ mod tests {
         let (host, id) = bench();
         let once = host.invoke(id, "hash", json!({"n": 1})).unwrap();
         // SHA-512 of 1024 zero bytes.
-        let expected: String = Sha512::digest([0u8; 1024])
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let expected: String = Sha512::digest([0u8; 1024]).iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(once, json!(expected));
         let twice = host.invoke(id, "hash", json!([2])).unwrap();
         assert_ne!(once, twice);
@@ -447,46 +435,32 @@ mod tests {
     #[test]
     fn read_and_write_touch_k_distinct_entries() {
         let (host, id) = bench();
-        assert_eq!(
-            host.invoke(id, "read", json!({"k": 10})).unwrap(),
-            json!(10 * 1024)
-        );
+        assert_eq!(host.invoke(id, "read", json!({"k": 10})).unwrap(), json!(10 * 1024));
         let before = host.map::<u32, String>(id, "data");
         assert_eq!(host.invoke(id, "write", json!({"k": 7})).unwrap(), json!(7));
         let after = host.map::<u32, String>(id, "data");
         let changed = before.iter().zip(&after).filter(|(b, a)| b != a).count();
         assert_eq!(changed, 7);
-        assert!(matches!(
-            host.invoke(id, "read", json!([101])),
-            Err(CallError::Application(_))
-        ));
+        assert!(matches!(host.invoke(id, "read", json!([101])), Err(CallError::Application(_))));
     }
 
     #[test]
     fn fail_is_an_application_error() {
         let (host, id) = bench();
-        assert_eq!(
-            host.invoke(id, "fail", json!({"message": "boom"})),
-            Err(CallError::Application("boom".into()))
-        );
+        assert_eq!(host.invoke(id, "fail", json!({"message": "boom"})), Err(CallError::Application("boom".into())));
     }
 
     #[test]
     fn put_get_and_list() {
         let (host, id) = bench();
         for k in ["b", "a", "c", "d"] {
-            host.invoke(id, "put", json!({"key": k, "value": k.to_uppercase()}))
-                .unwrap();
+            host.invoke(id, "put", json!({"key": k, "value": k.to_uppercase()})).unwrap();
         }
         assert_eq!(host.invoke(id, "get", json!(["a"])).unwrap(), json!("A"));
         assert_eq!(host.invoke(id, "get", json!(["zz"])).unwrap(), json!(null));
-        let list = host
-            .invoke(id, "list", json!({"start": "b", "end": "d"}))
-            .unwrap();
+        let list = host.invoke(id, "list", json!({"start": "b", "end": "d"})).unwrap();
         assert_eq!(list, json!([["b", "B"], ["c", "C"]]));
-        let list = host
-            .invoke(id, "list", json!({"limit": 2, "reverse": true}))
-            .unwrap();
+        let list = host.invoke(id, "list", json!({"limit": 2, "reverse": true})).unwrap();
         assert_eq!(list, json!([["d", "D"], ["c", "C"]]));
     }
 
@@ -498,21 +472,11 @@ mod tests {
             host.invoke(id, "put", json!([key, "outside"])).unwrap();
         }
         let attempt = |key: &str| {
-            host.invoke(
-                id,
-                "insert_if_fewer",
-                json!({"start": "p/", "end": "p0", "max": 3, "key": key}),
-            )
-            .unwrap()
+            host.invoke(id, "insert_if_fewer", json!({"start": "p/", "end": "p0", "max": 3, "key": key})).unwrap()
         };
         let inserted: Vec<_> = ["p/5", "p/1", "p/9", "p/3", "p/"].map(attempt).into();
-        assert_eq!(
-            inserted,
-            [true, true, true, false, false].map(|b| json!(b)).to_vec()
-        );
-        let list = host
-            .invoke(id, "list", json!({"start": "p/", "end": "p0"}))
-            .unwrap();
+        assert_eq!(inserted, [true, true, true, false, false].map(|b| json!(b)).to_vec());
+        let list = host.invoke(id, "list", json!({"start": "p/", "end": "p0"})).unwrap();
         assert_eq!(list, json!([["p/1", "x"], ["p/5", "x"], ["p/9", "x"]]));
     }
 
@@ -521,10 +485,7 @@ mod tests {
         let (host, id) = bench();
         for key in ["a", "p0", "p1"] {
             let args = json!({"start": "p/", "end": "p0", "max": 5, "key": key});
-            assert!(matches!(
-                host.invoke(id, "insert_if_fewer", args),
-                Err(CallError::Application(_))
-            ));
+            assert!(matches!(host.invoke(id, "insert_if_fewer", args), Err(CallError::Application(_))));
         }
         assert_eq!(host.invoke(id, "list", json!({})).unwrap(), json!([]));
     }
@@ -532,10 +493,7 @@ mod tests {
     #[test]
     fn deep_recurses_on_its_own_object() {
         let (host, id) = bench();
-        assert_eq!(
-            host.invoke(id, "deep", json!({"depth": 10})).unwrap(),
-            json!(10)
-        );
+        assert_eq!(host.invoke(id, "deep", json!({"depth": 10})).unwrap(), json!(10));
     }
 
     #[test]
@@ -561,10 +519,7 @@ mod tests {
         let (host, a) = bench();
         let b = host.create("Bench", json!(null)).unwrap();
         let args = json!({"target": b, "key": "k", "value": "v"});
-        assert_eq!(
-            host.invoke(a, "call_and_recover", args).unwrap(),
-            json!(true)
-        );
+        assert_eq!(host.invoke(a, "call_and_recover", args).unwrap(), json!(true));
         assert_eq!(host.invoke(b, "get", json!(["k"])).unwrap(), json!(null));
     }
 
@@ -574,46 +529,29 @@ mod tests {
         host.invoke(id, "put", json!(["before", "1"])).unwrap();
         let result = catch_unwind(AssertUnwindSafe(|| host.invoke(id, "panic", json!(null))));
         assert!(result.is_err());
-        assert_eq!(
-            host.invoke(id, "get", json!(["before"])).unwrap(),
-            json!("1")
-        );
+        assert_eq!(host.invoke(id, "get", json!(["before"])).unwrap(), json!("1"));
     }
 
     #[test]
     fn protected_secret_only_through_a_nested_call() {
         let (host, a) = bench();
         let b = host.create("Bench", json!(null)).unwrap();
-        assert!(matches!(
-            host.invoke(b, "secret", json!(null)),
-            Err(CallError::NotAllowed(_))
-        ));
-        assert_eq!(
-            host.invoke(a, "ask_secret", json!([b])).unwrap(),
-            json!("the secret")
-        );
+        assert!(matches!(host.invoke(b, "secret", json!(null)), Err(CallError::NotAllowed(_))));
+        assert_eq!(host.invoke(a, "ask_secret", json!([b])).unwrap(), json!("the secret"));
     }
 
     #[test]
     fn static_version() {
         let host = MockHost::for_app::<App>();
-        assert_eq!(
-            host.invoke_static("Bench", "version", json!(null)).unwrap(),
-            json!("0.1.0")
-        );
+        assert_eq!(host.invoke_static("Bench", "version", json!(null)).unwrap(), json!("0.1.0"));
         assert_eq!(BenchRef::version().unwrap(), "0.1.0");
     }
 
     #[test]
     fn alloc_and_big_result() {
         let (host, id) = bench();
-        assert_eq!(
-            host.invoke(id, "alloc", json!([1 << 20])).unwrap(),
-            json!(1 << 20)
-        );
-        let big = host
-            .invoke(id, "big_result", json!({"bytes": 5000}))
-            .unwrap();
+        assert_eq!(host.invoke(id, "alloc", json!([1 << 20])).unwrap(), json!(1 << 20));
+        let big = host.invoke(id, "big_result", json!({"bytes": 5000})).unwrap();
         assert_eq!(big.as_str().unwrap().len(), 5000);
     }
 
@@ -631,33 +569,18 @@ mod tests {
     #[test]
     fn chars_builds_a_string_of_code_points() {
         let (host, id) = bench();
-        assert_eq!(
-            host.invoke(id, "chars", json!({"codes": [97, 0, 98]}))
-                .unwrap(),
-            json!("a\0b")
-        );
+        assert_eq!(host.invoke(id, "chars", json!({"codes": [97, 0, 98]})).unwrap(), json!("a\0b"));
         assert_eq!(
             host.invoke(id, "chars", json!([[0xD800]])),
-            Err(CallError::Application(
-                "0xd800 is not a Unicode scalar value".into()
-            ))
+            Err(CallError::Application("0xd800 is not a Unicode scalar value".into()))
         );
     }
 
     #[test]
     fn put_raw_writes_bytes_under_any_field_name() {
         let (host, id) = bench();
-        host.invoke(
-            id,
-            "put_raw",
-            json!({"field": "raw", "key": "k", "value": "v"}),
-        )
-        .unwrap();
-        let stored = host
-            .entries(id)
-            .into_iter()
-            .find(|e| e.field == "raw")
-            .unwrap();
+        host.invoke(id, "put_raw", json!({"field": "raw", "key": "k", "value": "v"})).unwrap();
+        let stored = host.entries(id).into_iter().find(|e| e.field == "raw").unwrap();
         assert_eq!((stored.key, stored.value), (b"k".to_vec(), b"v".to_vec()));
         // The host refuses a NUL in a field name, which aborts the workflow.
         let args = json!({"field": "kv\u{0}evil", "key": "k", "value": "v"});
@@ -672,11 +595,7 @@ mod tests {
         assert_eq!(filled, Ok(json!(3)));
         assert_eq!(
             host.invoke(id, "list", json!({})).unwrap(),
-            json!([
-                ["k00000000", "xxxx"],
-                ["k00000001", "xxxx"],
-                ["k00000002", "xxxx"]
-            ])
+            json!([["k00000000", "xxxx"], ["k00000001", "xxxx"], ["k00000002", "xxxx"]])
         );
         // A key is its 9 bytes and a 2-byte terminator; a value, `"xxxx"` in JSON.
         let size = host.invoke(id, "scan_count", json!({}));
@@ -688,17 +607,13 @@ mod tests {
         let (host, id) = bench();
         let written = host.invoke(id, "overwrite", json!({"count": 5, "bytes": 2}));
         assert_eq!(written, Ok(json!(5)));
-        assert_eq!(
-            host.map::<String, String>(id, "kv"),
-            [("hot".into(), "xx".into())]
-        );
+        assert_eq!(host.map::<String, String>(id, "kv"), [("hot".into(), "xx".into())]);
     }
 
     #[test]
     fn log_many_logs_count_times() {
         let (host, id) = bench();
-        host.invoke(id, "log_many", json!({"count": 3, "message": "again"}))
-            .unwrap();
+        host.invoke(id, "log_many", json!({"count": 3, "message": "again"})).unwrap();
         assert_eq!(host.logs().len(), 3);
     }
 
@@ -707,11 +622,7 @@ mod tests {
         let (host, id) = bench();
         let spawned = host.invoke(id, "spawn_many", json!({"count": 2, "method": "tally"}));
         assert_eq!(spawned, Ok(json!(2)));
-        let tally = SpawnedCall {
-            target: id,
-            function: "tally".into(),
-            args: "{}".into(),
-        };
+        let tally = SpawnedCall { target: id, function: "tally".into(), args: "{}".into() };
         assert_eq!(host.take_spawned(), [tally.clone(), tally]);
     }
 

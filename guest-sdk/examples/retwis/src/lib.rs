@@ -115,12 +115,7 @@ impl User {
     fn create_post(&self, text: String) -> Result<u64> {
         let id = self.post_count.get_or_default() + 1;
         self.post_count.set(&id);
-        let post = Post {
-            author: me(),
-            id,
-            at: now_micros(),
-            text,
-        };
+        let post = Post { author: me(), id, at: now_micros(), text };
         self.posts.insert(&id, &post);
         self.timeline.insert(&post.timeline_key(), &post);
         for follower in self.followers.iter() {
@@ -139,12 +134,7 @@ impl User {
     /// The newest `limit` posts (default 50) of this user's timeline, newest first.
     #[readonly]
     fn get_timeline(&self, limit: Option<u32>) -> Vec<Post> {
-        self.timeline
-            .iter()
-            .rev()
-            .limit(limit.unwrap_or(DEFAULT_TIMELINE_LIMIT))
-            .map(|(_, post)| post)
-            .collect()
+        self.timeline.iter().rev().limit(limit.unwrap_or(DEFAULT_TIMELINE_LIMIT)).map(|(_, post)| post).collect()
     }
 }
 
@@ -180,22 +170,14 @@ mod tests {
         let ada = user(&host, "ada");
         let followers: Vec<ObjectId> = (0..20).map(|i| user(&host, &format!("f{i}"))).collect();
         let outsider = user(&host, "outsider");
-        host.invoke(ada, "add_followers", json!({"followers": followers}))
-            .unwrap();
+        host.invoke(ada, "add_followers", json!({"followers": followers})).unwrap();
 
         assert_eq!(post(&host, ada, "hello"), 1);
 
-        let expected = Post {
-            author: UserRef::from_id(ada),
-            id: 1,
-            at: timeline(&host, ada, None)[0].at,
-            text: "hello".into(),
-        };
+        let expected =
+            Post { author: UserRef::from_id(ada), id: 1, at: timeline(&host, ada, None)[0].at, text: "hello".into() };
         for reader in followers.into_iter().chain([ada]) {
-            assert_eq!(
-                timeline(&host, reader, None),
-                std::slice::from_ref(&expected)
-            );
+            assert_eq!(timeline(&host, reader, None), std::slice::from_ref(&expected));
         }
         assert_eq!(timeline(&host, outsider, None), []);
         assert_eq!(host.map::<u64, Post>(ada, "posts"), [(1, expected)]);
@@ -211,9 +193,7 @@ mod tests {
         assert_eq!(texts(&timeline(&host, bob, None)), ["after"]);
         assert_eq!(
             host.invoke(ada, "follow", json!([ada])),
-            Err(CallError::Application(
-                "a user cannot follow themselves".into()
-            ))
+            Err(CallError::Application("a user cannot follow themselves".into()))
         );
     }
 
@@ -267,14 +247,8 @@ mod tests {
         let host = MockHost::for_app::<App>();
         let (ada, bob) = (user(&host, "ada"), user(&host, "bob"));
         let forged = json!({"post": {"author": ada, "id": 7, "at": 1, "text": "forged"}});
-        assert!(matches!(
-            host.invoke(bob, "deliver", forged),
-            Err(CallError::NotAllowed(_))
-        ));
-        assert!(matches!(
-            host.invoke(ada, "add_follower", json!([bob])),
-            Err(CallError::NotAllowed(_))
-        ));
+        assert!(matches!(host.invoke(bob, "deliver", forged), Err(CallError::NotAllowed(_))));
+        assert!(matches!(host.invoke(ada, "add_follower", json!([bob])), Err(CallError::NotAllowed(_))));
         assert_eq!(timeline(&host, bob, None), []);
     }
 
@@ -282,8 +256,7 @@ mod tests {
     fn a_missing_follower_fails_the_whole_post() {
         let host = MockHost::for_app::<App>();
         let (ada, bob) = (user(&host, "ada"), user(&host, "bob"));
-        host.invoke(ada, "add_followers", json!([[bob, 999_999]]))
-            .unwrap();
+        host.invoke(ada, "add_followers", json!([[bob, 999_999]])).unwrap();
         let err = host.invoke(ada, "create_post", json!(["lost"]));
         assert!(err.is_err(), "{err:?}");
         // Nothing of the workflow is kept: not the counter, not bob's copy.
@@ -296,12 +269,7 @@ mod tests {
     fn get_timeline_is_readonly() {
         let host = MockHost::for_app::<App>();
         let desc = &host.app().types[0];
-        let readonly: Vec<&str> = desc
-            .functions
-            .iter()
-            .filter(|f| f.readonly)
-            .map(|f| f.name.as_str())
-            .collect();
+        let readonly: Vec<&str> = desc.functions.iter().filter(|f| f.readonly).map(|f| f.name.as_str()).collect();
         assert_eq!(readonly, ["get_timeline"]);
     }
 }
