@@ -57,8 +57,12 @@ bench: lambdas install ## The benchmark suite on its own cluster, every system s
 bench-quick: lambdas install ## The same with scaled-down data and short runs: minutes on 2 cores
 	scripts/bench.sh --quick $(BENCH_ARGS)
 
+.PHONY: check-format
+check-format: setup ## The workspace is formatted as rustfmt.toml says
+	cargo fmt --all -- --check
+
 .PHONY: test
-test: lambdas install test-sdk test-e2e ## Everything CI runs
+test: check-format lambdas install test-sdk test-e2e ## Everything CI runs
 
 .PHONY: demo
 demo: lambdas install ## Start the embedded single-node PostgreSQL, run the CloudForum demo and its HTTP gateway

@@ -82,6 +82,12 @@ if ! rustup target list --installed | grep -qx "$wasm_target"; then
   rustup target add "$wasm_target"
 fi
 
+# make test checks the formatting (rustfmt.toml); minimal rustup profiles lack it.
+if ! cargo fmt --version >/dev/null 2>&1; then
+  say "adding rustfmt"
+  rustup component add rustfmt
+fi
+
 if [ "$(cargo pgrx --version 2>/dev/null)" != "cargo-pgrx $pgrx_version" ]; then
   say "installing cargo-pgrx $pgrx_version (a few minutes)"
   cargo install cargo-pgrx --version "$pgrx_version" --locked
