@@ -5,6 +5,7 @@ use super::{Direction, Entry, HostState};
 use crate::catalog::entries as table;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
+use crate::txn::buffer::merge_scan;
 use crate::txn::EntryKey;
 
 fn key_of(state: &HostState, field: String, key: Vec<u8>, op: &'static str) -> Result<EntryKey> {
@@ -122,33 +123,6 @@ pub(crate) fn scan(
         || state.workflow.keep_going(),
     )?;
 
-    // Two sorted lists, merged in scan order; on equal keys the buffer wins.
-    let before = |a: &[u8], b: &[u8]| if forward { a < b } else { a > b };
-    let mut out = Vec::with_capacity(limit.min(stored.len() + buffered.len()));
-    let (mut s, mut b) = (stored.into_iter().peekable(), buffered.into_iter().peekable());
-    while out.len() < limit {
-        let take_buffered = match (s.peek(), b.peek()) {
-            (None, None) => break,
-            (Some(_), None) => false,
-            (None, Some(_)) => true,
-            (Some((sk, _)), Some((bk, _))) => {
-                if sk.as_slice() == *bk {
-                    s.next(); // shadowed by the buffered write
-                    true
-                } else {
-                    before(bk, sk)
-                }
-            }
-        };
-        if take_buffered {
-            let (key, slot) = b.next().expect("peeked");
-            if let Some(value) = slot {
-                out.push(Entry { key: key.to_vec(), value: value.clone() });
-            }
-        } else {
-            let (key, value) = s.next().expect("peeked");
-            out.push(Entry { key, value });
-        }
-    }
-    Ok(out)
+    let merged = merge_scan(stored, buffered, forward, limit);
+    Ok(merged.into_iter().map(|(key, value)| Entry { key, value }).collect())
 }

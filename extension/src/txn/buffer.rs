@@ -130,3 +130,115 @@ impl WriteBuffer {
         self.entries.iter()
     }
 }
+
+/// A scan's result: the stored entries and the buffered writes of the same
+/// range, each already in scan order (`forward` or reversed), merged; on
+/// equal keys the buffer wins, and a buffered delete hides the entry. At
+/// most `limit` entries. Each buffered key hides at most one stored entry,
+/// so `limit + buffered` stored rows are always enough.
+pub(crate) fn merge_scan(
+    stored: Vec<(Vec<u8>, Vec<u8>)>,
+    buffered: Vec<(&[u8], &Slot)>,
+    forward: bool,
+    limit: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let before = |a: &[u8], b: &[u8]| if forward { a < b } else { a > b };
+    let mut out = Vec::with_capacity(limit.min(stored.len() + buffered.len()));
+    let (mut s, mut b) = (stored.into_iter().peekable(), buffered.into_iter().peekable());
+    while out.len() < limit {
+        let take_buffered = match (s.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some((sk, _)), Some((bk, _))) => {
+                if sk.as_slice() == *bk {
+                    s.next(); // shadowed by the buffered write
+                    true
+                } else {
+                    before(bk, sk)
+                }
+            }
+        };
+        if take_buffered {
+            let (key, slot) = b.next().expect("peeked");
+            if let Some(value) = slot {
+                out.push((key.to_vec(), value.clone()));
+            }
+        } else {
+            out.push(s.next().expect("peeked"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(field: &str, key: &str) -> EntryKey {
+        (1, field.to_string(), key.as_bytes().to_vec())
+    }
+
+    fn spawned() -> Spawned {
+        Spawned { object: 2, app: "a".into(), method: "m".into(), args: "{}".into() }
+    }
+
+    #[test]
+    fn a_savepoint_undoes_writes_creations_and_spawns_after_it() {
+        let mut buffer = WriteBuffer::default();
+        buffer.put(key("f", "a"), b"1".to_vec());
+        let savepoint = buffer.savepoint();
+        buffer.put(key("f", "a"), b"2".to_vec());
+        buffer.delete(key("f", "b"));
+        buffer.create_object(7, "a".into(), "T".into());
+        buffer.spawn(spawned());
+        assert_eq!(buffer.rollback_to(savepoint), vec![7]);
+        assert_eq!(buffer.get(&key("f", "a")), Some(&Some(b"1".to_vec())));
+        assert_eq!(buffer.get(&key("f", "b")), None);
+        assert!(buffer.created().is_empty() && buffer.spawned().is_empty());
+        assert!(!buffer.is_empty());
+        buffer.rollback_to(0);
+        assert!(buffer.is_empty());
+    }
+
+    #[test]
+    fn bytes_count_every_write_overwritten_ones_included() {
+        let mut buffer = WriteBuffer::default();
+        let k = key("f", "k");
+        let one = buffer.bytes_after(&k, Some(b"12345"));
+        assert_eq!(one, WRITE_OVERHEAD + 1 + 1 + 5);
+        buffer.put(k.clone(), b"12345".to_vec());
+        buffer.put(k.clone(), b"12345".to_vec());
+        assert_eq!(buffer.bytes_after(&k, None), 3 * WRITE_OVERHEAD + 2 * (1 + 1 + 5) + 2);
+    }
+
+    #[test]
+    fn a_range_stays_inside_its_field_and_bounds() {
+        let mut buffer = WriteBuffer::default();
+        for (field, k) in [("f", "a"), ("f", "b"), ("f", "c"), ("f\0x", "a"), ("fg", "a"), ("e", "z")] {
+            buffer.put(key(field, k), k.as_bytes().to_vec());
+        }
+        let keys = |start: Option<&[u8]>, end: Option<&[u8]>| -> Vec<Vec<u8>> {
+            buffer.range(1, "f", start, end).map(|(k, _)| k.to_vec()).collect()
+        };
+        assert_eq!(keys(None, None), [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(keys(Some(b"b"), None), [b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(keys(Some(b"a"), Some(b"c")), [b"a".to_vec(), b"b".to_vec()]);
+        assert!(buffer.range(2, "f", None, None).next().is_none());
+    }
+
+    #[test]
+    fn a_merged_scan_prefers_the_buffer_and_hides_its_deletes() {
+        let stored = |keys: &[&str]| keys.iter().map(|k| (k.as_bytes().to_vec(), b"stored".to_vec())).collect();
+        let (new, gone) = (Some(b"new".to_vec()), None);
+        let buffered: Vec<(&[u8], &Slot)> = vec![(b"b", &new), (b"c", &gone), (b"e", &new)];
+        let merged = merge_scan(stored(&["a", "b", "c", "d"]), buffered, true, 10);
+        let expect = [("a", "stored"), ("b", "new"), ("d", "stored"), ("e", "new")];
+        assert_eq!(merged, expect.map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())));
+
+        let buffered: Vec<(&[u8], &Slot)> = vec![(b"e", &new), (b"c", &gone), (b"b", &new)];
+        let merged = merge_scan(stored(&["d", "c", "b", "a"]), buffered, false, 3);
+        let keys: Vec<_> = merged.iter().map(|(k, _)| k.as_slice()).collect();
+        assert_eq!(keys, [b"e".as_slice(), b"d", b"b"]);
+    }
+}

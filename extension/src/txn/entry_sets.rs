@@ -157,3 +157,78 @@ pub(crate) fn lock_key((object, (field, key)): &SetId) -> i64 {
     }
     hash as i64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn position(field: &str, key: &str) -> Position {
+        (field.to_string(), key.as_bytes().to_vec())
+    }
+
+    /// Guards at ("", ""), ("f", "m") and ("g", ""); each set's version is
+    /// the length of its guard's key, so a test can tell them apart.
+    fn three_sets() -> KnownSets {
+        KnownSets::complete(guards(vec![position("f", "m"), position("g", "")]), 0)
+    }
+
+    fn version(lower: &Position) -> i64 {
+        lower.0.len() as i64 * 10 + lower.1.len() as i64
+    }
+
+    #[test]
+    fn the_origin_guard_is_always_first() {
+        assert_eq!(*guards(vec![position("f", "m")]), vec![Position::default(), position("f", "m")]);
+        assert_eq!(guards(vec![Position::default()]).len(), 1);
+    }
+
+    #[test]
+    fn a_key_falls_in_the_set_of_the_last_guard_at_or_below_it() {
+        let mut sets = three_sets();
+        let lower = |sets: &mut KnownSets, field: &str, key: &str| {
+            sets.containing(field, key.as_bytes(), version).map(|t| t.set.lower.clone())
+        };
+        assert_eq!(lower(&mut sets, "f", "a"), Some(Position::default()));
+        assert_eq!(lower(&mut sets, "f", "m"), Some(position("f", "m")));
+        assert_eq!(lower(&mut sets, "f", "z"), Some(position("f", "m")));
+        assert_eq!(lower(&mut sets, "g", ""), Some(position("g", "")));
+        assert_eq!(lower(&mut sets, "h", "a"), Some(position("g", "")));
+        // The version is the one seen at first touch.
+        assert_eq!(sets.containing("f", b"n", |_| 99).map(|t| t.set.version), Some(11));
+    }
+
+    #[test]
+    fn a_scan_touches_the_sets_starting_inside_its_range() {
+        let mut sets = three_sets();
+        let lowers = |sets: Option<Vec<EntrySet>>| sets.unwrap().into_iter().map(|s| s.lower).collect::<Vec<_>>();
+        assert_eq!(lowers(sets.inside("f", b"a", None, version)), [position("f", "m")]);
+        assert_eq!(lowers(sets.inside("f", b"a", Some(b"m"), version)), Vec::<Position>::new());
+        assert_eq!(lowers(sets.inside("f", b"m", None, version)), Vec::<Position>::new());
+        assert!(KnownSets::partial(0).inside("f", b"", None, version).is_none());
+    }
+
+    #[test]
+    fn a_partly_known_object_knows_only_the_sets_loaded() {
+        let mut sets = KnownSets::partial(3);
+        assert!(sets.containing("f", b"a", version).is_none());
+        sets.insert(EntrySet { lower: position("f", ""), version: 5 }, Some(position("f", "m")));
+        assert_eq!(sets.containing("f", b"a", version).map(|t| t.set.version), Some(5));
+        assert!(sets.containing("f", b"m", version).is_none());
+        assert_eq!(sets.splits, 3);
+    }
+
+    #[test]
+    fn lock_keys_differ_by_object_field_and_key() {
+        let keys = [
+            lock_key(&(1, position("f", "a"))),
+            lock_key(&(2, position("f", "a"))),
+            lock_key(&(1, position("g", "a"))),
+            lock_key(&(1, position("f", "b"))),
+            // The separator keeps ("fa", "") apart from ("f", "a").
+            lock_key(&(1, position("fa", ""))),
+        ];
+        let distinct: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len());
+        assert_eq!(lock_key(&(1, position("f", "a"))), keys[0]);
+    }
+}

@@ -7,7 +7,7 @@
 //! error of its own, its writes (and those of its callees) are undone and
 //! the caller may carry on.
 
-mod buffer;
+pub(crate) mod buffer;
 pub(crate) mod entry_sets;
 pub(crate) mod occ;
 pub(crate) mod versions;
