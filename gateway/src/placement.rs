@@ -1,5 +1,5 @@
 //! Where a call runs. Every database call goes through a `Placement`, which
-//! picks the pool of the node that owns the object (DESIGN.md §7). On a
+//! picks the pool of the node that owns the object (the target design, shared/DESIGN.md §7). On a
 //! single node that is always the one database; with Citus, an
 //! implementation maps the object id to its shard and the shard to the
 //! worker holding it, from a cache that `stale` refreshes.

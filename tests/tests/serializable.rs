@@ -1,4 +1,4 @@
-//! Serializable workflows under real concurrency (DESIGN §6): many
+//! Serializable workflows under real concurrency (docs/ARCHITECTURE.md, "Serializable workflows"): many
 //! connections, thousands of transactions, and a client that retries on
 //! 40001 like any client of a serializable database.
 //!

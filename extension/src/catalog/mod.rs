@@ -8,8 +8,8 @@
 pub(crate) mod api_keys;
 pub(crate) mod cache;
 pub(crate) mod entries;
-pub(crate) mod entry_sets;
 pub(crate) mod grants;
+pub(crate) mod guards;
 pub(crate) mod jobs;
 pub(crate) mod modules;
 pub(crate) mod objects;

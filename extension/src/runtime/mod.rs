@@ -1,11 +1,11 @@
 //! A narrow wrapper around wasmtime, and the only place that makes engines
 //! and stores: one engine per backend with its epoch ticker (engine.rs),
-//! compiled components cached on disk (cache.rs), and `call`, which runs
+//! compiled components cached on disk (artifacts.rs), and `call`, which runs
 //! guest code in a fresh store with a memory limit and a deadline. It knows
 //! nothing of workflows, objects or the catalog: a store's data is generic,
 //! and the host interface (host/) links itself into a `linker()`.
 
-mod cache;
+mod artifacts;
 mod engine;
 
 use crate::error::{from_wasmtime, LambdaError, Result};
@@ -17,19 +17,24 @@ pub(crate) use wasmtime::component::{Component, Linker};
 /// Compiles `wasm`, validating it. Compiling cannot be interrupted: the
 /// caller bounds its size.
 pub(crate) fn compile(wasm: &[u8]) -> Result<Component> {
-    cache::compile(&engine::runtime().engine, wasm)
+    artifacts::compile(&engine::runtime().engine, wasm)
 }
 
 /// The component whose bytes hash to `sha256`: mapped from the disk cache,
 /// else compiled from `wasm()` and cached.
 pub(crate) fn load(sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>>) -> Result<Component> {
-    cache::load(&engine::runtime().engine, sha256, wasm)
+    artifacts::load(&engine::runtime().engine, sha256, wasm)
 }
 
 /// Caches a version's compiled component once it is registered, and
 /// removes this database's artifacts of modules no version uses (`in_use`).
 pub(crate) fn cache_compiled(sha256: &str, component: &Component, in_use: Vec<String>) {
-    cache::store_and_retain(&engine::runtime().engine, sha256, component, in_use.into_iter().collect::<HashSet<_>>());
+    artifacts::store_and_retain(
+        &engine::runtime().engine,
+        sha256,
+        component,
+        in_use.into_iter().collect::<HashSet<_>>(),
+    );
 }
 
 /// A linker for stores holding `T`, to add the host interface to.

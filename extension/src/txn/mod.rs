@@ -36,7 +36,7 @@ fn guards_of(object: i64, splits: u64) -> Result<Option<entry_sets::Guards>> {
     if let Some(guards) = catalog::cache::guards(object, splits) {
         return Ok(Some(guards));
     }
-    let Some(lowers) = catalog::entry_sets::all_if_few(object, LOAD_ALL_UP_TO)? else { return Ok(None) };
+    let Some(lowers) = catalog::guards::all_if_few(object, LOAD_ALL_UP_TO)? else { return Ok(None) };
     let guards = entry_sets::guards(lowers);
     catalog::cache::remember_guards(object, splits, &guards);
     Ok(Some(guards))
@@ -118,7 +118,7 @@ impl Workflow {
         if let Some(touched) = known.containing(field, key, version) {
             return Ok(f(touched));
         }
-        let (lower, upper) = catalog::entry_sets::around(object, field, key)?;
+        let (lower, upper) = catalog::guards::around(object, field, key)?;
         let set = EntrySet { version: version(&lower), lower };
         Ok(f(known.insert(set, upper)))
     }
@@ -171,7 +171,7 @@ impl Workflow {
         let known = self.sets.borrow_mut().get_mut(&object).and_then(|known| known.inside(field, start, end, version));
         let inside = match known {
             Some(sets) => sets,
-            None => catalog::entry_sets::inside(object, field, start, end)?
+            None => catalog::guards::inside(object, field, start, end)?
                 .into_iter()
                 .map(|lower| EntrySet { version: versions::version(&(object, lower.clone())), lower })
                 .collect(),

@@ -1,5 +1,5 @@
 //! Serializable workflows: Silo-style optimistic concurrency control on
-//! entry sets (DESIGN §6).
+//! entry sets (docs/ARCHITECTURE.md, "Serializable workflows").
 //!
 //! During a workflow reads take no locks: they record each entry set they
 //! touch with the version seen when the object's sets were loaded, *before*
@@ -194,12 +194,12 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
         if !object_contended || random() >= gucs::split_chance() * (1 + conflicts) as f64 {
             continue;
         }
-        let room = gucs::max_entry_sets().saturating_sub(catalog::entry_sets::count(set.0)?);
+        let room = gucs::max_entry_sets().saturating_sub(catalog::guards::count(set.0)?);
         let mut guards: Vec<&Position> = keys.iter().filter(|key| **key > set.1).collect();
         guards.sort();
         guards.dedup();
         for guard in guards.into_iter().take(room) {
-            catalog::entry_sets::insert_guard(set.0, &guard.0, &guard.1)?;
+            catalog::guards::insert_guard(set.0, &guard.0, &guard.1)?;
             versions::split_at_commit(set, &(set.0, guard.clone()));
         }
     }
@@ -213,7 +213,7 @@ fn apply(writes: &super::WriteBuffer, workflow: &Workflow) -> Result<()> {
 /// `lambdastore.split(object, field, key)`: inserts a guard by hand.
 /// Returns false if `(field, key)` already starts a set.
 pub(crate) fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
-    let (lower, _) = catalog::entry_sets::around(object, field, key)?;
+    let (lower, _) = catalog::guards::around(object, field, key)?;
     if lower.0 == field && lower.1 == key {
         return Ok(false);
     }
@@ -222,11 +222,11 @@ pub(crate) fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
         return Err(conflict(&id, "is locked by a concurrent transaction"));
     }
     // Check again under the lock: the set may have been split since.
-    let (now, _) = catalog::entry_sets::around(object, field, key)?;
+    let (now, _) = catalog::guards::around(object, field, key)?;
     if now != id.1 {
         return Err(conflict(&id, "was split by a concurrent transaction"));
     }
-    catalog::entry_sets::insert_guard(object, field, key)?;
+    catalog::guards::insert_guard(object, field, key)?;
     versions::split_at_commit(&id, &(object, (field.to_string(), key.to_vec())));
     Ok(true)
 }
