@@ -11,13 +11,6 @@ use serde_json::{json, Value};
 /// that ordered reads have to resume where a page ended.
 const MORE_THAN_A_PAGE: i64 = 130;
 
-fn deployed(test: &str, example: &str) -> (Client, String) {
-    let mut c = connect();
-    let app = app(test);
-    deploy_example(&mut c, &app, example);
-    (c, app)
-}
-
 #[test]
 fn counter_round_trip() {
     let (mut c, app) = deployed("counter", "counter");

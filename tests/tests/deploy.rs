@@ -117,9 +117,7 @@ fn other_bytes_of_the_same_code_bump_the_version() {
 
 #[test]
 fn redeploy_switches_the_code_of_new_calls() {
-    let mut c = connect();
-    let app = app("deploy_switch");
-    deploy_example(&mut c, &app, "counter");
+    let (mut c, app) = deployed("deploy_switch", "counter");
     let counter = create(&mut c, &app, "Counter", json!({}));
     assert_eq!(call(&mut c, counter, "increment", json!({})), json!(1));
 
@@ -174,9 +172,7 @@ fn an_object_deleted_by_another_connection_is_gone() {
 #[test]
 fn a_cached_object_is_still_refused_to_a_role_without_privileges() {
     let role = TestRole::new("cache_role");
-    let mut c = connect();
-    let app = app("deploy_cache_role");
-    deploy_example(&mut c, &app, "micro");
+    let (mut c, app) = deployed("deploy_cache_role", "micro");
     let bench = create(&mut c, &app, "Bench", json!({}));
     // Filled by this connection's superuser: `now` reads no entries.
     call(&mut c, bench, "now", json!({}));
@@ -238,9 +234,7 @@ fn revoked_privileges_refuse_the_next_call() {
 /// cached: after the rollback the object is unknown again.
 #[test]
 fn an_object_of_a_rolled_back_transaction_is_unknown() {
-    let mut c = connect();
-    let app = app("deploy_cache_rollback");
-    deploy_example(&mut c, &app, "counter");
+    let (mut c, app) = deployed("deploy_cache_rollback", "counter");
 
     let mut tx = c.transaction().unwrap();
     let counter = create(&mut tx, &app, "Counter", json!({"initial": 4}));
@@ -254,9 +248,7 @@ fn an_object_of_a_rolled_back_transaction_is_unknown() {
 /// sees the delete, and after a rollback the object is back.
 #[test]
 fn a_delete_is_seen_by_its_own_transaction_and_undone_by_rollback() {
-    let mut c = connect();
-    let app = app("deploy_cache_own_delete");
-    deploy_example(&mut c, &app, "counter");
+    let (mut c, app) = deployed("deploy_cache_own_delete", "counter");
     let counter = create(&mut c, &app, "Counter", json!({"initial": 5}));
     assert_eq!(call(&mut c, counter, "get", json!({})), json!(5));
 
@@ -289,9 +281,7 @@ fn a_deploy_takes_effect_when_its_transaction_commits() {
 
 #[test]
 fn a_rolled_back_deploy_leaves_nothing() {
-    let mut c = connect();
-    let app = app("deploy_rollback");
-    deploy_example(&mut c, &app, "counter");
+    let (mut c, app) = deployed("deploy_rollback", "counter");
     let counter = create(&mut c, &app, "Counter", json!({}));
 
     let mut tx = c.transaction().unwrap();
@@ -380,9 +370,7 @@ fn a_truncated_component_is_refused() {
 
 #[test]
 fn a_refused_module_leaves_the_current_version_running() {
-    let mut c = connect();
-    let app = app("refuse_keeps_current");
-    deploy_example(&mut c, &app, "counter");
+    let (mut c, app) = deployed("refuse_keeps_current", "counter");
     let counter = create(&mut c, &app, "Counter", json!({"initial": 3}));
 
     expect_sqlstate(deploy(&mut c, &app, b"garbage"), "42P13");

@@ -55,9 +55,7 @@ fn runner_pids(c: &mut Client) -> Vec<i32> {
 #[ignore = "kills the server: run by scripts/faults.sh"]
 fn every_job_is_applied_exactly_once_across_kills_and_restarts() {
     const JOBS: i64 = 5000;
-    let mut c = connect();
-    let app = app("faults");
-    deploy_example(&mut c, &app, "micro");
+    let (mut c, app) = deployed("faults", "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
     // One transaction: the workers start when all jobs are visible.
     c.execute(
@@ -127,9 +125,7 @@ fn every_job_is_applied_exactly_once_across_kills_and_restarts() {
 #[test]
 #[ignore = "stops the server: run by scripts/faults.sh"]
 fn workers_stop_cleanly_on_shutdown_and_an_interrupted_job_runs_again() {
-    let mut c = connect();
-    let app = app("shutdown");
-    deploy_example(&mut c, &app, "micro");
+    let (mut c, app) = deployed("shutdown", "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
     let spin = submit(&mut c, id, "spin", json!({}), None).unwrap();
     // Stop while a worker is inside the spinning lambda.

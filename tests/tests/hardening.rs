@@ -696,9 +696,7 @@ fn a_transaction_that_wrote_cannot_be_prepared() {
 
 #[test]
 fn incrementing_past_i64_max_is_p0001_and_keeps_the_value() {
-    let mut c = connect();
-    let app = app("overflow");
-    deploy_example(&mut c, &app, "counter");
+    let (mut c, app) = deployed("overflow", "counter");
     let counter = create(&mut c, &app, "Counter", json!({"initial": i64::MAX}));
     let message = fails_cleanly(&mut c, counter, "increment", json!({}), "P0001");
     assert!(message.contains("overflow"), "{message}");

@@ -638,9 +638,7 @@ fn multi_statement_transaction_off() {
 
 #[test]
 fn a_transaction_holds_its_write_locks_and_revalidates_its_reads_until_it_ends() {
-    let mut c = connect();
-    let app = app("locks_held");
-    deploy_example(&mut c, &app, "counter");
+    let (mut c, app) = deployed("locks_held", "counter");
     let counter = create(&mut c, &app, "Counter", json!({}));
     let (mut first, mut second) = (connect_cc(Cc::Occ), connect_cc(Cc::Occ));
 
@@ -821,9 +819,7 @@ fn transactions_locking_in_opposite_orders_never_hang() {
 
 #[test]
 fn repeatable_read_and_serializable_are_refused_under_occ_and_run_under_off() {
-    let mut c = connect();
-    let app = app("isolation_levels");
-    deploy_example(&mut c, &app, "counter");
+    let (mut c, app) = deployed("isolation_levels", "counter");
     let counter = create(&mut c, &app, "Counter", json!({}));
 
     let mut c = connect_cc(Cc::Occ);
@@ -979,9 +975,7 @@ fn splitting_an_unknown_object_is_42704() {
 /// T and W commit; without the split check (txn/occ.rs) both do.
 #[test]
 fn a_workflow_whose_guards_a_split_made_stale_fails() {
-    let mut c = connect();
-    let app = app("stale_guards");
-    deploy_example(&mut c, &app, "micro");
+    let (mut c, app) = deployed("stale_guards", "micro");
     let object = create(&mut c, &app, "Bench", json!({"entries": 0}));
     call(&mut c, object, "put", json!({"key": "a", "value": "A0"}));
     call(&mut c, object, "put", json!({"key": "t", "value": "T0"}));
@@ -1028,9 +1022,7 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
     const WRITERS: usize = 4;
     const KEYS: usize = 200;
     const MAX_SPLITS: usize = 300;
-    let mut c = connect();
-    let app = app("splits_concurrent");
-    deploy_example(&mut c, &app, "micro");
+    let (mut c, app) = deployed("splits_concurrent", "micro");
     let bench = create(&mut c, &app, "Bench", json!({}));
     let key = |w: usize, n: usize| format!("w{w}-{n:04}");
     let value = |k: &str| format!("{k}=v");

@@ -20,9 +20,7 @@ fn postmaster_start_time(c: &mut Client) -> String {
 
 #[test]
 fn terminating_a_running_lambda_ends_only_its_session() {
-    let mut c = connect();
-    let app = app("terminate");
-    deploy_example(&mut c, &app, "micro");
+    let (mut c, app) = deployed("terminate", "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
     c.batch_execute("SET lambdastore.timeout = '60s'").unwrap();
     let pid = backend_pid(&mut c);
@@ -49,9 +47,7 @@ fn an_sql_error_inside_a_host_call_fails_only_the_statement() {
     // Another session holds the entries table locked, and this one waits
     // for a lock at most 100 ms: the lock timeout is raised inside the
     // host's `get`, while the guest is on the stack.
-    let mut c = connect();
-    let app = app("spi_error");
-    deploy_example(&mut c, &app, "micro");
+    let (mut c, app) = deployed("spi_error", "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
     let started = postmaster_start_time(&mut c);
     let mut locker = connect();
@@ -104,9 +100,7 @@ fn reinstalling_the_extension_leaves_a_running_server_alone() {
     }
     let library = lib.join("lambdastore.so");
     let mapped = std::fs::metadata(&library).unwrap().ino();
-    let mut c = connect();
-    let app = app("reinstall");
-    deploy_example(&mut c, &app, "micro");
+    let (mut c, app) = deployed("reinstall", "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
     assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), json!(null));
     let started = postmaster_start_time(&mut c);

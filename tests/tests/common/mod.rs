@@ -373,11 +373,17 @@ pub fn module_rows(c: &mut impl GenericClient, app: &str) -> i64 {
     c.query_one("SELECT count(*) FROM lambdastore.modules WHERE app = $1", &[&app]).unwrap().get(0)
 }
 
-/// A fresh `micro` application with one `Bench` object (100 entries).
-pub fn micro_object(test: &str) -> (Client, String, i64) {
+/// A connection and a fresh application `test_...` running `example`.
+pub fn deployed(test: &str, example: &str) -> (Client, String) {
     let mut c = connect();
     let app = app(test);
-    deploy_example(&mut c, &app, "micro");
+    deploy_example(&mut c, &app, example);
+    (c, app)
+}
+
+/// A fresh `micro` application with one `Bench` object (100 entries).
+pub fn micro_object(test: &str) -> (Client, String, i64) {
+    let (mut c, app) = deployed(test, "micro");
     let id = create(&mut c, &app, "Bench", serde_json::json!({}));
     (c, app, id)
 }
