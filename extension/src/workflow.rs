@@ -88,7 +88,7 @@ fn run_method(
 /// running as the workflow's role, children of the job it runs in if any.
 fn commit(workflow: &Workflow) -> Result<()> {
     occ::commit(workflow)?;
-    let writes = workflow.writes.borrow();
+    let writes = workflow.writes();
     if !writes.spawned().is_empty() {
         catalog::jobs::insert_spawned(writes.spawned(), workflow.caller.0, workflow.parent_job)?;
     }

@@ -28,9 +28,8 @@ pub(crate) fn create_object(
         return Err(LambdaError::ReadonlyWrite { ty: type_name.to_string(), function: "(create)".into() });
     }
     let id = catalog::objects::next_id()?;
-    let savepoint = workflow.writes.borrow().savepoint();
-    workflow.writes.borrow_mut().create_object(id, app.app.clone(), type_name.to_string());
-    workflow.remember_object(id, ObjectInfo { app: app.app.clone(), type_name: type_name.to_string() });
+    let savepoint = workflow.savepoint();
+    workflow.create_object(id, ObjectInfo { app: app.app.clone(), type_name: type_name.to_string() });
     let outcome = match ctor {
         Some(ctor) => {
             let frame = Frame {
@@ -97,7 +96,7 @@ fn same_application_object(caller: &HostState, target: i64) -> Result<ObjectInfo
 
 /// Runs a nested call under a savepoint of the write buffer.
 fn nested(caller: &HostState, frame: Frame, kind: FunctionKind, args: &str) -> Result<String> {
-    let savepoint = caller.workflow.writes.borrow().savepoint();
+    let savepoint = caller.workflow.savepoint();
     let outcome = registry::run(&caller.workflow, &caller.app, frame, kind, args);
     if outcome.is_err() {
         caller.workflow.rollback_to(savepoint);
@@ -155,20 +154,6 @@ pub(crate) fn spawn(caller: &HostState, target: i64, function: &str, args: &str)
     // Protected methods are allowed: the call comes from a lambda.
     caller.app.function(&info.type_name, function, FunctionKind::Method)?;
     registry::check_args_size(args)?;
-    let spawned = caller.workflow.writes.borrow().spawned().len() + 1;
-    if spawned > gucs::max_spawns() {
-        return Err(LambdaError::TooMany {
-            what: "the workflow spawns calls:",
-            count: spawned,
-            limit: gucs::max_spawns(),
-            setting: "lambdastore.max_spawns",
-        });
-    }
-    caller.workflow.writes.borrow_mut().spawn(Spawned {
-        object: target,
-        app: info.app,
-        method: function.to_string(),
-        args: args.to_string(),
-    });
-    Ok(())
+    let call = Spawned { object: target, app: info.app, method: function.to_string(), args: args.to_string() };
+    caller.workflow.spawn(call, gucs::max_spawns())
 }

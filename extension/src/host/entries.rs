@@ -41,46 +41,29 @@ fn check_writable(state: &HostState) -> Result<()> {
 pub(crate) fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
     let key = key_of(state, field, key, "read")?;
     state.workflow.record_read(key.0, &key.1, &key.2)?;
-    if let Some(buffered) = state.workflow.writes.borrow().get(&key) {
-        return Ok(buffered.clone());
+    if let Some(buffered) = state.workflow.buffered(&key) {
+        return Ok(buffered);
     }
     table::get(&key)
-}
-
-/// Refuses a write past `lambdastore.max_write_size`: the buffer and its
-/// undo journal are host memory, outside the lambda's memory limit.
-fn check_buffer(state: &HostState, key: &EntryKey, value: Option<&[u8]>) -> Result<()> {
-    let size = state.workflow.writes.borrow().bytes_after(key, value);
-    let limit = gucs::max_write_bytes();
-    if size > limit {
-        return Err(LambdaError::TooLarge {
-            what: "the workflow's buffered writes would be",
-            size,
-            limit,
-            setting: "lambdastore.max_write_size",
-        });
-    }
-    Ok(())
 }
 
 pub(crate) fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
-    check_buffer(state, &key, Some(&value))?;
-    state.workflow.writes.borrow_mut().put(key, value);
-    Ok(())
+    // The buffer and its undo journal are host memory, outside the
+    // lambda's memory limit.
+    state.workflow.write(key, Some(value), gucs::max_write_bytes())
 }
 
 pub(crate) fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<bool> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
-    check_buffer(state, &key, None)?;
     state.workflow.record_read(key.0, &key.1, &key.2)?;
-    let existed = match state.workflow.writes.borrow().get(&key) {
+    let existed = match state.workflow.buffered(&key) {
         Some(buffered) => buffered.is_some(),
         None => table::get(&key)?.is_some(),
     };
-    state.workflow.writes.borrow_mut().delete(key);
+    state.workflow.write(key, None, gucs::max_write_bytes())?;
     Ok(existed)
 }
 
@@ -101,7 +84,7 @@ pub(crate) fn scan(
         return Ok(Vec::new());
     }
     state.workflow.record_scan(object, &field, start.as_deref().unwrap_or_default(), end.as_deref())?;
-    let writes = state.workflow.writes.borrow();
+    let writes = state.workflow.writes();
     let buffered: Vec<(&[u8], &Option<Vec<u8>>)> = {
         let range = writes.range(object, &field, start.as_deref(), end.as_deref());
         match dir {

@@ -12,7 +12,7 @@ pub(crate) mod entry_sets;
 pub(crate) mod occ;
 pub(crate) mod versions;
 
-pub(crate) use crate::model::{EntryKey, ObjectInfo};
+pub(crate) use crate::model::{EntryKey, ObjectInfo, Slot, Spawned};
 pub(crate) use buffer::WriteBuffer;
 
 use crate::access::Caller;
@@ -51,14 +51,14 @@ pub(crate) struct Workflow {
     pub(crate) deadline: Instant,
     /// Log messages written so far, and their bytes (host `log`).
     pub(crate) logged: Cell<(usize, usize)>,
-    pub(crate) writes: RefCell<WriteBuffer>,
+    writes: RefCell<WriteBuffer>,
     /// Objects looked up or created during this workflow.
     objects: RefCell<HashMap<i64, ObjectInfo>>,
     /// The entry sets touched so far, per object, each as loaded at its
     /// first touch (before any value under it was read).
     sets: RefCell<HashMap<i64, KnownSets>>,
     /// The read set: entry sets read, with the version seen.
-    pub(crate) reads: RefCell<BTreeMap<SetId, i64>>,
+    reads: RefCell<BTreeMap<SetId, i64>>,
 }
 
 impl Workflow {
@@ -93,6 +93,65 @@ impl Workflow {
         if Instant::now() >= self.deadline {
             return Err(LambdaError::Timeout(self.timeout.as_millis()));
         }
+        Ok(())
+    }
+
+    /// The buffered writes, to read (a scan merges them with the table's
+    /// entries); they change only through the methods below.
+    pub(crate) fn writes(&self) -> std::cell::Ref<'_, WriteBuffer> {
+        self.writes.borrow()
+    }
+
+    /// The buffered state of an entry: `None` if this workflow has not
+    /// written it, `Some(None)` if it deleted it.
+    pub(crate) fn buffered(&self, key: &EntryKey) -> Option<Slot> {
+        self.writes.borrow().get(key).cloned()
+    }
+
+    /// Buffers a write (`None`: a delete), unless it would take the buffer
+    /// and its journal past `max_bytes` (54000, `max_write_size`).
+    pub(crate) fn write(&self, key: EntryKey, slot: Slot, max_bytes: usize) -> Result<()> {
+        let size = self.writes.borrow().bytes_after(&key, slot.as_deref());
+        if size > max_bytes {
+            return Err(LambdaError::TooLarge {
+                what: "the workflow's buffered writes would be",
+                size,
+                limit: max_bytes,
+                setting: "lambdastore.max_write_size",
+            });
+        }
+        let mut writes = self.writes.borrow_mut();
+        match slot {
+            Some(value) => writes.put(key, value),
+            None => writes.delete(key),
+        }
+        Ok(())
+    }
+
+    /// A savepoint of the write buffer (`rollback_to` returns to it).
+    pub(crate) fn savepoint(&self) -> usize {
+        self.writes.borrow().savepoint()
+    }
+
+    /// An object this workflow creates; inserted when it commits.
+    pub(crate) fn create_object(&self, id: i64, info: ObjectInfo) {
+        self.writes.borrow_mut().create_object(id, info.app.clone(), info.type_name.clone());
+        self.remember_object(id, info);
+    }
+
+    /// Queues a call as a job when the workflow commits, unless it has
+    /// spawned `max` already (54000, `max_spawns`).
+    pub(crate) fn spawn(&self, call: Spawned, max: usize) -> Result<()> {
+        let count = self.writes.borrow().spawned().len() + 1;
+        if count > max {
+            return Err(LambdaError::TooMany {
+                what: "calls spawned by the workflow:",
+                count,
+                limit: max,
+                setting: "lambdastore.max_spawns",
+            });
+        }
+        self.writes.borrow_mut().spawn(call);
         Ok(())
     }
 
