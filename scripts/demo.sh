@@ -10,6 +10,21 @@ wasm=$repo/target/lambdas/forum.wasm
 "$cluster" start demo >/dev/null
 sql() { "$cluster" psql demo -d lambdastore_demo -v ON_ERROR_STOP=1 -X -q "$@"; }
 
+# A running server keeps the library it loaded, and the extension has no
+# upgrade scripts yet: after a new `make install`, restart the demo server
+# and recreate its database, or the demo would mix two versions.
+pkglib=$(pg_config --pkglibdir)
+sharedir=$(pg_config --sharedir)
+installed=$(cat "$pkglib/lambdastore.so" "$sharedir"/extension/lambdastore--*.sql | sha256sum | cut -c1-16)
+stamp=$("$cluster" dir demo)/extension.sha256
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$installed" ]; then
+  echo "== the installed extension changed since the last demo: restarting the server, recreating lambdastore_demo"
+  "$cluster" stop demo
+  "$cluster" start demo >/dev/null
+  "$cluster" psql demo -d postgres -qc "DROP DATABASE IF EXISTS lambdastore_demo WITH (FORCE)"
+fi
+echo "$installed" > "$stamp"
+
 "$cluster" psql demo -d postgres -Atqc "SELECT 1 FROM pg_database WHERE datname = 'lambdastore_demo'" | grep -q 1 \
   || "$cluster" psql demo -d postgres -qc "CREATE DATABASE lambdastore_demo"
 sql -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
