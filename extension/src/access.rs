@@ -8,9 +8,10 @@
 //! nothing) and the privileges the owner granted (`lambdastore.grant`), and
 //! then touch the tables as the bootstrap superuser (`as_storage`).
 //!
-//! Privilege answers are cached per backend and forgotten when a grant, a
-//! revoke or an owner change commits (the catalog generation,
-//! catalog/cache.rs) or a role or role membership changes.
+//! Privilege answers are cached per backend, only from transactions that
+//! have written nothing (so never from rows that may roll back), and
+//! forgotten when a grant, a revoke or an owner change commits (the catalog
+//! generation, catalog/cache.rs) or a role or role membership changes.
 
 use crate::catalog;
 use crate::error::{LambdaError, Result};
@@ -133,7 +134,10 @@ pub(crate) fn allowed(caller: Caller, app: &str, privilege: Privilege) -> Result
     let answer = caller.acts_as(owner)
         || (privilege != Privilege::Owner
             && catalog::grants::granted(app, privilege.name())?.into_iter().any(|grantee| caller.acts_as(grantee)));
-    if let Some(generation) = generation {
+    // Only what committed rows say is remembered: a transaction that has
+    // written may have created the application or changed its grants, and
+    // may yet roll back.
+    if let Some(generation) = generation.filter(|_| catalog::cache::may_fill()) {
         ANSWERS.with(|a| {
             let mut a = a.borrow_mut();
             if a.0 != generation || a.1.len() >= 256 {

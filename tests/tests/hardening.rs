@@ -725,3 +725,23 @@ fn a_reader_fails_behind_an_idle_writer_until_it_commits() {
     writer.batch_execute("COMMIT").unwrap();
     assert_eq!(call(&mut reader, id, "get", json!({"key": "k"})), json!("written"));
 }
+
+/// Privilege answers are cached per backend, so they must never come from
+/// rows that may roll back: a role that created an application (and used
+/// its ownership) in a transaction that rolled back must not keep it once
+/// another role has created that name for real (creating an application
+/// through an API key bumps no catalog generation).
+#[test]
+fn ownership_from_a_rolled_back_transaction_is_not_remembered() {
+    let role = TestRole::new("rolled_back_owner");
+    let app = app("rolled_back");
+    let mut c = role.connect();
+    let mut tx = c.transaction().unwrap();
+    tx.execute("SELECT lambdastore.create_api_key($1)", &[&app]).unwrap();
+    grant(&mut tx, &app, &role.name, "read").unwrap(); // checks, and may cache, ownership
+    tx.rollback().unwrap();
+
+    connect().execute("SELECT lambdastore.create_api_key($1)", &[&app]).unwrap(); // owned by postgres
+    expect_sqlstate(grant(&mut c, &app, &role.name, "invoke"), "42501");
+    assert!(!has_app_privilege(&mut c, &app, "owner"));
+}

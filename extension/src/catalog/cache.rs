@@ -116,7 +116,7 @@ fn with_valid<R>(f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
 
 /// Whether rows read now may be cached: not if this transaction has
 /// written anything, since what it read may be its own uncommitted rows.
-fn may_fill() -> bool {
+pub(crate) fn may_fill() -> bool {
     // SAFETY: reads the current transaction's state on the main thread.
     unsafe { pg_sys::GetTopTransactionIdIfAny() == pg_sys::InvalidTransactionId }
 }
