@@ -193,10 +193,8 @@ mod lambdastore {
     ) -> TableIterator<'static, (name!(key_id, i64), name!(api_key, String))> {
         let outcome = as_storage(|caller| {
             crate::api::deploy::check_app_name(app)?;
-            let owner = crate::catalog::grants::create_and_lock(app, caller.0)?;
-            if !caller.acts_as(owner) {
-                access::check(caller, app, Privilege::Owner)?;
-            }
+            crate::catalog::grants::create_and_lock(app, caller.0)?;
+            access::check(caller, app, Privilege::Owner)?;
             crate::catalog::api_keys::create(app, label, caller.0)
         });
         let (id, key) = outcome.unwrap_or_else(|err| raise(err, format!("create_api_key('{app}')")));
