@@ -320,3 +320,24 @@ pub(crate) fn database() -> String {
 pub(crate) fn job_max_attempts() -> i32 {
     JOB_MAX_ATTEMPTS.get()
 }
+
+/// Sets one of our settings for the rest of the transaction, as
+/// `SET LOCAL` would with a superuser's rights: a call forwarded to another
+/// Citus node takes its caller's settings along (forward.rs).
+pub(crate) fn set_local(name: &str, value: &str) {
+    let (name, value) = (std::ffi::CString::new(name), std::ffi::CString::new(value));
+    let (Ok(name), Ok(value)) = (name, value) else { return };
+    // SAFETY: valid C strings; raises an ERROR itself on a bad value.
+    unsafe {
+        pgrx::pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            pgrx::pg_sys::GucContext::PGC_SUSET,
+            pgrx::pg_sys::GucSource::PGC_S_SESSION,
+            pgrx::pg_sys::GucAction::GUC_ACTION_LOCAL,
+            true,
+            0,
+            false,
+        );
+    }
+}

@@ -12,6 +12,7 @@ mod access;
 mod api;
 mod catalog;
 mod error;
+mod forward;
 mod gucs;
 mod host;
 mod jobs;
@@ -31,6 +32,7 @@ pgrx::pg_module_magic!(name, version);
 pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!("../../sql/views.sql", name = "views", finalize);
 pgrx::extension_sql_file!("../../sql/gateway.sql", name = "gateway", requires = ["schema"]);
+pgrx::extension_sql_file!("../../sql/citus.sql", name = "citus", requires = ["views"]);
 
 /// Runs in the postmaster when preloaded, or in a backend at first use, in
 /// this order: settings; then, only when preloaded, all shared memory and

@@ -3,7 +3,7 @@
 //! of registration. PostgreSQL runs it after the commit record is written
 //! and the transaction's rows are visible, before its locks are released.
 
-use crate::{catalog, jobs, txn};
+use crate::{catalog, forward, jobs, txn};
 use pgrx::pg_sys;
 
 /// Registers the callback; once per process, from `_PG_init`.
@@ -31,11 +31,15 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
             txn::versions::at_commit();
             catalog::cache::at_commit();
             jobs::at_commit();
+            forward::at_transaction_end();
+            catalog::at_transaction_end();
         }
         XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
             txn::versions::at_abort();
             catalog::cache::at_abort();
             jobs::at_abort();
+            forward::at_transaction_end();
+            catalog::at_transaction_end();
         }
         _ => {}
     }

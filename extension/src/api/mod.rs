@@ -6,7 +6,7 @@
 use crate::access::{self, as_storage, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::jsonb::JsonText;
-use crate::workflow;
+use crate::{forward, workflow};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -25,13 +25,24 @@ fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> Json
     JsonText(result.unwrap_or_else(|err| raise(err, context())))
 }
 
-/// Runs a method of an object in this backend, inside the caller's
-/// transaction, and returns its JSON result.
+/// Runs a method of an object inside the caller's transaction, on the
+/// node that holds the object (this backend, unless Citus distributes the
+/// objects: forward.rs), and returns its JSON result.
 #[pg_extern(volatile, parallel_unsafe)]
 fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonText, "'{}'")) -> JsonText {
-    json_result(as_storage(|caller| workflow::invoke_method(caller, object_id, method, &args.0)), || {
-        format!("lambda_invoke({object_id}, '{method}')")
-    })
+    json_result(invoke(object_id, method, &args.0), || format!("lambda_invoke({object_id}, '{method}')"))
+}
+
+fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
+    let caller = Caller::current();
+    match as_storage(|_| forward::owner_elsewhere(object_id))? {
+        Some(node) => forward::invoke(caller, object_id, &node, method, args),
+        None => {
+            let result = as_storage(|caller| workflow::invoke_method(caller, object_id, method, args))?;
+            forward::check_local_write()?;
+            Ok(result)
+        }
+    }
 }
 
 #[pg_schema]
@@ -58,7 +69,14 @@ mod lambdastore {
     /// Creates an object and runs its type's constructor; returns its id.
     #[pg_extern(volatile, parallel_unsafe)]
     fn create_object(app: &str, type_name: &str, args: default!(JsonText, "'{}'")) -> i64 {
-        match as_storage(|caller| workflow::create(caller, app, type_name, &args.0)) {
+        let caller = Caller::current();
+        let outcome = match as_storage(|_| forward::create_elsewhere()) {
+            Ok(true) => forward::create(caller, app, type_name, &args.0),
+            Ok(false) => as_storage(|caller| workflow::create(caller, app, type_name, &args.0))
+                .and_then(|id| forward::check_local_write().map(|_| id)),
+            Err(err) => Err(err),
+        };
+        match outcome {
             Ok(id) => id,
             Err(err) => raise(err, format!("create_object('{app}', '{type_name}')")),
         }
@@ -105,10 +123,83 @@ mod lambdastore {
         args: default!(JsonText, "'{}'"),
         idempotency_key: default!(Option<&str>, "NULL"),
     ) -> i64 {
-        match as_storage(|caller| crate::jobs::submit(caller, object_id, method, &args.0, idempotency_key)) {
+        let caller = Caller::current();
+        let outcome = match as_storage(|_| forward::owner_elsewhere(object_id)) {
+            Ok(Some(_)) if idempotency_key.is_some() => Err(LambdaError::CrossNodeWrites(
+                "idempotency keys of jobs are not supported on a Citus cluster yet: their uniqueness spans nodes"
+                    .into(),
+            )),
+            Ok(Some(node)) => forward::submit(caller, object_id, &node, method, &args.0),
+            Ok(None) => as_storage(|caller| crate::jobs::submit(caller, object_id, method, &args.0, idempotency_key))
+                .and_then(|id| forward::check_local_write().map(|_| id)),
+            Err(err) => Err(err),
+        };
+        match outcome {
             Ok(job) => job,
             Err(err) => raise(err, format!("submit({object_id}, '{method}')")),
         }
+    }
+
+    /// On the Citus node holding the object: a `lambda_invoke` forwarded by
+    /// another node (forward.rs), for `role` with its settings. Superusers
+    /// only (sql/citus.sql); returns "w" or "r" (whether this node's part of
+    /// the transaction wrote), then the result.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _invoke_here(
+        object_id: i64,
+        method: &str,
+        args: &str,
+        _unused: &str,
+        role: &str,
+        timeout_ms: i64,
+        occ: bool,
+    ) -> String {
+        let outcome = forward::arrive(role, timeout_ms, occ)
+            .and_then(|caller| as_storage(|_| workflow::invoke_method(caller, object_id, method, args)));
+        let result = outcome.unwrap_or_else(|err| raise(err, format!("lambda_invoke({object_id}, '{method}')")));
+        forward::here_result(result)
+    }
+
+    /// The same for `lambdastore.submit`; the result is the job id.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _submit_here(
+        object_id: i64,
+        method: &str,
+        args: &str,
+        _unused: &str,
+        role: &str,
+        timeout_ms: i64,
+        occ: bool,
+    ) -> String {
+        let outcome = forward::arrive(role, timeout_ms, occ)
+            .and_then(|caller| as_storage(|_| crate::jobs::submit(caller, object_id, method, args, None)));
+        let job = outcome.unwrap_or_else(|err| raise(err, format!("submit({object_id}, '{method}')")));
+        forward::here_result(job.to_string())
+    }
+
+    /// The same for `lambdastore.create_object` (routed by an id drawn on
+    /// the sending node); the result is the new object's id.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _create_here(
+        _route: i64,
+        app: &str,
+        type_name: &str,
+        args: &str,
+        role: &str,
+        timeout_ms: i64,
+        occ: bool,
+    ) -> String {
+        let outcome = forward::arrive(role, timeout_ms, occ)
+            .and_then(|caller| as_storage(|_| workflow::create(caller, app, type_name, args)));
+        let id = outcome.unwrap_or_else(|err| raise(err, format!("create_object('{app}', '{type_name}')")));
+        forward::here_result(id.to_string())
+    }
+
+    /// The node this session runs on, as host:port in Citus' metadata (or
+    /// 'local' when the tables are not distributed): which node ran a call.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn node() -> String {
+        as_storage(|_| crate::catalog::shards::this_node()).unwrap_or_else(|err| raise(err, "node()".into()))
     }
 
     /// Behind `lambdastore.wait` (sql/views.sql), which then returns the job.

@@ -1,7 +1,7 @@
 //! API keys (`lambdastore.api_keys`): an application's credentials at the
 //! HTTP gateway. Only a SHA-256 of each key is kept.
 
-use super::query;
+use super::{query, query_cluster};
 use crate::error::{LambdaError, Result};
 use pgrx::pg_sys::{self, BuiltinOid::*};
 
@@ -14,7 +14,7 @@ pub(crate) fn create(app: &str, label: Option<&str>, created_by: pg_sys::Oid) ->
         return Err(LambdaError::Internal("could not generate a random API key".into()));
     }
     let key = format!("lsk_{}", hex::encode(random));
-    let id = query(
+    let id = query_cluster(
         "INSERT INTO lambdastore.api_keys (app, label, sha256, prefix, created_by)
          VALUES ($1, $2, sha256(convert_to($3, 'UTF8')), left($3, 12), $4) RETURNING key_id",
         &[TEXTOID, TEXTOID, TEXTOID, OIDOID],
@@ -34,7 +34,7 @@ pub(crate) fn app_of(key_id: i64) -> Result<Option<String>> {
 
 /// Revokes the key now; false if it was revoked already.
 pub(crate) fn revoke(key_id: i64) -> Result<bool> {
-    query(
+    query_cluster(
         "UPDATE lambdastore.api_keys SET revoked = now() WHERE key_id = $1 AND revoked IS NULL RETURNING 1",
         &[INT8OID],
         &[key_id.into()],

@@ -12,7 +12,10 @@
 //! fill the cache.
 //!
 //! Without `shared_preload_libraries` there is no shared counter, so
-//! nothing is cached and every call asks the catalog.
+//! nothing is cached and every call asks the catalog. Nor on a Citus
+//! cluster (yet): a deploy on the coordinator reaches the workers as a
+//! prepared transaction, whose COMMIT PREPARED runs no callback that could
+//! bump their counters.
 
 use crate::error::LambdaError;
 use crate::model::{Guards, ModuleKey, ObjectInfo};
@@ -82,7 +85,13 @@ pub(crate) fn at_abort() {
 /// backend caches about the catalog, here and in access.rs, is good only
 /// under the generation it was read in.
 pub(crate) fn generation() -> Option<u64> {
-    ENABLED.load(Ordering::Relaxed).then(|| GENERATION.get().load(Ordering::SeqCst))
+    enabled().then(|| GENERATION.get().load(Ordering::SeqCst))
+}
+
+/// Whether caching is on: with the shared counter, and not on a Citus
+/// cluster (see the module doc).
+fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed) && !super::shards::distributed().unwrap_or(true)
 }
 
 /// The current transaction changes an application's module, owner or
@@ -97,11 +106,11 @@ pub(crate) fn changed() {
 /// catalog (a `SET ROLE` after the cache was filled): the query then
 /// raises the permission error it always did.
 fn with_valid<R>(f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
-    if !ENABLED.load(Ordering::Relaxed) {
+    if !enabled() {
         return None;
     }
     let generation = GENERATION.get().load(Ordering::SeqCst);
-    let objects_table = super::relation(c"objects");
+    let objects_table = super::relation(c"objects", super::Place::Tables).ok()?;
     if !super::may_select(objects_table) {
         return None;
     }

@@ -1,17 +1,19 @@
 //! Entry rows: point reads, ordered range scans, and applying a workflow's
 //! buffered writes in a few set-based statements.
 
-use super::{probe, query, query_chunks};
+use super::{probe, query_at, query_chunks, shards};
 use crate::error::{LambdaError, Result};
 use crate::model::{EntryKey, Slot};
 use pgrx::pg_sys::BuiltinOid::*;
 
 pub(crate) fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
+    let place = shards::place(*object)?;
     if probe::usable() {
         let key = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
-        return Ok(probe::by_key(c"entries", c"entries_pkey", &key, |row| row.bytes(4))?.flatten());
+        return Ok(probe::by_key(place, c"entries", c"entries_pkey", &key, |row| row.bytes(4))?.flatten());
     }
-    query(
+    query_at(
+        place,
         "SELECT value FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key = $3",
         &[INT8OID, TEXTOID, BYTEAOID],
         &[(*object).into(), field.as_str().into(), key.as_slice().into()],
@@ -54,7 +56,7 @@ pub(crate) fn scan(
     }
     let mut out = Vec::new();
     let mut bytes = 0usize;
-    query_chunks(sql, &types, &args, SCAN_CHUNK, |rows| {
+    query_chunks(shards::place(object)?, sql, &types, &args, SCAN_CHUNK, |rows| {
         for row in rows {
             let key = row.get::<Vec<u8>>(1)?.unwrap_or_default();
             let value = row.get::<Vec<u8>>(2)?.unwrap_or_default();
@@ -88,8 +90,10 @@ pub(crate) fn apply<'a>(
     entries: impl Iterator<Item = (&'a EntryKey, &'a Slot)>,
     mut keep_going: impl FnMut() -> Result<()>,
 ) -> Result<()> {
+    super::note_write();
     for (id, app, type_name) in created {
-        query(
+        query_at(
+            shards::place(*id)?,
             "WITH o AS (INSERT INTO lambdastore.objects (object_id, app, type_name) VALUES ($1, $2, $3))
              INSERT INTO lambdastore.entry_sets (object_id) VALUES ($1)",
             &[INT8OID, TEXTOID, TEXTOID],
@@ -101,15 +105,18 @@ pub(crate) fn apply<'a>(
         if n % APPLY_CHECK == APPLY_CHECK - 1 {
             keep_going()?;
         }
+        let place = shards::place(*object)?;
         match slot {
-            Some(value) => query(
+            Some(value) => query_at(
+                place,
                 "INSERT INTO lambdastore.entries (object_id, field, key, value) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (object_id, field, key) DO UPDATE SET value = EXCLUDED.value",
                 &[INT8OID, TEXTOID, BYTEAOID, BYTEAOID],
                 &[(*object).into(), field.as_str().into(), key.as_slice().into(), value.as_slice().into()],
                 |_| Ok(()),
             )?,
-            None => query(
+            None => query_at(
+                place,
                 "DELETE FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key = $3",
                 &[INT8OID, TEXTOID, BYTEAOID],
                 &[(*object).into(), field.as_str().into(), key.as_slice().into()],

@@ -1,7 +1,7 @@
 //! Entry-set rows: an object's guards, the lower bounds of its sets. Their
 //! versions and conflict counts live in shared memory (txn/versions.rs).
 
-use super::{probe, query};
+use super::{probe, query_at, shards};
 use crate::error::Result;
 use crate::model::Position;
 use pgrx::pg_sys::BuiltinOid::*;
@@ -13,7 +13,8 @@ fn position(row: &pgrx::spi::SpiHeapTupleData<'_>, first: usize) -> pgrx::spi::R
 /// The lower bound of the set containing (field, key) as committed now,
 /// and that of the set after it (None: it extends to the end of the object).
 pub(crate) fn around(object: i64, field: &str, key: &[u8]) -> Result<(Position, Option<Position>)> {
-    let rows = query(
+    let rows = query_at(
+        shards::place(object)?,
         "(SELECT true, lower_field, lower_key FROM lambdastore.entry_sets
            WHERE object_id = $1 AND (lower_field, lower_key) <= ($2 COLLATE \"C\", $3)
            ORDER BY lower_field DESC, lower_key DESC LIMIT 1)
@@ -47,11 +48,17 @@ pub(crate) fn around(object: i64, field: &str, key: &[u8]) -> Result<(Position, 
 /// with few sets.
 pub(crate) fn all_if_few(object: i64, max: usize) -> Result<Option<Vec<Position>>> {
     let lowers = if probe::usable() {
-        probe::by_prefix(c"entry_sets", c"entry_sets_pkey", &[probe::Part::Int8(object)], max + 1, |row| {
-            (row.text(2).unwrap_or_default(), row.bytes(3).unwrap_or_default())
-        })?
+        probe::by_prefix(
+            shards::place(object)?,
+            c"entry_sets",
+            c"entry_sets_pkey",
+            &[probe::Part::Int8(object)],
+            max + 1,
+            |row| (row.text(2).unwrap_or_default(), row.bytes(3).unwrap_or_default()),
+        )?
     } else {
-        query(
+        query_at(
+            shards::place(object)?,
             "SELECT lower_field, lower_key FROM lambdastore.entry_sets
               WHERE object_id = $1 ORDER BY lower_field, lower_key LIMIT $2",
             &[INT8OID, INT8OID],
@@ -69,7 +76,8 @@ pub(crate) fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>)
         rows.into_iter().map(|row| position(&row, 1)).collect::<pgrx::spi::Result<Vec<_>>>()
     };
     match end {
-        Some(end) => query(
+        Some(end) => query_at(
+            shards::place(object)?,
             "SELECT lower_field, lower_key FROM lambdastore.entry_sets
               WHERE object_id = $1 AND lower_field = $2 AND lower_key > $3 AND lower_key < $4
               ORDER BY lower_key",
@@ -77,7 +85,8 @@ pub(crate) fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>)
             &[object.into(), field.into(), start.into(), end.into()],
             read,
         ),
-        None => query(
+        None => query_at(
+            shards::place(object)?,
             "SELECT lower_field, lower_key FROM lambdastore.entry_sets
               WHERE object_id = $1 AND lower_field = $2 AND lower_key > $3 ORDER BY lower_key",
             &[INT8OID, TEXTOID, BYTEAOID],
@@ -88,14 +97,20 @@ pub(crate) fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>)
 }
 
 pub(crate) fn count(object: i64) -> Result<usize> {
-    query("SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1", &[INT8OID], &[object.into()], |rows| {
-        Ok(rows.first().get_one::<i64>()?.unwrap_or_default() as usize)
-    })
+    query_at(
+        shards::place(object)?,
+        "SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1",
+        &[INT8OID],
+        &[object.into()],
+        |rows| Ok(rows.first().get_one::<i64>()?.unwrap_or_default() as usize),
+    )
 }
 
 /// Inserts a guard: a new set starting at (field, key).
 pub(crate) fn insert_guard(object: i64, field: &str, key: &[u8]) -> Result<()> {
-    query(
+    super::note_write();
+    query_at(
+        shards::place(object)?,
         "INSERT INTO lambdastore.entry_sets (object_id, lower_field, lower_key)
          VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
         &[INT8OID, TEXTOID, BYTEAOID],

@@ -2,7 +2,7 @@
 //! outcome. The worker's claim and its outcome run in one transaction; see
 //! `workers::job_runner`.
 
-use super::query;
+use super::{query_at, query_cluster, shards, Place};
 use crate::error::{LambdaError, Result};
 use crate::model::Spawned;
 use pgrx::pg_sys::{self, BuiltinOid::*};
@@ -34,14 +34,24 @@ pub(crate) fn take_inserted() -> bool {
 }
 
 /// The job's id, and whether this call inserted it (false: an earlier
-/// submission with the same idempotency key).
+/// submission with the same idempotency key). On a Citus node, the
+/// object's shard must be here (`forward` sends submissions there).
 pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
-    let inserted = query(
-        "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id)
-         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
+    super::note_write();
+    let place = shards::place(job.object)?;
+    if job.idempotency_key.is_some() && place != Place::Tables {
+        return Err(LambdaError::CrossNodeWrites(
+            "idempotency keys of jobs are not supported on a Citus cluster yet: their uniqueness spans nodes".into(),
+        ));
+    }
+    let inserted = query_at(
+        place,
+        "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id,
+                                       job_id)
+         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
          ON CONFLICT (app, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
          RETURNING job_id",
-        &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, OIDOID, INT8OID],
+        &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, OIDOID, INT8OID, INT8OID],
         &[
             job.object.into(),
             job.app.into(),
@@ -50,6 +60,7 @@ pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
             job.idempotency_key.into(),
             job.role.into(),
             job.parent.into(),
+            next_job_id()?.into(),
         ],
         |rows| Ok(rows.into_iter().next().map(|row| row.get::<i64>(1)).transpose()?.flatten()),
     )?;
@@ -60,7 +71,8 @@ pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
     // The key was taken: by a committed transaction (ON CONFLICT waited for
     // it) or by this one. Its row is visible to this new statement.
     let key = job.idempotency_key.unwrap_or_default();
-    let (id, same) = query(
+    let (id, same) = query_at(
+        place,
         "SELECT job_id, object_id = $3 AND method = $4 AND args = $5::jsonb
            FROM lambdastore.jobs WHERE app = $1 AND idempotency_key = $2",
         &[TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID],
@@ -74,6 +86,12 @@ pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
         return Err(LambdaError::IdempotencyKeyReused { key: key.to_string(), job: id });
     }
     Ok((id, false))
+}
+
+/// A new job id, unique across a Citus cluster.
+fn next_job_id() -> Result<i64> {
+    let n = super::query("SELECT nextval('lambdastore.job_id_seq')", &[], &[], |rows| rows.first().get_one::<i64>())?;
+    shards::unique(n.unwrap_or_default())
 }
 
 /// Inserts the calls a workflow spawned, in spawn order, to run as `role`.
@@ -110,7 +128,26 @@ pub(crate) struct Claimed {
 /// application's flood of jobs cannot starve another's; else, when that
 /// application's due jobs are all held, the oldest due job of any.
 pub(crate) fn claim(after: &str) -> Result<Option<Claimed>> {
-    let next_app = query(
+    for place in here()? {
+        if let Some(claimed) = claim_at(place, after)? {
+            return Ok(Some(claimed));
+        }
+    }
+    Ok(None)
+}
+
+/// Where this node's jobs are: the table, or (on a Citus node) each of its
+/// shards of it. A worker runs the jobs of the objects stored on its node.
+fn here() -> Result<Vec<Place>> {
+    Ok(match shards::layout()? {
+        None => vec![Place::Tables],
+        Some(layout) => layout.local_shards().map(Place::Local).collect(),
+    })
+}
+
+fn claim_at(place: Place, after: &str) -> Result<Option<Claimed>> {
+    let next_app = query_at(
+        place,
         "(SELECT a.name FROM lambdastore.applications a
            WHERE a.name > $1 AND EXISTS (SELECT 1 FROM lambdastore.jobs j
                                           WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now())
@@ -126,7 +163,8 @@ pub(crate) fn claim(after: &str) -> Result<Option<Claimed>> {
         |rows| Ok(rows.into_iter().next().map(|row| row.get::<String>(1)).transpose()?.flatten()),
     )?;
     let Some(app) = next_app else { return Ok(None) };
-    let claimed = query(
+    let claimed = query_at(
+        place,
         "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by
            FROM lambdastore.jobs
           WHERE app = $1 AND state = 'queued' AND run_after <= now()
@@ -140,7 +178,8 @@ pub(crate) fn claim(after: &str) -> Result<Option<Claimed>> {
     if claimed.is_some() {
         return Ok(claimed);
     }
-    query(
+    query_at(
+        place,
         "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by
            FROM lambdastore.jobs
           WHERE state = 'queued' AND run_after <= now()
@@ -170,17 +209,24 @@ fn first_claimed(rows: pgrx::spi::SpiTupleTable<'_>) -> pgrx::spi::Result<Option
 /// due; `None` if none is. Jobs already due are either claimable (the
 /// caller just found none) or held by another worker, who will finish them.
 pub(crate) fn next_backoff_ms() -> Result<Option<i64>> {
-    query(
-        "SELECT ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000)::bigint
-           FROM lambdastore.jobs WHERE state = 'queued' AND run_after > now()",
-        &[],
-        &[],
-        |rows| Ok(rows.first().get::<i64>(1)?),
-    )
+    let mut next: Option<i64> = None;
+    for place in here()? {
+        let at = query_at(
+            place,
+            "SELECT ceil(extract(epoch FROM min(run_after) - clock_timestamp()) * 1000)::bigint
+               FROM lambdastore.jobs WHERE state = 'queued' AND run_after > now()",
+            &[],
+            &[],
+            |rows| Ok(rows.first().get::<i64>(1)?),
+        )?;
+        next = next.into_iter().chain(at).min();
+    }
+    Ok(next)
 }
 
 pub(crate) fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
-    query(
+    query_at(
+        shards::place(claimed.object)?,
         "UPDATE lambdastore.jobs
             SET state = 'done', result = $3::jsonb, error = NULL, sqlstate = NULL,
                 attempts = attempts + 1, finished_at = clock_timestamp()
@@ -192,7 +238,8 @@ pub(crate) fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
 }
 
 pub(crate) fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> Result<()> {
-    query(
+    query_at(
+        shards::place(claimed.object)?,
         "UPDATE lambdastore.jobs
             SET state = 'failed', error = $3, sqlstate = $4,
                 attempts = attempts + 1, finished_at = clock_timestamp()
@@ -205,7 +252,8 @@ pub(crate) fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> R
 
 /// Leaves the job queued, due again after `backoff_ms`.
 pub(crate) fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i64) -> Result<()> {
-    query(
+    query_at(
+        shards::place(claimed.object)?,
         "UPDATE lambdastore.jobs
             SET error = $3, sqlstate = $4, attempts = attempts + 1,
                 run_after = clock_timestamp() + $5 * interval '1 millisecond'
@@ -219,7 +267,7 @@ pub(crate) fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backof
 /// The job's application and state as committed now; `None` if there is
 /// no such job.
 pub(crate) fn state(job: i64) -> Result<Option<(String, String)>> {
-    query("SELECT app, state FROM lambdastore.jobs WHERE job_id = $1", &[INT8OID], &[job.into()], |rows| {
+    query_cluster("SELECT app, state FROM lambdastore.jobs WHERE job_id = $1", &[INT8OID], &[job.into()], |rows| {
         let Some(row) = rows.into_iter().next() else { return Ok(None) };
         Ok(Some((row.get::<String>(1)?.unwrap_or_default(), row.get::<String>(2)?.unwrap_or_default())))
     })

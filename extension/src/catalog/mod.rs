@@ -14,6 +14,7 @@ pub(crate) mod jobs;
 pub(crate) mod modules;
 pub(crate) mod objects;
 mod probe;
+pub(crate) mod shards;
 
 use crate::error::{LambdaError, Result};
 use pgrx::datum::DatumWithOid;
@@ -23,6 +24,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 
+pub(crate) use shards::Place;
+use shards::Statement;
+
 thread_local! {
     // ManuallyDrop: plans live as long as the backend; freeing them from a
     // thread-local destructor during process exit would touch memory
@@ -30,8 +34,31 @@ thread_local! {
     // Keyed by the statement's address and length, not by hashing its text:
     // a `&'static str` at one address with one length is one text (two
     // statements may start at one address if one is a prefix of the other).
-    static PLANS: RefCell<HashMap<(usize, usize), ManuallyDrop<OwnedPreparedStatement>>> =
+    // With the text each was prepared from: on a Citus node the text names
+    // shard relations, which change when the layout does.
+    static PLANS: RefCell<HashMap<PlanKey, (Statement, ManuallyDrop<OwnedPreparedStatement>)>> =
         RefCell::new(HashMap::new());
+}
+
+thread_local! {
+    /// Whether the current transaction has written object data (objects,
+    /// entries, entry sets, jobs) through the catalog.
+    static WROTE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Notes that the current transaction writes object data.
+fn note_write() {
+    WROTE.set(true);
+}
+
+/// Whether the current transaction has written object data here.
+pub(crate) fn wrote_data() -> bool {
+    WROTE.get()
+}
+
+/// At the end of every transaction.
+pub(crate) fn at_transaction_end() {
+    WROTE.set(false);
 }
 
 thread_local! {
@@ -53,7 +80,7 @@ thread_local! {
 /// `memcmp` at every lookup, several times per call.
 #[derive(Default)]
 struct Relations {
-    oids: Vec<(usize, pgrx::pg_sys::Oid)>,
+    oids: Vec<((usize, Place), pgrx::pg_sys::Oid)>,
     /// (relation, user) pairs, and whether the user may SELECT.
     readable: Vec<((pgrx::pg_sys::Oid, pgrx::pg_sys::Oid), bool)>,
 }
@@ -89,23 +116,30 @@ fn forget() {
     // No PostgreSQL function runs while the cache is borrowed, so no
     // invalidation can arrive then.
     RELATIONS.with(|r| *r.borrow_mut() = Relations::default());
+    shards::forget();
 }
 
-/// The OID of relation `name` in schema lambdastore (InvalidOid if there is
-/// none: the extension is being dropped or recreated).
-pub(crate) fn relation(name: &'static std::ffi::CStr) -> pgrx::pg_sys::Oid {
+/// The OID of relation `name` in schema lambdastore at `place` (on a Citus
+/// node, its shard relation there), InvalidOid if there is none (the
+/// extension is being dropped or recreated).
+pub(crate) fn relation(name: &'static std::ffi::CStr, place: Place) -> Result<pgrx::pg_sys::Oid> {
     use pgrx::pg_sys;
-    let key = name.as_ptr() as usize;
+    let key = (name.as_ptr() as usize, place);
     if let Some(oid) = RELATIONS.with(|r| find(&r.borrow().oids, &key)) {
-        return oid;
+        return Ok(oid);
     }
+    let suffix = shards::relation_suffix(name.to_str().unwrap_or_default(), place)?;
+    let name = match suffix {
+        Some(id) => std::ffi::CString::new(format!("{}_{id}", name.to_string_lossy())).expect("no NUL in a name"),
+        None => name.to_owned(),
+    };
     // SAFETY: syscache lookups by name; both return InvalidOid when missing.
     let oid =
         unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true)) };
     if oid != pg_sys::InvalidOid {
         RELATIONS.with(|r| r.borrow_mut().oids.push((key, oid)));
     }
-    oid
+    Ok(oid)
 }
 
 /// Whether the current user may read relation `oid`: the check SPI makes
@@ -132,40 +166,108 @@ pub(crate) fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
     allowed
 }
 
-fn plan_key(sql: &'static str) -> (usize, usize) {
-    (sql.as_ptr() as usize, sql.len())
+/// A statement's address and length, and where it runs: a `&'static str`
+/// at one address with one length is one text (two statements may start at
+/// one address if one is a prefix of the other).
+type PlanKey = (usize, usize, Target);
+
+/// Where a statement's tables are.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Target {
+    /// As written: on a Citus node, planned by Citus (cluster-wide reads,
+    /// writes of reference tables).
+    Cluster,
+    /// At a place: the tables, or this node's shard relations.
+    At(Place),
+}
+
+/// The kept plan of `sql` at `target`, taken out of the map while in use
+/// (so that a nested use of the same statement, a trigger calling back
+/// into us, prepares its own); prepared again when its text changed.
+fn take_plan(
+    client: &SpiClient<'_>,
+    sql: &'static str,
+    target: Target,
+    types: &[PgBuiltInOids],
+) -> Result<(PlanKey, Statement, ManuallyDrop<OwnedPreparedStatement>)> {
+    let key = (sql.as_ptr() as usize, sql.len(), target);
+    let text = match target {
+        Target::Cluster => Statement::Static(sql),
+        Target::At(place) => shards::statement(sql, place)?,
+    };
+    if let Some((kept, plan)) = PLANS.with(|plans| plans.borrow_mut().remove(&key)) {
+        if kept.text() == text.text() {
+            return Ok((key, kept, plan));
+        }
+        drop(ManuallyDrop::into_inner(plan));
+    }
+    let plan = prepare(client, text.text(), types).map_err(spi_error)?;
+    Ok((key, text, ManuallyDrop::new(plan)))
+}
+
+fn spi_error(e: pgrx::spi::SpiError) -> LambdaError {
+    LambdaError::Internal(format!("SPI: {e}"))
 }
 
 /// Runs the kept plan of `sql` (preparing it on first use) and hands the
-/// rows to `read` while the SPI connection is open.
+/// rows to `read` while the SPI connection is open. Reference tables are
+/// this node's copy; for the per-object tables use `query_at`.
 pub(crate) fn query<R>(
     sql: &'static str,
     types: &[PgBuiltInOids],
     args: &[DatumWithOid<'_>],
     read: impl FnOnce(SpiTupleTable<'_>) -> pgrx::spi::Result<R>,
 ) -> Result<R> {
+    run(Target::At(Place::Tables), sql, types, args, read)
+}
+
+/// `query` for the rows of one object: on a Citus node, its shard there.
+pub(crate) fn query_at<R>(
+    place: Place,
+    sql: &'static str,
+    types: &[PgBuiltInOids],
+    args: &[DatumWithOid<'_>],
+    read: impl FnOnce(SpiTupleTable<'_>) -> pgrx::spi::Result<R>,
+) -> Result<R> {
+    run(Target::At(place), sql, types, args, read)
+}
+
+/// `query` through Citus on a Citus node: writes of the reference tables
+/// (every copy, in one distributed transaction) and reads of every shard.
+/// Never from a call forwarded to this node (Citus forbids it there).
+pub(crate) fn query_cluster<R>(
+    sql: &'static str,
+    types: &[PgBuiltInOids],
+    args: &[DatumWithOid<'_>],
+    read: impl FnOnce(SpiTupleTable<'_>) -> pgrx::spi::Result<R>,
+) -> Result<R> {
+    run(Target::Cluster, sql, types, args, read)
+}
+
+fn run<R>(
+    target: Target,
+    sql: &'static str,
+    types: &[PgBuiltInOids],
+    args: &[DatumWithOid<'_>],
+    read: impl FnOnce(SpiTupleTable<'_>) -> pgrx::spi::Result<R>,
+) -> Result<R> {
     Spi::connect(|client| {
-        // Taken out of the map while in use, so that a nested use of the
-        // same statement (a trigger calling back into us) prepares its own.
-        let plan = match PLANS.with(|plans| plans.borrow_mut().remove(&plan_key(sql))) {
-            Some(plan) => plan,
-            None => ManuallyDrop::new(prepare(client, sql, types)?),
-        };
+        let (key, text, plan) = take_plan(client, sql, target, types)?;
         // `select` runs the mutating plan all the same (a fresh snapshot per
         // statement), but unlike `update` does not force an XID on the
         // transaction: a read-only call must stay a read-only transaction,
         // with no commit record to write and flush.
         let outcome = client.select(&*plan, None, args).and_then(read);
-        PLANS.with(|plans| plans.borrow_mut().insert(plan_key(sql), plan));
-        outcome
+        PLANS.with(|plans| plans.borrow_mut().insert(key, (text, plan)));
+        outcome.map_err(spi_error)
     })
-    .map_err(|e| LambdaError::Internal(format!("SPI: {e}")))
 }
 
 /// Runs the kept plan of `sql` as a cursor and hands its rows to `read`,
 /// `chunk` rows at a time, until they run out or `read` returns an error
 /// of ours: a large result is never held whole, and `read` can stop early.
 pub(crate) fn query_chunks(
+    place: Place,
     sql: &'static str,
     types: &[PgBuiltInOids],
     args: &[DatumWithOid<'_>],
@@ -173,10 +275,7 @@ pub(crate) fn query_chunks(
     mut read: impl FnMut(SpiTupleTable<'_>) -> pgrx::spi::Result<Result<()>>,
 ) -> Result<()> {
     Spi::connect(|client| {
-        let plan = match PLANS.with(|plans| plans.borrow_mut().remove(&plan_key(sql))) {
-            Some(plan) => plan,
-            None => ManuallyDrop::new(prepare(client, sql, types)?),
-        };
+        let (key, text, plan) = take_plan(client, sql, Target::At(place), types)?;
         let mut fetch_all = || -> pgrx::spi::Result<Result<()>> {
             let mut cursor = client.try_open_cursor(&*plan, args)?;
             loop {
@@ -190,10 +289,9 @@ pub(crate) fn query_chunks(
             }
         };
         let outcome = fetch_all();
-        PLANS.with(|plans| plans.borrow_mut().insert(plan_key(sql), plan));
-        outcome
+        PLANS.with(|plans| plans.borrow_mut().insert(key, (text, plan)));
+        outcome.map_err(spi_error)?
     })
-    .map_err(|e| LambdaError::Internal(format!("SPI: {e}")))?
 }
 
 fn prepare(client: &SpiClient<'_>, sql: &str, types: &[PgBuiltInOids]) -> pgrx::spi::Result<OwnedPreparedStatement> {

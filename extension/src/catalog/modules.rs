@@ -1,6 +1,6 @@
 //! Applications and their module versions.
 
-use super::query;
+use super::{query, query_cluster};
 use crate::error::{LambdaError, Result};
 use crate::model::{Description, ModuleKey};
 use pgrx::pg_sys::BuiltinOid::*;
@@ -94,7 +94,7 @@ pub(crate) fn deploy(
     deployed_by: Oid,
 ) -> Result<Deployed> {
     let description_json = serde_json::to_value(description).expect("a description serializes");
-    let (module_id, version) = query(
+    let (module_id, version) = query_cluster(
         "INSERT INTO lambdastore.modules (app, version, sha256, wasm, description, deployed_by)
          SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5 FROM lambdastore.modules WHERE app = $1
          RETURNING module_id, version",
@@ -103,7 +103,7 @@ pub(crate) fn deploy(
         |rows| rows.first().get_two::<i64, i32>(),
     )?;
     let module_id = module_id.ok_or_else(|| LambdaError::Internal("module insert returned nothing".into()))?;
-    query(
+    query_cluster(
         "INSERT INTO lambdastore.object_types (module_id, app, type_name, fields, functions)
          SELECT $1, $2, t->>'name', t->'fields', t->'functions' FROM jsonb_array_elements($3->'types') t",
         &[INT8OID, TEXTOID, JSONBOID],
@@ -111,7 +111,7 @@ pub(crate) fn deploy(
         |_| Ok(()),
     )?;
     super::cache::changed();
-    query(
+    query_cluster(
         "UPDATE lambdastore.applications SET module_id = $2 WHERE name = $1",
         &[TEXTOID, INT8OID],
         &[app.into(), module_id.into()],

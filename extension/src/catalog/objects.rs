@@ -1,6 +1,6 @@
 //! Object rows.
 
-use super::{cache, probe, query};
+use super::{cache, probe, query, query_at, shards};
 use crate::error::{LambdaError, Result};
 use crate::model::{ModuleKey, ObjectInfo};
 use pgrx::pg_sys::BuiltinOid::*;
@@ -26,10 +26,13 @@ pub(crate) fn lookup(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
 /// three-table join through SPI made a cold lookup a large share of a
 /// read-only call.
 fn probed(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
-    let info = probe::by_key(c"objects", c"objects_pkey", &[probe::Part::Int8(object_id)], |row| ObjectInfo {
-        app: row.text(2).unwrap_or_default(),
-        type_name: row.text(3).unwrap_or_default(),
-    })?
+    let info = probe::by_key(
+        shards::place(object_id)?,
+        c"objects",
+        c"objects_pkey",
+        &[probe::Part::Int8(object_id)],
+        |row| ObjectInfo { app: row.text(2).unwrap_or_default(), type_name: row.text(3).unwrap_or_default() },
+    )?
     .ok_or(LambdaError::UnknownObject(object_id))?;
     // An application without a current module has no callable objects,
     // as the join said.
@@ -41,7 +44,8 @@ fn probed(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
 }
 
 fn find(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
-    query(
+    query_at(
+        shards::place(object_id)?,
         "SELECT o.app, o.type_name, a.module_id, m.sha256
            FROM lambdastore.objects o JOIN lambdastore.applications a ON a.name = o.app
            JOIN lambdastore.modules m ON m.module_id = a.module_id
@@ -62,17 +66,38 @@ fn find(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
     )
 }
 
+/// An id for a new object. On a Citus node, one whose shard is on this
+/// node, so that the workflow creating it stays on this node (the
+/// sequence gives each node its own range, so ids stay unique; about one
+/// draw in as many as there are nodes lands here).
 pub(crate) fn next_id() -> Result<i64> {
-    query("SELECT nextval('lambdastore.object_id_seq')", &[], &[], |rows| {
+    let Some(layout) = shards::layout()? else { return draw_id() };
+    if !layout.holds_shards() {
+        return Err(LambdaError::Elsewhere { object: draw_id()?, node: "another node".into() });
+    }
+    loop {
+        let id = draw_id()?;
+        if layout.is_local(id) {
+            return Ok(id);
+        }
+    }
+}
+
+/// A new object id, unique across a Citus cluster (`shards::unique`).
+pub(crate) fn draw_id() -> Result<i64> {
+    let n = query("SELECT nextval('lambdastore.object_id_seq')", &[], &[], |rows| {
         Ok(rows.first().get_one::<i64>()?.unwrap_or_default())
-    })
+    })?;
+    shards::unique(n)
 }
 
 /// Deletes an object with its entries and entry sets; false if it did not exist.
 pub(crate) fn delete(object_id: i64) -> Result<bool> {
+    super::note_write();
     cache::forget_object(object_id);
     cache::changed();
-    query(
+    query_at(
+        shards::place(object_id)?,
         "DELETE FROM lambdastore.objects WHERE object_id = $1 RETURNING object_id",
         &[INT8OID],
         &[object_id.into()],

@@ -11,6 +11,7 @@
 //! `concurrency_control = off`, reads keep going through SPI and the
 //! executor, which reads the transaction snapshot and takes SSI's locks.
 
+use super::Place;
 use crate::error::{LambdaError, Result};
 use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum};
@@ -74,21 +75,23 @@ impl Row {
     }
 }
 
-/// The row of `table` (in schema lambdastore) whose primary key, read
-/// through its index `index`, is `key`, handed to `read`.
+/// The row of `table` (in schema lambdastore, at `place`) whose primary
+/// key, read through its index `index`, is `key`, handed to `read`.
 pub(crate) fn by_key<R>(
+    place: Place,
     table: &'static CStr,
     index: &'static CStr,
     key: &[Part<'_>],
     read: impl FnOnce(&Row) -> R,
 ) -> Result<Option<R>> {
     let mut read = Some(read);
-    Ok(by_prefix(table, index, key, 1, |row| (read.take().expect("one row"))(row))?.pop())
+    Ok(by_prefix(place, table, index, key, 1, |row| (read.take().expect("one row"))(row))?.pop())
 }
 
 /// The rows of `table` whose primary key starts with `prefix`, in key
 /// order, at most `limit`, each handed to `read`.
 pub(crate) fn by_prefix<R>(
+    place: Place,
     table: &'static CStr,
     index: &'static CStr,
     prefix: &[Part<'_>],
@@ -99,8 +102,8 @@ pub(crate) fn by_prefix<R>(
     // executor uses it, on the main thread inside a transaction; an ERROR
     // raised by any of them unwinds to the resource owner, which releases
     // the relations, scan and snapshot.
+    let (table_oid, index_oid) = (super::relation(table, place)?, super::relation(index, place)?);
     unsafe {
-        let (table_oid, index_oid) = (super::relation(table), super::relation(index));
         if table_oid == pg_sys::InvalidOid || index_oid == pg_sys::InvalidOid {
             return Err(LambdaError::Internal(format!("lambdastore.{table:?} or its index is missing")));
         }

@@ -1,0 +1,73 @@
+-- Scale-out on Citus (docs/ARCHITECTURE.md, "On a Citus cluster").
+
+-- Distributes the catalog, on the coordinator of a Citus cluster whose
+-- workers have been added: the per-object tables (objects, entries,
+-- entry_sets, jobs) hash-distributed by object id and colocated, so that an
+-- object's rows are on one node; the application tables as reference
+-- tables, with a copy on every node. Idempotent.
+CREATE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RETURNS text
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    fk record;
+    reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys'];
+    colocated text[] := ARRAY['entries', 'entry_sets', 'jobs'];
+    t text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'lambdastore.distribute() needs the citus extension in this database'
+            USING ERRCODE = '55000',
+                  HINT = 'Install Citus 13, CREATE EXTENSION citus, add the workers (citus_add_node), then call it again.';
+    END IF;
+    IF (SELECT groupid FROM pg_dist_local_group) <> 0 THEN
+        RAISE EXCEPTION 'lambdastore.distribute() runs on the coordinator' USING ERRCODE = '55000';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
+        RETURN 'already distributed';
+    END IF;
+    IF shard_count < 1 THEN
+        RAISE EXCEPTION 'shard_count must be positive, not %', shard_count USING ERRCODE = '22023';
+    END IF;
+    -- Foreign keys to reference tables need one connection per node.
+    SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+    -- Citus converts a table's whole foreign-key graph at once, and would
+    -- create the extension's tables again on the workers, where CREATE
+    -- EXTENSION made them already: drop the keys (everywhere), distribute
+    -- table by table, then add the keys back (Citus adds them to the
+    -- shards too).
+    CREATE TEMP TABLE lambdastore_fks ON COMMIT DROP AS
+        SELECT conrelid::regclass AS rel, conname, pg_get_constraintdef(oid) AS def
+          FROM pg_constraint WHERE contype = 'f' AND connamespace = 'lambdastore'::regnamespace;
+    FOR fk IN SELECT * FROM lambdastore_fks LOOP
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', fk.rel, fk.conname);
+        PERFORM run_command_on_workers(format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I', fk.rel, fk.conname));
+    END LOOP;
+    FOREACH t IN ARRAY reference LOOP
+        PERFORM create_reference_table(format('lambdastore.%I', t));
+    END LOOP;
+    -- A sequence that a distributed table's default uses is distributed
+    -- with it: each node draws from its own range, so object ids stay
+    -- unique across the cluster.
+    ALTER TABLE lambdastore.objects ALTER object_id SET DEFAULT nextval('lambdastore.object_id_seq');
+    PERFORM create_distributed_table('lambdastore.objects', 'object_id', shard_count => shard_count);
+    -- A unique index of a distributed table must include its distribution
+    -- column: idempotency keys of jobs are refused on a cluster for now.
+    DROP INDEX IF EXISTS lambdastore.jobs_idempotency;
+    FOREACH t IN ARRAY colocated LOOP
+        PERFORM create_distributed_table(format('lambdastore.%I', t), 'object_id',
+                                         colocate_with => 'lambdastore.objects');
+    END LOOP;
+    PERFORM create_distributed_table('lambdastore.idempotency_keys', 'key', shard_count => shard_count);
+    FOR fk IN SELECT * FROM lambdastore_fks LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fk.rel, fk.conname, fk.def);
+    END LOOP;
+    RETURN format('distributed over %s shards', shard_count);
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore.distribute(int) FROM PUBLIC;
+
+-- Run on the node holding the object, for a call forwarded by another
+-- node (forward.rs): they trust the role they are given, so only
+-- superusers (the forwarding node connects as one) may call them.
+REVOKE ALL ON FUNCTION lambdastore._invoke_here(bigint, text, text, text, text, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._create_here(bigint, text, text, text, text, bigint, boolean) FROM PUBLIC;
