@@ -39,23 +39,33 @@ SELECT j.object_id, j.job_id, j.app, j.method, j.args, j.state, j.attempts, j.re
 -- An object's entry sets in key order: where its guards are, and each set's
 -- version and recent conflicts (shared memory: they restart from 0 with the
 -- server, and sets whose counters share a stripe show the same values).
+-- PL/pgSQL rather than SQL: on a Citus cluster, Citus plans the query with
+-- the object id bound and runs it, counters included, on the object's node.
 CREATE FUNCTION lambdastore.entry_sets(object_id bigint)
 RETURNS TABLE (lower_field text, lower_key bytea, version bigint, conflicts bigint)
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT s.lower_field, s.lower_key, c.version, c.conflicts
       FROM lambdastore.app_entry_sets s,
            lambdastore._entry_set_counters(s.object_id, s.lower_field, s.lower_key) c
      WHERE s.object_id = $1
-     ORDER BY s.lower_field, s.lower_key
+     ORDER BY s.lower_field, s.lower_key;
+END
 $$;
 
 -- A job's state and outcome; no row if there is no such job.
 CREATE FUNCTION lambdastore.job(id bigint)
 RETURNS TABLE (job_id bigint, state text, result jsonb, error text, sqlstate text, attempts int,
                submitted_at timestamptz, finished_at timestamptz)
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT j.job_id, j.state, j.result, j.error, j.sqlstate, j.attempts, j.submitted_at, j.finished_at
-      FROM lambdastore.app_jobs j WHERE j.job_id = $1
+      FROM lambdastore.app_jobs j WHERE j.job_id = $1;
+END
 $$;
 
 -- Blocks until the job is done or failed, or the timeout passes, then

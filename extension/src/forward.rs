@@ -19,14 +19,15 @@
 //! `_invoke_here` is for superusers only, so no role can claim to be
 //! another.
 //!
-//! Citus commits a distributed transaction whose statements were all
-//! SELECTs with one plain COMMIT per node, not with two-phase commit, and
-//! PostgreSQL runs no commit callback for a prepared transaction (OCC's
-//! version bumps happen there). So a transaction may write, through
-//! lambdastore, on one node only: a second node's write fails the
-//! transaction (0A000) before anything commits. Reads on several nodes
-//! are fine: each node validates its own, and without a transaction that
-//! writes on two nodes there is no cross-node dependency to order.
+//! A transaction whose lambdastore calls ran on one node commits as Citus
+//! commits it: with a plain COMMIT on that node, whose commit callback
+//! applies OCC's version bumps. Once calls of one transaction that writes
+//! have run on two nodes, it commits in two phases: Citus prepares every
+//! node it marked as written (`two_phase` marks each node a call ran on
+//! with a no-op UPDATE routed there), each prepared node validates its
+//! reads again and hands its writer counts and bumps to shared memory
+//! (txn/prepared.rs), the node that commits validates its own again, and
+//! Citus' recovery ends what a crash left prepared.
 
 use crate::access::{as_storage, Caller};
 use crate::catalog::{self, shards};
@@ -35,14 +36,32 @@ use crate::gucs;
 use pgrx::pg_sys::{self, BuiltinOid::*};
 use std::cell::RefCell;
 
+/// Where the current transaction's lambdastore calls ran.
+#[derive(Default)]
+struct Reach {
+    /// Objects of calls forwarded to other nodes, with their node, and
+    /// whether that node's part has been marked as written for Citus.
+    forwarded: Vec<(i64, String, bool)>,
+    /// Whether calls ran on this node.
+    here: bool,
+    /// Whether any call wrote, here or elsewhere.
+    wrote: bool,
+    /// Whether the transaction commits in two phases.
+    two_phase: bool,
+}
+
 thread_local! {
-    /// The node this transaction wrote on through a forwarded call.
-    static WROTE_ON: RefCell<Option<String>> = const { RefCell::new(None) };
+    static REACH: RefCell<Reach> = RefCell::new(Reach::default());
 }
 
 /// At the end of every transaction.
 pub(crate) fn at_transaction_end() {
-    WROTE_ON.with(|w| w.borrow_mut().take());
+    REACH.with(|r| *r.borrow_mut() = Reach::default());
+}
+
+/// Whether the current transaction commits in two phases.
+pub(crate) fn two_phase() -> bool {
+    REACH.with(|r| r.borrow().two_phase)
 }
 
 /// The node holding `object`'s shard when it is not this one (None when
@@ -58,31 +77,70 @@ fn wrote_here() -> bool {
     catalog::wrote_data()
 }
 
-/// Fails the transaction if it wrote on a node other than `node` (None:
-/// this one).
-fn note_write(node: Option<&str>) -> Result<()> {
-    let elsewhere = WROTE_ON.with(|w| w.borrow().clone());
-    let conflict = match (node, elsewhere.as_deref()) {
-        (Some(node), Some(before)) if node != before => Some(format!("on {before} and on {node}")),
-        (Some(node), None) if wrote_here() => Some(format!("on this node and on {node}")),
-        (None, Some(before)) if wrote_here() => Some(format!("on {before} and on this node")),
-        _ => None,
-    };
-    if let Some(nodes) = conflict {
-        return Err(LambdaError::CrossNodeWrites(format!(
-            "this transaction wrote {nodes}: a transaction may write objects of one node only (atomic commits \
-             across nodes are not supported yet)"
-        )));
-    }
-    if let Some(node) = node {
-        WROTE_ON.with(|w| *w.borrow_mut() = Some(node.to_string()));
-    }
-    Ok(())
+/// After a call ran on this node.
+pub(crate) fn ran_here() -> Result<()> {
+    REACH.with(|r| {
+        let mut reach = r.borrow_mut();
+        reach.here = true;
+        reach.wrote |= wrote_here();
+    });
+    engage()
 }
 
-/// After a call ran here: whether it wrote, with forwarded writes before.
-pub(crate) fn check_local_write() -> Result<()> {
-    note_write(None)
+/// After a call ran on `node`, for `object`.
+fn ran_on(node: &str, object: i64, wrote: bool) -> Result<()> {
+    REACH.with(|r| {
+        let mut reach = r.borrow_mut();
+        reach.wrote |= wrote;
+        if !reach.forwarded.iter().any(|(o, _, _)| *o == object) {
+            reach.forwarded.push((object, node.to_string(), false));
+        }
+    });
+    engage()
+}
+
+/// Once a transaction that writes has run calls on two nodes: two-phase
+/// commit, with every node it ran calls on taking part.
+fn engage() -> Result<()> {
+    let unmarked: Vec<i64> = REACH.with(|r| {
+        let mut reach = r.borrow_mut();
+        let mut nodes: Vec<&str> = reach.forwarded.iter().map(|(_, node, _)| node.as_str()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let spread = nodes.len() + usize::from(reach.here) >= 2;
+        if !(reach.two_phase || reach.wrote && spread) {
+            return Vec::new();
+        }
+        reach.two_phase = true;
+        reach
+            .forwarded
+            .iter_mut()
+            .filter(|(_, _, marked)| !*marked)
+            .map(|(object, _, marked)| {
+                *marked = true;
+                *object
+            })
+            .collect()
+    });
+    if unmarked.is_empty() {
+        return Ok(());
+    }
+    citus_function(c"Use2PCForCoordinatedTransaction")?;
+    // Citus prepares only the connections that ran a modification; a call
+    // is a SELECT to it. A no-op UPDATE routed by the call's object runs on
+    // that call's connection (Citus keeps a shard's placements on one
+    // connection per transaction).
+    for object in unmarked {
+        as_storage(|_| {
+            catalog::query_cluster(
+                "UPDATE lambdastore.objects SET app = app WHERE object_id = $1 AND created IS NULL",
+                &[INT8OID],
+                &[object.into()],
+                |_| Ok(()),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// The result of a statement run by a forwarded call on its node: "w" or
@@ -93,40 +151,28 @@ pub(crate) fn here_result(result: String) -> String {
     format!("{flag}{result}")
 }
 
-/// Makes Citus open a transaction block on every node this transaction
-/// reaches from now on. Citus sends a single-shard SELECT outside a
-/// `BEGIN` block as a statement of its own, which the node commits at once:
-/// a forwarded call would commit there even if the statement calling it
-/// failed afterwards.
-fn coordinated() -> Result<()> {
-    thread_local! {
-        static START: std::cell::OnceCell<Option<unsafe extern "C-unwind" fn()>> = const { std::cell::OnceCell::new() };
+/// Calls `void f(void)` of citus.so, loaded since the tables are
+/// distributed: `UseCoordinatedTransaction` makes Citus open a transaction
+/// block on every node this transaction reaches from now on (it sends a
+/// single-shard SELECT outside `BEGIN` as a statement of its own, which
+/// the node commits at once: a forwarded call would commit there even if
+/// the statement calling it failed afterwards); the other marks the
+/// transaction for two-phase commit.
+fn citus_function(name: &'static std::ffi::CStr) -> Result<()> {
+    // SAFETY: looks a symbol up in citus.so; signalNotFound false returns
+    // NULL instead of raising. (PostgreSQL caches the library's handle.)
+    let f = unsafe { pg_sys::load_external_function(c"citus".as_ptr(), name.as_ptr(), false, std::ptr::null_mut()) };
+    if f.is_null() {
+        return Err(LambdaError::Internal(format!("citus.so has no {name:?}")));
     }
-    let start = START.with(|s| {
-        *s.get_or_init(|| {
-            // SAFETY: looks up a symbol of citus.so (loaded: the tables are
-            // distributed); signalNotFound false returns NULL instead.
-            let f = unsafe {
-                pg_sys::load_external_function(
-                    c"citus".as_ptr(),
-                    c"UseCoordinatedTransaction".as_ptr(),
-                    false,
-                    std::ptr::null_mut(),
-                )
-            };
-            // SAFETY: Citus declares it `void UseCoordinatedTransaction(void)`.
-            (!f.is_null())
-                .then(|| unsafe { std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C-unwind" fn()>(f) })
-        })
-    });
-    let start = start.ok_or_else(|| LambdaError::Internal("citus.so has no UseCoordinatedTransaction".into()))?;
-    // SAFETY: inside a transaction, on the main thread, as Citus' executor calls it.
-    unsafe { start() };
+    // SAFETY: both are `void f(void)` in Citus 13; called inside a
+    // transaction on the main thread, as Citus' executor calls them.
+    unsafe { std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C-unwind" fn()>(f)() };
     Ok(())
 }
 
 fn forward(sql: &'static str, object: i64, node: &str, texts: [&str; 3], caller: Caller) -> Result<String> {
-    coordinated()?;
+    citus_function(c"UseCoordinatedTransaction")?;
     let role = caller.name();
     let timeout = gucs::timeout(caller.is_superuser()).as_millis() as i64;
     let out = as_storage(|_| {
@@ -147,9 +193,7 @@ fn forward(sql: &'static str, object: i64, node: &str, texts: [&str; 3], caller:
     })?
     .unwrap_or_default();
     let (flag, result) = out.split_at(out.len().min(1));
-    if flag == "w" {
-        note_write(Some(node))?;
-    }
+    ran_on(node, object, flag == "w")?;
     Ok(result.to_string())
 }
 

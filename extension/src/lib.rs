@@ -47,6 +47,7 @@ pub extern "C-unwind" fn _PG_init() {
     if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
         catalog::cache::request_shared_memory();
         txn::versions::request_shared_memory();
+        txn::prepared::request_shared_memory();
         stats::request_shared_memory();
         workers::request_shared_memory();
         workers::register();

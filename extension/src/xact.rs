@@ -1,9 +1,11 @@
 //! The one end-of-transaction callback: each part's work at commit and
 //! abort, in an order that is written here rather than implied by the order
-//! of registration. PostgreSQL runs it after the commit record is written
-//! and the transaction's rows are visible, before its locks are released.
+//! of registration. PostgreSQL runs the commit part after the commit record
+//! is written and the transaction's rows are visible, before its locks are
+//! released; the pre-commit and pre-prepare parts before either, where an
+//! error still aborts the transaction.
 
-use crate::{catalog, forward, jobs, txn};
+use crate::{catalog, forward, jobs, txn, workers};
 use pgrx::pg_sys;
 
 /// Registers the callback; once per process, from `_PG_init`.
@@ -19,9 +21,26 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         // The last moment to refuse: COMMIT PREPARED runs no callback here
         // (it may run in another backend, or in recovery), so what the
         // parts do at commit would never happen.
+        // A prepared transaction validates its reads again and hands what
+        // it holds to shared memory (txn/prepared.rs).
         XACT_EVENT_PRE_PREPARE => {
-            if let Err(refused) = txn::versions::refuse_prepare().and_then(|_| catalog::cache::refuse_prepare()) {
+            let prepared = catalog::cache::refuse_prepare()
+                .and_then(|_| txn::occ::validate_again())
+                .and_then(|_| txn::prepared::at_prepare());
+            if let Err(refused) = prepared {
                 refused.report("PREPARE TRANSACTION");
+            }
+            // The job runners look for ended prepared transactions often
+            // while there are any: wake them to notice this one.
+            if txn::prepared::pending() {
+                workers::wake_workers();
+            }
+        }
+        // The node that commits a distributed transaction in two phases
+        // validates its own reads again, as the prepared nodes do.
+        XACT_EVENT_PRE_COMMIT if forward::two_phase() => {
+            if let Err(failed) = txn::occ::validate_again() {
+                failed.report("COMMIT");
             }
         }
         // Nothing here may fail. Versions first, before the writer counts

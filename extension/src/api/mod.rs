@@ -39,7 +39,7 @@ fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
         Some(node) => forward::invoke(caller, object_id, &node, method, args),
         None => {
             let result = as_storage(|caller| workflow::invoke_method(caller, object_id, method, args))?;
-            forward::check_local_write()?;
+            forward::ran_here()?;
             Ok(result)
         }
     }
@@ -73,7 +73,7 @@ mod lambdastore {
         let outcome = match as_storage(|_| forward::create_elsewhere()) {
             Ok(true) => forward::create(caller, app, type_name, &args.0),
             Ok(false) => as_storage(|caller| workflow::create(caller, app, type_name, &args.0))
-                .and_then(|id| forward::check_local_write().map(|_| id)),
+                .and_then(|id| forward::ran_here().map(|_| id)),
             Err(err) => Err(err),
         };
         match outcome {
@@ -131,7 +131,7 @@ mod lambdastore {
             )),
             Ok(Some(node)) => forward::submit(caller, object_id, &node, method, &args.0),
             Ok(None) => as_storage(|caller| crate::jobs::submit(caller, object_id, method, &args.0, idempotency_key))
-                .and_then(|id| forward::check_local_write().map(|_| id)),
+                .and_then(|id| forward::ran_here().map(|_| id)),
             Err(err) => Err(err),
         };
         match outcome {

@@ -44,13 +44,23 @@ pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
             "idempotency keys of jobs are not supported on a Citus cluster yet: their uniqueness spans nodes".into(),
         ));
     }
-    let inserted = query_at(
-        place,
+    // Without a key there is no conflict to infer (and on a Citus node no
+    // index to infer it from).
+    let sql = if job.idempotency_key.is_some() {
         "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id,
                                        job_id)
          VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
          ON CONFLICT (app, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-         RETURNING job_id",
+         RETURNING job_id"
+    } else {
+        "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id,
+                                       job_id)
+         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
+         RETURNING job_id"
+    };
+    let inserted = query_at(
+        place,
+        sql,
         &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, OIDOID, INT8OID, INT8OID],
         &[
             job.object.into(),

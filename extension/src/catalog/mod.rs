@@ -142,6 +142,13 @@ pub(crate) fn relation(name: &'static std::ffi::CStr, place: Place) -> Result<pg
     Ok(oid)
 }
 
+/// The XIDs of the transactions prepared now, in every database.
+pub(crate) fn prepared_transactions() -> Result<Vec<u32>> {
+    query_cluster("SELECT transaction::text::bigint FROM pg_prepared_xacts", &[], &[], |rows| {
+        rows.into_iter().map(|row| Ok(row.get::<i64>(1)?.unwrap_or_default() as u32)).collect()
+    })
+}
+
 /// Whether the current user may read relation `oid`: the check SPI makes
 /// on every statement, for the paths that skip SPI (probes, the cache).
 pub(crate) fn may_select(oid: pgrx::pg_sys::Oid) -> bool {

@@ -10,6 +10,7 @@
 pub(crate) mod buffer;
 pub(crate) mod entry_sets;
 pub(crate) mod occ;
+pub(crate) mod prepared;
 pub(crate) mod versions;
 
 pub(crate) use crate::model::{EntryKey, ObjectInfo, Slot, Spawned};

@@ -26,6 +26,7 @@
 //! serialized at its last workflow's validation. Any failure is 40001.
 
 use super::entry_sets::{lock_key, Position, SetId};
+use super::prepared;
 use super::versions::{self, Stale};
 use super::Workflow;
 use crate::catalog;
@@ -41,7 +42,9 @@ pub(crate) fn check_isolation() -> Result<()> {
     if !gucs::occ() {
         return Ok(());
     }
-    if !versions::available() {
+    if versions::available() {
+        prepared::sweep()?;
+    } else {
         return Err(LambdaError::NotPreloaded(
             "lambdastore.concurrency_control = occ keeps entry-set versions in shared memory, which needs \
              lambdastore in shared_preload_libraries (or SET lambdastore.concurrency_control = off)"
@@ -133,32 +136,8 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     versions::validated(|earlier| {
         let recheck = earlier.may_have_changed(now);
         let earlier_reads = recheck.then(|| earlier.reads.iter()).into_iter().flatten();
-        for (set, seen) in reads.iter().chain(earlier_reads) {
-            match versions::unchanged(set, *seen) {
-                Ok(()) => {}
-                // Sets share version counters (stripes): say so, since the
-                // set named may be one nobody touched.
-                Err(Stale::Written) => {
-                    return Err(conflict(
-                        set,
-                        "is being written by a concurrent transaction (or a set sharing its version counter is)",
-                    ));
-                }
-                Err(Stale::Changed(now)) => {
-                    return Err(conflict(
-                        set,
-                        &format!("changed (version {seen} -> {now}; or a set sharing its version counter did)"),
-                    ));
-                }
-            }
-        }
         let earlier_splits = recheck.then(|| earlier.splits.iter()).into_iter().flatten();
-        for (object, seen) in splits.iter().map(|(o, s)| (o, s)).chain(earlier_splits) {
-            if versions::splits(*object) != *seen {
-                return Err(conflict(&(*object, Position::default()), "was split by a concurrent transaction"));
-            }
-        }
-        Ok(())
+        still_as_read(reads.iter().chain(earlier_reads), splits.iter().map(|(o, s)| (o, s)).chain(earlier_splits))
     })?;
 
     // 3. Apply; the written sets' versions go up once this commits.
@@ -204,6 +183,66 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Checks that every set read is still at the version seen, with no other
+/// writer, and that no object whose guards were loaded was split since.
+fn still_as_read<'a>(
+    reads: impl Iterator<Item = (&'a SetId, &'a i64)>,
+    splits: impl Iterator<Item = (&'a i64, &'a u64)>,
+) -> Result<()> {
+    let mut reads = reads.peekable();
+    // Prepared transactions that survived a restart may have written any
+    // set (prepared.rs).
+    if let Some((set, _)) = reads.peek().filter(|_| prepared::blocked()) {
+        return Err(conflict(set, "may have been written by a transaction prepared before the server restarted"));
+    }
+    for (set, seen) in reads {
+        match versions::unchanged(set, *seen) {
+            Ok(()) => {}
+            // Sets share version counters (stripes): say so, since the set
+            // named may be one nobody touched.
+            Err(Stale::Written) => {
+                return Err(conflict(
+                    set,
+                    "is being written by a concurrent transaction (or a set sharing its version counter is)",
+                ));
+            }
+            Err(Stale::Changed(now)) => {
+                return Err(conflict(
+                    set,
+                    &format!("changed (version {seen} -> {now}; or a set sharing its version counter did)"),
+                ));
+            }
+        }
+    }
+    for (object, seen) in splits {
+        if versions::splits(*object) != *seen {
+            return Err(conflict(&(*object, Position::default()), "was split by a concurrent transaction"));
+        }
+    }
+    Ok(())
+}
+
+/// At PREPARE (and, on the node that commits a distributed transaction,
+/// at its commit): validates again everything this transaction's
+/// workflows read. By now every node's part has taken its write locks;
+/// reads still as read at this point were unchanged from when they were
+/// read to now, which includes the moment the last lock was taken, where
+/// the distributed transaction is serialized.
+pub(crate) fn validate_again() -> Result<()> {
+    if !gucs::occ() || !versions::available() {
+        return Ok(());
+    }
+    let now = versions::mark();
+    versions::validated(|earlier| {
+        if !earlier.may_have_changed(now) {
+            return Ok(());
+        }
+        still_as_read(earlier.reads.iter(), earlier.splits.iter())?;
+        earlier.checked = Some(now);
+        Ok(())
+    })
 }
 
 fn apply(writes: &super::WriteBuffer, workflow: &Workflow) -> Result<()> {

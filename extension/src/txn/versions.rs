@@ -27,7 +27,6 @@
 //! Counters reset when the server restarts, with no transaction in flight.
 
 use super::entry_sets::{lock_key, SetId};
-use crate::error::{LambdaError, Result};
 use crate::shmem::Zeroed;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -127,46 +126,100 @@ pub(crate) fn available() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Before PREPARE TRANSACTION: a prepared transaction is made visible
-/// later by COMMIT PREPARED, in another session, where nothing would apply
-/// its version bumps.
-pub(crate) fn refuse_prepare() -> Result<()> {
-    if HELD.with(|h| !h.borrow().is_empty()) {
-        return Err(LambdaError::Prepared(
-            "a transaction that ran writing lambdastore workflows cannot be prepared: their entry-set versions are \
-             bumped by this session's commit, which COMMIT PREPARED would skip"
-                .into(),
-        ));
-    }
-    Ok(())
-}
-
 /// After the commit record, once the transaction's rows are visible and
 /// before its locks are released: applies the queued bumps. Must not fail:
 /// it only adds to atomics.
 pub(crate) fn at_commit() {
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    if let Some(shared) = shared() {
-        let changed = !pending.is_empty();
-        for change in pending {
-            match change {
-                Pending::Write(set) => {
-                    shared.versions[set].fetch_add(1, Ordering::SeqCst);
-                }
-                Pending::Split { old, new, object } => {
-                    let version = shared.versions[old].fetch_add(1, Ordering::SeqCst) + 1;
-                    shared.versions[new].fetch_max(version, Ordering::SeqCst);
-                    shared.splits[object].fetch_add(1, Ordering::SeqCst);
-                }
+    apply(&pending);
+    release();
+}
+
+fn apply(pending: &[Pending]) {
+    let Some(shared) = shared() else { return };
+    for change in pending {
+        match *change {
+            Pending::Write(set) => {
+                shared.versions[set].fetch_add(1, Ordering::SeqCst);
+            }
+            Pending::Split { old, new, object } => {
+                let version = shared.versions[old].fetch_add(1, Ordering::SeqCst) + 1;
+                shared.versions[new].fetch_max(version, Ordering::SeqCst);
+                shared.splits[object].fetch_add(1, Ordering::SeqCst);
             }
         }
-        // After the bumps: a reader that finds the count unmoved
-        // would have found the versions unmoved too.
-        if changed {
-            shared.changes.fetch_add(1, Ordering::SeqCst);
+    }
+    // After the bumps: a reader that finds the count unmoved would have
+    // found the versions unmoved too.
+    if !pending.is_empty() {
+        shared.changes.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+// A prepared transaction's state as plain numbers (prepared.rs keeps them
+// in shared memory): the top two bits say what the rest is.
+const HELD_ENTRY: u64 = 0;
+const WRITE_ENTRY: u64 = 1 << 62;
+const SPLIT_ENTRY: u64 = 2 << 62;
+const STRIPE_BITS: u32 = STRIPES.trailing_zeros();
+
+/// How many numbers `take_for_prepare` would return.
+pub(crate) fn prepared_len() -> usize {
+    HELD.with(|h| h.borrow().len()) + PENDING.with(|p| p.borrow().len())
+}
+
+/// At PREPARE: this transaction's writer counts and queued bumps, which
+/// it no longer releases or applies itself (`finish_prepared` does).
+pub(crate) fn take_for_prepare() -> Vec<u64> {
+    let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let held = held.into_iter().map(|(stripe, count)| HELD_ENTRY | (stripe as u64) << 32 | u64::from(count));
+    let pending = pending.into_iter().map(|change| match change {
+        Pending::Write(set) => WRITE_ENTRY | set as u64,
+        Pending::Split { old, new, object } => {
+            SPLIT_ENTRY | old as u64 | (new as u64) << STRIPE_BITS | (object as u64) << (2 * STRIPE_BITS)
+        }
+    });
+    held.chain(pending).collect()
+}
+
+/// Once a prepared transaction has ended: its bumps if it committed (its
+/// rows are visible by now), then its writer counts.
+pub(crate) fn finish_prepared(entries: &[u64], committed: bool) {
+    let Some(shared) = shared() else { return };
+    let stripe_mask = (1u64 << STRIPE_BITS) - 1;
+    let mut pending = Vec::new();
+    for entry in entries {
+        match entry & (3 << 62) {
+            HELD_ENTRY => {}
+            WRITE_ENTRY => pending.push(Pending::Write((entry & stripe_mask) as usize)),
+            _ => pending.push(Pending::Split {
+                old: (entry & stripe_mask) as usize,
+                new: (entry >> STRIPE_BITS & stripe_mask) as usize,
+                object: (entry >> (2 * STRIPE_BITS) & (OBJECT_STRIPES as u64 - 1)) as usize,
+            }),
         }
     }
-    release();
+    if committed {
+        apply(&pending);
+    }
+    for entry in entries.iter().filter(|e| *e & (3 << 62) == HELD_ENTRY) {
+        let (stripe, count) = ((entry >> 32) as usize & (STRIPES - 1), *entry as u32);
+        shared.writers[stripe].fetch_sub(count, Ordering::SeqCst);
+    }
+}
+
+/// A prepared transaction whose sets are unknown (it survived a restart)
+/// committed: every version and split count moves on.
+pub(crate) fn bump_everything() {
+    let Some(shared) = shared() else { return };
+    for version in &shared.versions {
+        version.fetch_add(1, Ordering::SeqCst);
+    }
+    for splits in &shared.splits {
+        splits.fetch_add(1, Ordering::SeqCst);
+    }
+    shared.changes.fetch_add(1, Ordering::SeqCst);
 }
 
 /// At abort (or once prepared): no bumps.

@@ -26,6 +26,8 @@ use std::time::Duration;
 /// Longest sleep without a wake-up: a safety net for jobs queued without
 /// one (a `COMMIT PREPARED`, or rows inserted by hand), not the mechanism.
 const MAX_IDLE: Duration = Duration::from_secs(60);
+/// How often an idle worker looks for prepared transactions that ended.
+const PREPARED_POLL: Duration = Duration::from_millis(100);
 
 /// Entry point, named in the worker's registration (`workers::init`).
 #[pg_guard]
@@ -57,7 +59,10 @@ pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     let mut last_app = String::new();
     loop {
         let next = run_until_idle(index, &mut last_app);
-        wait_latch(next.map_or(MAX_IDLE, |due| due.min(MAX_IDLE)));
+        // Prepared transactions that hold entry sets are finished by
+        // whoever looks next (txn/prepared.rs): soon, on an idle node too.
+        let idle = if crate::txn::prepared::pending() { PREPARED_POLL } else { MAX_IDLE };
+        wait_latch(next.map_or(idle, |due| due.min(idle)));
         reload_config_if_asked();
     }
 }
@@ -87,6 +92,7 @@ fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
     if !transaction(installed) {
         return None; // woken again by the first submit, which needs the extension
     }
+    transaction(crate::txn::prepared::sweep).unwrap_or_else(|e| e.report("finishing prepared transactions"));
     loop {
         match transaction(|| run_one(index, last_app)) {
             Step::Ran(job) => {
