@@ -41,6 +41,10 @@ test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL
 	scripts/e2e.sh
 	scripts/faults.sh
 
+.PHONY: test-citus
+test-citus: lambdas ## The Citus tests against a fresh local Citus cluster (skipped without Citus unless LAMBDASTORE_REQUIRE_CITUS=1)
+	scripts/e2e-citus.sh
+
 .PHONY: test-faults
 test-faults: lambdas ## Only the tests that kill and restart the server (a cluster of their own)
 	scripts/faults.sh
@@ -68,8 +72,14 @@ test: check-format lambdas install test-sdk test-e2e ## Everything CI runs
 demo: lambdas install ## Start the embedded single-node PostgreSQL, run the CloudForum demo and its HTTP gateway
 	scripts/demo.sh
 
+.PHONY: demo-citus
+demo-citus: lambdas install ## The same demo (in SQL) on a local Citus cluster: a coordinator and two workers (needs Citus 13)
+	scripts/demo-citus.sh
+
 .PHONY: stop
-stop: ## Stop the demo's gateway and the project's PostgreSQL clusters
+stop: ## Stop the demo's gateway and the project's PostgreSQL clusters, Citus ones too
 	scripts/demo-gateway.sh stop
 	scripts/cluster.sh stop demo
 	scripts/cluster.sh stop test
+	scripts/citus.sh stop citus-demo
+	scripts/citus.sh stop citus-test

@@ -2,12 +2,16 @@
 # A PostgreSQL cluster owned by the project: initdb on first start, pg_ctl
 # for the rest. Used by `make demo` (name "demo") and `make test` ("test").
 #
-#   scripts/cluster.sh start|fresh|stop|crash|status|url|log|dir|psql NAME [psql args...]
+#   scripts/cluster.sh start|fresh|stop|crash|status|url|port|log|dir|psql NAME [psql args...]
 #
 # `fresh` stops the cluster, deletes its data and starts it anew.
 #
 # `crash` is `pg_ctl restart -m immediate`: every process is killed without
 # a checkpoint and the server recovers from the WAL (used by the job tests).
+#
+# A node of a Citus cluster (scripts/citus.sh) is named CLUSTER-coord or
+# CLUSTER-wN: it preloads citus before lambdastore, and takes its port from
+# the cluster's (coordinator on the base port, worker N on base + N).
 #
 # The data directory is .lambdastore/NAME under the repository. PostgreSQL
 # refuses to run as root, so as root the cluster runs as the `postgres`
@@ -21,11 +25,18 @@ shift 2 || true
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bindir=$(pg_config --bindir)
+citus=
 case $name in
   demo) port=${LAMBDASTORE_DEMO_PORT:-54329}; db=lambdastore_demo ;;
   test) port=${LAMBDASTORE_TEST_PORT:-54330}; db=lambdastore_test ;;
+  citus-demo-coord|citus-demo-w[1-9]) citus=54350; db=lambdastore_demo ;;
+  citus-test-coord|citus-test-w[1-9]) citus=54340; db=lambdastore_test ;;
   *)    port=${LAMBDASTORE_PORT:-54331}; db=lambdastore_test ;;
 esac
+if [ -n "$citus" ]; then
+  node=${name##*-}
+  if [ "$node" = coord ]; then port=$citus; else port=$((citus + ${node#w})); fi
+fi
 
 if [ "$(id -u)" = 0 ]; then
   base=/tmp/lambdastore-$(printf %s "$repo" | sha1sum | cut -c1-8)
@@ -82,6 +93,19 @@ shared_preload_libraries = 'lambdastore'
 # The background job runners serve one database.
 lambdastore.database = '$db'
 CONF
+      # PostgreSQL takes a setting's last line: these override the above.
+      if [ -n "$citus" ]; then cat >>"$data/postgresql.conf" <<CONF
+# A Citus node: citus must come first among the preloaded libraries.
+shared_preload_libraries = 'citus,lambdastore'
+# Citus moves shards with logical replication.
+wal_level = logical
+# Citus commits a transaction that wrote on several nodes with 2PC.
+max_prepared_transactions = 100
+# The nodes talk over 127.0.0.1 only; Citus' default (sslmode=require)
+# would make CREATE EXTENSION citus turn on SSL with a self-signed key.
+citus.node_conninfo = 'sslmode=disable'
+CONF
+      fi
     fi
     if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
       # Without RUST_BACKTRACE, pgrx does not append Rust backtraces to errors.
@@ -103,6 +127,7 @@ CONF
     ;;
   status) as_pg "$bindir/pg_ctl" -D "$data" status ;;
   url) url ;;
+  port) echo "$port" ;;
   log) echo "$log" ;;
   dir) echo "$dir" ;;
   psql) exec psql -h "$run" -p "$port" -U postgres "$@" ;;

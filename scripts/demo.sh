@@ -2,31 +2,40 @@
 # `make demo`: the CloudForum application on a project-owned single-node
 # PostgreSQL, then the same over HTTP (scripts/demo-gateway.sh). Idempotent:
 # rerunning redeploys (unchanged), adds more data and restarts the gateway.
+#
+# With LAMBDASTORE_DEMO_URL (a libpq conninfo), only the SQL part runs,
+# against that database: `make demo-citus` (scripts/demo-citus.sh) points
+# it at a Citus coordinator, and keeps its server to itself.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster=$repo/scripts/cluster.sh
 wasm=$repo/target/lambdas/forum.wasm
+url=${LAMBDASTORE_DEMO_URL:-}
+sql() { psql -d "$url" -v ON_ERROR_STOP=1 -X -q "$@"; }
 
-"$cluster" start demo >/dev/null
-sql() { "$cluster" psql demo -d lambdastore_demo -v ON_ERROR_STOP=1 -X -q "$@"; }
-
-# A running server keeps the library it loaded, and the extension has no
-# upgrade scripts yet: after a new `make install`, restart the demo server
-# and recreate its database, or the demo would mix two versions.
-pkglib=$(pg_config --pkglibdir)
-sharedir=$(pg_config --sharedir)
-installed=$(cat "$pkglib/lambdastore.so" "$sharedir"/extension/lambdastore--*.sql | sha256sum | cut -c1-16)
-stamp=$("$cluster" dir demo)/extension.sha256
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$installed" ]; then
-  echo "== the installed extension changed since the last demo: restarting the server, recreating lambdastore_demo"
-  "$cluster" stop demo
+if [ -z "$url" ]; then
   "$cluster" start demo >/dev/null
-  "$cluster" psql demo -d postgres -qc "DROP DATABASE IF EXISTS lambdastore_demo WITH (FORCE)"
-fi
-echo "$installed" > "$stamp"
 
-"$cluster" psql demo -d postgres -Atqc "SELECT 1 FROM pg_database WHERE datname = 'lambdastore_demo'" | grep -q 1 \
-  || "$cluster" psql demo -d postgres -qc "CREATE DATABASE lambdastore_demo"
+  # A running server keeps the library it loaded, and the extension has no
+  # upgrade scripts yet: after a new `make install`, restart the demo server
+  # and recreate its database, or the demo would mix two versions.
+  pkglib=$(pg_config --pkglibdir)
+  sharedir=$(pg_config --sharedir)
+  installed=$(cat "$pkglib/lambdastore.so" "$sharedir"/extension/lambdastore--*.sql | sha256sum | cut -c1-16)
+  stamp=$("$cluster" dir demo)/extension.sha256
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$installed" ]; then
+    echo "== the installed extension changed since the last demo: restarting the server, recreating lambdastore_demo"
+    "$cluster" stop demo
+    "$cluster" start demo >/dev/null
+    "$cluster" psql demo -d postgres -qc "DROP DATABASE IF EXISTS lambdastore_demo WITH (FORCE)"
+  fi
+  echo "$installed" > "$stamp"
+
+  "$cluster" psql demo -d postgres -Atqc "SELECT 1 FROM pg_database WHERE datname = 'lambdastore_demo'" | grep -q 1 \
+    || "$cluster" psql demo -d postgres -qc "CREATE DATABASE lambdastore_demo"
+  url=$("$cluster" url demo)
+  url=${url/dbname=postgres/dbname=lambdastore_demo}
+fi
 sql -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
 
 echo "== deploy forum.wasm ($(stat -c %s "$wasm") bytes)"
@@ -85,11 +94,14 @@ SELECT format('  queue: %s', string_agg(format('%s.%s done %s failed %s waiting 
   FROM lambdastore.queue;
 SQL
 
+# The gateway serves the single-node demo; a caller with a server of its
+# own says itself how to connect.
+if [ -n "${LAMBDASTORE_DEMO_URL:-}" ]; then exit 0; fi
+
 echo
 echo "== the same over HTTP: the gateway in front of the demo database, one call with curl"
 "$repo/scripts/demo-gateway.sh" start "$alice" "$thread"
 
-url=$("$cluster" url demo)
 echo
-echo "== connect:  psql \"${url/dbname=postgres/dbname=lambdastore_demo}\""
+echo "== connect:  psql \"$url\""
 echo "   (or: scripts/cluster.sh psql demo -d lambdastore_demo);  stop the server and the gateway with: make stop"

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# A local Citus cluster owned by the project: a coordinator NAME-coord and
+# workers NAME-w1..wN, each a scripts/cluster.sh node on 127.0.0.1. Used by
+# `make test-citus` ("citus-test", ports 54340, 54341, ...) and
+# `make demo-citus` ("citus-demo", ports 54350, 54351, ...).
+#
+#   scripts/citus.sh start|fresh|stop|status|nodes NAME
+#   scripts/citus.sh url NAME [NODE]            # libpq conninfo of the database on NODE
+#   scripts/citus.sh crash-node NAME NODE       # pg_ctl restart -m immediate
+#   scripts/citus.sh psql NAME [NODE] [psql args...]
+#
+# NODE is coord (the default) or w1..w9. LAMBDASTORE_CITUS_WORKERS sets the
+# number of workers (default 2, at most 9); `start` also starts any other
+# node that a previous start created.
+#
+# `start` is idempotent and prints the coordinator's conninfo: it starts
+# every node (initdb on the first start), creates citus in the database on
+# each, registers the workers with the coordinator, creates lambdastore on
+# the coordinator (Citus creates it on the workers) and distributes
+# lambdastore's tables. `fresh` deletes every node's data first.
+set -euo pipefail
+
+usage="usage: citus.sh start|fresh|stop|status|nodes|url|crash-node|psql NAME [NODE] [psql args...]"
+cmd=${1:?$usage}
+name=${2:?$usage}
+shift 2
+case $name in
+  citus-test) db=lambdastore_test ;;
+  citus-demo) db=lambdastore_demo ;;
+  *) echo "unknown Citus cluster $name: citus-test or citus-demo" >&2; exit 2 ;;
+esac
+node=
+case ${1:-} in coord|w[1-9]) node=$1; shift ;; esac
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cluster=$repo/scripts/cluster.sh
+workers=${LAMBDASTORE_CITUS_WORKERS:-2}
+case $workers in
+  [1-9]) ;;
+  *) echo "LAMBDASTORE_CITUS_WORKERS must be 1 to 9, not $workers" >&2; exit 2 ;;
+esac
+
+url() {
+  local url
+  url=$("$cluster" url "$name-$1")
+  echo "${url/dbname=postgres/dbname=$db}"
+}
+sql() { "$cluster" psql "$name-$1" -d "$db" -X -Atq -v ON_ERROR_STOP=1 "${@:2}"; }
+
+# The nodes on disk, coordinator first: `stop`, `status` and `nodes` find
+# them all, whatever LAMBDASTORE_CITUS_WORKERS was when they were started.
+existing() {
+  local base n
+  base=$(dirname "$("$cluster" dir "$name-coord")")
+  for n in coord w1 w2 w3 w4 w5 w6 w7 w8 w9; do
+    if [ -d "$base/$name-$n" ]; then echo "$n"; fi
+  done
+}
+
+start() {
+  local pkglib nodes n port
+  pkglib=$(pg_config --pkglibdir)
+  if [ ! -f "$pkglib/citus.so" ]; then
+    echo "Citus is not installed (no citus.so in $pkglib): install Citus 13 from Citus' own packages; on a development machine of this project, ../shared/citus/install.sh" >&2
+    exit 3
+  fi
+  # The nodes there are and the workers asked for: a worker once added
+  # stays in the coordinator's metadata, and queries need it running.
+  nodes=$( { existing; echo coord; seq -f 'w%g' "$workers"; } | sort -u)
+  for n in $nodes; do
+    "$cluster" start "$name-$n" >/dev/null
+    # Before the worker is added: citus_add_node needs citus on it.
+    sql "$n" -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS citus"
+  done
+  # Each node reaches the others by the name they are registered under.
+  port=$("$cluster" port "$name-coord")
+  sql coord >/dev/null <<SQL
+SELECT citus_set_coordinator_host('127.0.0.1', $port) WHERE NOT EXISTS (SELECT FROM pg_dist_node WHERE groupid = 0);
+SQL
+  # The workers: sort put coord first.
+  for n in ${nodes#coord}; do
+    port=$("$cluster" port "$name-$n")
+    sql coord -c "SELECT citus_add_node('127.0.0.1', $port)
+                   WHERE NOT EXISTS (SELECT FROM pg_dist_node WHERE nodename = '127.0.0.1' AND nodeport = $port)" >/dev/null
+  done
+  # Created after the workers are added, so that Citus creates it on each.
+  sql coord -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
+  for n in ${nodes#coord}; do
+    if [ "$(sql "$n" -c "SELECT count(*) FROM pg_extension WHERE extname = 'lambdastore'")" != 1 ]; then
+      echo "Citus did not create lambdastore on $name-$n" >&2; exit 1
+    fi
+  done
+  # lambdastore.distribute() came with Citus support; an older build has none.
+  sql coord <<'SQL' >/dev/null
+SELECT to_regprocedure('lambdastore.distribute(integer)') IS NOT NULL AS distribute \gset
+\if :distribute
+SELECT lambdastore.distribute();
+\endif
+SQL
+  url coord
+}
+
+stop() {
+  local n
+  # The coordinator first: it would keep reconnecting to stopped workers.
+  for n in $(existing); do "$cluster" stop "$name-$n"; done
+}
+
+case $cmd in
+  start) start ;;
+  fresh)
+    stop
+    for n in $(existing); do rm -rf "$("$cluster" dir "$name-$n")"; done
+    start
+    ;;
+  stop) stop ;;
+  status)
+    for n in $(existing); do
+      if "$cluster" status "$name-$n" >/dev/null 2>&1; then state=running; else state=stopped; fi
+      echo "$name-$n port $("$cluster" port "$name-$n"): $state"
+    done
+    ;;
+  nodes) existing ;;
+  url) url "${node:-coord}" ;;
+  crash-node)
+    [ -n "$node" ] || { echo "$usage" >&2; exit 2; }
+    "$cluster" crash "$name-$node"
+    ;;
+  psql) exec "$cluster" psql "$name-${node:-coord}" -d "$db" "$@" ;;
+  *) echo "$usage" >&2; exit 2 ;;
+esac
