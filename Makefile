@@ -66,7 +66,7 @@ check-format: setup ## The workspace is formatted as rustfmt.toml says
 	cargo fmt --all -- --check
 
 .PHONY: test
-test: check-format lambdas install test-sdk test-e2e ## Everything CI runs
+test: check-format lambdas install test-sdk test-e2e test-citus ## Everything CI runs (the Citus tests skip without Citus)
 
 .PHONY: demo
 demo: lambdas install ## Start the embedded single-node PostgreSQL, run the CloudForum demo and its HTTP gateway

@@ -104,6 +104,14 @@ max_prepared_transactions = 100
 # The nodes talk over 127.0.0.1 only; Citus' default (sslmode=require)
 # would make CREATE EXTENSION citus turn on SSL with a self-signed key.
 citus.node_conninfo = 'sslmode=disable'
+# Prepared transactions a crash leaves behind are ended by Citus' recovery;
+# until then a worker that restarted refuses OCC validation (40001): see
+# docs/ARCHITECTURE.md, "On a Citus cluster". Sooner than the default 60 s.
+citus.recover_2pc_interval = '5s'
+# The Citus tests restart nodes (pg_ctl restart -m immediate): a commit
+# must be in the WAL before it is acknowledged (fsync stays off: the
+# operating system keeps what was written across a process crash).
+synchronous_commit = on
 CONF
       fi
     fi

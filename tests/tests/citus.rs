@@ -353,3 +353,121 @@ fn no_transaction_is_left_prepared() {
         assert_eq!(left, 0, "{} kept prepared transactions", node(worker));
     }
 }
+
+// ---------------------------------------------------------------------------
+// Faults: a worker's backend killed, a worker restarted, during transfers
+// whose two halves are on different workers
+
+/// The command that restarts a worker with `pg_ctl restart -m immediate`,
+/// given the worker's name (w1, w2): `scripts/citus.sh crash-node NAME`.
+fn crash_command() -> Option<Vec<String>> {
+    let command = std::env::var("LAMBDASTORE_CITUS_CRASH").ok()?;
+    Some(command.split_whitespace().map(str::to_string).collect())
+}
+
+/// One transfer between the two counters, as a client does it: retried on
+/// 40001; any other error (the node was killed mid-way) leaves it not
+/// acknowledged, and the client connects again. Returns whether it was
+/// acknowledged.
+fn transfer(c: &mut Option<Client>, from: i64, to: i64, n: i64) -> bool {
+    for _ in 0..2000 {
+        let client = c.get_or_insert_with(|| connect_cc(Cc::Occ));
+        let outcome = (|| {
+            let mut tx = client.transaction()?;
+            invoke(&mut tx, from, "add", json!({"n": -n}))?;
+            invoke(&mut tx, to, "add", json!({"n": n}))?;
+            tx.commit()
+        })();
+        match outcome {
+            Ok(()) => return true,
+            Err(e) if common::concurrent::sqlstate(&e) == Some("40001") => continue,
+            Err(_) => {
+                *c = None; // the statement failed before COMMIT: nothing of it stays
+                return false;
+            }
+        }
+    }
+    panic!("2000 serialization failures in a row");
+}
+
+#[test]
+fn transfers_across_nodes_survive_a_killed_backend_and_a_restarted_worker() {
+    let Some(mut nodes) = workers() else { return };
+    let Some(crash) = crash_command() else {
+        assert!(std::env::var("LAMBDASTORE_REQUIRE_CITUS").as_deref() != Ok("1"), "LAMBDASTORE_CITUS_CRASH is not set");
+        eprintln!("skipped: LAMBDASTORE_CITUS_CRASH is not set");
+        return;
+    };
+    const INITIAL: i64 = 10_000;
+    const THREADS: usize = 3;
+    const TRANSFERS: usize = 120;
+    let (mut c, app) = deployed("citus_faults", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": INITIAL}), 1);
+    let (a, b) = (by_node.values().next().unwrap()[0], by_node.values().nth(1).unwrap()[0]);
+    let names: Vec<String> = (1..=nodes.len()).map(|i| format!("w{i}")).collect();
+    let owner_a = owner(&mut c, a);
+    let killed = nodes.iter_mut().position(|w| node(w) == owner_a).expect("a worker holds a");
+    let restarted = 1 - killed;
+    let killed_pid: i32 = nodes[killed].query_one("SELECT pg_backend_pid()", &[]).map(|row| row.get(0)).unwrap();
+    drop(nodes); // the faults end these connections
+
+    let started = Arc::new(Barrier::new(THREADS + 1));
+    let halfway = Arc::new(Barrier::new(THREADS + 1));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let (started, halfway) = (started.clone(), halfway.clone());
+            std::thread::spawn(move || {
+                let (mut c, mut rng, mut net) = (None, Rng::new(7 + i as u64), 0i64);
+                started.wait();
+                for t in 0..TRANSFERS {
+                    if t == TRANSFERS / 2 {
+                        halfway.wait();
+                    }
+                    let n = 1 + rng.below(9) as i64;
+                    let (from, to, delta) = if rng.below(2) == 0 { (a, b, -n) } else { (b, a, n) };
+                    if transfer(&mut c, from, to, n) {
+                        net += delta; // what a gained
+                    }
+                }
+                net
+            })
+        })
+        .collect();
+
+    // A backend of the worker holding `a` killed (the postmaster then
+    // restarts all its processes), then the other worker restarted.
+    started.wait();
+    let kill = std::process::Command::new("kill").args(["-9", &killed_pid.to_string()]).status().unwrap();
+    assert!(kill.success(), "kill -9 {killed_pid}");
+    halfway.wait();
+    let mut restart = std::process::Command::new(&crash[0]);
+    restart.args(&crash[1..]).arg(&names[restarted]);
+    assert!(restart.status().unwrap().success(), "restarting {}", names[restarted]);
+    let net: i64 = handles.into_iter().map(|h| h.join().expect("a transfer thread panicked")).sum();
+
+    // Citus' recovery ends whatever the faults left prepared.
+    let mut c = connect();
+    let mut workers = workers().unwrap();
+    c.batch_execute("SELECT recover_prepared_transactions()").unwrap();
+    for worker in &mut workers {
+        assert_eq!(
+            count(worker, "SELECT count(*) FROM pg_prepared_xacts"),
+            0,
+            "{} kept prepared transactions",
+            node(worker)
+        );
+    }
+    let value = |c: &mut Client, id| {
+        for _ in 0..1000 {
+            match invoke(c, id, "get", json!({})) {
+                Ok(v) => return v.as_i64().unwrap(),
+                Err(e) if common::concurrent::sqlstate(&e) == Some("40001") => continue,
+                Err(e) => panic!("get: {}", describe(&e)),
+            }
+        }
+        panic!("get of {id}: 1000 serialization failures in a row");
+    };
+    let (va, vb) = (value(&mut c, a), value(&mut c, b));
+    assert_eq!(va + vb, 2 * INITIAL, "the total changed: {va} + {vb}");
+    assert_eq!(va, INITIAL + net, "every acknowledged transfer applied once, no other");
+}
