@@ -57,6 +57,10 @@ check-api: lambdas ## Run schemathesis (all checks) against a live gateway's /op
 bench: lambdas install ## The benchmark suite on its own cluster, every system side by side (BENCH_ARGS=... for options)
 	scripts/bench.sh $(BENCH_ARGS)
 
+.PHONY: bench-citus
+bench-citus: lambdas install ## One node against the local Citus cluster (pgbench: read-only, write, two-node transactions)
+	scripts/bench-citus.sh
+
 .PHONY: bench-quick
 bench-quick: lambdas install ## The same with scaled-down data and short runs: minutes on 2 cores
 	scripts/bench.sh --quick $(BENCH_ARGS)

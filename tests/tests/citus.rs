@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::concurrent::{connect_cc, retrying, run_workers, Cc, Rng, Tally};
+use common::concurrent::{connect_cc, retrying, run_workers, subtract_if_covered, Cc, Rng, Tally};
 use common::*;
 use postgres::{Client, GenericClient, NoTls};
 use serde_json::json;
@@ -196,49 +196,8 @@ fn write_skew_across_nodes(cc: Cc) -> (u64, Tally) {
     let mut nodes = by_node.values();
     let (left, right) = (nodes.next().unwrap(), nodes.next().unwrap());
     let pairs: Arc<Vec<(i64, i64)>> = Arc::new(left.iter().copied().zip(right.iter().copied()).take(PAIRS).collect());
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let results = run_workers("write_skew_across_nodes", THREADS, WATCHDOG, {
-        let pairs = pairs.clone();
-        move |i| {
-            let mut c = connect_cc(cc);
-            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
-            let mut subtracted = Vec::new();
-            for (p, &(a, b)) in pairs.iter().enumerate() {
-                let mine = if i % 2 == 0 { a } else { b };
-                barrier.wait();
-                let wrote = retrying(cc, &mut tally, &mut rng, || {
-                    let mut tx = c.transaction()?;
-                    let va = invoke(&mut tx, a, "get", json!({}))?.as_i64().unwrap_or_default();
-                    let vb = invoke(&mut tx, b, "get", json!({}))?.as_i64().unwrap_or_default();
-                    let covered = va + vb >= 150;
-                    if covered {
-                        invoke(&mut tx, mine, "add", json!({"n": -150}))?;
-                    }
-                    tx.commit()?;
-                    Ok(covered)
-                });
-                if wrote.unwrap_or_else(|e| panic!("a transaction failed: {}", describe(&e))) {
-                    subtracted.push(p);
-                }
-                tally.committed += 1;
-            }
-            (tally, subtracted)
-        }
-    });
-    let tally = Tally::sum(results.iter().map(|(t, _)| t));
-    let mut subtractions = vec![0i64; PAIRS];
-    for p in results.iter().flat_map(|(_, s)| s) {
-        subtractions[*p] += 1;
-    }
-    let mut anomalies = 0;
-    for (p, &(a, b)) in pairs.iter().enumerate() {
-        let va = call(&mut c, a, "get", json!({})).as_i64().unwrap();
-        let vb = call(&mut c, b, "get", json!({})).as_i64().unwrap();
-        if subtractions[p] != 1 || va + vb != 200 - 150 * subtractions[p] {
-            anomalies += 1;
-        }
-    }
-    println!("write skew across nodes [{cc}]: {anomalies} of {PAIRS} pairs broken; {tally}");
+    let (anomalies, example, tally) = subtract_if_covered(cc, pairs, THREADS, WATCHDOG);
+    println!("write skew across nodes [{cc}]: {anomalies} of {PAIRS} pairs broken{example}; {tally}");
     (anomalies, tally)
 }
 

@@ -568,53 +568,7 @@ fn multi_statement(cc: Cc) -> Outcome {
             })
             .collect(),
     );
-    let barrier = Arc::new(Barrier::new(THREADS));
-
-    let results = run_workers("multi_statement", THREADS, WATCHDOG, {
-        let pairs = pairs.clone();
-        move |i| {
-            let mut c = connect_cc(cc);
-            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
-            let mut subtracted = Vec::new();
-            for (p, &(a, b)) in pairs.iter().enumerate() {
-                let mine = if i % 2 == 0 { a } else { b };
-                barrier.wait();
-                let wrote = retrying(cc, &mut tally, &mut rng, || {
-                    let mut tx = c.transaction()?;
-                    let va = as_i64(invoke(&mut tx, a, "get", json!({}))?);
-                    let vb = as_i64(invoke(&mut tx, b, "get", json!({}))?);
-                    let covered = va + vb >= 150;
-                    if covered {
-                        invoke(&mut tx, mine, "add", json!({"n": -150}))?;
-                    }
-                    tx.commit()?;
-                    Ok(covered)
-                });
-                if ok(wrote, "the transaction") {
-                    subtracted.push(p);
-                }
-                tally.committed += 1;
-            }
-            (tally, subtracted)
-        }
-    });
-
-    let tally = Tally::sum(results.iter().map(|(t, _)| t));
-    let mut subtractions = vec![0i64; PAIRS];
-    for p in results.iter().flat_map(|(_, s)| s) {
-        subtractions[*p] += 1;
-    }
-    let (mut anomalies, mut example) = (0, String::new());
-    for (p, &(a, b)) in pairs.iter().enumerate() {
-        let (va, vb) = (counter_value(&mut c, a), counter_value(&mut c, b));
-        let n = subtractions[p];
-        if n != 1 || va + vb != 200 - 150 * n {
-            anomalies += 1;
-            if example.is_empty() {
-                example = format!("; e.g. pair {p}: {n} subtractions, counters {va} and {vb}");
-            }
-        }
-    }
+    let (anomalies, example, tally) = subtract_if_covered(cc, pairs, THREADS, WATCHDOG);
     Outcome {
         anomalies,
         details: format!("{PAIRS} pairs, each must end with one subtraction and a sum of 50{example}"),

@@ -154,10 +154,13 @@ mod lambdastore {
         timeout_ms: i64,
         occ: bool,
     ) -> String {
-        let outcome = forward::arrive(role, timeout_ms, occ)
-            .and_then(|caller| as_storage(|_| workflow::invoke_method(caller, object_id, method, args)));
-        let result = outcome.unwrap_or_else(|err| raise(err, format!("lambda_invoke({object_id}, '{method}')")));
-        forward::here_result(result)
+        here(
+            role,
+            timeout_ms,
+            occ,
+            |caller| workflow::invoke_method(caller, object_id, method, args),
+            || format!("lambda_invoke({object_id}, '{method}')"),
+        )
     }
 
     /// The same for `lambdastore.submit`; the result is the job id.
@@ -171,10 +174,8 @@ mod lambdastore {
         timeout_ms: i64,
         occ: bool,
     ) -> String {
-        let outcome = forward::arrive(role, timeout_ms, occ)
-            .and_then(|caller| as_storage(|_| crate::jobs::submit(caller, object_id, method, args, None)));
-        let job = outcome.unwrap_or_else(|err| raise(err, format!("submit({object_id}, '{method}')")));
-        forward::here_result(job.to_string())
+        let submit = |caller| crate::jobs::submit(caller, object_id, method, args, None).map(|job| job.to_string());
+        here(role, timeout_ms, occ, submit, || format!("submit({object_id}, '{method}')"))
     }
 
     /// The same for `lambdastore.create_object` (routed by an id drawn on
@@ -189,10 +190,8 @@ mod lambdastore {
         timeout_ms: i64,
         occ: bool,
     ) -> String {
-        let outcome = forward::arrive(role, timeout_ms, occ)
-            .and_then(|caller| as_storage(|_| workflow::create(caller, app, type_name, args)));
-        let id = outcome.unwrap_or_else(|err| raise(err, format!("create_object('{app}', '{type_name}')")));
-        forward::here_result(id.to_string())
+        let create = |caller| workflow::create(caller, app, type_name, args).map(|id| id.to_string());
+        here(role, timeout_ms, occ, create, || format!("create_object('{app}', '{type_name}')"))
     }
 
     /// The node this session runs on, as host:port in Citus' metadata (or
@@ -303,6 +302,20 @@ mod lambdastore {
         });
         outcome.unwrap_or_else(|err| raise(err, format!("revoke_api_key({key_id})")))
     }
+}
+
+/// The body of a call forwarded here (`_invoke_here` and its kind): the
+/// caller and its settings, the work as storage, the result for
+/// `forward::here_result`.
+fn here(
+    role: &str,
+    timeout_ms: i64,
+    occ: bool,
+    work: impl FnOnce(Caller) -> Result<String>,
+    context: impl FnOnce() -> String,
+) -> String {
+    let outcome = forward::arrive(role, timeout_ms, occ).and_then(|caller| as_storage(|_| work(caller)));
+    forward::here_result(outcome.unwrap_or_else(|err| raise(err, context())))
 }
 
 /// 'invoke' or 'read': what `grant` and `revoke` take.

@@ -214,3 +214,67 @@ impl Rng {
         self.next_u64() % n
     }
 }
+
+/// Write skew decided by the client across statements of one SQL
+/// transaction, on pairs of counters that start at 100: BEGIN; read
+/// counter A; read counter B; if A + B >= 150, subtract 150 from one of
+/// them (even workers from A, odd ones from B); COMMIT. Each call is a
+/// workflow of its own, so only the transaction's reads validated until
+/// COMMIT make it serializable: exactly one subtraction per pair. Returns
+/// the pairs broken, an example, and what the workers did.
+pub fn subtract_if_covered(
+    cc: Cc,
+    pairs: Arc<Vec<(i64, i64)>>,
+    threads: usize,
+    bound: Duration,
+) -> (u64, String, Tally) {
+    use serde_json::json;
+    let barrier = Arc::new(std::sync::Barrier::new(threads));
+    let results = run_workers("subtract_if_covered", threads, bound, {
+        let pairs = pairs.clone();
+        move |i| {
+            let mut c = connect_cc(cc);
+            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+            let mut subtracted = Vec::new();
+            for (p, &(a, b)) in pairs.iter().enumerate() {
+                let mine = if i % 2 == 0 { a } else { b };
+                barrier.wait();
+                let wrote = retrying(cc, &mut tally, &mut rng, || {
+                    let mut tx = c.transaction()?;
+                    let va = super::invoke(&mut tx, a, "get", json!({}))?.as_i64().unwrap_or_default();
+                    let vb = super::invoke(&mut tx, b, "get", json!({}))?.as_i64().unwrap_or_default();
+                    let covered = va + vb >= 150;
+                    if covered {
+                        super::invoke(&mut tx, mine, "add", json!({"n": -150}))?;
+                    }
+                    tx.commit()?;
+                    Ok(covered)
+                });
+                if wrote.unwrap_or_else(|e| panic!("the transaction: {}", describe(&e))) {
+                    subtracted.push(p);
+                }
+                tally.committed += 1;
+            }
+            (tally, subtracted)
+        }
+    });
+    let tally = Tally::sum(results.iter().map(|(t, _)| t));
+    let mut subtractions = vec![0i64; pairs.len()];
+    for p in results.iter().flat_map(|(_, s)| s) {
+        subtractions[*p] += 1;
+    }
+    let mut c = connect();
+    let (mut anomalies, mut example) = (0, String::new());
+    for (p, &(a, b)) in pairs.iter().enumerate() {
+        let va = super::call(&mut c, a, "get", json!({})).as_i64().unwrap_or_default();
+        let vb = super::call(&mut c, b, "get", json!({})).as_i64().unwrap_or_default();
+        let n = subtractions[p];
+        if n != 1 || va + vb != 200 - 150 * n {
+            anomalies += 1;
+            if example.is_empty() {
+                example = format!("; e.g. pair {p}: {n} subtractions, counters {va} and {vb}");
+            }
+        }
+    }
+    (anomalies, example, tally)
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# `make bench-citus`: one node against the local Citus cluster, side by
+# side in one run (the machine is noisy): pgbench, 8 clients, on 1,000
+# counters, alternating single node and cluster ROUNDS times; medians.
+#
+#   read-only   SELECT lambda_invoke(id, 'get')                 one call
+#   write       SELECT lambda_invoke(id, 'increment')           one call
+#   two-object  BEGIN; increment a; increment b; COMMIT         a, b on one node
+#   two-node    the same with a and b on two nodes              (two-phase commit)
+#
+# The single node is a project cluster ("bench-single", port 54339); the
+# cluster is citus-test (a coordinator and two workers), started fresh:
+# do not run it beside `make test-citus`. Every call goes through the
+# coordinator, which forwards it to the worker holding its object.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cluster=$repo/scripts/cluster.sh
+citus=$repo/scripts/citus.sh
+ROUNDS=${ROUNDS:-3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+COUNTERS=1000
+work=$(mktemp -d)
+trap 'rm -rf "$work"; LAMBDASTORE_PORT=54339 "$cluster" stop bench-single; "$citus" stop citus-test' EXIT
+
+single=$(LAMBDASTORE_PORT=54339 "$cluster" fresh bench-single)
+single=${single/dbname=postgres/dbname=lambdastore_test}
+coordinator=$("$citus" fresh citus-test)
+psql "$single" -X -q -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
+
+# The counters, and a local table of their ids (k = 1..1000), so that the
+# scripts pick one without knowing how ids look on a cluster. `pair` holds
+# pairs of counters on one node (same = true) or on two (same = false).
+setup() {
+  LAMBDASTORE_WASM=$repo/target/lambdas/counter.wasm psql "$1" -X -q -v ON_ERROR_STOP=1 <<'SQL'
+\set wasm `base64 -w0 "$LAMBDASTORE_WASM"`
+SELECT lambdastore.deploy('counter', decode(:'wasm', 'base64')) \gset
+CREATE TABLE ids (k int PRIMARY KEY, id bigint NOT NULL);
+INSERT INTO ids SELECT k, lambdastore.create_object('counter', 'Counter', '{}') FROM generate_series(1, 1000) k;
+CREATE TABLE pair (k int, same boolean, a bigint, b bigint, PRIMARY KEY (same, k));
+SQL
+}
+setup "$single"
+setup "$coordinator"
+# Pairs: on one node by the shard's node; on the single node, any two.
+psql "$single" -X -q -c "INSERT INTO pair SELECT k, s, k, 1001 - k FROM generate_series(1, 500) k, (VALUES (true), (false)) v(s);
+                         UPDATE pair p SET a = (SELECT id FROM ids WHERE ids.k = p.a), b = (SELECT id FROM ids WHERE ids.k = p.b)"
+psql "$coordinator" -X -q <<'SQL'
+CREATE TEMP TABLE placed AS
+SELECT i.id, p.groupid FROM ids i
+  JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', i.id);
+INSERT INTO pair
+SELECT row_number() OVER (), x.groupid = y.groupid, x.id, y.id
+  FROM placed x JOIN placed y ON x.id < y.id AND x.groupid = y.groupid
+ WHERE (x.id + y.id) % 97 = 0
+ LIMIT 500;
+INSERT INTO pair
+SELECT row_number() OVER (), false, x.id, y.id
+  FROM placed x JOIN placed y ON x.id < y.id AND x.groupid <> y.groupid
+ WHERE (x.id + y.id) % 97 = 0
+ LIMIT 500;
+SQL
+
+cat >"$work/read-only.sql" <<'SQL'
+\set k random(1, 1000)
+SELECT lambda_invoke((SELECT id FROM ids WHERE k = :k), 'get');
+SQL
+cat >"$work/write.sql" <<'SQL'
+\set k random(1, 1000)
+SELECT lambda_invoke((SELECT id FROM ids WHERE k = :k), 'increment');
+SQL
+for kind in two-object:true two-node:false; do
+  cat >"$work/${kind%%:*}.sql" <<SQL
+\\set k random(1, 400)
+SELECT a, b FROM pair WHERE same = ${kind##*:} AND k = :k \\gset
+BEGIN;
+SELECT lambda_invoke(:a, 'increment');
+SELECT lambda_invoke(:b, 'increment');
+COMMIT;
+SQL
+done
+
+# pgbench's tps and mean latency, from its summary.
+run() {
+  pgbench "$1" -n -c 8 -j 2 -T "$SECONDS_PER_RUN" -f "$work/$2.sql" 2>/dev/null \
+    | awk '/^latency average/ {lat=$4} /^tps/ {tps=$3} END {printf "%.0f %.2f\n", tps, lat}'
+}
+median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+echo "| workload | single node tx/s | cluster tx/s | cluster / single | single ms | cluster ms |"
+echo "|---|---:|---:|---:|---:|---:|"
+for workload in read-only write two-object two-node; do
+  : >"$work/single" && : >"$work/cluster"
+  for _ in $(seq "$ROUNDS"); do
+    run "$single" "$workload" >>"$work/single"
+    run "$coordinator" "$workload" >>"$work/cluster"
+  done
+  s_tps=$(cut -d' ' -f1 "$work/single" | median); c_tps=$(cut -d' ' -f1 "$work/cluster" | median)
+  s_lat=$(cut -d' ' -f2 "$work/single" | median); c_lat=$(cut -d' ' -f2 "$work/cluster" | median)
+  echo "| $workload | $s_tps | $c_tps | $(awk "BEGIN {printf \"%.2f\", $c_tps / $s_tps}") | $s_lat | $c_lat |"
+done
