@@ -71,3 +71,5 @@ REVOKE ALL ON FUNCTION lambdastore.distribute(int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._invoke_here(bigint, text, text, text, text, bigint, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._create_here(bigint, text, text, text, text, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._delete_here(bigint, text, text, text, text, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._split_here(bigint, text, text, text, text, bigint, boolean) FROM PUBLIC;

@@ -222,6 +222,33 @@ pub(crate) fn submit(caller: Caller, object: i64, node: &str, method: &str, args
     job.parse().map_err(|_| LambdaError::Internal(format!("a forwarded submit returned {job:?}")))
 }
 
+/// `lambdastore.delete_object` of an object stored on `node`: whether it
+/// existed.
+pub(crate) fn delete(caller: Caller, object: i64, node: &str) -> Result<bool> {
+    let existed = forward(
+        "SELECT lambdastore._delete_here($1, $2, $3, $4, $5, $6, $7)
+           FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed",
+        object,
+        node,
+        ["", "", ""],
+        caller,
+    )?;
+    Ok(existed == "true")
+}
+
+/// `lambdastore.split` on an object stored on `node` (the key as hex).
+pub(crate) fn split(caller: Caller, object: i64, node: &str, field: &str, key: &[u8]) -> Result<bool> {
+    let split = forward(
+        "SELECT lambdastore._split_here($1, $2, $3, $4, $5, $6, $7)
+           FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed",
+        object,
+        node,
+        [field, &hex::encode(key), ""],
+        caller,
+    )?;
+    Ok(split == "true")
+}
+
 /// `lambdastore.create_object` on a node that holds no shard: on the node
 /// of an id drawn here, which then draws one of its own.
 pub(crate) fn create(caller: Caller, app: &str, type_name: &str, args: &str) -> Result<i64> {

@@ -166,6 +166,25 @@ fn jobs_submitted_on_any_node_run_once_on_the_owner() {
 }
 
 #[test]
+fn split_and_delete_from_any_node_reach_the_owner() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_split_delete", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 3}), 1);
+    let names: Vec<String> = workers.iter_mut().map(node).collect();
+    for ids in by_node.values() {
+        let id = ids[0];
+        let holder = owner(&mut c, id);
+        let other = &mut workers[names.iter().position(|n| *n != holder).expect("a worker not holding it")];
+        let split: bool =
+            other.query_one("SELECT lambdastore.split($1, 'value', '\\x01'::bytea)", &[&id]).unwrap().get(0);
+        assert!(split, "split of {id} from a node not holding it");
+        assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.entry_sets({id})")), 2);
+        c.execute("SELECT lambdastore.delete_object($1)", &[&id]).unwrap();
+        expect_sqlstate(invoke(&mut c, id, "get", json!({})), "42704");
+    }
+}
+
+#[test]
 fn a_nested_call_to_an_object_on_another_node_is_refused_clearly() {
     let Some(_workers) = workers() else { return };
     let (mut c, bank) = deployed("citus_nested", "bank");
@@ -368,7 +387,6 @@ fn transfers_across_nodes_survive_a_killed_backend_and_a_restarted_worker() {
     let killed = nodes.iter_mut().position(|w| node(w) == owner_a).expect("a worker holds a");
     let restarted = 1 - killed;
     let killed_pid: i32 = nodes[killed].query_one("SELECT pg_backend_pid()", &[]).map(|row| row.get(0)).unwrap();
-    drop(nodes); // the faults end these connections
 
     let started = Arc::new(Barrier::new(THREADS + 1));
     let halfway = Arc::new(Barrier::new(THREADS + 1));
@@ -393,11 +411,13 @@ fn transfers_across_nodes_survive_a_killed_backend_and_a_restarted_worker() {
         })
         .collect();
 
-    // A backend of the worker holding `a` killed (the postmaster then
-    // restarts all its processes), then the other worker restarted.
+    // A backend of the worker holding `a` (this test's own connection
+    // there, kept open until now) killed: the postmaster then restarts all
+    // of that worker's processes. Then the other worker is restarted.
     started.wait();
     let kill = std::process::Command::new("kill").args(["-9", &killed_pid.to_string()]).status().unwrap();
     assert!(kill.success(), "kill -9 {killed_pid}");
+    drop(nodes); // the faults ended these connections (the killed one's own backend included)
     halfway.wait();
     let mut restart = std::process::Command::new(&crash[0]);
     restart.args(&crash[1..]).arg(&names[restarted]);

@@ -95,7 +95,13 @@ mod lambdastore {
     /// at commit, hot sets are split automatically. False if already a guard.
     #[pg_extern(volatile, parallel_unsafe)]
     fn split(object_id: i64, field: &str, key: &[u8]) -> bool {
-        let outcome = as_storage(|caller| workflow::split(caller, object_id, field, key));
+        let caller = Caller::current();
+        let outcome = match as_storage(|_| forward::owner_elsewhere(object_id)) {
+            Ok(Some(node)) => forward::split(caller, object_id, &node, field, key),
+            Ok(None) => as_storage(|caller| workflow::split(caller, object_id, field, key))
+                .and_then(|split| forward::ran_here().map(|_| split)),
+            Err(err) => Err(err),
+        };
         match outcome {
             Ok(split) => split,
             Err(err) => raise(err, format!("split({object_id})")),
@@ -178,6 +184,23 @@ mod lambdastore {
         here(role, timeout_ms, occ, submit, || format!("submit({object_id}, '{method}')"))
     }
 
+    /// The same for `lambdastore.delete_object`: "true" if it existed.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _delete_here(object_id: i64, _a: &str, _b: &str, _c: &str, role: &str, timeout_ms: i64, occ: bool) -> String {
+        let delete = |caller| workflow::delete_object(caller, object_id).map(|existed| existed.to_string());
+        here(role, timeout_ms, occ, delete, || format!("delete_object({object_id})"))
+    }
+
+    /// The same for `lambdastore.split` (the key in hex): "true" if split.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _split_here(object_id: i64, field: &str, key: &str, _c: &str, role: &str, timeout_ms: i64, occ: bool) -> String {
+        let split = |caller| {
+            let key = hex::decode(key).map_err(|e| LambdaError::InvalidParameter(format!("a hex key: {e}")))?;
+            workflow::split(caller, object_id, field, &key).map(|split| split.to_string())
+        };
+        here(role, timeout_ms, occ, split, || format!("split({object_id})"))
+    }
+
     /// The same for `lambdastore.create_object` (routed by an id drawn on
     /// the sending node); the result is the new object's id.
     #[pg_extern(volatile, parallel_unsafe)]
@@ -219,7 +242,13 @@ mod lambdastore {
     /// Deletes an object and all its entries (its application's owner only).
     #[pg_extern(volatile, parallel_unsafe)]
     fn delete_object(object_id: i64) {
-        let outcome = as_storage(|caller| workflow::delete_object(caller, object_id));
+        let caller = Caller::current();
+        let outcome = match as_storage(|_| forward::owner_elsewhere(object_id)) {
+            Ok(Some(node)) => forward::delete(caller, object_id, &node),
+            Ok(None) => as_storage(|caller| workflow::delete_object(caller, object_id))
+                .and_then(|existed| forward::ran_here().map(|_| existed)),
+            Err(err) => Err(err),
+        };
         match outcome {
             Ok(true) => {}
             Ok(false) => raise(LambdaError::UnknownObject(object_id), String::new()),
