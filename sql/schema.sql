@@ -9,6 +9,7 @@ CREATE SCHEMA IF NOT EXISTS lambdastore;
 CREATE TABLE lambdastore.applications (
     name       text PRIMARY KEY CHECK (name ~ '^[A-Za-z_][A-Za-z0-9_.-]{0,62}$'),
     owner      oid NOT NULL,         -- a role OID: a new role reusing a dropped one's name is not its owner
+    owner_name name NOT NULL,        -- its name: what identifies it on every node of a Citus cluster
     module_id  bigint,               -- the current module; NULL until deployed
     created    timestamptz NOT NULL DEFAULT now()
 );
@@ -36,6 +37,7 @@ ALTER TABLE lambdastore.applications
 CREATE TABLE lambdastore.grants (
     app        text NOT NULL REFERENCES lambdastore.applications(name) ON DELETE CASCADE,
     grantee    oid NOT NULL,
+    grantee_name name NOT NULL,      -- as owner_name
     privilege  text NOT NULL CHECK (privilege IN ('invoke', 'read')),
     PRIMARY KEY (app, grantee, privilege)
 );

@@ -184,6 +184,26 @@ fn split_and_delete_from_any_node_reach_the_owner() {
     }
 }
 
+/// Owners and grantees are checked on the node that runs a call, by role
+/// name there (Citus creates each role under an OID of each node's own).
+#[test]
+fn grants_to_ordinary_roles_hold_on_every_node() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_grants", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
+    let (granted, other) = (TestRole::new("citus_granted"), TestRole::new("citus_other"));
+    grant(&mut c, &app, &granted.name, "invoke").unwrap();
+    let (mut granted_c, mut other_c) = (granted.connect(), other.connect());
+    for &id in by_node.values().flatten() {
+        assert_eq!(call(&mut granted_c, id, "increment", json!({})), json!(1), "a granted role, object {id}");
+        expect_sqlstate(invoke(&mut other_c, id, "increment", json!({})), "42501");
+    }
+    assert!(revoke(&mut c, &app, &granted.name, "invoke").unwrap());
+    for &id in by_node.values().flatten() {
+        expect_sqlstate(invoke(&mut granted_c, id, "get", json!({})), "42501");
+    }
+}
+
 #[test]
 fn a_nested_call_to_an_object_on_another_node_is_refused_clearly() {
     let Some(_workers) = workers() else { return };

@@ -5,30 +5,69 @@ use super::{query, query_cluster};
 use crate::error::{LambdaError, Result};
 use pgrx::pg_sys::{BuiltinOid::*, Oid};
 
+// Roles are stored by OID and by name. On one server the OID decides: a
+// new role that reuses a dropped owner's name is not the owner. On a Citus
+// cluster the rows are copies on every node, where Citus creates each role
+// under an OID of that node's own, so the OID stored by one node may be
+// another role's on the next: there the name decides, looked up on the
+// node that checks.
+
+/// The role stored as (`oid`, `name`), as an OID of this node (InvalidOid:
+/// no such role here).
+fn role(oid: Option<Oid>, name: Option<String>) -> Result<Oid> {
+    if !super::shards::distributed()? {
+        return Ok(oid.unwrap_or(pgrx::pg_sys::InvalidOid));
+    }
+    let Some(name) = name.and_then(|n| std::ffi::CString::new(n).ok()) else { return Ok(pgrx::pg_sys::InvalidOid) };
+    // SAFETY: a syscache lookup by name; missing_ok returns InvalidOid.
+    Ok(unsafe { pgrx::pg_sys::get_role_oid(name.as_ptr(), true) })
+}
+
+/// The name of role `oid`, as stored beside it.
+fn name_of(oid: Oid) -> String {
+    // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.
+    let name = unsafe { pgrx::pg_sys::GetUserNameFromId(oid, true) };
+    if name.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string just returned.
+    unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+}
+
 /// The owner of `app`; `None` if there is no such application.
 pub(crate) fn owner(app: &str) -> Result<Option<Oid>> {
-    query("SELECT owner FROM lambdastore.applications WHERE name = $1", &[TEXTOID], &[app.into()], |rows| {
-        Ok(rows.into_iter().next().map(|row| row.get::<Oid>(1)).transpose()?.flatten())
-    })
+    let row = query(
+        "SELECT owner, owner_name::text FROM lambdastore.applications WHERE name = $1",
+        &[TEXTOID],
+        &[app.into()],
+        |rows| rows.into_iter().next().map(|row| Ok((row.get::<Oid>(1)?, row.get::<String>(2)?))).transpose(),
+    )?;
+    row.map(|(oid, name)| role(oid, name)).transpose()
 }
 
 /// The roles granted `privilege` on `app`.
 pub(crate) fn granted(app: &str, privilege: &str) -> Result<Vec<Oid>> {
-    query(
-        "SELECT grantee FROM lambdastore.grants WHERE app = $1 AND privilege = $2",
+    let rows = query(
+        "SELECT grantee, grantee_name::text FROM lambdastore.grants WHERE app = $1 AND privilege = $2",
         &[TEXTOID, TEXTOID],
         &[app.into(), privilege.into()],
-        |rows| rows.into_iter().map(|row| Ok(row.get::<Oid>(1)?.unwrap_or(pgrx::pg_sys::InvalidOid))).collect(),
-    )
+        |rows| {
+            rows.into_iter()
+                .map(|row| Ok((row.get::<Oid>(1)?, row.get::<String>(2)?)))
+                .collect::<pgrx::spi::Result<Vec<_>>>()
+        },
+    )?;
+    rows.into_iter().map(|(oid, name)| role(oid, name)).collect()
 }
 
 /// Creates `app` owned by `owner` unless it exists; then locks its row
 /// until the transaction ends and returns its owner.
 pub(crate) fn create_and_lock(app: &str, owner: Oid) -> Result<Oid> {
     query_cluster(
-        "INSERT INTO lambdastore.applications (name, owner) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-        &[TEXTOID, OIDOID],
-        &[app.into(), owner.into()],
+        "INSERT INTO lambdastore.applications (name, owner, owner_name) VALUES ($1, $2, $3)
+         ON CONFLICT (name) DO NOTHING",
+        &[TEXTOID, OIDOID, TEXTOID],
+        &[app.into(), owner.into(), name_of(owner).into()],
         |_| Ok(()),
     )?;
     lock(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))
@@ -36,20 +75,22 @@ pub(crate) fn create_and_lock(app: &str, owner: Oid) -> Result<Oid> {
 
 /// Locks the application's row until the transaction ends; its owner.
 pub(crate) fn lock(app: &str) -> Result<Option<Oid>> {
-    query_cluster(
-        "SELECT owner FROM lambdastore.applications WHERE name = $1 FOR UPDATE",
+    let row = query_cluster(
+        "SELECT owner, owner_name::text FROM lambdastore.applications WHERE name = $1 FOR UPDATE",
         &[TEXTOID],
         &[app.into()],
-        |rows| Ok(rows.into_iter().next().map(|row| row.get::<Oid>(1)).transpose()?.flatten()),
-    )
+        |rows| rows.into_iter().next().map(|row| Ok((row.get::<Oid>(1)?, row.get::<String>(2)?))).transpose(),
+    )?;
+    row.map(|(oid, name)| role(oid, name)).transpose()
 }
 
 pub(crate) fn grant(app: &str, grantee: Oid, privilege: &str) -> Result<()> {
     super::cache::changed();
     query_cluster(
-        "INSERT INTO lambdastore.grants (app, grantee, privilege) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-        &[TEXTOID, OIDOID, TEXTOID],
-        &[app.into(), grantee.into(), privilege.into()],
+        "INSERT INTO lambdastore.grants (app, grantee, grantee_name, privilege) VALUES ($1, $2, $4, $3)
+         ON CONFLICT DO NOTHING",
+        &[TEXTOID, OIDOID, TEXTOID, TEXTOID],
+        &[app.into(), grantee.into(), privilege.into(), name_of(grantee).into()],
         |_| Ok(()),
     )
 }
@@ -58,9 +99,10 @@ pub(crate) fn grant(app: &str, grantee: Oid, privilege: &str) -> Result<()> {
 pub(crate) fn revoke(app: &str, grantee: Oid, privilege: &str) -> Result<bool> {
     super::cache::changed();
     query_cluster(
-        "DELETE FROM lambdastore.grants WHERE app = $1 AND grantee = $2 AND privilege = $3 RETURNING 1",
-        &[TEXTOID, OIDOID, TEXTOID],
-        &[app.into(), grantee.into(), privilege.into()],
+        "DELETE FROM lambdastore.grants
+          WHERE app = $1 AND (grantee = $2 OR grantee_name = $4::name) AND privilege = $3 RETURNING 1",
+        &[TEXTOID, OIDOID, TEXTOID, TEXTOID],
+        &[app.into(), grantee.into(), privilege.into(), name_of(grantee).into()],
         |rows| Ok(!rows.is_empty()),
     )
 }
@@ -68,9 +110,9 @@ pub(crate) fn revoke(app: &str, grantee: Oid, privilege: &str) -> Result<bool> {
 pub(crate) fn set_owner(app: &str, owner: Oid) -> Result<()> {
     super::cache::changed();
     query_cluster(
-        "UPDATE lambdastore.applications SET owner = $2 WHERE name = $1",
-        &[TEXTOID, OIDOID],
-        &[app.into(), owner.into()],
+        "UPDATE lambdastore.applications SET owner = $2, owner_name = $3 WHERE name = $1",
+        &[TEXTOID, OIDOID, TEXTOID],
+        &[app.into(), owner.into(), name_of(owner).into()],
         |_| Ok(()),
     )
 }
