@@ -19,15 +19,17 @@
 //! `_invoke_here` is for superusers only, so no role can claim to be
 //! another.
 //!
+//! Citus takes a call for a SELECT, so a call that wrote marks its node as
+//! written with a no-op UPDATE routed there (`engage`): Citus then commits
+//! it together with whatever else the transaction modified through Citus.
 //! A transaction whose lambdastore calls ran on one node commits as Citus
 //! commits it: with a plain COMMIT on that node, whose commit callback
 //! applies OCC's version bumps. Once calls of one transaction that writes
-//! have run on two nodes, it commits in two phases: Citus prepares every
-//! node it marked as written (`two_phase` marks each node a call ran on
-//! with a no-op UPDATE routed there), each prepared node validates its
-//! reads again and hands its writer counts and bumps to shared memory
-//! (txn/prepared.rs), the node that commits validates its own again, and
-//! Citus' recovery ends what a crash left prepared.
+//! have run on two nodes, it commits in two phases, every node it ran calls
+//! on taking part: each prepared node validates its reads again and hands
+//! its writer counts and bumps to shared memory (txn/prepared.rs), the node
+//! that commits validates its own again, and Citus' recovery ends what a
+//! crash left prepared.
 
 use crate::access::{as_storage, Caller};
 use crate::catalog::{self, shards};
@@ -84,10 +86,14 @@ pub(crate) fn ran_here() -> Result<()> {
         reach.here = true;
         reach.wrote |= wrote_here();
     });
-    engage()
+    engage(None)
 }
 
-/// After a call ran on `node`, for `object`.
+/// After a call ran on `node`, for `object`. A call that wrote marks its
+/// node as written for Citus at once, whatever else the transaction does:
+/// Citus commits the nodes it saw modified together (in two phases when
+/// there are several: the gateway's idempotency key and the call it
+/// records, say), and the others after them.
 fn ran_on(node: &str, object: i64, wrote: bool) -> Result<()> {
     REACH.with(|r| {
         let mut reach = r.borrow_mut();
@@ -96,36 +102,38 @@ fn ran_on(node: &str, object: i64, wrote: bool) -> Result<()> {
             reach.forwarded.push((object, node.to_string(), false));
         }
     });
-    engage()
+    engage(wrote.then_some(object))
 }
 
-/// Once a transaction that writes has run calls on two nodes: two-phase
-/// commit, with every node it ran calls on taking part.
-fn engage() -> Result<()> {
-    let unmarked: Vec<i64> = REACH.with(|r| {
+/// Marks `written` (a forwarded call's object) as written for Citus; and
+/// once a transaction that writes has run calls on two nodes, asks for
+/// two-phase commit, with every node it ran calls on taking part.
+fn engage(written: Option<i64>) -> Result<()> {
+    let (engaged, unmarked): (bool, Vec<i64>) = REACH.with(|r| {
         let mut reach = r.borrow_mut();
         let mut nodes: Vec<&str> = reach.forwarded.iter().map(|(_, node, _)| node.as_str()).collect();
         nodes.sort_unstable();
         nodes.dedup();
         let spread = nodes.len() + usize::from(reach.here) >= 2;
-        if !(reach.two_phase || reach.wrote && spread) {
-            return Vec::new();
-        }
-        reach.two_phase = true;
-        reach
+        reach.two_phase |= reach.wrote && spread;
+        let two_phase = reach.two_phase;
+        let unmarked = reach
             .forwarded
             .iter_mut()
-            .filter(|(_, _, marked)| !*marked)
+            .filter(|(object, _, marked)| !*marked && (two_phase || Some(*object) == written))
             .map(|(object, _, marked)| {
                 *marked = true;
                 *object
             })
-            .collect()
+            .collect();
+        (two_phase, unmarked)
     });
     if unmarked.is_empty() {
         return Ok(());
     }
-    citus_function(c"Use2PCForCoordinatedTransaction")?;
+    if engaged {
+        citus_function(c"Use2PCForCoordinatedTransaction")?;
+    }
     // Citus prepares only the connections that ran a modification; a call
     // is a SELECT to it. A no-op UPDATE routed by the call's object runs on
     // that call's connection (Citus keeps a shard's placements on one
