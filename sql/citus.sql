@@ -50,13 +50,14 @@ BEGIN
     ALTER TABLE lambdastore.objects ALTER object_id SET DEFAULT nextval('lambdastore.object_id_seq');
     PERFORM create_distributed_table('lambdastore.objects', 'object_id', shard_count => shard_count);
     -- A unique index of a distributed table must include its distribution
-    -- column: idempotency keys of jobs are refused on a cluster for now.
+    -- column: job_keys, distributed by key, holds the keys' uniqueness.
     DROP INDEX IF EXISTS lambdastore.jobs_idempotency;
     FOREACH t IN ARRAY colocated LOOP
         PERFORM create_distributed_table(format('lambdastore.%I', t), 'object_id',
                                          colocate_with => 'lambdastore.objects');
     END LOOP;
     PERFORM create_distributed_table('lambdastore.idempotency_keys', 'key', shard_count => shard_count);
+    PERFORM create_distributed_table('lambdastore.job_keys', 'idempotency_key', shard_count => shard_count);
     FOR fk IN SELECT * FROM lambdastore_fks LOOP
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fk.rel, fk.conname, fk.def);
     END LOOP;

@@ -124,6 +124,23 @@ CREATE INDEX jobs_queued_by_app ON lambdastore.jobs (app, run_after, job_id) WHE
 CREATE UNIQUE INDEX jobs_idempotency ON lambdastore.jobs (app, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
+-- On a Citus cluster, the idempotency keys of jobs: the jobs are spread
+-- over the nodes by object, so a unique index on them cannot span the
+-- cluster; this table, distributed by key, does (forward.rs). Unused on a
+-- single server, where jobs_idempotency does the same.
+CREATE TABLE lambdastore.job_keys (
+    idempotency_key  text NOT NULL,
+    app              text NOT NULL,
+    -- The call, to tell a retry from a reuse for another call; and its job,
+    -- set in the transaction that claimed the key (its row is on the
+    -- object's node, which may commit after this one's).
+    object_id        bigint NOT NULL,
+    method           text NOT NULL,
+    args             jsonb NOT NULL,
+    job_id           bigint,
+    PRIMARY KEY (idempotency_key, app)
+);
+
 -- Ordinary roles get no privilege on any of these: every change and every
 -- read of application data goes through the extension's functions, which
 -- check the caller (access.rs). What a role may read is in the app_* views

@@ -78,8 +78,6 @@ pub(crate) enum LambdaError {
     JobNotCommitted(i64),
     #[error("object {object} is stored on {node}: a workflow reaches only the objects of the node it runs on (workflows across nodes are not supported yet)")]
     Elsewhere { object: i64, node: String },
-    #[error("{0}")]
-    CrossNodeWrites(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -110,7 +108,7 @@ impl LambdaError {
             ReadOnlyTransaction(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
             ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,
-            IsolationLevel(_) | Prepared(_) | Elsewhere { .. } | CrossNodeWrites(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IsolationLevel(_) | Prepared(_) | Elsewhere { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
             NotPreloaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,

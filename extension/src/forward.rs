@@ -218,16 +218,56 @@ pub(crate) fn invoke(caller: Caller, object: i64, node: &str, method: &str, args
 }
 
 /// `lambdastore.submit` for an object stored on `node`.
-pub(crate) fn submit(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<i64> {
+pub(crate) fn submit(
+    caller: Caller,
+    object: i64,
+    node: &str,
+    method: &str,
+    args: &str,
+    key: Option<&str>,
+) -> Result<i64> {
     let job = forward(
         "SELECT lambdastore._submit_here($1, $2, $3, $4, $5, $6, $7)
            FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed",
         object,
         node,
-        [method, args, ""],
+        [method, args, key.unwrap_or_default()],
         caller,
     )?;
     job.parse().map_err(|_| LambdaError::Internal(format!("a forwarded submit returned {job:?}")))
+}
+
+/// What `claim_job_key` found.
+pub(crate) enum KeyClaim {
+    /// One server (the jobs' unique index does it), or no such object (the
+    /// submission fails with 42704 where it runs).
+    NotNeeded,
+    /// Claimed for this application: queue the job, then `record_job_key`.
+    Claimed(String),
+    /// Used already, for this same call: its job.
+    Existing(i64),
+}
+
+/// On a Citus cluster, a submission's idempotency key, claimed cluster-wide
+/// before the job is queued (on this node or forwarded). Refused (42501)
+/// to a caller that may not invoke the object's application, as the
+/// submission would be.
+pub(crate) fn claim_job_key(caller: Caller, object: i64, key: &str, method: &str, args: &str) -> Result<KeyClaim> {
+    if !shards::distributed()? {
+        return Ok(KeyClaim::NotNeeded);
+    }
+    let Some(app) = catalog::jobs::app_of(object)? else { return Ok(KeyClaim::NotNeeded) };
+    crate::access::check(caller, &app, crate::access::Privilege::Invoke)?;
+    crate::jobs::check_key_length(key)?;
+    Ok(match catalog::jobs::claim_key(&app, key, object, method, args)? {
+        Some(job) => KeyClaim::Existing(job),
+        None => KeyClaim::Claimed(app),
+    })
+}
+
+/// The job queued under a key `claim_job_key` claimed.
+pub(crate) fn record_job_key(app: &str, key: &str, job: i64) -> Result<()> {
+    catalog::jobs::record_key_job(app, key, job)
 }
 
 /// `lambdastore.delete_object` of an object stored on `node`: whether it

@@ -43,6 +43,14 @@ pub(crate) fn at_abort() {
 /// (PostgreSQL failed such inserts with its own index-row-size error).
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
+/// An idempotency key is 1 to `MAX_IDEMPOTENCY_KEY` bytes (22023).
+pub(crate) fn check_key_length(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(LambdaError::IdempotencyKeyLength { len: key.len(), max: MAX_IDEMPOTENCY_KEY });
+    }
+    Ok(())
+}
+
 pub(crate) fn submit(
     caller: Caller,
     object: i64,
@@ -50,8 +58,8 @@ pub(crate) fn submit(
     args: &str,
     idempotency_key: Option<&str>,
 ) -> Result<i64> {
-    if let Some(key) = idempotency_key.filter(|key| key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY) {
-        return Err(LambdaError::IdempotencyKeyLength { len: key.len(), max: MAX_IDEMPOTENCY_KEY });
+    if let Some(key) = idempotency_key {
+        check_key_length(key)?;
     }
     let app = workflow::check_submittable(caller, object, method, args)?;
     let job = NewJob { object, app: &app, method, args, idempotency_key, parent: None, role: caller.0 };

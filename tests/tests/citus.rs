@@ -204,6 +204,35 @@ fn grants_to_ordinary_roles_hold_on_every_node() {
     }
 }
 
+/// An idempotency key names one job across the cluster, whichever node the
+/// submissions come from and wherever their objects are.
+#[test]
+fn an_idempotency_key_makes_one_job_across_the_cluster() {
+    let Some(mut nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_job_keys", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
+    let (a, b) = (by_node.values().next().unwrap()[0], by_node.values().nth(1).unwrap()[0]);
+    let key = format!("key-{app}");
+    let first = submit(&mut c, a, "increment", json!({}), Some(&key)).unwrap();
+    assert_eq!(submit(&mut nodes[0], a, "increment", json!({}), Some(&key)).unwrap(), first);
+    assert_eq!(submit(&mut nodes[1], a, "increment", json!({}), Some(&key)).unwrap(), first);
+    let message = expect_sqlstate(submit(&mut nodes[0], b, "increment", json!({}), Some(&key)), "23505");
+    assert!(message.contains(&format!("job {first}")), "{message}");
+    assert_eq!(finished(&mut c, first).state, "done");
+    assert_eq!(call(&mut c, a, "get", json!({})), json!(1));
+    assert_eq!(call(&mut c, b, "get", json!({})), json!(0));
+
+    // Concurrent submissions of one new key from two nodes: one job.
+    let key = format!("race-{app}");
+    let jobs: Vec<i64> = run_workers("job_keys", 4, WATCHDOG, move |i| {
+        let mut c = if i % 2 == 0 { connect() } else { workers().unwrap().remove(i % 2) };
+        submit(&mut c, b, "increment", json!({}), Some(&key)).unwrap()
+    });
+    assert!(jobs.iter().all(|j| *j == jobs[0]), "one key, several jobs: {jobs:?}");
+    assert_eq!(finished(&mut c, jobs[0]).state, "done");
+    assert_eq!(call(&mut c, b, "get", json!({})), json!(1));
+}
+
 #[test]
 fn a_nested_call_to_an_object_on_another_node_is_refused_clearly() {
     let Some(_workers) = workers() else { return };

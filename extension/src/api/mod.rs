@@ -129,17 +129,7 @@ mod lambdastore {
         args: default!(JsonText, "'{}'"),
         idempotency_key: default!(Option<&str>, "NULL"),
     ) -> i64 {
-        let caller = Caller::current();
-        let outcome = match as_storage(|_| forward::owner_elsewhere(object_id)) {
-            Ok(Some(_)) if idempotency_key.is_some() => Err(LambdaError::CrossNodeWrites(
-                "idempotency keys of jobs are not supported on a Citus cluster yet: their uniqueness spans nodes"
-                    .into(),
-            )),
-            Ok(Some(node)) => forward::submit(caller, object_id, &node, method, &args.0),
-            Ok(None) => as_storage(|caller| crate::jobs::submit(caller, object_id, method, &args.0, idempotency_key))
-                .and_then(|id| forward::ran_here().map(|_| id)),
-            Err(err) => Err(err),
-        };
+        let outcome = submit_anywhere(object_id, method, &args.0, idempotency_key);
         match outcome {
             Ok(job) => job,
             Err(err) => raise(err, format!("submit({object_id}, '{method}')")),
@@ -169,18 +159,20 @@ mod lambdastore {
         )
     }
 
-    /// The same for `lambdastore.submit`; the result is the job id.
+    /// The same for `lambdastore.submit` (its key claimed by the sending
+    /// node, '' for none); the result is the job id.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _submit_here(
         object_id: i64,
         method: &str,
         args: &str,
-        _unused: &str,
+        idempotency_key: &str,
         role: &str,
         timeout_ms: i64,
         occ: bool,
     ) -> String {
-        let submit = |caller| crate::jobs::submit(caller, object_id, method, args, None).map(|job| job.to_string());
+        let key = Some(idempotency_key).filter(|key| !key.is_empty());
+        let submit = |caller| crate::jobs::submit(caller, object_id, method, args, key).map(|job| job.to_string());
         here(role, timeout_ms, occ, submit, || format!("submit({object_id}, '{method}')"))
     }
 
@@ -331,6 +323,32 @@ mod lambdastore {
         });
         outcome.unwrap_or_else(|err| raise(err, format!("revoke_api_key({key_id})")))
     }
+}
+
+/// `lambdastore.submit`, on the node holding the object; on a Citus
+/// cluster with its idempotency key claimed cluster-wide first.
+fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) -> Result<i64> {
+    use forward::KeyClaim;
+    let caller = Caller::current();
+    let claim = match key {
+        Some(key) => as_storage(|_| forward::claim_job_key(caller, object_id, key, method, args))?,
+        None => KeyClaim::NotNeeded,
+    };
+    if let KeyClaim::Existing(job) = claim {
+        return Ok(job);
+    }
+    let job = match as_storage(|_| forward::owner_elsewhere(object_id))? {
+        Some(node) => forward::submit(caller, object_id, &node, method, args, key)?,
+        None => {
+            let job = as_storage(|caller| crate::jobs::submit(caller, object_id, method, args, key))?;
+            forward::ran_here()?;
+            job
+        }
+    };
+    if let (KeyClaim::Claimed(app), Some(key)) = (claim, key) {
+        as_storage(|_| forward::record_job_key(&app, key, job))?;
+    }
+    Ok(job)
 }
 
 /// The body of a call forwarded here (`_invoke_here` and its kind): the

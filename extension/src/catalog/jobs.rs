@@ -35,18 +35,14 @@ pub(crate) fn take_inserted() -> bool {
 
 /// The job's id, and whether this call inserted it (false: an earlier
 /// submission with the same idempotency key). On a Citus node, the
-/// object's shard must be here (`forward` sends submissions there).
+/// object's shard must be here (`forward` sends submissions there), and
+/// the key was claimed in `job_keys` first (`claim_key`).
 pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
     super::note_write();
     let place = shards::place(job.object)?;
-    if job.idempotency_key.is_some() && place != Place::Tables {
-        return Err(LambdaError::CrossNodeWrites(
-            "idempotency keys of jobs are not supported on a Citus cluster yet: their uniqueness spans nodes".into(),
-        ));
-    }
-    // Without a key there is no conflict to infer (and on a Citus node no
-    // index to infer it from).
-    let sql = if job.idempotency_key.is_some() {
+    // Without a key there is no conflict to infer, and on a Citus node no
+    // index to infer it from.
+    let sql = if job.idempotency_key.is_some() && place == Place::Tables {
         "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id,
                                        job_id)
          VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
@@ -96,6 +92,57 @@ pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
         return Err(LambdaError::IdempotencyKeyReused { key: key.to_string(), job: id });
     }
     Ok((id, false))
+}
+
+/// On a Citus cluster, before a job with an idempotency key is queued:
+/// claims the key for `app` in `job_keys` (through Citus, on the key's
+/// node). None: claimed now, queue the job (then `record_key_job`).
+/// Some(job): the key was taken (by a committed transaction, whose commit
+/// the insert waited for, or by this one), for this call (Ok) or another
+/// (IdempotencyKeyReused). The job is read from `job_keys`, not from
+/// `jobs`: the other transaction's part on the job's node may commit
+/// after its part on the key's node.
+pub(crate) fn claim_key(app: &str, key: &str, object: i64, method: &str, args: &str) -> Result<Option<i64>> {
+    let claimed = query_cluster(
+        "INSERT INTO lambdastore.job_keys (idempotency_key, app, object_id, method, args)
+         VALUES ($1, $2, $3, $4, $5::jsonb) ON CONFLICT DO NOTHING RETURNING true",
+        &[TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID],
+        &[key.into(), app.into(), object.into(), method.into(), args.into()],
+        |rows| Ok(!rows.is_empty()),
+    )?;
+    if claimed {
+        return Ok(None);
+    }
+    let existing = query_cluster(
+        "SELECT job_id, object_id = $3 AND method = $4 AND args = $5::jsonb
+           FROM lambdastore.job_keys WHERE idempotency_key = $1 AND app = $2",
+        &[TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID],
+        &[key.into(), app.into(), object.into(), method.into(), args.into()],
+        |rows| rows.into_iter().next().map(|row| Ok((row.get::<i64>(1)?, row.get::<bool>(2)?))).transpose(),
+    )?;
+    match existing {
+        Some((Some(id), Some(true))) => Ok(Some(id)),
+        Some((Some(id), _)) => Err(LambdaError::IdempotencyKeyReused { key: key.to_string(), job: id }),
+        _ => Err(LambdaError::Internal(format!("idempotency key \"{key}\" is claimed without its job"))),
+    }
+}
+
+/// The job queued under a key just claimed (`claim_key`).
+pub(crate) fn record_key_job(app: &str, key: &str, job: i64) -> Result<()> {
+    query_cluster(
+        "UPDATE lambdastore.job_keys SET job_id = $3 WHERE idempotency_key = $1 AND app = $2",
+        &[TEXTOID, TEXTOID, INT8OID],
+        &[key.into(), app.into(), job.into()],
+        |_| Ok(()),
+    )
+}
+
+/// The application of `object`, read through Citus from any node (None:
+/// no such object).
+pub(crate) fn app_of(object: i64) -> Result<Option<String>> {
+    query_cluster("SELECT app FROM lambdastore.objects WHERE object_id = $1", &[INT8OID], &[object.into()], |rows| {
+        rows.into_iter().next().map(|row| row.get::<String>(1)).transpose().map(Option::flatten)
+    })
 }
 
 /// A new job id, unique across a Citus cluster.
