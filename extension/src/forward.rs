@@ -14,7 +14,8 @@
 //!
 //! What does not travel by itself travels as arguments: the caller (by
 //! role name: Citus creates roles on every node, their OIDs differ), the
-//! caller's `lambdastore.timeout` and `concurrency_control`. The forwarded
+//! caller's `lambdastore.timeout` (capped as the caller's is) and the
+//! session's other lambdastore settings (`gucs::travelling`). The forwarded
 //! statement runs as the bootstrap superuser (`access::as_storage`), and
 //! `_invoke_here` is for superusers only, so no role can claim to be
 //! another.
@@ -183,10 +184,11 @@ fn forward(sql: &'static str, object: i64, node: &str, texts: [&str; 3], caller:
     citus_function(c"UseCoordinatedTransaction")?;
     let role = caller.name();
     let timeout = gucs::timeout(caller.is_superuser()).as_millis() as i64;
+    let settings = gucs::travelling();
     let out = as_storage(|_| {
         catalog::query_cluster(
             sql,
-            &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, BOOLOID],
+            &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID],
             &[
                 object.into(),
                 texts[0].into(),
@@ -194,7 +196,7 @@ fn forward(sql: &'static str, object: i64, node: &str, texts: [&str; 3], caller:
                 texts[2].into(),
                 role.as_str().into(),
                 timeout.into(),
-                gucs::occ().into(),
+                settings.as_str().into(),
             ],
             |rows| rows.first().get_one::<String>(),
         )
@@ -321,13 +323,13 @@ pub(crate) fn create_elsewhere() -> Result<bool> {
 
 /// On the node a call was forwarded to: the caller's settings, for this
 /// transaction, and the caller.
-pub(crate) fn arrive(role: &str, timeout_ms: i64, occ: bool) -> Result<Caller> {
+pub(crate) fn arrive(role: &str, timeout_ms: i64, settings: &str) -> Result<Caller> {
     // SAFETY: a syscache lookup by name; missing_ok false raises 42704.
     let caller = Caller(unsafe {
         let name = std::ffi::CString::new(role).map_err(|_| LambdaError::InvalidParameter("a role name".into()))?;
         pg_sys::get_role_oid(name.as_ptr(), false)
     });
     gucs::set_local("lambdastore.timeout", &timeout_ms.to_string());
-    gucs::set_local("lambdastore.concurrency_control", if occ { "occ" } else { "off" });
+    gucs::arrive(settings);
     Ok(caller)
 }

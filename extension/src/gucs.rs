@@ -8,7 +8,7 @@
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::PostgresGucEnum;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::time::Duration;
 
 /// Upper bound of `lambdastore.workers`.
@@ -319,6 +319,55 @@ pub(crate) fn database() -> String {
 
 pub(crate) fn job_max_attempts() -> i32 {
     JOB_MAX_ATTEMPTS.get()
+}
+
+/// The settings a call runs with, which travel with it to the node that
+/// runs it on a Citus cluster (forward.rs): all but the node's own
+/// (workers, database, job_max_attempts) and `timeout`, which travels as
+/// the caller's capped value.
+const TRAVELLING: [&CStr; 12] = [
+    c"lambdastore.concurrency_control",
+    c"lambdastore.split_chance",
+    c"lambdastore.max_entry_sets",
+    c"lambdastore.max_timeout",
+    c"lambdastore.max_write_size",
+    c"lambdastore.max_scan_size",
+    c"lambdastore.max_module_size",
+    c"lambdastore.max_spawns",
+    c"lambdastore.memory_limit",
+    c"lambdastore.max_call_depth",
+    c"lambdastore.max_args_size",
+    c"lambdastore.max_result_size",
+];
+
+/// This session's values of the travelling settings, one `name=value` a
+/// line.
+pub(crate) fn travelling() -> String {
+    let mut out = String::new();
+    for name in TRAVELLING {
+        // SAFETY: a setting defined by this library; returns a palloc'd string.
+        let value = unsafe { pgrx::pg_sys::GetConfigOptionByName(name.as_ptr(), std::ptr::null_mut(), false) };
+        if value.is_null() {
+            continue;
+        }
+        // SAFETY: a NUL-terminated string just returned.
+        let value = unsafe { CStr::from_ptr(value) }.to_string_lossy();
+        out.push_str(&format!("{}={value}\n", name.to_string_lossy()));
+    }
+    out
+}
+
+/// Takes `settings` (as `travelling` wrote them) for the rest of the
+/// transaction, with a superuser's rights: the node forwarding a call
+/// checked who may set what where the session runs.
+pub(crate) fn arrive(settings: &str) {
+    for line in settings.lines() {
+        if let Some((name, value)) = line.split_once('=') {
+            if TRAVELLING.iter().any(|t| t.to_bytes() == name.as_bytes()) {
+                set_local(name, value);
+            }
+        }
+    }
 }
 
 /// Sets one of our settings for the rest of the transaction, as

@@ -233,6 +233,23 @@ fn an_idempotency_key_makes_one_job_across_the_cluster() {
     assert_eq!(call(&mut c, b, "get", json!({})), json!(1));
 }
 
+/// A call runs with the settings of the session that made it, on
+/// whichever node holds its object.
+#[test]
+fn a_sessions_settings_travel_with_its_calls() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_settings", "micro");
+    let by_node = spread(&mut c, &app, "Bench", json!({}), 1);
+    c.batch_execute("SET lambdastore.memory_limit = '16MB'; SET lambdastore.timeout = '300ms'").unwrap();
+    for &id in by_node.values().flatten() {
+        call(&mut c, id, "alloc", json!({"bytes": 1 << 20}));
+        let message = expect_sqlstate(invoke(&mut c, id, "alloc", json!({"bytes": 32 << 20})), "53200");
+        assert!(message.contains("16777216 bytes"), "the coordinator's memory limit on {id}: {message}");
+        let message = expect_sqlstate(invoke(&mut c, id, "spin", json!({})), "57014");
+        assert!(message.contains("300 ms"), "the coordinator's timeout on {id}: {message}");
+    }
+}
+
 #[test]
 fn a_nested_call_to_an_object_on_another_node_is_refused_clearly() {
     let Some(_workers) = workers() else { return };

@@ -148,12 +148,12 @@ mod lambdastore {
         _unused: &str,
         role: &str,
         timeout_ms: i64,
-        occ: bool,
+        settings: &str,
     ) -> String {
         here(
             role,
             timeout_ms,
-            occ,
+            settings,
             |caller| workflow::invoke_method(caller, object_id, method, args),
             || format!("lambda_invoke({object_id}, '{method}')"),
         )
@@ -169,28 +169,44 @@ mod lambdastore {
         idempotency_key: &str,
         role: &str,
         timeout_ms: i64,
-        occ: bool,
+        settings: &str,
     ) -> String {
         let key = Some(idempotency_key).filter(|key| !key.is_empty());
         let submit = |caller| crate::jobs::submit(caller, object_id, method, args, key).map(|job| job.to_string());
-        here(role, timeout_ms, occ, submit, || format!("submit({object_id}, '{method}')"))
+        here(role, timeout_ms, settings, submit, || format!("submit({object_id}, '{method}')"))
     }
 
     /// The same for `lambdastore.delete_object`: "true" if it existed.
     #[pg_extern(volatile, parallel_unsafe)]
-    fn _delete_here(object_id: i64, _a: &str, _b: &str, _c: &str, role: &str, timeout_ms: i64, occ: bool) -> String {
+    fn _delete_here(
+        object_id: i64,
+        _a: &str,
+        _b: &str,
+        _c: &str,
+        role: &str,
+        timeout_ms: i64,
+        settings: &str,
+    ) -> String {
         let delete = |caller| workflow::delete_object(caller, object_id).map(|existed| existed.to_string());
-        here(role, timeout_ms, occ, delete, || format!("delete_object({object_id})"))
+        here(role, timeout_ms, settings, delete, || format!("delete_object({object_id})"))
     }
 
     /// The same for `lambdastore.split` (the key in hex): "true" if split.
     #[pg_extern(volatile, parallel_unsafe)]
-    fn _split_here(object_id: i64, field: &str, key: &str, _c: &str, role: &str, timeout_ms: i64, occ: bool) -> String {
+    fn _split_here(
+        object_id: i64,
+        field: &str,
+        key: &str,
+        _c: &str,
+        role: &str,
+        timeout_ms: i64,
+        settings: &str,
+    ) -> String {
         let split = |caller| {
             let key = hex::decode(key).map_err(|e| LambdaError::InvalidParameter(format!("a hex key: {e}")))?;
             workflow::split(caller, object_id, field, &key).map(|split| split.to_string())
         };
-        here(role, timeout_ms, occ, split, || format!("split({object_id})"))
+        here(role, timeout_ms, settings, split, || format!("split({object_id})"))
     }
 
     /// The same for `lambdastore.create_object` (routed by an id drawn on
@@ -203,10 +219,10 @@ mod lambdastore {
         args: &str,
         role: &str,
         timeout_ms: i64,
-        occ: bool,
+        settings: &str,
     ) -> String {
         let create = |caller| workflow::create(caller, app, type_name, args).map(|id| id.to_string());
-        here(role, timeout_ms, occ, create, || format!("create_object('{app}', '{type_name}')"))
+        here(role, timeout_ms, settings, create, || format!("create_object('{app}', '{type_name}')"))
     }
 
     /// The node this session runs on, as host:port in Citus' metadata (or
@@ -357,11 +373,11 @@ fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) 
 fn here(
     role: &str,
     timeout_ms: i64,
-    occ: bool,
+    settings: &str,
     work: impl FnOnce(Caller) -> Result<String>,
     context: impl FnOnce() -> String,
 ) -> String {
-    let outcome = forward::arrive(role, timeout_ms, occ).and_then(|caller| as_storage(|_| work(caller)));
+    let outcome = forward::arrive(role, timeout_ms, settings).and_then(|caller| as_storage(|_| work(caller)));
     forward::here_result(outcome.unwrap_or_else(|err| raise(err, context())))
 }
 
