@@ -78,6 +78,10 @@ pub(crate) enum LambdaError {
     JobNotCommitted(i64),
     #[error("object {object} is stored on {node}: a workflow reaches only the objects of the node it runs on (workflows across nodes are not supported yet)")]
     Elsewhere { object: i64, node: String },
+    /// Raised on the node a call was forwarded to (forward.rs): its code
+    /// and words, without what the forwarding node's SPI call added.
+    #[error("{message}")]
+    Remote { code: PgSqlErrorCode, message: String, detail: String },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -114,6 +118,7 @@ impl LambdaError {
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,
             Internal(_) => ERRCODE_INTERNAL_ERROR,
+            Remote { code, .. } => *code,
         }
     }
 
@@ -123,6 +128,9 @@ impl LambdaError {
         let mut detail = context.to_string();
         if let LambdaError::Trap { backtrace, .. } = &self {
             detail = format!("{detail}\n{backtrace}").trim().to_string();
+        }
+        if let LambdaError::Remote { detail: remote, .. } = &self {
+            detail.clone_from(remote);
         }
         let mut report = ErrorReport::new(code, bounded(self.to_string()), "lambdastore");
         if !detail.is_empty() {

@@ -36,7 +36,9 @@ use crate::access::{as_storage, Caller};
 use crate::catalog::{self, shards};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
+use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::{self, BuiltinOid::*};
+use pgrx::PgTryBuilder;
 use std::cell::RefCell;
 
 /// Where the current transaction's lambdastore calls ran.
@@ -53,6 +55,17 @@ struct Reach {
     two_phase: bool,
 }
 
+impl Reach {
+    /// Whether calls ran on two nodes or more (this one counts if calls
+    /// ran here).
+    fn spread(&self) -> bool {
+        let mut nodes: Vec<&str> = self.forwarded.iter().map(|(_, node, _)| node.as_str()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes.len() + usize::from(self.here) >= 2
+    }
+}
+
 thread_local! {
     static REACH: RefCell<Reach> = RefCell::new(Reach::default());
 }
@@ -62,9 +75,40 @@ pub(crate) fn at_transaction_end() {
     REACH.with(|r| *r.borrow_mut() = Reach::default());
 }
 
-/// Whether the current transaction commits in two phases.
-pub(crate) fn two_phase() -> bool {
-    REACH.with(|r| r.borrow().two_phase)
+/// Whether the current transaction ran calls on more than one node.
+pub(crate) fn spread() -> bool {
+    REACH.with(|r| r.borrow().spread())
+}
+
+/// Before this node commits a transaction that ran calls on several
+/// nodes and wrote nothing (one that wrote commits in two phases, and
+/// each prepared node validates at PREPARE): every other node it ran
+/// calls on validates its reads again. Reads on several nodes are one
+/// serializable transaction only if they all still hold at one moment;
+/// now, after the last read, is that moment if they all still hold.
+pub(crate) fn validate_elsewhere() -> Result<()> {
+    let objects: Vec<(i64, String)> = REACH.with(|r| {
+        let reach = r.borrow();
+        if reach.two_phase || !reach.spread() {
+            return Vec::new();
+        }
+        reach.forwarded.iter().map(|(object, node, _)| (*object, node.clone())).collect()
+    });
+    if objects.is_empty() {
+        return Ok(());
+    }
+    // At pre-commit no statement is running: SPI needs a snapshot. (An
+    // error aborts the transaction, which pops it.)
+    // SAFETY: inside the transaction, on the main thread.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    for (object, _) in objects {
+        let sql = "SELECT lambdastore._validate_here()
+                     FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
+        routed(sql, object, Vec::new())?;
+    }
+    // SAFETY: pairs with the push above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    Ok(())
 }
 
 /// The node holding `object`'s shard when it is not this one (None when
@@ -112,11 +156,7 @@ fn ran_on(node: &str, object: i64, wrote: bool) -> Result<()> {
 fn engage(written: Option<i64>) -> Result<()> {
     let (engaged, unmarked): (bool, Vec<i64>) = REACH.with(|r| {
         let mut reach = r.borrow_mut();
-        let mut nodes: Vec<&str> = reach.forwarded.iter().map(|(_, node, _)| node.as_str()).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        let spread = nodes.len() + usize::from(reach.here) >= 2;
-        reach.two_phase |= reach.wrote && spread;
+        reach.two_phase |= reach.wrote && reach.spread();
         let two_phase = reach.two_phase;
         let unmarked = reach
             .forwarded
@@ -180,28 +220,50 @@ fn citus_function(name: &'static std::ffi::CStr) -> Result<()> {
     Ok(())
 }
 
+/// Runs `sql`, routed by `object` (its $1) to the node holding it, with
+/// the other arguments (all text but the fifth, a bigint), and returns its
+/// one text value. An error on the other node comes back as an ERROR of
+/// the SPI call, which pgrx turns into a panic carrying a Rust backtrace:
+/// caught, and raised again as that node's error, which ends the
+/// transaction.
+fn routed(sql: &'static str, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>) -> Result<String> {
+    const TYPES: [pg_sys::PgBuiltInOids; 7] = [INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID];
+    let mut all = vec![object.into()];
+    all.extend(args);
+    let run = || catalog::query_cluster(sql, &TYPES[..all.len()], &all, |rows| rows.first().get_one::<String>());
+    let out = as_storage(|_| {
+        PgTryBuilder::new(run)
+            .catch_others(|caught| match caught {
+                CaughtError::PostgresError(e)
+                | CaughtError::ErrorReport(e)
+                | CaughtError::RustPanic { ereport: e, .. } => Err(LambdaError::Remote {
+                    code: e.sql_error_code(),
+                    message: e.message().to_string(),
+                    detail: e.detail().unwrap_or_default().to_string(),
+                }),
+            })
+            .execute()
+    })?;
+    Ok(out.unwrap_or_default())
+}
+
 fn forward(sql: &'static str, object: i64, node: &str, texts: [&str; 3], caller: Caller) -> Result<String> {
     citus_function(c"UseCoordinatedTransaction")?;
     let role = caller.name();
     let timeout = gucs::timeout(caller.is_superuser()).as_millis() as i64;
     let settings = gucs::travelling();
-    let out = as_storage(|_| {
-        catalog::query_cluster(
-            sql,
-            &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID],
-            &[
-                object.into(),
-                texts[0].into(),
-                texts[1].into(),
-                texts[2].into(),
-                role.as_str().into(),
-                timeout.into(),
-                settings.as_str().into(),
-            ],
-            |rows| rows.first().get_one::<String>(),
-        )
-    })?
-    .unwrap_or_default();
+    let out = routed(
+        sql,
+        object,
+        vec![
+            texts[0].into(),
+            texts[1].into(),
+            texts[2].into(),
+            role.as_str().into(),
+            timeout.into(),
+            settings.as_str().into(),
+        ],
+    )?;
     let (flag, result) = out.split_at(out.len().min(1));
     ran_on(node, object, flag == "w")?;
     Ok(result.to_string())

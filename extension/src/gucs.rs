@@ -324,8 +324,10 @@ pub(crate) fn job_max_attempts() -> i32 {
 /// The settings a call runs with, which travel with it to the node that
 /// runs it on a Citus cluster (forward.rs): all but the node's own
 /// (workers, database, job_max_attempts) and `timeout`, which travels as
-/// the caller's capped value.
-const TRAVELLING: [&CStr; 12] = [
+/// the caller's capped value; and whether the transaction is READ ONLY
+/// (Citus does not say so to the nodes it reaches).
+const TRAVELLING: [&CStr; 13] = [
+    c"transaction_read_only",
     c"lambdastore.concurrency_control",
     c"lambdastore.split_chance",
     c"lambdastore.max_entry_sets",

@@ -71,6 +71,12 @@ pub(crate) fn submit(
     Ok(id)
 }
 
+/// A job this transaction queued on another node (forward.rs): waiting for
+/// it before the commit could only time out, as for one queued here.
+pub(crate) fn queued_elsewhere(job: i64) {
+    UNCOMMITTED.with(|jobs| jobs.borrow_mut().push(job));
+}
+
 /// Jobs queue in any database, but only `lambdastore.database` has workers.
 fn warn_if_no_runner() {
     if WARNED_NO_RUNNER.get() {

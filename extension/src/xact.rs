@@ -36,10 +36,12 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
                 workers::wake_workers();
             }
         }
-        // The node that commits a distributed transaction in two phases
-        // validates its own reads again, as the prepared nodes do.
-        XACT_EVENT_PRE_COMMIT if forward::two_phase() => {
-            if let Err(failed) = txn::occ::validate_again() {
+        // A transaction that ran calls on several nodes: the node that
+        // commits it validates its own reads again, as the prepared nodes
+        // do, and (if it wrote nothing, so nothing is prepared) has the
+        // others validate theirs (forward.rs).
+        XACT_EVENT_PRE_COMMIT if forward::spread() => {
+            if let Err(failed) = txn::occ::validate_again().and_then(|_| forward::validate_elsewhere()) {
                 failed.report("COMMIT");
             }
         }

@@ -225,6 +225,15 @@ mod lambdastore {
         here(role, timeout_ms, settings, create, || format!("create_object('{app}', '{type_name}')"))
     }
 
+    /// On a node a read-only transaction spanning several nodes ran calls
+    /// on, before it commits (forward.rs): validates this node's reads
+    /// again (40001 if one changed). Superusers only (sql/citus.sql).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _validate_here() -> String {
+        crate::txn::occ::validate_again().unwrap_or_else(|err| raise(err, "COMMIT".into()));
+        "r".into()
+    }
+
     /// The node this session runs on, as host:port in Citus' metadata (or
     /// 'local' when the tables are not distributed): which node ran a call.
     #[pg_extern(volatile, parallel_unsafe)]
@@ -354,7 +363,11 @@ fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) 
         return Ok(job);
     }
     let job = match as_storage(|_| forward::owner_elsewhere(object_id))? {
-        Some(node) => forward::submit(caller, object_id, &node, method, args, key)?,
+        Some(node) => {
+            let job = forward::submit(caller, object_id, &node, method, args, key)?;
+            crate::jobs::queued_elsewhere(job);
+            job
+        }
         None => {
             let job = as_storage(|caller| crate::jobs::submit(caller, object_id, method, args, key))?;
             forward::ran_here()?;

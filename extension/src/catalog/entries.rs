@@ -90,8 +90,8 @@ pub(crate) fn apply<'a>(
     entries: impl Iterator<Item = (&'a EntryKey, &'a Slot)>,
     mut keep_going: impl FnMut() -> Result<()>,
 ) -> Result<()> {
-    super::note_write();
     for (id, app, type_name) in created {
+        super::note_write();
         query_at(
             shards::place(*id)?,
             "WITH o AS (INSERT INTO lambdastore.objects (object_id, app, type_name) VALUES ($1, $2, $3))
@@ -105,6 +105,7 @@ pub(crate) fn apply<'a>(
         if n % APPLY_CHECK == APPLY_CHECK - 1 {
             keep_going()?;
         }
+        super::note_write();
         let place = shards::place(*object)?;
         match slot {
             Some(value) => query_at(
