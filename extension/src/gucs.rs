@@ -347,16 +347,20 @@ const TRAVELLING: [&CStr; 13] = [
 pub(crate) fn travelling() -> String {
     let mut out = String::new();
     for name in TRAVELLING {
-        // SAFETY: a setting defined by this library; returns a palloc'd string.
-        let value = unsafe { pgrx::pg_sys::GetConfigOptionByName(name.as_ptr(), std::ptr::null_mut(), false) };
-        if value.is_null() {
-            continue;
+        if let Some(value) = current(name) {
+            out.push_str(&format!("{}={value}\n", name.to_string_lossy()));
         }
-        // SAFETY: a NUL-terminated string just returned.
-        let value = unsafe { CStr::from_ptr(value) }.to_string_lossy();
-        out.push_str(&format!("{}={value}\n", name.to_string_lossy()));
     }
     out
+}
+
+/// A setting's value now, as SHOW prints it.
+fn current(name: &CStr) -> Option<String> {
+    // SAFETY: a setting that exists (ours, or PostgreSQL's
+    // transaction_read_only); returns a palloc'd string.
+    let value = unsafe { pgrx::pg_sys::GetConfigOptionByName(name.as_ptr(), std::ptr::null_mut(), false) };
+    // SAFETY: a NUL-terminated string just returned, or NULL.
+    (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned())
 }
 
 /// Takes `settings` (as `travelling` wrote them) for the rest of the
@@ -364,10 +368,12 @@ pub(crate) fn travelling() -> String {
 /// checked who may set what where the session runs.
 pub(crate) fn arrive(settings: &str) {
     for line in settings.lines() {
-        if let Some((name, value)) = line.split_once('=') {
-            if TRAVELLING.iter().any(|t| t.to_bytes() == name.as_bytes()) {
-                set_local(name, value);
-            }
+        let Some((name, value)) = line.split_once('=') else { continue };
+        let Some(setting) = TRAVELLING.iter().find(|t| t.to_bytes() == name.as_bytes()) else { continue };
+        // Usually the same here: setting it anyway pushes a GUC stack
+        // entry per setting per call (a third of a forwarded read).
+        if current(setting).as_deref() != Some(value) {
+            set_local(name, value);
         }
     }
 }
