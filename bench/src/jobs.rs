@@ -8,6 +8,7 @@
 
 use crate::{histogram, micros};
 use anyhow::{bail, Context, Result};
+use hdrhistogram::Histogram;
 use postgres::{Client, NoTls};
 use std::path::Path;
 use std::time::Instant;
@@ -94,20 +95,8 @@ pub fn run(url: &str, lambdas: &Path, jobs: i64, objects: i64, latency_samples: 
         server.record(us.max(1.0) as u64)?;
     }
     println!("  submit-to-done, one job at a time ({latency_samples} jobs, µs):");
-    println!(
-        "    {:<36} p50 {:>6.0}  p90 {:>6.0}  p99 {:>6.0}",
-        "server (submitted_at -> finished_at)",
-        micros(&server, 0.5),
-        micros(&server, 0.9),
-        micros(&server, 0.99)
-    );
-    println!(
-        "    {:<36} p50 {:>6.0}  p90 {:>6.0}  p99 {:>6.0}",
-        "client (submit + wait round trip)",
-        micros(&round_trip, 0.5),
-        micros(&round_trip, 0.9),
-        micros(&round_trip, 0.99)
-    );
+    print_percentiles("server (submitted_at -> finished_at)", &server);
+    print_percentiles("client (submit + wait round trip)", &round_trip);
     Ok(())
 }
 
@@ -138,4 +127,8 @@ fn workers_database(url: &str) -> Result<(postgres::Config, Client)> {
     }
     client.batch_execute("CREATE EXTENSION IF NOT EXISTS lambdastore")?;
     Ok((config, client))
+}
+
+fn print_percentiles(label: &str, h: &Histogram<u64>) {
+    println!("    {label:<36} p50 {:>6.0}  p90 {:>6.0}  p99 {:>6.0}", micros(h, 0.5), micros(h, 0.9), micros(h, 0.99));
 }

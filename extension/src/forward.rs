@@ -364,7 +364,7 @@ pub(crate) fn split(caller: Caller, object: i64, node: &str, field: &str, key: &
 /// `lambdastore.create_object` on a node that holds no shard: on the node
 /// of an id drawn here, which then draws one of its own.
 pub(crate) fn create(caller: Caller, app: &str, type_name: &str, args: &str) -> Result<i64> {
-    let route = as_storage(|_| catalog::objects::draw_id())?;
+    let route = catalog::objects::draw_id()?;
     let node = owner_elsewhere(route)?.unwrap_or_default();
     let id = forward(
         "SELECT lambdastore._create_here($1, $2, $3, $4, $5, $6, $7)

@@ -459,16 +459,7 @@ fn a_retry_after_the_client_went_away_gets_the_first_attempts_response() {
         app.key
     )
     .unwrap();
-    eventually("the first attempt waits on the claim", || {
-        sql()
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'",
-                &[&ROLE],
-            )
-            .unwrap()
-            .get::<_, i64>(0)
-            >= 1
-    });
+    eventually("the first attempt waits on the claim", || requests_waiting_on_a_lock() >= 1);
     first.shutdown(std::net::Shutdown::Both).unwrap();
     drop(first);
     txn.rollback().unwrap(); // the first attempt now claims the key and runs
@@ -598,16 +589,7 @@ fn shutdown_drains_in_flight_requests() {
         let in_flight = s.spawn(|| {
             gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).header("Idempotency-Key", "drain").send()
         });
-        eventually("the request waits in the database", || {
-            sql()
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'",
-                    &[&ROLE],
-                )
-                .unwrap()
-                .get::<_, i64>(0)
-                >= 1
-        });
+        eventually("the request waits in the database", || requests_waiting_on_a_lock() >= 1);
         let pid = gw.child.id().to_string();
         assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
         let address = gw.base.trim_start_matches("http://").to_string();
@@ -618,4 +600,12 @@ fn shutdown_drains_in_flight_requests() {
     });
     let status = gw.child.wait().unwrap();
     assert!(status.success(), "the gateway exited with {status}");
+}
+
+/// The gateway's sessions waiting for a lock now.
+fn requests_waiting_on_a_lock() -> i64 {
+    sql()
+        .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", &[&ROLE])
+        .unwrap()
+        .get(0)
 }

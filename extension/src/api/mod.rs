@@ -34,15 +34,29 @@ fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonText, "'{}'"))
 }
 
 fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
-    let caller = Caller::current();
-    match as_storage(|_| forward::owner_elsewhere(object_id))? {
-        Some(node) => forward::invoke(caller, object_id, &node, method, args),
+    at_owner(
+        object_id,
+        |caller| workflow::invoke_method(caller, object_id, method, args),
+        |caller, node| forward::invoke(caller, object_id, node, method, args),
+    )
+}
+
+/// Runs what the caller asked about `object` where the object lives, with
+/// the tables' owner's rights (`as_storage`): `here` on this node, else
+/// `there` forwards it to the node holding it (forward.rs).
+fn at_owner<T>(
+    object: i64,
+    here: impl FnOnce(Caller) -> Result<T>,
+    there: impl FnOnce(Caller, &str) -> Result<T>,
+) -> Result<T> {
+    as_storage(|caller| match forward::owner_elsewhere(object)? {
+        Some(node) => there(caller, &node),
         None => {
-            let result = as_storage(|caller| workflow::invoke_method(caller, object_id, method, args))?;
+            let out = here(caller)?;
             forward::ran_here()?;
-            Ok(result)
+            Ok(out)
         }
-    }
+    })
 }
 
 #[pg_schema]
@@ -69,13 +83,14 @@ mod lambdastore {
     /// Creates an object and runs its type's constructor; returns its id.
     #[pg_extern(volatile, parallel_unsafe)]
     fn create_object(app: &str, type_name: &str, args: default!(JsonText, "'{}'")) -> i64 {
-        let caller = Caller::current();
-        let outcome = match as_storage(|_| forward::create_elsewhere()) {
-            Ok(true) => forward::create(caller, app, type_name, &args.0),
-            Ok(false) => as_storage(|caller| workflow::create(caller, app, type_name, &args.0))
-                .and_then(|id| forward::ran_here().map(|_| id)),
-            Err(err) => Err(err),
-        };
+        let outcome = as_storage(|caller| {
+            if forward::create_elsewhere()? {
+                return forward::create(caller, app, type_name, &args.0);
+            }
+            let id = workflow::create(caller, app, type_name, &args.0)?;
+            forward::ran_here()?;
+            Ok(id)
+        });
         match outcome {
             Ok(id) => id,
             Err(err) => raise(err, format!("create_object('{app}', '{type_name}')")),
@@ -95,13 +110,11 @@ mod lambdastore {
     /// at commit, hot sets are split automatically. False if already a guard.
     #[pg_extern(volatile, parallel_unsafe)]
     fn split(object_id: i64, field: &str, key: &[u8]) -> bool {
-        let caller = Caller::current();
-        let outcome = match as_storage(|_| forward::owner_elsewhere(object_id)) {
-            Ok(Some(node)) => forward::split(caller, object_id, &node, field, key),
-            Ok(None) => as_storage(|caller| workflow::split(caller, object_id, field, key))
-                .and_then(|split| forward::ran_here().map(|_| split)),
-            Err(err) => Err(err),
-        };
+        let outcome = at_owner(
+            object_id,
+            |caller| workflow::split(caller, object_id, field, key),
+            |caller, node| forward::split(caller, object_id, node, field, key),
+        );
         match outcome {
             Ok(split) => split,
             Err(err) => raise(err, format!("split({object_id})")),
@@ -259,13 +272,11 @@ mod lambdastore {
     /// Deletes an object and all its entries (its application's owner only).
     #[pg_extern(volatile, parallel_unsafe)]
     fn delete_object(object_id: i64) {
-        let caller = Caller::current();
-        let outcome = match as_storage(|_| forward::owner_elsewhere(object_id)) {
-            Ok(Some(node)) => forward::delete(caller, object_id, &node),
-            Ok(None) => as_storage(|caller| workflow::delete_object(caller, object_id))
-                .and_then(|existed| forward::ran_here().map(|_| existed)),
-            Err(err) => Err(err),
-        };
+        let outcome = at_owner(
+            object_id,
+            |caller| workflow::delete_object(caller, object_id),
+            |caller, node| forward::delete(caller, object_id, node),
+        );
         match outcome {
             Ok(true) => {}
             Ok(false) => raise(LambdaError::UnknownObject(object_id), String::new()),
@@ -354,26 +365,22 @@ mod lambdastore {
 /// cluster with its idempotency key claimed cluster-wide first.
 fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) -> Result<i64> {
     use forward::KeyClaim;
-    let caller = Caller::current();
     let claim = match key {
-        Some(key) => as_storage(|_| forward::claim_job_key(caller, object_id, key, method, args))?,
+        Some(key) => as_storage(|caller| forward::claim_job_key(caller, object_id, key, method, args))?,
         None => KeyClaim::NotNeeded,
     };
     if let KeyClaim::Existing(job) = claim {
         return Ok(job);
     }
-    let job = match as_storage(|_| forward::owner_elsewhere(object_id))? {
-        Some(node) => {
-            let job = forward::submit(caller, object_id, &node, method, args, key)?;
+    let job = at_owner(
+        object_id,
+        |caller| crate::jobs::submit(caller, object_id, method, args, key),
+        |caller, node| {
+            let job = forward::submit(caller, object_id, node, method, args, key)?;
             crate::jobs::queued_elsewhere(job);
-            job
-        }
-        None => {
-            let job = as_storage(|caller| crate::jobs::submit(caller, object_id, method, args, key))?;
-            forward::ran_here()?;
-            job
-        }
-    };
+            Ok(job)
+        },
+    )?;
     if let (KeyClaim::Claimed(app), Some(key)) = (claim, key) {
         as_storage(|_| forward::record_job_key(&app, key, job))?;
     }

@@ -203,7 +203,7 @@ fn take_plan(
         Target::At(place) => shards::statement(sql, place)?,
     };
     if let Some((kept, plan)) = PLANS.with(|plans| plans.borrow_mut().remove(&key)) {
-        if kept.text() == text.text() {
+        if kept.same(&text) {
             return Ok((key, kept, plan));
         }
         drop(ManuallyDrop::into_inner(plan));

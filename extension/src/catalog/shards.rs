@@ -275,6 +275,18 @@ impl Statement {
             Statement::Rewritten(sql) => sql,
         }
     }
+
+    /// Whether a plan prepared from `self` serves `other`: by address, as
+    /// the texts are the same ones each time (a `&'static str`, or the
+    /// layout's rewritten copy until the layout is read again); a warm call
+    /// compares a statement's text this way at every query.
+    pub(super) fn same(&self, other: &Statement) -> bool {
+        match (self, other) {
+            (Statement::Static(a), Statement::Static(b)) => std::ptr::eq(*a, *b),
+            (Statement::Rewritten(a), Statement::Rewritten(b)) => Rc::ptr_eq(a, b) || a == b,
+            _ => false,
+        }
+    }
 }
 
 /// The relation name `name` (a table or its primary key index) at `place`:
