@@ -26,7 +26,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         XACT_EVENT_PRE_PREPARE => {
             let prepared = catalog::cache::refuse_prepare()
                 .and_then(|_| txn::occ::validate_again())
-                .and_then(|_| txn::prepared::at_prepare());
+                .and_then(|_| txn::prepared::at_prepare(catalog::jobs::take_inserted()));
             if let Err(refused) = prepared {
                 refused.report("PREPARE TRANSACTION");
             }

@@ -172,6 +172,25 @@ fn jobs_submitted_on_any_node_run_once_on_the_owner() {
     }
 }
 
+/// A job queued by a transaction that commits in two phases: its node's
+/// part ends with COMMIT PREPARED, which wakes no one, yet the job runs as
+/// soon as a woken one would (not after the runners' one-minute nap).
+#[test]
+fn a_job_queued_by_a_two_phase_commit_runs_at_once() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_jobs_2pc", "counter");
+    let (a, b) = on_two_nodes(&mut c, &app, "Counter", json!({"initial": 0}));
+    // A job queued and run as usual first: b's runners are up, then idle.
+    let first = submit(&mut c, b, "increment", json!({}), None).unwrap();
+    assert_eq!(finished(&mut c, first).state, "done");
+    let mut tx = c.transaction().unwrap();
+    call(&mut tx, a, "increment", json!({}));
+    let job = submit(&mut tx, b, "increment", json!({}), None).unwrap();
+    tx.commit().unwrap();
+    let done = wait_job(&mut c, job, 20).unwrap();
+    assert_eq!(done.state, "done", "job {job} still {done:?} after 20 s");
+}
+
 #[test]
 fn split_and_delete_from_any_node_reach_the_owner() {
     let Some(mut workers) = workers() else { return };
