@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::concurrent::{connect_cc, retrying, run_workers, subtract_if_covered, Cc, Rng, Tally};
+use common::concurrent::{
+    connect_cc, refused, retrying, run_workers, subtract_if_covered, withdraw_if_covered, Cc, Rng, Tally,
+};
 use common::*;
 use postgres::{Client, GenericClient, NoTls};
 use serde_json::json;
@@ -386,9 +388,15 @@ fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
         .collect();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(finished(&mut c, jobs[0]).result, Some(json!(1)));
-    // A spawn to a method the object does not have fails the parent.
+    // A spawn to a method the object does not have, or to an object of
+    // another application, fails the parent.
     let bad = json!({"target": y, "method": "nope", "args": {}, "fail": false});
     expect_sqlstate(invoke(&mut c, x, "spawn_then", bad), "42883");
+    let (_, other) = deployed("citus_spawn_other", "micro");
+    let (_, foreign) = on_two_nodes(&mut c, &other, "Bench", json!({"entries": 0}));
+    assert_ne!(owner(&mut c, foreign), owner(&mut c, x));
+    let foreign_spawn = json!({"target": foreign, "method": "tally", "args": {"tag": 3}, "fail": false});
+    expect_sqlstate(invoke(&mut c, x, "spawn_then", foreign_spawn), "42501");
 }
 
 // ---------------------------------------------------------------------------
@@ -468,22 +476,6 @@ fn read_skew_across_nodes(cc: Cc) -> (u64, Tally) {
 // Driven by nested calls: the lambda on one node reads or writes the
 // object on the other.
 
-/// An application error the test expects ("not covered", "insufficient
-/// funds") is a refusal; any other error fails the test.
-fn refused<T>(result: Result<T, postgres::Error>, expected: &str, tally: &mut Tally) -> bool {
-    match result {
-        Ok(_) => {
-            tally.committed += 1;
-            false
-        }
-        Err(e) if describe(&e).contains(expected) => {
-            tally.refused += 1;
-            true
-        }
-        Err(e) => panic!("unexpected error: {}", describe(&e)),
-    }
-}
-
 /// Write skew decided by a lambda: a.withdraw_if_covered(b) reads b's
 /// balance through a nested call to b's node, and concurrently
 /// b.withdraw_if_covered(a). Exactly one withdrawal per pair.
@@ -496,40 +488,7 @@ fn write_skew_by_nested_calls(cc: Cc) -> (u64, Tally) {
     let mut nodes = by_node.values();
     let (left, right) = (nodes.next().unwrap(), nodes.next().unwrap());
     let pairs: Arc<Vec<(i64, i64)>> = Arc::new(left.iter().copied().zip(right.iter().copied()).take(PAIRS).collect());
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let results = run_workers("write_skew_by_nested_calls", THREADS, WATCHDOG, {
-        let pairs = pairs.clone();
-        move |i| {
-            let mut c = connect_cc(cc);
-            let (mut rng, mut tally) = (Rng::new(200 + i as u64), Tally::default());
-            let mut withdrew = Vec::new();
-            for (p, &(a, b)) in pairs.iter().enumerate() {
-                let (me, other) = if i % 2 == 0 { (a, b) } else { (b, a) };
-                barrier.wait();
-                let result = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(&mut c, me, "withdraw_if_covered", json!({"other": other, "amount": 150}))
-                });
-                if !refused(result, "not covered", &mut tally) {
-                    withdrew.push(p);
-                }
-            }
-            (tally, withdrew)
-        }
-    });
-    let tally = Tally::sum(results.iter().map(|(t, _)| t));
-    let mut withdrawals = vec![0i64; PAIRS];
-    for p in results.iter().flat_map(|(_, w)| w) {
-        withdrawals[*p] += 1;
-    }
-    let (mut anomalies, mut example) = (0, String::new());
-    for (p, &(a, b)) in pairs.iter().enumerate() {
-        let sum = call(&mut c, a, "balance", json!({})).as_i64().unwrap()
-            + call(&mut c, b, "balance", json!({})).as_i64().unwrap();
-        if withdrawals[p] != 1 || sum != 200 - 150 * withdrawals[p] {
-            anomalies += 1;
-            example = format!("; e.g. pair {p}: {} withdrawals, sum {sum}", withdrawals[p]);
-        }
-    }
+    let (anomalies, example, tally) = withdraw_if_covered(cc, pairs, THREADS, WATCHDOG);
     println!("write skew by nested calls across nodes [{cc}]: {anomalies} of {PAIRS} pairs broken{example}; {tally}");
     (anomalies, tally)
 }
@@ -559,7 +518,11 @@ fn bank_by_nested_calls(cc: Cc) -> (u64, Tally) {
                 let result = retrying(cc, &mut tally, &mut rng, || {
                     invoke(&mut c, from, "transfer", json!({"to": to, "amount": amount}))
                 });
-                refused(result, "insufficient funds", &mut tally);
+                if refused(&result, "insufficient funds", "transfer") {
+                    tally.refused += 1;
+                } else {
+                    tally.committed += 1;
+                }
             }
             tally
         }

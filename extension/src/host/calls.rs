@@ -196,17 +196,17 @@ pub(crate) fn spawn(caller: &HostState, target: i64, function: &str, args: &str)
 }
 
 /// A spawned call for an object of this node, queued by a lambda on
-/// another node (`_spawn_here`): the object must be of the application
-/// and have the method.
-pub(crate) fn check_spawned_here(app: &AppVersion, spawned: &Spawned) -> Result<()> {
-    let (info, _) = catalog::objects::lookup(spawned.object)?;
-    if info.app != app.app {
+/// another node (`_spawn_here`): the object must be of the spawning
+/// application and have the method.
+pub(crate) fn check_spawned_here(spawned: &Spawned) -> Result<()> {
+    let (info, module) = catalog::objects::lookup(spawned.object)?;
+    if info.app != spawned.app {
         return Err(LambdaError::CrossApplication {
             object: spawned.object,
-            caller: app.app.clone(),
+            caller: spawned.app.clone(),
             target: info.app,
         });
     }
-    app.function(&info.type_name, &spawned.method, FunctionKind::Method)?;
+    registry::load(&module)?.function(&info.type_name, &spawned.method, FunctionKind::Method)?;
     registry::check_args_size(&spawned.args)
 }

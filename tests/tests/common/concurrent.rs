@@ -278,3 +278,75 @@ pub fn subtract_if_covered(
     }
     (anomalies, example, tally)
 }
+
+/// Whether `result` is the application's refusal (P0001) with a message
+/// containing `expected`; any other error fails the test.
+#[track_caller]
+pub fn refused<T>(result: &Result<T, postgres::Error>, expected: &str, what: impl fmt::Display) -> bool {
+    match result {
+        Ok(_) => false,
+        Err(e) if sqlstate(e) == Some("P0001") => {
+            let message = describe(e);
+            assert!(message.contains(expected), "{what}: {message}");
+            true
+        }
+        Err(e) => panic!("{what}: {}", describe(e)),
+    }
+}
+
+/// Write skew decided by a lambda, on pairs of bank accounts that start
+/// at 100: even workers call a.withdraw_if_covered(b, 150), odd ones
+/// b.withdraw_if_covered(a, 150), all at once per pair. The lambda reads
+/// the other account with a nested call and writes only its own: exactly
+/// one withdrawal per pair is serializable. Returns the pairs broken, an
+/// example, and what the workers did.
+pub fn withdraw_if_covered(
+    cc: Cc,
+    pairs: Arc<Vec<(i64, i64)>>,
+    threads: usize,
+    bound: Duration,
+) -> (u64, String, Tally) {
+    use serde_json::json;
+    let barrier = Arc::new(std::sync::Barrier::new(threads));
+    let results = run_workers("withdraw_if_covered", threads, bound, {
+        let pairs = pairs.clone();
+        move |i| {
+            let mut c = connect_cc(cc);
+            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+            let mut withdrew = Vec::new();
+            for (p, &(a, b)) in pairs.iter().enumerate() {
+                let (me, other) = if i % 2 == 0 { (a, b) } else { (b, a) };
+                barrier.wait();
+                let result = retrying(cc, &mut tally, &mut rng, || {
+                    super::invoke(&mut c, me, "withdraw_if_covered", json!({"other": other, "amount": 150}))
+                });
+                if refused(&result, "not covered", "withdraw_if_covered") {
+                    tally.refused += 1;
+                } else {
+                    withdrew.push(p);
+                    tally.committed += 1;
+                }
+            }
+            (tally, withdrew)
+        }
+    });
+    let tally = Tally::sum(results.iter().map(|(t, _)| t));
+    let mut withdrawals = vec![0i64; pairs.len()];
+    for p in results.iter().flat_map(|(_, w)| w) {
+        withdrawals[*p] += 1;
+    }
+    let mut c = connect();
+    let (mut anomalies, mut example) = (0, String::new());
+    for (p, &(a, b)) in pairs.iter().enumerate() {
+        let ba = super::call(&mut c, a, "balance", json!({})).as_i64().unwrap_or_default();
+        let bb = super::call(&mut c, b, "balance", json!({})).as_i64().unwrap_or_default();
+        let n = withdrawals[p];
+        if n != 1 || ba + bb != 200 - 150 * n {
+            anomalies += 1;
+            if example.is_empty() {
+                example = format!("; e.g. pair {p}: {n} withdrawals of 150, balances {ba} and {bb}");
+            }
+        }
+    }
+    (anomalies, example, tally)
+}
