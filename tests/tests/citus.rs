@@ -8,7 +8,7 @@
 mod common;
 
 use common::concurrent::{
-    connect_cc, refused, retrying, run_workers, subtract_if_covered, withdraw_if_covered, Cc, Rng, Tally,
+    connect_cc, random_transfers, retrying, run_workers, subtract_if_covered, withdraw_if_covered, Cc, Rng, Tally,
 };
 use common::*;
 use postgres::{Client, GenericClient, NoTls};
@@ -504,48 +504,8 @@ fn bank_by_nested_calls(cc: Cc) -> (u64, Tally) {
     deploy_example(&mut c, &bank, "bank");
     let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 1000}), PER_NODE);
     let accounts: Arc<Vec<i64>> = Arc::new(by_node.values().flat_map(|ids| ids[..PER_NODE].to_vec()).collect());
-    let tallies = run_workers("bank_by_nested_calls", THREADS, WATCHDOG, {
-        let accounts = accounts.clone();
-        move |i| {
-            let mut c = connect_cc(cc);
-            let (mut rng, mut tally) = (Rng::new(300 + i as u64), Tally::default());
-            let n = accounts.len() as u64;
-            for _ in 0..PER_THREAD {
-                let from = accounts[rng.below(n) as usize];
-                let to = accounts
-                    [(accounts.iter().position(|&a| a == from).unwrap() + 1 + rng.below(n - 1) as usize) % n as usize];
-                let amount = 1 + rng.below(300) as i64;
-                let result = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(&mut c, from, "transfer", json!({"to": to, "amount": amount}))
-                });
-                if refused(&result, "insufficient funds", "transfer") {
-                    tally.refused += 1;
-                } else {
-                    tally.committed += 1;
-                }
-            }
-            tally
-        }
-    });
-    let tally = Tally::sum(&tallies);
-    let balances: Vec<i64> =
-        accounts.iter().map(|&a| call(&mut c, a, "balance", json!({})).as_i64().unwrap()).collect();
-    let total: i64 = balances.iter().sum();
-    let negative = balances.iter().filter(|b| **b < 0).count() as u64;
-    let audit = count(
-        &mut c,
-        &format!(
-            "SELECT count(*) FROM lambdastore.entries WHERE field = 'audit' AND object_id IN ({})",
-            accounts.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-        ),
-    );
-    let expected = 1000 * accounts.len() as i64;
-    let anomalies = u64::from(total != expected) + negative + u64::from(audit != 2 * tally.committed as i64);
-    println!(
-        "bank by nested calls across nodes [{cc}]: total {total} (must be {expected}), {negative} negative, \
-         {audit} audit entries (must be {}); {tally}",
-        2 * tally.committed
-    );
+    let (anomalies, details, tally) = random_transfers(cc, accounts, 1000, THREADS, PER_THREAD, WATCHDOG);
+    println!("bank by nested calls across nodes [{cc}]: {details}; {tally}");
     (anomalies, tally)
 }
 

@@ -430,55 +430,8 @@ fn bank_invariant(cc: Cc) -> Outcome {
     let bank = app(&format!("bank_invariant_{cc}"));
     deploy_example(&mut c, &bank, "bank");
     let accounts = Arc::new(open_accounts(&mut c, &bank, ACCOUNTS, INITIAL));
-
-    let tallies = run_workers("bank_invariant", THREADS, WATCHDOG, {
-        let accounts = accounts.clone();
-        move |i| {
-            let mut c = connect_cc(cc);
-            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
-            for _ in 0..PER_THREAD {
-                let from = accounts[rng.below(ACCOUNTS as u64) as usize];
-                let to = loop {
-                    let to = accounts[rng.below(ACCOUNTS as u64) as usize];
-                    if to != from {
-                        break to;
-                    }
-                };
-                let amount = 1 + rng.below(300) as i64;
-                let result = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(&mut c, from, "transfer", json!({"to": to, "amount": amount}))
-                });
-                if refused(&result, "insufficient funds", "transfer") {
-                    tally.refused += 1;
-                } else {
-                    tally.committed += 1;
-                }
-            }
-            tally
-        }
-    });
-
-    let tally = Tally::sum(&tallies);
-    let balances: Vec<i64> = accounts.iter().map(|&a| balance(&mut c, a)).collect();
-    let total: i64 = balances.iter().sum();
-    let negative = balances.iter().filter(|b| **b < 0).count() as u64;
-    let audit: i64 = c
-        .query_one(
-            "SELECT count(*) FROM lambdastore.entries WHERE object_id = ANY($1) AND field = 'audit'",
-            &[&*accounts],
-        )
-        .unwrap()
-        .get(0);
-    let expected_total = ACCOUNTS as i64 * INITIAL;
-    let expected_audit = 2 * tally.committed as i64;
-    Outcome {
-        anomalies: u64::from(total != expected_total) + negative + u64::from(audit != expected_audit),
-        details: format!(
-            "total {total} (must be {expected_total}), {negative} negative accounts, \
-             {audit} audit entries (must be {expected_audit})"
-        ),
-        tally,
-    }
+    let (anomalies, details, tally) = random_transfers(cc, accounts, INITIAL, THREADS, PER_THREAD, WATCHDOG);
+    Outcome { anomalies, details, tally }
 }
 
 #[test]
