@@ -39,11 +39,18 @@ CREATE INDEX idempotency_keys_by_age ON lambdastore.idempotency_keys (created);
 -- application's owner, which a SECURITY DEFINER function here could not see.
 
 -- Forgets idempotency keys older than `older_than`; returns how many. The
--- gateway calls it periodically (--idempotency-ttl).
+-- gateway calls it periodically (--idempotency-ttl). This and the functions
+-- below that read the tables are PL/pgSQL: on a Citus cluster the tables
+-- are distributed, and Citus cannot plan an SQL function's parameters.
 CREATE FUNCTION lambdastore.purge_idempotency_keys(older_than interval DEFAULT '24 hours') RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-    WITH gone AS (DELETE FROM lambdastore.idempotency_keys WHERE created < now() - $1 RETURNING 1)
-    SELECT count(*) FROM gone
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    gone bigint;
+BEGIN
+    DELETE FROM lambdastore.idempotency_keys WHERE created < now() - $1;
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    RETURN gone;
+END
 $$;
 
 
@@ -94,16 +101,27 @@ BEGIN
 END
 $$;
 
+-- The owner is read by a statement of its own: Citus sends a statement that
+-- reads one shard to that shard's node whole, and _check_key_owns there
+-- would read api_keys through Citus from inside a shard's query.
 CREATE FUNCTION lambdastore._check_key_object(api_key text, object_id bigint) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT lambdastore._check_key_owns($1, format('object %s', $2),
-                                      (SELECT o.app FROM lambdastore.objects o WHERE o.object_id = $2))
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    owner text;
+BEGIN
+    SELECT o.app INTO owner FROM lambdastore.objects o WHERE o.object_id = $2;
+    RETURN lambdastore._check_key_owns($1, format('object %s', $2), owner);
+END
 $$;
 
 CREATE FUNCTION lambdastore._check_key_job(api_key text, job_id bigint) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT lambdastore._check_key_owns($1, format('job %s', $2),
-                                      (SELECT j.app FROM lambdastore.jobs j WHERE j.job_id = $2))
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    owner text;
+BEGIN
+    SELECT j.app INTO owner FROM lambdastore.jobs j WHERE j.job_id = $2;
+    RETURN lambdastore._check_key_owns($1, format('job %s', $2), owner);
+END
 $$;
 
 -- Claims an idempotency key for `request`, or returns the response stored
