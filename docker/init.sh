@@ -7,9 +7,11 @@
 #                              registered with the coordinator, lambdastore created
 #                              there (Citus creates it on the workers), its tables
 #                              distributed (scripts/citus.sh runs this step too)
-#   lambdastore-init demo      the gateway's role, the forum application deployed,
-#                              an API key for it, a few objects; prints the key and
-#                              a curl for each call
+#   lambdastore-init gateway   the gateway's role, and an API key for the forum
+#                              application kept in $LAMBDASTORE_STATE/gateway.key while
+#                              it is valid (scripts/demo-gateway.sh runs this step too)
+#   lambdastore-init demo      the forum application deployed, the gateway step, a few
+#                              objects; prints the key and a curl for each call
 #
 #   LAMBDASTORE_COORDINATOR    host:port (default 127.0.0.1:5432)
 #   LAMBDASTORE_WORKERS        host:port,host:port,... as the nodes reach each other
@@ -20,7 +22,7 @@ set -eu
 coordinator=${LAMBDASTORE_COORDINATOR:-127.0.0.1:5432}
 workers=$(echo "${LAMBDASTORE_WORKERS:-}" | tr ',' ' ')
 db=${LAMBDASTORE_DATABASE:-lambdastore}
-gateway=${LAMBDASTORE_GATEWAY_URL:-http://127.0.0.1:8080}
+gateway_url=${LAMBDASTORE_GATEWAY_URL:-http://127.0.0.1:8080}
 state=${LAMBDASTORE_STATE:-/var/lib/lambdastore}
 lambdas=${LAMBDASTORE_LAMBDAS:-/usr/share/lambdastore/lambdas}
 
@@ -69,9 +71,7 @@ SELECT lambdastore.distribute();
 SQL
 }
 
-demo() {
-  first_worker=${workers%% *}
-  [ -n "$first_worker" ] || { echo "lambdastore-init: the demo needs LAMBDASTORE_WORKERS" >&2; exit 1; }
+gateway() {
   # The README's least-privilege role for the gateway, without a password:
   # the nodes trust 127.0.0.1.
   sql "$coordinator" <<'SQL'
@@ -81,14 +81,8 @@ SELECT 'CREATE ROLE lambdastore_gateway LOGIN'
 GRANT USAGE ON SCHEMA lambdastore_gateway TO lambdastore_gateway;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO lambdastore_gateway;
 SQL
-  deployed=$(LAMBDASTORE_WASM=$lambdas/forum.wasm sql "$coordinator" <<'SQL'
-\set wasm `base64 -w0 "$LAMBDASTORE_WASM"`
-SELECT format('forum version %s', d->>'version') FROM lambdastore.deploy('forum', decode(:'wasm', 'base64')) d;
-SQL
-)
-
-  # A key is shown only when it is made: the first run keeps it in the
-  # state volume, later runs show it again while it is valid.
+  # A key is shown only when it is made: the first run keeps it, later runs
+  # show it again while it is valid.
   key=$(cat "$state/gateway.key" 2>/dev/null || true)
   valid=$(sql "$coordinator" -v key="$key" <<'SQL'
 SELECT count(*) FROM lambdastore.api_keys
@@ -96,9 +90,20 @@ SELECT count(*) FROM lambdastore.api_keys
 SQL
 )
   if [ "$valid" != 1 ]; then
-    key=$(sql "$coordinator" -c "SELECT api_key FROM lambdastore.create_api_key('forum', 'docker compose')")
+    key=$(sql "$coordinator" -c "SELECT api_key FROM lambdastore.create_api_key('forum', 'lambdastore-init')")
     (umask 077 && echo "$key" >"$state/gateway.key")
   fi
+}
+
+demo() {
+  first_worker=${workers%% *}
+  [ -n "$first_worker" ] || { echo "lambdastore-init: the demo needs LAMBDASTORE_WORKERS" >&2; exit 1; }
+  deployed=$(LAMBDASTORE_WASM=$lambdas/forum.wasm sql "$coordinator" <<'SQL'
+\set wasm `base64 -w0 "$LAMBDASTORE_WASM"`
+SELECT format('forum version %s', d->>'version') FROM lambdastore.deploy('forum', decode(:'wasm', 'base64')) d;
+SQL
+)
+  gateway
 
   # An account posts and comments through nested calls, which reach only
   # objects on its own node for now (README, "On a Citus cluster"): the
@@ -125,18 +130,19 @@ SQL
   echo "== LambdaStore on Citus: the coordinator $coordinator, the workers $workers, database $db"
   echo "== $deployed; API key: $key"
   echo "== accounts $alice (alice) and $bob (bob), community $community, thread $thread, on $first_worker"
-  echo "   bob comments on alice's thread, over HTTP (the gateway, $gateway):"
-  echo "   curl -sS $auth -H 'content-type: application/json' -d '{\"thread\": $thread, \"text\": \"hello over HTTP\"}' $gateway/v1/objects/$bob/methods/add_comment"
+  echo "   bob comments on alice's thread, over HTTP (the gateway, $gateway_url):"
+  echo "   curl -sS $auth -H 'content-type: application/json' -d '{\"thread\": $thread, \"text\": \"hello over HTTP\"}' $gateway_url/v1/objects/$bob/methods/add_comment"
   echo "   the thread:"
-  echo "   curl -sS $auth -X POST $gateway/v1/objects/$thread/methods/get_thread"
+  echo "   curl -sS $auth -X POST $gateway_url/v1/objects/$thread/methods/get_thread"
   echo "   SQL on the coordinator: psql -h ${coordinator%:*} -p ${coordinator##*:} -U postgres $db"
 }
 
-[ $# -gt 0 ] || { echo "usage: lambdastore-init cluster|demo..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: lambdastore-init cluster|gateway|demo..." >&2; exit 2; }
 for step in "$@"; do
   case $step in
     cluster) cluster ;;
+    gateway) gateway ;;
     demo) demo ;;
-    *) echo "lambdastore-init: unknown step $step (cluster, demo)" >&2; exit 2 ;;
+    *) echo "lambdastore-init: unknown step $step (cluster, gateway, demo)" >&2; exit 2 ;;
   esac
 done

@@ -6,9 +6,9 @@
 //! cluster every test skips with one line, unless
 //! `LAMBDASTORE_REQUIRE_CITUS=1` (CI), where they fail.
 
-mod common;
 #[path = "common/cluster.rs"]
 mod cluster;
+mod common;
 
 use common::concurrent::{connect_cc, retrying, run_workers, subtract_if_covered, Cc, Rng, Tally};
 use common::*;

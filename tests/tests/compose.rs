@@ -181,12 +181,14 @@ fn a_killed_worker_container_comes_back_with_every_committed_comment() {
     let by_node = cluster.forum_per_worker();
     let mut threads = BTreeMap::new();
     for (node, (community, accounts)) in &by_node {
-        let thread = cluster.call(accounts[0], "create_thread", json!({"community": community, "title": "t", "text": "x"}));
+        let thread =
+            cluster.call(accounts[0], "create_thread", json!({"community": community, "title": "t", "text": "x"}));
         cluster.comment(thread.as_i64().unwrap(), accounts, 5);
         threads.insert(node.clone(), (thread.as_i64().unwrap(), accounts.clone()));
     }
     let (service, killed) = (cluster.workers[0].0, cluster.workers[0].1.clone());
-    let (other_thread, other_accounts) = threads.iter().find(|(node, _)| **node != killed).map(|(_, t)| t.clone()).unwrap();
+    let (other_thread, other_accounts) =
+        threads.iter().find(|(node, _)| **node != killed).map(|(_, t)| t.clone()).unwrap();
 
     // SIGKILL to every process of the worker: nothing is flushed or shut
     // down; committed transactions are in its WAL (synchronous_commit).
