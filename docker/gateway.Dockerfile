@@ -38,7 +38,7 @@ FROM ${DEBIAN_IMAGE}
 # curl: the health check asks /readyz.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends curl \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* \
  && useradd --system --no-create-home lambdastore
 COPY --from=gateway /out/lambdastore-gateway /usr/local/bin/lambdastore-gateway
 USER lambdastore

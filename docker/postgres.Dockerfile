@@ -45,7 +45,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       postgresql-server-dev-${PG_MAJOR} build-essential liblz4-dev libzstd-dev libssl-dev \
       libkrb5-dev libselinux1-dev libxml2-dev libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean && rm -rf /var/lib/apt/lists/*
 COPY --from=citus-source /citus.tar.gz /tmp/citus.tar.gz
 # Debian's PostgreSQL 15 headers declare have_createdb_privilege()
 # (backported from 16), which Citus' compatibility header defines again for
@@ -64,7 +64,7 @@ ARG PG_MAJOR
 ARG PGRX_VERSION
 RUN apt-get update \
  && apt-get install -y --no-install-recommends postgresql-server-dev-${PG_MAJOR} clang libclang-dev \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean && rm -rf /var/lib/apt/lists/*
 RUN cargo install cargo-pgrx --version ${PGRX_VERSION} --locked \
  && cargo pgrx init --pg${PG_MAJOR} /usr/lib/postgresql/${PG_MAJOR}/bin/pg_config \
  && rustup target add wasm32-unknown-unknown
@@ -100,7 +100,7 @@ RUN mkdir -p /etc/postgresql-common \
  && echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.conf \
  && apt-get update \
  && apt-get install -y --no-install-recommends postgresql-${PG_MAJOR} liblz4-1 libzstd1 \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean && rm -rf /var/lib/apt/lists/*
 COPY --from=citus /out/ /
 COPY --from=lambdastore /out/package/ /
 COPY --from=lambdastore /out/lambdas/ /usr/share/lambdastore/lambdas/

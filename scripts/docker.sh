@@ -51,8 +51,8 @@ fill_prebuilt() {
   local what=$1
   mkdir -p "$prebuilt"
   if [ "$what" = node ]; then
-    scripts/install.sh --build-only >/dev/null
-    LAMBDASTORE_SKIP_SETUP=1 make -s lambdas >/dev/null
+    scripts/install.sh --build-only >/dev/null 2>&1 || scripts/install.sh --build-only
+    LAMBDASTORE_SKIP_SETUP=1 make -s lambdas >/dev/null 2>&1 || LAMBDASTORE_SKIP_SETUP=1 make -s lambdas
     rm -rf "$prebuilt/package" "$prebuilt/lambdas"
     cp -a "${CARGO_TARGET_DIR:-target}/package" "$prebuilt/package"
     mkdir -p "$prebuilt/lambdas"
@@ -75,25 +75,31 @@ logged() {
 }
 
 build() {
-  local images=("$@") image started citus_from
+  local images=("$@") image tag started old citus_from
   [ ${#images[@]} -gt 0 ] || images=(node gateway)
   for image in "${images[@]}"; do
-    started=$SECONDS
-    fill_prebuilt "$image"
     case $image in
-      node)
-        citus_from=download
-        [ -f "$prebuilt/citus-$citus_version.tar.gz" ] && citus_from=prebuilt
-        logged "$image" buildkit_build --network host --progress plain -f docker/postgres.Dockerfile \
-          -t lambdastore/postgres:latest --build-arg LAMBDASTORE_FROM=prebuilt --build-arg CITUS_FROM=$citus_from .
-        ;;
-      gateway)
-        logged "$image" buildkit_build --network host --progress plain -f docker/gateway.Dockerfile \
-          -t lambdastore/gateway:latest --build-arg LAMBDASTORE_FROM=prebuilt .
-        ;;
+      node) tag=lambdastore/postgres:latest ;;
+      gateway) tag=lambdastore/gateway:latest ;;
       *) echo "docker.sh: unknown image $image (node, gateway)" >&2; exit 2 ;;
     esac
-    echo "docker.sh: built lambdastore/$([ "$image" = node ] && echo postgres || echo gateway):latest in $((SECONDS - started)) s"
+    started=$SECONDS
+    old=$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
+    fill_prebuilt "$image"
+    if [ "$image" = node ]; then
+      citus_from=download
+      [ -f "$prebuilt/citus-$citus_version.tar.gz" ] && citus_from=prebuilt
+      logged "$image" buildkit_build --network host --progress plain -f docker/postgres.Dockerfile -t "$tag" \
+        --build-arg LAMBDASTORE_FROM=prebuilt --build-arg CITUS_FROM=$citus_from .
+    else
+      logged "$image" buildkit_build --network host --progress plain -f docker/gateway.Dockerfile -t "$tag" \
+        --build-arg LAMBDASTORE_FROM=prebuilt .
+    fi
+    # The image the tag named before, untagged now: each rebuild would keep one.
+    if [ -n "$old" ] && [ "$old" != "$(docker image inspect --format '{{.Id}}' "$tag")" ]; then
+      docker rmi "$old" >/dev/null 2>&1 || true
+    fi
+    echo "docker.sh: built $tag in $((SECONDS - started)) s"
   done
 }
 
