@@ -42,8 +42,16 @@ test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL
 	scripts/faults.sh
 
 .PHONY: test-citus
-test-citus: lambdas ## The Citus tests against a fresh local Citus cluster (skipped without Citus unless LAMBDASTORE_REQUIRE_CITUS=1)
+test-citus: lambdas ## The Citus tests on a fresh Citus cluster: containers with a Docker engine, else local processes (skipped without Citus unless LAMBDASTORE_REQUIRE_CITUS=1)
 	scripts/e2e-citus.sh
+
+.PHONY: test-compose
+test-compose: lambdas ## docker-compose.yml brought up for real: the forum through the gateway, a worker killed (skipped without a Docker engine unless LAMBDASTORE_REQUIRE_DOCKER=1)
+	scripts/e2e-compose.sh
+
+.PHONY: images
+images: lambdas ## The images lambdastore/postgres and lambdastore/gateway, with the extension, lambdas and gateway built here
+	scripts/docker.sh build
 
 .PHONY: test-faults
 test-faults: lambdas ## Only the tests that kill and restart the server (a cluster of their own)
@@ -70,7 +78,7 @@ check-format: setup ## The workspace is formatted as rustfmt.toml says
 	cargo fmt --all -- --check
 
 .PHONY: test
-test: check-format lambdas install test-sdk test-e2e test-citus ## Everything CI runs (the Citus tests skip without Citus)
+test: check-format lambdas install test-sdk test-e2e test-citus test-compose ## Everything CI runs (the Citus and compose tests skip without Citus or Docker)
 
 .PHONY: demo
 demo: lambdas install ## Start the embedded single-node PostgreSQL, run the CloudForum demo and its HTTP gateway

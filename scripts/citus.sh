@@ -45,7 +45,6 @@ url() {
   url=$("$cluster" url "$name-$1")
   echo "${url/dbname=postgres/dbname=$db}"
 }
-sql() { "$cluster" psql "$name-$1" -d "$db" -X -Atq -v ON_ERROR_STOP=1 "${@:2}"; }
 
 # The nodes on disk, coordinator first: `stop`, `status` and `nodes` find
 # them all, whatever LAMBDASTORE_CITUS_WORKERS was when they were started.
@@ -58,7 +57,7 @@ existing() {
 }
 
 start() {
-  local pkglib nodes n port
+  local pkglib nodes n addresses
   pkglib=$(pg_config --pkglibdir)
   if [ ! -f "$pkglib/citus.so" ]; then
     echo "Citus is not installed (no citus.so in $pkglib): install Citus 13 from Citus' own packages; on a development machine of this project, ../shared/citus/install.sh" >&2
@@ -67,36 +66,13 @@ start() {
   # The nodes there are and the workers asked for: a worker once added
   # stays in the coordinator's metadata, and queries need it running.
   nodes=$( { existing; echo coord; seq -f 'w%g' "$workers"; } | sort -u)
-  for n in $nodes; do
-    "$cluster" start "$name-$n" >/dev/null
-    # Before the worker is added: citus_add_node needs citus on it.
-    sql "$n" -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS citus"
-  done
-  # Each node reaches the others by the name they are registered under.
-  port=$("$cluster" port "$name-coord")
-  sql coord >/dev/null <<SQL
-SELECT citus_set_coordinator_host('127.0.0.1', $port) WHERE NOT EXISTS (SELECT FROM pg_dist_node WHERE groupid = 0);
-SQL
-  # The workers: sort put coord first.
-  for n in ${nodes#coord}; do
-    port=$("$cluster" port "$name-$n")
-    sql coord -c "SELECT citus_add_node('127.0.0.1', $port)
-                   WHERE NOT EXISTS (SELECT FROM pg_dist_node WHERE nodename = '127.0.0.1' AND nodeport = $port)" >/dev/null
-  done
-  # Created after the workers are added, so that Citus creates it on each.
-  sql coord -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
-  for n in ${nodes#coord}; do
-    if [ "$(sql "$n" -c "SELECT count(*) FROM pg_extension WHERE extname = 'lambdastore'")" != 1 ]; then
-      echo "Citus did not create lambdastore on $name-$n" >&2; exit 1
-    fi
-  done
-  # lambdastore.distribute() came with Citus support; an older build has none.
-  sql coord <<'SQL' >/dev/null
-SELECT to_regprocedure('lambdastore.distribute(integer)') IS NOT NULL AS distribute \gset
-\if :distribute
-SELECT lambdastore.distribute();
-\endif
-SQL
+  for n in $nodes; do "$cluster" start "$name-$n" >/dev/null; done
+  # The rest is what the containers' init does (docker/init.sh): citus on
+  # every node, the workers registered (sort put coord first), lambdastore
+  # created on the coordinator (Citus creates it on each worker), distributed.
+  addresses=$(for n in ${nodes#coord}; do echo "127.0.0.1:$("$cluster" port "$name-$n")"; done | paste -sd,)
+  LAMBDASTORE_COORDINATOR=127.0.0.1:$("$cluster" port "$name-coord") LAMBDASTORE_WORKERS=$addresses \
+    LAMBDASTORE_DATABASE=$db "$repo/docker/init.sh" cluster
   url coord
 }
 

@@ -50,28 +50,11 @@ esac
 cargo build --release -p lambdastore-gateway
 bin=${CARGO_TARGET_DIR:-target}/release/lambdastore-gateway
 
-sql() { "$cluster" psql demo -d lambdastore_demo -X -Atq -v ON_ERROR_STOP=1 "$@"; }
-# The README's least-privilege role; without a password, as the demo
-# cluster trusts local connections.
-sql <<'SQL'
-SELECT 'CREATE ROLE lambdastore_gateway LOGIN'
- WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'lambdastore_gateway')
-\gexec
-GRANT USAGE ON SCHEMA lambdastore_gateway TO lambdastore_gateway;
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO lambdastore_gateway;
-SQL
-# A key is shown only when it is created, so the demo keeps its own; a new
-# one if that is gone (a fresh cluster) or revoked.
-key=$(cat "$keyfile" 2>/dev/null || true)
-valid=$(sql -v key="$key" <<'SQL'
-SELECT count(*) FROM lambdastore.api_keys
- WHERE app = 'forum' AND revoked IS NULL AND sha256 = sha256(convert_to(:'key', 'UTF8'))
-SQL
-)
-if [ "$valid" != 1 ]; then
-  key=$(sql -c "SELECT api_key FROM lambdastore.create_api_key('forum', 'make demo')")
-  (umask 077 && echo "$key" >"$keyfile")
-fi
+# The README's least-privilege role, and an API key for forum kept in the
+# demo cluster's directory while it is valid: the containers' init step.
+LAMBDASTORE_COORDINATOR=127.0.0.1:$("$cluster" port demo) LAMBDASTORE_DATABASE=lambdastore_demo \
+  LAMBDASTORE_STATE=$dir "$repo/docker/init.sh" gateway
+key=$(cat "$keyfile")
 
 stop >/dev/null
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then

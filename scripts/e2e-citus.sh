@@ -1,15 +1,71 @@
 #!/usr/bin/env bash
 # `make test-citus`: the Citus tests (tests/tests/citus.rs) against a fresh
-# local Citus cluster, "citus-test" (scripts/citus.sh), then a check that no
-# node's server process crashed. The tests may restart a worker on purpose
-# (citus.sh crash-node), so unlike e2e.sh this does not check start times.
+# Citus cluster, then a check that no node's server process crashed. The
+# tests may restart a worker on purpose, so unlike e2e.sh this does not
+# check start times.
 #
-# Without Citus installed, citus.sh says so in one line and this passes,
-# unless LAMBDASTORE_REQUIRE_CITUS=1 (a machine that must run them).
+# The cluster is containers of the project's image when a Docker engine runs
+# (the image is built from this checkout first, scripts/docker.sh; the tests
+# start the containers themselves, tests/tests/common/cluster.rs), and local
+# processes otherwise ("citus-test", scripts/citus.sh). The first line says
+# which. LAMBDASTORE_CITUS_CLUSTER=local or =docker chooses.
+#
+# Without Citus installed (local processes), citus.sh says so in one line
+# and this passes, unless LAMBDASTORE_REQUIRE_CITUS=1 (a machine that must
+# run them). LAMBDASTORE_REQUIRE_DOCKER=1 fails when the containers cannot be
+# had.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 citus=$repo/scripts/citus.sh
+docker=$repo/scripts/docker.sh
+mode=${LAMBDASTORE_CITUS_CLUSTER:-}
+if [ -z "$mode" ]; then
+  if "$docker" engine; then mode=docker; else mode=local; fi
+fi
+if [ "$mode" = docker ] && ! "$docker" build node; then
+  [ "${LAMBDASTORE_REQUIRE_DOCKER:-}" = 1 ] && { echo "FAIL: the node image did not build" >&2; exit 1; }
+  echo "the node image did not build: the Citus tests run on local processes"
+  mode=local
+fi
+if [ "$mode" = local ] && [ "${LAMBDASTORE_REQUIRE_DOCKER:-}" = 1 ]; then
+  echo "FAIL: LAMBDASTORE_REQUIRE_DOCKER=1 but no Docker engine answers" >&2; exit 1
+fi
 
+# The crash check: whatever the tests said (a crash can hide behind a
+# failing test), once each node's log is complete. The fault test kills a
+# backend with SIGKILL on purpose ("signal 9").
+crashed() {
+  grep -E "terminated by signal|was terminated by exception|PANIC" | grep -v "signal 9: Killed"
+}
+
+if [ "$mode" = docker ]; then
+  echo "== Citus cluster: containers of lambdastore/postgres:latest, started by the tests (testcontainers)"
+  unset LAMBDASTORE_CITUS_WORKER_URLS LAMBDASTORE_CITUS_CRASH
+  containers=(lambdastore-citus-test-coord lambdastore-citus-test-w1 lambdastore-citus-test-w2)
+  # The containers outlive each test process (tests/tests/common/cluster.rs).
+  remove() { docker rm -f "${containers[@]}" >/dev/null 2>&1; }
+  trap remove EXIT
+  # One test process, then the containers' logs checked and removed.
+  run() {
+    local status=0 c
+    cargo test -p lambdastore-tests --test citus "$@" || status=1
+    for c in "${containers[@]}"; do
+      if docker logs "$c" 2>&1 | crashed; then
+        echo "FAIL: a server process of $c crashed during the tests" >&2; status=1
+      fi
+    done
+    remove
+    return $status
+  }
+  status=0
+  run --no-fail-fast -- --skip survive "$@" || status=1
+  # The fault test kills and restarts workers: alone, after the others.
+  run -- survive "$@" || status=1
+  [ $status = 0 ] && echo "the containers survived the suite: no crash in their logs"
+  exit $status
+fi
+
+echo "== Citus cluster: local processes (scripts/citus.sh citus-test)"
 url=$("$citus" fresh citus-test)
 case $? in
   0) ;;
@@ -30,13 +86,11 @@ LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKE
   LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
   cargo test -p lambdastore-tests --test citus -- survive "$@" || status=1
 
-# Checked whatever the tests said: a crash can hide behind a failing test.
 # After the stop, so that each log is complete.
 "$citus" stop citus-test
 for node in $("$citus" nodes citus-test); do
   log=$("$repo/scripts/cluster.sh" log "citus-test-$node")
-  # The fault test kills a backend with SIGKILL on purpose ("signal 9").
-  if grep -E "terminated by signal|was terminated by exception|PANIC" "$log" | grep -v "signal 9: Killed"; then
+  if crashed <"$log"; then
     echo "FAIL: a server process of citus-test-$node crashed during the tests (see $log)" >&2; exit 1
   fi
 done

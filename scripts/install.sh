@@ -9,8 +9,9 @@
 # crashes at its next call into it: `make test` while `make demo` runs
 # took the demo's server down.
 #
-#   scripts/install.sh             build, then install
-#   scripts/install.sh --no-build  install the last build again
+#   scripts/install.sh               build, then install
+#   scripts/install.sh --no-build    install the last build again
+#   scripts/install.sh --build-only  only build, into target/package (the images' input)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 pg_config=$(command -v "${PG_CONFIG:-pg_config}")
@@ -21,6 +22,7 @@ if [ "${1:-}" != --no-build ]; then
   (cd "$repo/extension" && cargo pgrx package --pg-config "$pg_config" --out-dir "$package")
 fi
 [ -d "$package" ] || { echo "no build in $package: run scripts/install.sh first" >&2; exit 1; }
+[ "${1:-}" = --build-only ] && exit 0
 
 # The package mirrors the destination tree: $package/usr/lib/..., etc.
 cd "$package"

@@ -39,11 +39,18 @@ CREATE INDEX idempotency_keys_by_age ON lambdastore.idempotency_keys (created);
 -- application's owner, which a SECURITY DEFINER function here could not see.
 
 -- Forgets idempotency keys older than `older_than`; returns how many. The
--- gateway calls it periodically (--idempotency-ttl).
+-- gateway calls it periodically (--idempotency-ttl). This and the functions
+-- below that read the tables are PL/pgSQL: on a Citus cluster the tables
+-- are distributed, and Citus cannot plan an SQL function's parameters.
 CREATE FUNCTION lambdastore.purge_idempotency_keys(older_than interval DEFAULT '24 hours') RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-    WITH gone AS (DELETE FROM lambdastore.idempotency_keys WHERE created < now() - $1 RETURNING 1)
-    SELECT count(*) FROM gone
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    gone bigint;
+BEGIN
+    DELETE FROM lambdastore.idempotency_keys WHERE created < now() - $1;
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    RETURN gone;
+END
 $$;
 
 
@@ -77,33 +84,30 @@ BEGIN
 END
 $$;
 
--- The key's application, if `owner` (the application of the object or job
--- that `what` names) exists (42704) and is the key's (42501).
-CREATE FUNCTION lambdastore._check_key_owns(api_key text, what text, owner text) RETURNS text
+-- The key's application, if the object or job (`kind`) `id` exists (42704)
+-- and is that application's (42501). The owner is read by a statement of
+-- its own: on a Citus cluster, a statement that reads one shard is sent to
+-- that shard's node whole, and reading api_keys there (through Citus, from
+-- inside a shard's query) is refused.
+CREATE FUNCTION lambdastore._check_key_owns(api_key text, kind text, id bigint) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     app text := lambdastore._api_key_app($1);
+    owner text;
 BEGIN
+    IF kind = 'object' THEN
+        SELECT o.app INTO owner FROM lambdastore.objects o WHERE o.object_id = id;
+    ELSE
+        SELECT j.app INTO owner FROM lambdastore.jobs j WHERE j.job_id = id;
+    END IF;
     IF owner IS NULL THEN
-        RAISE EXCEPTION '% does not exist', what USING ERRCODE = '42704';
+        RAISE EXCEPTION '% % does not exist', kind, id USING ERRCODE = '42704';
     END IF;
     IF owner <> app THEN
-        RAISE EXCEPTION '% belongs to another application', what USING ERRCODE = '42501';
+        RAISE EXCEPTION '% % belongs to another application', kind, id USING ERRCODE = '42501';
     END IF;
     RETURN app;
 END
-$$;
-
-CREATE FUNCTION lambdastore._check_key_object(api_key text, object_id bigint) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT lambdastore._check_key_owns($1, format('object %s', $2),
-                                      (SELECT o.app FROM lambdastore.objects o WHERE o.object_id = $2))
-$$;
-
-CREATE FUNCTION lambdastore._check_key_job(api_key text, job_id bigint) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT lambdastore._check_key_owns($1, format('job %s', $2),
-                                      (SELECT j.app FROM lambdastore.jobs j WHERE j.job_id = $2))
 $$;
 
 -- Claims an idempotency key for `request`, or returns the response stored
@@ -171,7 +175,7 @@ CREATE FUNCTION lambdastore_gateway.invoke(api_key text, object_id bigint, metho
                                            idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT * FROM lambdastore._call(lambdastore._check_key_object($1, $2), $5, jsonb_build_array('invoke', $2, $3, $4))
+    SELECT * FROM lambdastore._call(lambdastore._check_key_owns($1, 'object', $2), $5, jsonb_build_array('invoke', $2, $3, $4))
 $$;
 
 -- Creates an object of one of the application's types; result is its id.
@@ -204,7 +208,7 @@ CREATE FUNCTION lambdastore_gateway.submit(api_key text, object_id bigint, metho
                                            idempotency_key text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM lambdastore._check_key_object($1, $2);
+    PERFORM lambdastore._check_key_owns($1, 'object', $2);
     RETURN lambdastore.submit($2, $3, $4, $5);
 END
 $$;
@@ -213,7 +217,7 @@ $$;
 CREATE FUNCTION lambdastore_gateway.job(api_key text, job_id bigint) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM lambdastore._check_key_job($1, $2);
+    PERFORM lambdastore._check_key_owns($1, 'job', $2);
     RETURN (SELECT to_jsonb(j) FROM lambdastore.job($2) j);
 END
 $$;
@@ -222,7 +226,7 @@ $$;
 CREATE FUNCTION lambdastore_gateway.wait(api_key text, job_id bigint, timeout_ms bigint) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM lambdastore._check_key_job($1, $2);
+    PERFORM lambdastore._check_key_owns($1, 'job', $2);
     RETURN (SELECT to_jsonb(j) FROM lambdastore.wait($2, make_interval(secs => greatest($3, 0) / 1000.0)) j);
 END
 $$;
@@ -245,6 +249,5 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway FROM PUBLIC;
 -- functions; purging every application's idempotency keys is the
 -- gateway's (or a superuser's) business.
 REVOKE ALL ON FUNCTION lambdastore._api_key_app(text), lambdastore._check_key_app(text, text),
-    lambdastore._check_key_owns(text, text, text), lambdastore._check_key_object(text, bigint),
-    lambdastore._check_key_job(text, bigint), lambdastore._claim_idempotency_key(text, text, jsonb),
+    lambdastore._check_key_owns(text, text, bigint), lambdastore._claim_idempotency_key(text, text, jsonb),
     lambdastore._call(text, text, jsonb), lambdastore.purge_idempotency_keys(interval) FROM PUBLIC;

@@ -1,10 +1,13 @@
-//! LambdaStore on a Citus cluster: a coordinator and two workers, started
-//! by `scripts/e2e-citus.sh` with `lambdastore.distribute()` done. The
-//! coordinator's URL is `LAMBDASTORE_TEST_URL` (so the shared helpers talk
-//! to it), the workers' are `LAMBDASTORE_CITUS_WORKER_URLS`. Without them
-//! every test skips with one line, unless `LAMBDASTORE_REQUIRE_CITUS=1`
-//! (CI), where they fail.
+//! LambdaStore on a Citus cluster: a coordinator and two workers with
+//! `lambdastore.distribute()` done, as local processes started by
+//! `scripts/e2e-citus.sh` or as containers started by the tests
+//! (common/cluster.rs says which and how). The coordinator's URL is
+//! `LAMBDASTORE_TEST_URL` (so the shared helpers talk to it). Without a
+//! cluster every test skips with one line, unless
+//! `LAMBDASTORE_REQUIRE_CITUS=1` (CI), where they fail.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
 use common::concurrent::{
@@ -19,7 +22,7 @@ use std::time::Duration;
 
 /// The workers' connections, or None (the test skips) without a cluster.
 fn workers() -> Option<Vec<Client>> {
-    let Ok(urls) = std::env::var("LAMBDASTORE_CITUS_WORKER_URLS") else {
+    let Some(cluster) = cluster::citus() else {
         assert!(
             std::env::var("LAMBDASTORE_REQUIRE_CITUS").as_deref() != Ok("1"),
             "LAMBDASTORE_REQUIRE_CITUS=1 but no cluster: run the suite with `make test-citus`"
@@ -32,7 +35,7 @@ fn workers() -> Option<Vec<Client>> {
         config.dbname(DATABASE).application_name("lambdastore-tests");
         config.connect(NoTls).expect("connect to a worker")
     };
-    Some(urls.split(',').map(connect_worker).collect())
+    Some(cluster.workers.iter().map(|url| connect_worker(url)).collect())
 }
 
 /// Two objects of `app`'s type `ty` on different workers, the first on
@@ -595,11 +598,11 @@ fn no_transaction_is_left_prepared() {
 // Faults: a worker's backend killed, a worker restarted, during transfers
 // whose two halves are on different workers
 
-/// The command that restarts a worker with `pg_ctl restart -m immediate`,
-/// given the worker's name (w1, w2): `scripts/citus.sh crash-node NAME`.
+/// The command that restarts a worker as a crash would, given the worker's
+/// name (w1, w2): `scripts/citus.sh crash-node NAME` (`pg_ctl restart -m
+/// immediate`), or its container's immediate shutdown and start.
 fn crash_command() -> Option<Vec<String>> {
-    let command = std::env::var("LAMBDASTORE_CITUS_CRASH").ok()?;
-    Some(command.split_whitespace().map(str::to_string).collect())
+    cluster::citus()?.crash.clone()
 }
 
 /// One transfer between the two counters, as a client does it: retried on

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The project's images from this checkout, with the inputs built on this
+# machine: the extension, the example lambdas and the gateway (a Debian 12
+# machine set up by `make setup`), and Citus' source when a copy of its
+# tarball is at hand. docker/prebuilt/README.md lists them.
+#
+#   scripts/docker.sh build [node|gateway...]  fill docker/prebuilt, build the images (both by default)
+#   scripts/docker.sh compose ARGS...           docker compose (or docker-compose 1.x) with ARGS
+#   scripts/docker.sh engine                    exit 0 if a Docker engine answers
+#
+# The images are lambdastore/postgres:latest and lambdastore/gateway:latest,
+# the names docker-compose.yml gives them. A user with a registry at hand
+# needs none of this: `docker compose build` builds everything from source.
+#
+# LAMBDASTORE_CITUS_TARBALL names Citus' release tarball (default: the copy
+# beside the clone, ../shared/citus/citus-13.2.2.tar.gz); without one the
+# build downloads it.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+citus_version=13.2.2
+tarball=${LAMBDASTORE_CITUS_TARBALL:-$repo/../shared/citus/citus-$citus_version.tar.gz}
+prebuilt=$repo/docker/prebuilt
+
+engine() { docker info >/dev/null 2>&1; }
+
+# docker build with BuildKit, which skips the stages that download what
+# docker/prebuilt holds. Docker 23 and later build with it (through buildx);
+# an older client has it built in, with DOCKER_BUILDKIT=1. A machine may have
+# both (Debian's docker.io and a newer client without buildx): each client
+# on PATH is tried.
+buildkit_build() {
+  local client version
+  if docker buildx version >/dev/null 2>&1; then
+    docker build "$@"
+    return
+  fi
+  for client in $(type -ap docker); do
+    version=$("$client" version --format '{{.Client.Version}}' 2>/dev/null) || continue
+    if [ "${version%%.*}" -lt 23 ]; then
+      DOCKER_BUILDKIT=1 "$client" build "$@"
+      return
+    fi
+  done
+  echo "docker.sh: no docker client builds with BuildKit here (no buildx, and no client older than 23)" >&2
+  return 1
+}
+
+# The inputs, as docker/prebuilt/README.md lists them.
+fill_prebuilt() {
+  local what=$1
+  mkdir -p "$prebuilt"
+  if [ "$what" = node ]; then
+    scripts/install.sh --build-only >/dev/null 2>&1 || scripts/install.sh --build-only
+    LAMBDASTORE_SKIP_SETUP=1 make -s lambdas >/dev/null 2>&1 || LAMBDASTORE_SKIP_SETUP=1 make -s lambdas
+    rm -rf "$prebuilt/package" "$prebuilt/lambdas"
+    cp -a "${CARGO_TARGET_DIR:-target}/package" "$prebuilt/package"
+    mkdir -p "$prebuilt/lambdas"
+    cp target/lambdas/*.wasm "$prebuilt/lambdas/"
+    if [ -f "$tarball" ]; then
+      cp "$tarball" "$prebuilt/citus-$citus_version.tar.gz"
+    fi
+  else
+    cargo build -q --release -p lambdastore-gateway
+    cp "${CARGO_TARGET_DIR:-target}/release/lambdastore-gateway" "$prebuilt/lambdastore-gateway"
+  fi
+}
+
+# Runs a build with its output in target/docker-IMAGE.log, shown on failure.
+logged() {
+  local log=$repo/target/docker-$1.log
+  shift
+  mkdir -p "$repo/target"
+  "$@" >"$log" 2>&1 || { tail -30 "$log" >&2; echo "docker.sh: the build failed; all of it in $log" >&2; return 1; }
+}
+
+build() {
+  local images=("$@") image tag started old citus_from
+  [ ${#images[@]} -gt 0 ] || images=(node gateway)
+  for image in "${images[@]}"; do
+    case $image in
+      node) tag=lambdastore/postgres:latest ;;
+      gateway) tag=lambdastore/gateway:latest ;;
+      *) echo "docker.sh: unknown image $image (node, gateway)" >&2; exit 2 ;;
+    esac
+    started=$SECONDS
+    old=$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
+    fill_prebuilt "$image"
+    if [ "$image" = node ]; then
+      citus_from=download
+      [ -f "$prebuilt/citus-$citus_version.tar.gz" ] && citus_from=prebuilt
+      logged "$image" buildkit_build --network host --progress plain -f docker/postgres.Dockerfile -t "$tag" \
+        --build-arg LAMBDASTORE_FROM=prebuilt --build-arg CITUS_FROM=$citus_from .
+    else
+      logged "$image" buildkit_build --network host --progress plain -f docker/gateway.Dockerfile -t "$tag" \
+        --build-arg LAMBDASTORE_FROM=prebuilt .
+    fi
+    # The image the tag named before, untagged now: each rebuild would keep one.
+    if [ -n "$old" ] && [ "$old" != "$(docker image inspect --format '{{.Id}}' "$tag")" ]; then
+      docker rmi "$old" >/dev/null 2>&1 || true
+    fi
+    echo "docker.sh: built $tag in $((SECONDS - started)) s"
+  done
+}
+
+# Compose v2 (`docker compose`) where there is one, else docker-compose 1.x.
+compose() {
+  if docker compose version >/dev/null 2>&1; then
+    docker compose "$@"
+  else
+    docker-compose "$@"
+  fi
+}
+
+case ${1:-} in
+  build) shift; build "$@" ;;
+  compose) shift; compose "$@" ;;
+  engine) engine ;;
+  *) echo "usage: docker.sh build [node|gateway...] | compose ARGS... | engine" >&2; exit 2 ;;
+esac
