@@ -48,7 +48,7 @@ if [ "$mode" = docker ]; then
   # One test process, then the containers' logs checked and removed.
   run() {
     local status=0 c
-    cargo test -p lambdastore-tests --test citus "$@" || status=1
+    LAMBDASTORE_CITUS_CLUSTER=docker cargo test -p lambdastore-tests --test citus "$@" || status=1
     for c in "${containers[@]}"; do
       if docker logs "$c" 2>&1 | crashed; then
         echo "FAIL: a server process of $c crashed during the tests" >&2; status=1
