@@ -45,18 +45,6 @@ fn on_two_nodes(c: &mut Client, app: &str, ty: &str, args: serde_json::Value) ->
     (by_node.values().next().unwrap()[0], by_node.values().nth(1).unwrap()[0])
 }
 
-/// The node (host:port) holding `object`'s shard, from Citus' metadata.
-fn owner(c: &mut impl GenericClient, object: i64) -> String {
-    c.query_one(
-        "SELECT n.nodename || ':' || n.nodeport
-           FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
-          WHERE p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)",
-        &[&object],
-    )
-    .unwrap()
-    .get(0)
-}
-
 fn node(c: &mut impl GenericClient) -> String {
     c.query_one("SELECT lambdastore.node()", &[]).unwrap().get(0)
 }
@@ -233,6 +221,37 @@ fn grants_to_ordinary_roles_hold_on_every_node() {
     for &id in by_node.values().flatten() {
         expect_sqlstate(invoke(&mut granted_c, id, "get", json!({})), "42501");
     }
+}
+
+/// The functions a node runs for calls another node sent it take the
+/// caller's role name on trust: an ordinary role may not call them, on the
+/// object's node or anywhere, to run a call as another role.
+#[test]
+fn an_ordinary_role_may_not_send_itself_a_call_as_another_role() {
+    let Some(nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_here_refused", "counter");
+    let (a, _) = on_two_nodes(&mut c, &app, "Counter", json!({"initial": 0}));
+    let role = TestRole::new("citus_here");
+    // The schema is usable there too (Citus does not repeat that grant on
+    // the workers): what refuses is the functions' own privilege.
+    let a_node = owner(&mut c, a);
+    let mut home = nodes.into_iter().find_map(|mut n| (node(&mut n) == a_node).then_some(n)).unwrap();
+    home.batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name)).unwrap();
+    // The worker holding a, as its URL names it: "... port=<port> ...".
+    let owner_port = format!("port={} ", a_node.rsplit(':').next().unwrap());
+    let worker = cluster::citus().unwrap().workers.iter().find(|url| url.contains(&owner_port));
+    let mut config: postgres::Config = worker.expect("a's worker").parse().unwrap();
+    let mut on_owner = config.dbname(DATABASE).user(&role.name).connect(NoTls).unwrap();
+    for (name, here) in [
+        ("_call_here", "SELECT lambdastore._call_here($1, 'increment', '{}', '{\"tape\": []}', 'postgres', 1000, '')"),
+        ("_spawn_here", "SELECT lambdastore._spawn_here($1, 'increment', '{}', '[\"x\", null]', 'postgres', 1000, '')"),
+    ] {
+        let denied = on_owner.query_one(here, &[&a]).map(|_| ());
+        let message = expect_sqlstate(denied, "42501");
+        assert!(message.contains(name), "{message}");
+    }
+    assert_eq!(call(&mut c, a, "get", json!({})), json!(0), "nothing ran");
+    home.batch_execute(&format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name)).unwrap();
 }
 
 /// An idempotency key names one job across the cluster, whichever node the

@@ -86,15 +86,7 @@ impl Cluster {
 
     /// The node (host:port) holding `object`, from Citus' metadata.
     fn owner(&mut self, object: i64) -> String {
-        self.coordinator
-            .query_one(
-                "SELECT n.nodename || ':' || n.nodeport
-                   FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
-                  WHERE p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)",
-                &[&object],
-            )
-            .unwrap()
-            .get(0)
+        common::owner(&mut self.coordinator, object)
     }
 
     /// Objects of `ty` made through the gateway until each worker holds

@@ -166,11 +166,7 @@ mod lambdastore {
         timeout_ms: i64,
         settings: &str,
     ) -> String {
-        let call = |caller| {
-            let sent = serde_json::from_str(context)
-                .map_err(|e| LambdaError::InvalidParameter(format!("the context of a forwarded call: {e}")))?;
-            workflow::run_forwarded(caller, object_id, method, args, sent)
-        };
+        let call = |caller| workflow::run_forwarded(caller, object_id, method, args, sent_context(context)?);
         here(role, timeout_ms, settings, call, || format!("lambda_invoke({object_id}, '{method}')"))
     }
 
@@ -187,8 +183,7 @@ mod lambdastore {
         settings: &str,
     ) -> String {
         let spawn = |caller| {
-            let (app, parent): (String, Option<i64>) = serde_json::from_str(context)
-                .map_err(|e| LambdaError::InvalidParameter(format!("the context of a spawned call: {e}")))?;
+            let (app, parent): (String, Option<i64>) = sent_context(context)?;
             let spawned = Spawned { object: object_id, app, method: method.into(), args: args.into() };
             workflow::queue_spawned(caller, &spawned, parent).map(|_| String::new())
         };
@@ -422,6 +417,12 @@ fn here(
 ) -> String {
     let outcome = route::arrive(role, timeout_ms, settings).and_then(|caller| as_storage(|_| work(caller)));
     route::here_result(outcome.unwrap_or_else(|err| raise(err, context())))
+}
+
+/// What travels with a call another node sent (`_call_here`, `_spawn_here`).
+fn sent_context<T: serde::de::DeserializeOwned>(context: &str) -> Result<T> {
+    serde_json::from_str(context)
+        .map_err(|e| LambdaError::InvalidParameter(format!("the context of a call from another node: {e}")))
 }
 
 /// 'invoke' or 'read': what `grant` and `revoke` take.

@@ -437,3 +437,15 @@ pub fn finished(c: &mut impl GenericClient, job: i64) -> Job {
     assert_ne!(job_row.state, "queued", "job {job} did not finish within a minute");
     job_row
 }
+
+/// The node (host:port) holding `object`'s shard, from Citus' metadata.
+pub fn owner(c: &mut impl GenericClient, object: i64) -> String {
+    c.query_one(
+        "SELECT n.nodename || ':' || n.nodeport
+           FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+          WHERE p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)",
+        &[&object],
+    )
+    .unwrap()
+    .get(0)
+}
