@@ -134,15 +134,16 @@ fn containers() -> Option<Cluster> {
     // server recovers from its WAL.
     let crash = "docker kill --signal QUIT lambdastore-citus-test-$1 >/dev/null \
                  && docker wait lambdastore-citus-test-$1 >/dev/null \
-                 && docker start lambdastore-citus-test-$1 >/dev/null \
-                 && for i in $(seq 600); do \
-                      docker exec lambdastore-citus-test-$1 sh -c 'pg_isready -q -h 127.0.0.1 -p $LAMBDASTORE_PORT' && exit 0; \
-                      sleep 0.1; \
-                    done; echo \"$1 is not ready 60 s after its restart\" >&2; exit 1";
+                 && docker start lambdastore-citus-test-$1 >/dev/null || exit 1; \
+                 deadline=$(($(date +%s) + 60)); \
+                 until docker exec lambdastore-citus-test-$1 sh -c 'pg_isready -q -h 127.0.0.1 -p $LAMBDASTORE_PORT'; do \
+                   [ $(date +%s) -lt $deadline ] || { echo \"$1 is not ready 60 s after its start\" >&2; exit 1; }; \
+                   sleep 0.1; \
+                 done";
     Some(Cluster {
         workers: NODES[1..].iter().map(|(_, port)| url(*port)).collect(),
         crash: Some(["sh", "-c", crash, "sh"].map(str::to_string).to_vec()),
-        containers: containers,
+        containers,
     })
 }
 
