@@ -7,6 +7,8 @@
 #   write       SELECT lambda_invoke(id, 'increment')           one call
 #   two-object  BEGIN; increment a; increment b; COMMIT         a, b on one node
 #   two-node    the same with a and b on two nodes              (two-phase commit)
+#   nested-one-node   SELECT lambda_invoke(a, 'transfer', b)    bank: a's lambda calls b.deposit,
+#   nested-two-node   the same with a and b on two nodes        a nested call to another node
 #
 # The single node is a project cluster ("bench-single", port 54339); the
 # cluster is citus-test (a coordinator and two workers), started fresh:
@@ -31,34 +33,45 @@ psql "$single" -X -q -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
 # scripts pick one without knowing how ids look on a cluster. `pair` holds
 # pairs of counters on one node (same = true) or on two (same = false).
 setup() {
-  LAMBDASTORE_WASM=$repo/target/lambdas/counter.wasm psql "$1" -X -q -v ON_ERROR_STOP=1 <<'SQL'
-\set wasm `base64 -w0 "$LAMBDASTORE_WASM"`
-SELECT lambdastore.deploy('counter', decode(:'wasm', 'base64')) \gset
+  LAMBDASTORE_COUNTER=$repo/target/lambdas/counter.wasm LAMBDASTORE_BANK=$repo/target/lambdas/bank.wasm \
+    psql "$1" -X -q -v ON_ERROR_STOP=1 <<'SQL'
+\set counter `base64 -w0 "$LAMBDASTORE_COUNTER"`
+\set bank `base64 -w0 "$LAMBDASTORE_BANK"`
+SELECT lambdastore.deploy('counter', decode(:'counter', 'base64')) \gset
+SELECT lambdastore.deploy('bank', decode(:'bank', 'base64')) \gset
 CREATE TABLE ids (k int PRIMARY KEY, id bigint NOT NULL);
 INSERT INTO ids SELECT k, lambdastore.create_object('counter', 'Counter', '{}') FROM generate_series(1, 1000) k;
+CREATE TABLE accounts (k int PRIMARY KEY, id bigint NOT NULL);
+INSERT INTO accounts
+SELECT k, lambdastore.create_object('bank', 'Account', '{"owner": "bench", "initial": 1000000000}')
+  FROM generate_series(1, 1000) k;
 CREATE TABLE pair (k int, same boolean, a bigint, b bigint, PRIMARY KEY (same, k));
+CREATE TABLE account_pair (LIKE pair INCLUDING ALL);
 SQL
 }
 setup "$single"
 setup "$coordinator"
 # Pairs: on one node by the shard's node; on the single node, any two.
-psql "$single" -X -q -c "INSERT INTO pair SELECT k, s, k, 1001 - k FROM generate_series(1, 500) k, (VALUES (true), (false)) v(s);
-                         UPDATE pair p SET a = (SELECT id FROM ids WHERE ids.k = p.a), b = (SELECT id FROM ids WHERE ids.k = p.b)"
-psql "$coordinator" -X -q <<'SQL'
+for objects in ids:pair accounts:account_pair; do
+  psql "$single" -X -q -c "INSERT INTO ${objects#*:} SELECT k, s, k, 1001 - k FROM generate_series(1, 500) k, (VALUES (true), (false)) v(s);
+                           UPDATE ${objects#*:} p SET a = (SELECT id FROM ${objects%:*} i WHERE i.k = p.a),
+                                                      b = (SELECT id FROM ${objects%:*} i WHERE i.k = p.b)"
+  psql "$coordinator" -X -q <<SQL
 CREATE TEMP TABLE placed AS
-SELECT i.id, p.groupid FROM ids i
+SELECT i.id, p.groupid FROM ${objects%:*} i
   JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', i.id);
-INSERT INTO pair
+INSERT INTO ${objects#*:}
 SELECT row_number() OVER (), x.groupid = y.groupid, x.id, y.id
   FROM placed x JOIN placed y ON x.id < y.id AND x.groupid = y.groupid
  WHERE (x.id + y.id) % 97 = 0
  LIMIT 500;
-INSERT INTO pair
+INSERT INTO ${objects#*:}
 SELECT row_number() OVER (), false, x.id, y.id
   FROM placed x JOIN placed y ON x.id < y.id AND x.groupid <> y.groupid
  WHERE (x.id + y.id) % 97 = 0
  LIMIT 500;
 SQL
+done
 
 cat >"$work/read-only.sql" <<'SQL'
 \set k random(1, 1000)
@@ -78,17 +91,25 @@ SELECT lambda_invoke(:b, 'increment');
 COMMIT;
 SQL
 done
+for kind in nested-one-node:true nested-two-node:false; do
+  cat >"$work/${kind%%:*}.sql" <<SQL
+\\set k random(1, 400)
+SELECT a, b FROM account_pair WHERE same = ${kind##*:} AND k = :k \\gset
+SELECT lambda_invoke(:a, 'transfer', jsonb_build_object('to', :b, 'amount', 1));
+SQL
+done
 
-# pgbench's tps and mean latency, from its summary.
+# pgbench's tps and mean latency, from its summary; serialization failures
+# (40001) are retried, as clients of a serializable system do.
 run() {
-  pgbench "$1" -n -c 8 -j 2 -T "$SECONDS_PER_RUN" -f "$work/$2.sql" 2>/dev/null \
+  pgbench "$1" -n -c 8 -j 2 -T "$SECONDS_PER_RUN" --max-tries=1000 -f "$work/$2.sql" 2>/dev/null \
     | awk '/^latency average/ {lat=$4} /^tps/ {tps=$3} END {printf "%.0f %.2f\n", tps, lat}'
 }
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 echo "| workload | single node tx/s | cluster tx/s | cluster / single | single ms | cluster ms |"
 echo "|---|---:|---:|---:|---:|---:|"
-for workload in read-only write two-object two-node; do
+for workload in ${WORKLOADS:-read-only write two-object two-node nested-one-node nested-two-node}; do
   : >"$work/single" && : >"$work/cluster"
   for _ in $(seq "$ROUNDS"); do
     run "$single" "$workload" >>"$work/single"

@@ -2,9 +2,9 @@
 # `make demo-citus`: LambdaStore on a local Citus cluster, "citus-demo"
 # (scripts/citus.sh): the coordinator on 54350, the workers on 54351,
 # 54352, ... Counters spread over the workers, every call run on the node
-# holding its object, one transaction writing on two nodes, a job.
-# (The CloudForum demo of `make demo` needs nested calls across nodes,
-# which are not supported yet.) Idempotent: a rerun adds more counters.
+# holding its object, one transaction writing on two nodes, a job; then
+# the CloudForum demo of `make demo` in SQL (scripts/demo.sh), whose nested
+# calls go from one worker to another. Idempotent: a rerun adds more data.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 citus=$repo/scripts/citus.sh
@@ -50,6 +50,11 @@ COMMIT;
 SELECT lambdastore.submit(:a, 'increment') AS job \gset
 SELECT state, result FROM lambdastore.wait(:job, '10 seconds');
 SQL
+if [ $status = 0 ]; then
+  echo
+  echo "== CloudForum on the cluster: accounts, communities and threads on both workers"
+  LAMBDASTORE_DEMO_URL=$url "$repo/scripts/demo.sh" || status=$?
+fi
 
 echo
 echo "== connect to the coordinator:  psql \"$url\""

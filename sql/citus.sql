@@ -69,7 +69,8 @@ REVOKE ALL ON FUNCTION lambdastore.distribute(int) FROM PUBLIC;
 -- Run on the node holding the object, for a call forwarded by another
 -- node (forward.rs): they trust the role they are given, so only
 -- superusers (the forwarding node connects as one) may call them.
-REVOKE ALL ON FUNCTION lambdastore._invoke_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._call_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._spawn_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._create_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._delete_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;

@@ -76,8 +76,16 @@ pub(crate) enum LambdaError {
     IdempotencyKeyLength { len: usize, max: usize },
     #[error("job {0} was submitted by this transaction: commit it before waiting for the job")]
     JobNotCommitted(i64),
-    #[error("object {object} is stored on {node}: a workflow reaches only the objects of the node it runs on (workflows across nodes are not supported yet)")]
+    #[error("object {object} is stored on {node}: this node holds no objects")]
     Elsewhere { object: i64, node: String },
+    #[error("{0}")]
+    AcrossNodes(String),
+    #[error("object {0} is in use by an unfinished call on another node of this workflow: a workflow's calls across nodes may not come back to it")]
+    CallBack(i64),
+    /// A forwarded call's run stopped for a call on another node (txn/tape.rs):
+    /// what to answer the node that drives the transaction. Never reaches a client.
+    #[error("a call forwarded to this node needs a call on another node first")]
+    Suspended(String),
     /// Raised on the node a call was forwarded to (forward.rs): its code
     /// and words, without what the forwarding node's SPI call added.
     #[error("{message}")]
@@ -112,12 +120,14 @@ impl LambdaError {
             ReadOnlyTransaction(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
             ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,
-            IsolationLevel(_) | Prepared(_) | Elsewhere { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IsolationLevel(_) | Prepared(_) | Elsewhere { .. } | CallBack(_) | AcrossNodes(_) => {
+                ERRCODE_FEATURE_NOT_SUPPORTED
+            }
             NotPreloaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,
-            Internal(_) => ERRCODE_INTERNAL_ERROR,
+            Internal(_) | Suspended(_) => ERRCODE_INTERNAL_ERROR,
             Remote { code, .. } => *code,
         }
     }

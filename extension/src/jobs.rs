@@ -121,8 +121,10 @@ pub(crate) fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
     }
     let deadline = Instant::now() + timeout;
     // Registered before the first look, so a worker finishing the job
-    // after that look still sets our latch.
+    // after that look still sets our latch. On a Citus cluster the job may
+    // run on another node, whose workers cannot set it: look again often.
     let waiter = workers::Waiter::register(job);
+    let nap = if catalog::shards::distributed()? { CLUSTER_WAIT_POLL } else { Duration::MAX };
     loop {
         let Some((app, state)) = catalog::jobs::state(job)? else { return Err(LambdaError::UnknownJob(job)) };
         if !access::allowed(caller, &app, Privilege::Invoke)? && !access::allowed(caller, &app, Privilege::Read)? {
@@ -138,6 +140,9 @@ pub(crate) fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
         if left.is_zero() {
             return Ok(());
         }
-        waiter.sleep(left);
+        waiter.sleep(left.min(nap));
     }
 }
+
+/// How often `wait` looks at a job's state on a Citus cluster.
+const CLUSTER_WAIT_POLL: Duration = Duration::from_millis(20);

@@ -33,7 +33,7 @@ pub(crate) type Guards = Rc<Vec<Position>>;
 
 /// A call spawned by a workflow: inserted as a job when the workflow
 /// commits (an outbox), so it exists only if the workflow commits.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Spawned {
     pub(crate) object: i64,
     pub(crate) app: String,
@@ -44,11 +44,77 @@ pub(crate) struct Spawned {
 
 /// What identifies a loaded module version in a backend's cache. The id
 /// alone is not enough: ids start again after the extension is recreated.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub(crate) struct ModuleKey {
     pub(crate) module_id: i64,
     pub(crate) app: String,
     pub(crate) sha256: String,
+}
+
+/// A nested method call, as the caller makes it (host/calls.rs); sent to
+/// another Citus node when the object is stored there (host/remote.rs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MethodCall {
+    pub(crate) object: i64,
+    pub(crate) method: String,
+    /// JSON text.
+    pub(crate) args: String,
+    /// Whether the caller is readonly: its callees stay readonly.
+    pub(crate) readonly: bool,
+    /// The callee's depth (the top-level call is 0).
+    pub(crate) depth: u32,
+}
+
+/// What a run of a call forwarded to another node got from the host, in
+/// order, which a later run of the same call must get again (host/remote.rs):
+/// random numbers, clock readings, ids of objects it created, and the
+/// outcome of each call it needed on a third node (`Err`: the callee's own
+/// error, for the caller to handle).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Draw {
+    Random(u64),
+    Now(i64),
+    ObjectId(i64),
+    Call { call: MethodCall, outcome: Result<String, String> },
+}
+
+/// What travels with a call forwarded to the node holding its object,
+/// besides the call itself (`_call_here`).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Forwarded {
+    /// A nested call: the code version of the calling workflow (the callee
+    /// runs the same), whether the caller is readonly, the callee's depth
+    /// and the job the workflow runs as. None for a call from SQL.
+    pub(crate) nested: Option<Nested>,
+    /// What earlier runs of this call drew, to get again.
+    pub(crate) tape: Vec<Draw>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Nested {
+    pub(crate) module: ModuleKey,
+    pub(crate) readonly: bool,
+    pub(crate) depth: u32,
+    pub(crate) job: Option<i64>,
+}
+
+/// What a node answers to a call forwarded to it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Reply {
+    /// The call returned and its workflow committed (in this transaction):
+    /// its result, and the calls it spawned on objects stored on other
+    /// nodes, for the sending node to queue there.
+    Done { result: String, spawned: Vec<Spawned> },
+    /// The call returned its own error (its caller may handle it); its
+    /// workflow wrote nothing.
+    Failed { message: String },
+    /// The call needs `call`, on an object of another node, first: what it
+    /// drew until then, the objects it touched (no call may come back to
+    /// them before it ends) and its code version. Nothing of the run
+    /// stays: it runs again, given the outcome.
+    Needs { call: MethodCall, tape: Vec<Draw>, touched: Vec<i64>, module: ModuleKey },
 }
 
 /// What a module's `describe` export says, as stored in `modules.description`.

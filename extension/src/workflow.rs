@@ -10,24 +10,41 @@ use crate::access::{self, Caller, Privilege};
 use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use crate::host::calls::create_object;
+use crate::host::calls::{self, create_object};
 use crate::host::registry::{self, AppVersion};
-use crate::host::Frame;
-use crate::model::{FnDesc, FunctionKind, ObjectInfo};
+use crate::host::{remote, Frame};
+use crate::model::{Draw, FnDesc, Forwarded, FunctionKind, MethodCall, ObjectInfo, Reply, Spawned};
+use crate::route;
 use crate::stats;
 use crate::txn::{occ, Workflow};
 use std::rc::Rc;
 use std::time::Instant;
 
-/// Counts a top-level call in `lambdastore.stats`.
+/// Counts a top-level call in `lambdastore.stats` (not a run of a
+/// forwarded call that stopped for a call on another node: it runs again).
 fn counted<T>(app: &str, ty: &str, function: &str, started: Instant, outcome: Result<T>) -> Result<T> {
-    stats::record(app, ty, function, outcome.as_ref().map(|_| ()), started.elapsed());
+    if !matches!(outcome, Err(LambdaError::Suspended(_))) {
+        stats::record(app, ty, function, outcome.as_ref().map(|_| ()), started.elapsed());
+    }
     outcome
 }
 
-/// A new workflow for `caller` (inside job `job`, if any), with its timeout.
-fn start(caller: Caller, job: Option<i64>) -> Rc<Workflow> {
-    Rc::new(Workflow::new(caller, job, gucs::timeout(caller.is_superuser())))
+/// A new workflow for `caller` (inside job `job`, if any), with its timeout;
+/// for a call forwarded here, replaying `tape` (what earlier runs drew).
+fn start(caller: Caller, job: Option<i64>, tape: Option<Vec<Draw>>) -> Rc<Workflow> {
+    let workflow = Workflow::new(caller, job, gucs::timeout(caller.is_superuser()));
+    Rc::new(match tape {
+        Some(tape) => workflow.replaying(tape),
+        None => workflow,
+    })
+}
+
+/// A call that returned, and the calls its workflow spawned on objects of
+/// other nodes that this node could not queue (it runs a call another node
+/// sent: that node queues them).
+struct Finished<T> {
+    result: T,
+    spawned_elsewhere: Vec<Spawned>,
 }
 
 /// A workflow that writes cannot run in a READ ONLY transaction: refused
@@ -44,15 +61,74 @@ fn refuse_in_read_only_transaction(readonly: bool, type_name: &str, function: &s
 
 /// `lambda_invoke(object_id, method, args)`, for `caller`.
 pub(crate) fn invoke_method(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
-    invoke(caller, None, object, method, args)
+    invoke(caller, None, object, method, args, None).map(|done| done.result)
 }
 
 /// Job `job`: its method call, for the role that submitted it.
 pub(crate) fn run_job(caller: Caller, job: i64, object: i64, method: &str, args: &str) -> Result<String> {
-    invoke(caller, Some(job), object, method, args)
+    invoke(caller, Some(job), object, method, args, None).map(|done| done.result)
 }
 
-fn invoke(caller: Caller, job: Option<i64>, object: i64, method: &str, args: &str) -> Result<String> {
+/// `lambda_invoke` of an object stored on `node` (forward.rs): sent there,
+/// with the calls its lambda needs on other nodes made from here; those on
+/// objects of this node run in a workflow of this node, committed after it.
+pub(crate) fn invoke_elsewhere(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<String> {
+    let workflow = start(caller, None, None);
+    let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
+    let result =
+        remote::drive(&workflow, None, node, call, &[])?.map_err(|message| LambdaError::Application { message })?;
+    if !workflow.touched().is_empty() {
+        commit(&workflow)?;
+        route::ran_here()?;
+    }
+    Ok(result)
+}
+
+/// A call another node sent to this one (`_call_here`), whose object is
+/// stored here: from SQL (checked as `lambda_invoke` is) or nested (run as
+/// a callee of the sender's workflow). Its answer as JSON: `Reply`.
+pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &str, sent: Forwarded) -> Result<String> {
+    let outcome = match sent.nested {
+        None => invoke(caller, None, object, method, args, Some(sent.tape)),
+        Some(nested) => {
+            occ::check_isolation()?;
+            let app = registry::load(&nested.module)?;
+            let call = MethodCall {
+                object,
+                method: method.into(),
+                args: args.into(),
+                readonly: nested.readonly,
+                depth: nested.depth,
+            };
+            let workflow = start(caller, nested.job, Some(sent.tape));
+            calls::method_here(&workflow, &app, &call)
+                .and_then(|result| Ok(Finished { result, spawned_elsewhere: commit(&workflow)? }))
+        }
+    };
+    let reply = match outcome {
+        Ok(done) => Reply::Done { result: done.result, spawned: done.spawned_elsewhere },
+        Err(LambdaError::Application { message }) => Reply::Failed { message },
+        Err(LambdaError::Suspended(needs)) => return Ok(needs),
+        Err(failed) => return Err(failed),
+    };
+    serde_json::to_string(&reply).map_err(|e| LambdaError::Internal(e.to_string()))
+}
+
+/// A call a lambda on another node spawned on an object stored here
+/// (`_spawn_here`): queued as a job of `caller`, child of `parent`.
+pub(crate) fn queue_spawned(caller: Caller, spawned: &Spawned, parent: Option<i64>) -> Result<()> {
+    calls::check_spawned_here(spawned)?;
+    catalog::jobs::insert_spawned(std::slice::from_ref(spawned), caller.0, parent)
+}
+
+fn invoke(
+    caller: Caller,
+    job: Option<i64>,
+    object: i64,
+    method: &str,
+    args: &str,
+    tape: Option<Vec<Draw>>,
+) -> Result<Finished<String>> {
     occ::check_isolation()?;
     let started = Instant::now();
     let (info, module) = catalog::objects::lookup(object)?;
@@ -62,7 +138,7 @@ fn invoke(caller: Caller, job: Option<i64>, object: i64, method: &str, args: &st
     // fill the statistics' table.
     let readonly = method_callable_from_sql(&app, &info.type_name, method)?;
     refuse_in_read_only_transaction(readonly, &info.type_name, method)?;
-    let workflow = start(caller, job);
+    let workflow = start(caller, job, tape);
     workflow.remember_object(object, info.clone());
     let outcome = run_method(&workflow, &info, &app, readonly, object, method, args);
     counted(&info.app, &info.type_name, method, started, outcome)
@@ -76,23 +152,34 @@ fn run_method(
     object: i64,
     method: &str,
     args: &str,
-) -> Result<String> {
+) -> Result<Finished<String>> {
     let frame = Frame { object, type_name: info.type_name.clone(), function: method.to_string(), readonly, depth: 0 };
     let result = registry::run(workflow, app, frame, FunctionKind::Method, args)?;
-    commit(workflow)?;
-    Ok(result)
+    Ok(Finished { result, spawned_elsewhere: commit(workflow)? })
 }
 
 /// Validates and applies the workflow's writes, then queues the calls it
 /// spawned (the outbox: they exist only if this transaction commits),
 /// running as the workflow's role, children of the job it runs in if any.
-fn commit(workflow: &Workflow) -> Result<()> {
+/// Calls spawned on objects of other nodes are queued there; returned
+/// when this node cannot send them (a call another node sent runs here).
+fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     occ::commit(workflow)?;
     let writes = workflow.writes();
-    if !writes.spawned().is_empty() {
-        catalog::jobs::insert_spawned(writes.spawned(), workflow.caller.0, workflow.parent_job)?;
+    if writes.spawned().is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(())
+    let (mut here, mut elsewhere) = (Vec::new(), Vec::new());
+    for call in writes.spawned() {
+        let list = if route::owner_elsewhere(call.object)?.is_some() { &mut elsewhere } else { &mut here };
+        list.push(call.clone());
+    }
+    catalog::jobs::insert_spawned(&here, workflow.caller.0, workflow.parent_job)?;
+    if route::arrived() {
+        return Ok(elsewhere);
+    }
+    remote::queue(workflow, &elsewhere)?;
+    Ok(Vec::new())
 }
 
 /// What `lambdastore.submit` checks before queueing a job, so that a typo
@@ -169,7 +256,7 @@ fn run_static(
     readonly: bool,
     args: &str,
 ) -> Result<String> {
-    let workflow = start(caller, None);
+    let workflow = start(caller, None, None);
     let frame =
         Frame { object: 0, type_name: type_name.to_string(), function: function.to_string(), readonly, depth: 0 };
     let result = registry::run(&workflow, app, frame, FunctionKind::Static, args)?;
@@ -190,10 +277,25 @@ pub(crate) fn create(caller: Caller, app_name: &str, type_name: &str, args: &str
     counted(app_name, type_name, "(create)", started, outcome)
 }
 
+/// A constructor run for a `create_object` sent from a node that holds no
+/// objects (forward.rs) cannot reach other nodes: that node does not drive
+/// what the constructor needs there (a call sent from SQL does).
 fn run_create(caller: Caller, app: &Rc<AppVersion>, type_name: &str, args: &str) -> Result<i64> {
-    let workflow = start(caller, None);
-    let id = create_object(&workflow, app, type_name, args, 0, false)?;
-    commit(&workflow)?;
+    let refused = || {
+        LambdaError::AcrossNodes(format!(
+            "the constructor of \"{type_name}\" reached an object on another node, which create_object on a node \
+             without objects does not support: create the object from a worker, or call its other objects after"
+        ))
+    };
+    // Sent here, its workflow stops at a call on another node, refused then.
+    let workflow = start(caller, None, route::arrived().then(Vec::new));
+    let id = create_object(&workflow, app, type_name, args, 0, false).map_err(|e| match e {
+        LambdaError::Suspended(_) => refused(),
+        e => e,
+    })?;
+    if !commit(&workflow)?.is_empty() {
+        return Err(refused());
+    }
     Ok(id)
 }
 

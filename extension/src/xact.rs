@@ -5,7 +5,7 @@
 //! released; the pre-commit and pre-prepare parts before either, where an
 //! error still aborts the transaction.
 
-use crate::{catalog, forward, jobs, txn, workers};
+use crate::{catalog, jobs, route, txn, workers};
 use pgrx::pg_sys;
 
 /// Registers the callback; once per process, from `_PG_init`.
@@ -26,7 +26,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         XACT_EVENT_PRE_PREPARE => {
             let prepared = catalog::cache::refuse_prepare()
                 .and_then(|_| txn::occ::validate_again())
-                .and_then(|_| txn::prepared::at_prepare());
+                .and_then(|_| txn::prepared::at_prepare(catalog::jobs::take_inserted()));
             if let Err(refused) = prepared {
                 refused.report("PREPARE TRANSACTION");
             }
@@ -39,9 +39,9 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         // A transaction that ran calls on several nodes: the node that
         // commits it validates its own reads again, as the prepared nodes
         // do, and (if it wrote nothing, so nothing is prepared) has the
-        // others validate theirs (forward.rs).
-        XACT_EVENT_PRE_COMMIT if forward::spread() => {
-            if let Err(failed) = txn::occ::validate_again().and_then(|_| forward::validate_elsewhere()) {
+        // others validate theirs (route.rs).
+        XACT_EVENT_PRE_COMMIT if route::spread() => {
+            if let Err(failed) = txn::occ::validate_again().and_then(|_| route::validate_elsewhere()) {
                 failed.report("COMMIT");
             }
         }
@@ -52,14 +52,14 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
             txn::versions::at_commit();
             catalog::cache::at_commit();
             jobs::at_commit();
-            forward::at_transaction_end();
+            route::at_transaction_end();
             catalog::at_transaction_end();
         }
         XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
             txn::versions::at_abort();
             catalog::cache::at_abort();
             jobs::at_abort();
-            forward::at_transaction_end();
+            route::at_transaction_end();
             catalog::at_transaction_end();
         }
         _ => {}

@@ -10,7 +10,9 @@
 mod cluster;
 mod common;
 
-use common::concurrent::{connect_cc, retrying, run_workers, subtract_if_covered, Cc, Rng, Tally};
+use common::concurrent::{
+    connect_cc, random_transfers, retrying, run_workers, subtract_if_covered, withdraw_if_covered, Cc, Rng, Tally,
+};
 use common::*;
 use postgres::{Client, GenericClient, NoTls};
 use serde_json::json;
@@ -34,6 +36,13 @@ fn workers() -> Option<Vec<Client>> {
         config.connect(NoTls).expect("connect to a worker")
     };
     Some(cluster.workers.iter().map(|url| connect_worker(url)).collect())
+}
+
+/// Two objects of `app`'s type `ty` on different workers, the first on
+/// the first worker (by host:port).
+fn on_two_nodes(c: &mut Client, app: &str, ty: &str, args: serde_json::Value) -> (i64, i64) {
+    let by_node = spread(c, app, ty, args, 1);
+    (by_node.values().next().unwrap()[0], by_node.values().nth(1).unwrap()[0])
 }
 
 /// The node (host:port) holding `object`'s shard, from Citus' metadata.
@@ -168,6 +177,25 @@ fn jobs_submitted_on_any_node_run_once_on_the_owner() {
     }
 }
 
+/// A job queued by a transaction that commits in two phases: its node's
+/// part ends with COMMIT PREPARED, which wakes no one, yet the job runs as
+/// soon as a woken one would (not after the runners' one-minute nap).
+#[test]
+fn a_job_queued_by_a_two_phase_commit_runs_at_once() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_jobs_2pc", "counter");
+    let (a, b) = on_two_nodes(&mut c, &app, "Counter", json!({"initial": 0}));
+    // A job queued and run as usual first: b's runners are up, then idle.
+    let first = submit(&mut c, b, "increment", json!({}), None).unwrap();
+    assert_eq!(finished(&mut c, first).state, "done");
+    let mut tx = c.transaction().unwrap();
+    call(&mut tx, a, "increment", json!({}));
+    let job = submit(&mut tx, b, "increment", json!({}), None).unwrap();
+    tx.commit().unwrap();
+    let done = wait_job(&mut c, job, 20).unwrap();
+    assert_eq!(done.state, "done", "job {job} still {done:?} after 20 s");
+}
+
 #[test]
 fn split_and_delete_from_any_node_reach_the_owner() {
     let Some(mut workers) = workers() else { return };
@@ -254,15 +282,124 @@ fn a_sessions_settings_travel_with_its_calls() {
 }
 
 #[test]
-fn a_nested_call_to_an_object_on_another_node_is_refused_clearly() {
-    let Some(_workers) = workers() else { return };
+fn a_nested_call_reaches_an_object_on_another_node_from_any_node() {
+    let Some(mut nodes) = workers() else { return };
     let (mut c, bank) = deployed("citus_nested", "bank");
-    let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 100}), 1);
-    let (a, b) = (by_node.values().next().unwrap()[0], by_node.values().nth(1).unwrap()[0]);
-    let message = expect_sqlstate(invoke(&mut c, a, "transfer", json!({"to": b, "amount": 10})), "0A000");
-    assert!(message.contains(&format!("object {b} is stored on")), "{message}");
-    assert_eq!(call(&mut c, a, "balance", json!({})), json!(100));
-    assert_eq!(call(&mut c, b, "balance", json!({})), json!(100));
+    let (a, b) = on_two_nodes(&mut c, &bank, "Account", json!({"owner": "x", "initial": 100}));
+    // From the coordinator (a's lambda runs on a's node, which needs b's
+    // deposit made on b's), then from each worker: the one holding a runs
+    // the transfer itself and sends the deposit; the other sends both.
+    assert_eq!(call(&mut c, a, "transfer", json!({"to": b, "amount": 10})), json!(90));
+    assert_eq!(call(&mut nodes[0], a, "transfer", json!({"to": b, "amount": 10})), json!(80));
+    assert_eq!(call(&mut nodes[1], a, "transfer", json!({"to": b, "amount": 10})), json!(70));
+    assert_eq!(call(&mut c, b, "balance", json!({})), json!(130));
+    let credits = call(&mut c, b, "history", json!({}));
+    let from_a = credits.as_array().unwrap().iter().filter(|e| e["counterparty"] == json!(a)).count();
+    assert_eq!(from_a, 3, "b's audit shows each credit once: {credits}");
+
+    // The callee's own error reaches the caller, which fails: nothing of
+    // the transfer stays on either node.
+    let message = expect_sqlstate(invoke(&mut c, b, "transfer", json!({"to": a, "amount": 1000})), "P0001");
+    assert!(message.contains("insufficient funds"), "{message}");
+    assert_eq!(call(&mut c, a, "balance", json!({})), json!(70));
+    assert_eq!(call(&mut c, b, "balance", json!({})), json!(130));
+}
+
+#[test]
+fn a_run_stopped_for_a_call_on_a_third_node_runs_again_with_the_same_draws() {
+    let Some(mut nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_stamp", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    // From the coordinator: x's run on its node stops at the call to y and
+    // runs again once the coordinator made it. The key written depends on a
+    // random number drawn before the call: the second run must draw the
+    // same, or it would ask for another call (and fail with 40001).
+    let mut stamps = vec![call(&mut c, x, "stamp", json!({"target": y})).as_u64().unwrap()];
+    for worker in &mut nodes {
+        stamps.push(call(worker, x, "stamp", json!({"target": y})).as_u64().unwrap());
+    }
+    let written: Vec<String> = entries(&mut c, y)
+        .iter()
+        .filter(|(field, key, _)| field == "kv" && String::from_utf8_lossy(key).contains("stamp-"))
+        .map(|(_, key, _)| String::from_utf8_lossy(key).into_owned())
+        .collect();
+    assert_eq!(written.len(), 3, "one stamp per call: {written:?}");
+    for n in stamps {
+        // Keys are stored with the SDK's terminator after the string.
+        assert!(written.iter().any(|key| key.contains(&format!("stamp-{n}\0"))), "no stamp-{n} in {written:?}");
+    }
+}
+
+#[test]
+fn a_callees_error_takes_back_what_it_needed_on_other_nodes() {
+    let Some(_nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_take_back", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    // x (first node) calls y (second node), which puts a key in x's
+    // neighbour t (first node again) and then fails; x ignores the error.
+    // y's put committed its workflow on t's node before y failed: it must
+    // be gone, as the callee's writes are on one node.
+    let t = spread(&mut c, &app, "Bench", json!({"entries": 0}), 2).values().next().unwrap()[1];
+    assert_eq!(owner(&mut c, t), owner(&mut c, x));
+    let put = json!({"target": t, "method": "put", "args": {"key": "k", "value": "undone"}});
+    let ignored = call(&mut c, x, "call_and_ignore", json!({"target": y, "method": "relay_then_fail", "args": put}));
+    assert_eq!(ignored, json!(true), "x saw y's error");
+    assert_eq!(call(&mut c, t, "get", json!({"key": "k"})), json!(null), "y's put outlived y's error");
+    // Without the error, the same put stays.
+    call(&mut c, x, "relay", json!({"target": y, "method": "relay", "args": put}));
+    assert_eq!(call(&mut c, t, "get", json!({"key": "k"})), json!("undone"));
+}
+
+#[test]
+fn a_call_across_nodes_may_not_come_back_to_an_object_a_stopped_run_touched() {
+    let Some(nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_call_back", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    call(&mut c, x, "put", json!({"key": "k", "value": "old"}));
+    // x writes k, then calls y, which reads k of x back: on one node it
+    // sees "new".
+    let back = json!({"key": "k", "value": "new", "target": y, "method": "relay",
+                      "args": {"target": x, "method": "get", "args": {"key": "k"}}});
+    // Sent to x's node, x's run stops at y; y's run needs x, whose stopped
+    // run's write is not there (it comes with the next run): refused.
+    let message = expect_sqlstate(invoke(&mut c, x, "put_and_relay", back.clone()), "0A000");
+    assert!(message.contains(&format!("object {x} is in use")), "{message}");
+    assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("old"));
+    // Run on x's own node, y's read of x runs in x's workflow and sees it.
+    let x_node = owner(&mut c, x);
+    let home = nodes.into_iter().find_map(|mut n| (node(&mut n) == x_node).then_some(n));
+    let mut home = home.expect("a worker holds x");
+    assert_eq!(call(&mut home, x, "put_and_relay", back), json!("new"));
+    assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("new"));
+}
+
+#[test]
+fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
+    let Some(_nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_spawn", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    let spawn = |tag: i32, fail: bool| json!({"target": y, "method": "tally", "args": {"tag": tag}, "fail": fail});
+    // A failed parent queues nothing; a committed one queues one job on y's
+    // node (x's run was sent to its node, which hands the spawn back).
+    expect_sqlstate(invoke(&mut c, x, "spawn_then", spawn(1, true)), "P0001");
+    call(&mut c, x, "spawn_then", spawn(2, false));
+    let jobs: Vec<i64> = c
+        .query("SELECT job_id FROM lambdastore.jobs WHERE object_id = $1 AND method = 'tally'", &[&y])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(finished(&mut c, jobs[0]).result, Some(json!(1)));
+    // A spawn to a method the object does not have, or to an object of
+    // another application, fails the parent.
+    let bad = json!({"target": y, "method": "nope", "args": {}, "fail": false});
+    expect_sqlstate(invoke(&mut c, x, "spawn_then", bad), "42883");
+    let (_, other) = deployed("citus_spawn_other", "micro");
+    let (_, foreign) = on_two_nodes(&mut c, &other, "Bench", json!({"entries": 0}));
+    assert_ne!(owner(&mut c, foreign), owner(&mut c, x));
+    let foreign_spawn = json!({"target": foreign, "method": "tally", "args": {"tag": 3}, "fail": false});
+    expect_sqlstate(invoke(&mut c, x, "spawn_then", foreign_spawn), "42501");
 }
 
 // ---------------------------------------------------------------------------
@@ -339,6 +476,42 @@ fn read_skew_across_nodes(cc: Cc) -> (u64, Tally) {
     (anomalies, tally)
 }
 
+// Driven by nested calls: the lambda on one node reads or writes the
+// object on the other.
+
+/// Write skew decided by a lambda: a.withdraw_if_covered(b) reads b's
+/// balance through a nested call to b's node, and concurrently
+/// b.withdraw_if_covered(a). Exactly one withdrawal per pair.
+fn write_skew_by_nested_calls(cc: Cc) -> (u64, Tally) {
+    const PAIRS: usize = 30;
+    let mut c = connect();
+    let bank = app(&format!("citus_nested_skew_{cc}"));
+    deploy_example(&mut c, &bank, "bank");
+    let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 100}), PAIRS);
+    let mut nodes = by_node.values();
+    let (left, right) = (nodes.next().unwrap(), nodes.next().unwrap());
+    let pairs: Arc<Vec<(i64, i64)>> = Arc::new(left.iter().copied().zip(right.iter().copied()).take(PAIRS).collect());
+    let (anomalies, example, tally) = withdraw_if_covered(cc, pairs, THREADS, WATCHDOG);
+    println!("write skew by nested calls across nodes [{cc}]: {anomalies} of {PAIRS} pairs broken{example}; {tally}");
+    (anomalies, tally)
+}
+
+/// Transfers by nested calls (a.transfer(b) debits a and calls b.deposit)
+/// between accounts on both nodes: the total stays, no account goes
+/// negative, each committed transfer leaves two audit entries.
+fn bank_by_nested_calls(cc: Cc) -> (u64, Tally) {
+    const PER_NODE: usize = 4;
+    const PER_THREAD: usize = 60;
+    let mut c = connect();
+    let bank = app(&format!("citus_nested_bank_{cc}"));
+    deploy_example(&mut c, &bank, "bank");
+    let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 1000}), PER_NODE);
+    let accounts: Arc<Vec<i64>> = Arc::new(by_node.values().flat_map(|ids| ids[..PER_NODE].to_vec()).collect());
+    let (anomalies, details, tally) = random_transfers(cc, accounts, 1000, THREADS, PER_THREAD, WATCHDOG);
+    println!("bank by nested calls across nodes [{cc}]: {details}; {tally}");
+    (anomalies, tally)
+}
+
 /// No anomaly under occ (and some contention, or the run proves nothing);
 /// at least one under off within a few runs.
 fn prove(scenario: fn(Cc) -> (u64, Tally), cc: Cc) {
@@ -380,6 +553,26 @@ fn read_skew_across_nodes_occ() {
 #[test]
 fn read_skew_across_nodes_off() {
     prove(read_skew_across_nodes, Cc::Off);
+}
+
+#[test]
+fn write_skew_by_nested_calls_occ() {
+    prove(write_skew_by_nested_calls, Cc::Occ);
+}
+
+#[test]
+fn write_skew_by_nested_calls_off() {
+    prove(write_skew_by_nested_calls, Cc::Off);
+}
+
+#[test]
+fn bank_by_nested_calls_occ() {
+    prove(bank_by_nested_calls, Cc::Occ);
+}
+
+#[test]
+fn bank_by_nested_calls_off() {
+    prove(bank_by_nested_calls, Cc::Off);
 }
 
 #[test]

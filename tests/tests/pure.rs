@@ -13,3 +13,6 @@ mod buffer;
 
 #[path = "../../extension/src/txn/entry_sets.rs"]
 mod entry_sets;
+
+#[path = "../../extension/src/txn/tape.rs"]
+mod tape;

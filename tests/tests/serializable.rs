@@ -90,21 +90,6 @@ fn ok<T>(result: Result<T, postgres::Error>, what: impl Display) -> T {
     result.unwrap_or_else(|e| panic!("{what}: {}", describe(&e)))
 }
 
-/// Whether `result` is the application's refusal (P0001) with a message
-/// containing `expected`; any other error fails the test.
-#[track_caller]
-fn refused<T>(result: &Result<T, postgres::Error>, expected: &str, what: impl Display) -> bool {
-    match result {
-        Ok(_) => false,
-        Err(e) if sqlstate(e) == Some("P0001") => {
-            let message = describe(e);
-            assert!(message.contains(expected), "{what}: {message}");
-            true
-        }
-        Err(e) => panic!("{what}: {}", describe(e)),
-    }
-}
-
 fn as_i64(value: Value) -> i64 {
     value.as_i64().unwrap_or_else(|| panic!("expected an integer, got {value}"))
 }
@@ -230,47 +215,7 @@ fn write_skew(cc: Cc) -> Outcome {
     deploy_example(&mut c, &bank, "bank");
     let accounts = open_accounts(&mut c, &bank, 2 * PAIRS, 100);
     let pairs: Arc<Vec<(i64, i64)>> = Arc::new(accounts.chunks(2).map(|p| (p[0], p[1])).collect());
-    let barrier = Arc::new(Barrier::new(THREADS));
-
-    let results = run_workers("write_skew", THREADS, WATCHDOG, {
-        let pairs = pairs.clone();
-        move |i| {
-            let mut c = connect_cc(cc);
-            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
-            let mut withdrew = Vec::new();
-            for (p, &(a, b)) in pairs.iter().enumerate() {
-                let (me, other) = if i % 2 == 0 { (a, b) } else { (b, a) };
-                barrier.wait();
-                let result = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(&mut c, me, "withdraw_if_covered", json!({"other": other, "amount": 150}))
-                });
-                if refused(&result, "not covered", "withdraw_if_covered") {
-                    tally.refused += 1;
-                } else {
-                    withdrew.push(p);
-                    tally.committed += 1;
-                }
-            }
-            (tally, withdrew)
-        }
-    });
-
-    let tally = Tally::sum(results.iter().map(|(t, _)| t));
-    let mut withdrawals = vec![0i64; PAIRS];
-    for p in results.iter().flat_map(|(_, w)| w) {
-        withdrawals[*p] += 1;
-    }
-    let (mut anomalies, mut example) = (0, String::new());
-    for (p, &(a, b)) in pairs.iter().enumerate() {
-        let (ba, bb) = (balance(&mut c, a), balance(&mut c, b));
-        let n = withdrawals[p];
-        if n != 1 || ba + bb != 200 - 150 * n {
-            anomalies += 1;
-            if example.is_empty() {
-                example = format!("; e.g. pair {p}: {n} withdrawals of 150, balances {ba} and {bb}");
-            }
-        }
-    }
+    let (anomalies, example, tally) = withdraw_if_covered(cc, pairs, THREADS, WATCHDOG);
     Outcome {
         anomalies,
         details: format!("{PAIRS} pairs, each must end with one withdrawal and a sum of 50{example}"),
@@ -485,55 +430,8 @@ fn bank_invariant(cc: Cc) -> Outcome {
     let bank = app(&format!("bank_invariant_{cc}"));
     deploy_example(&mut c, &bank, "bank");
     let accounts = Arc::new(open_accounts(&mut c, &bank, ACCOUNTS, INITIAL));
-
-    let tallies = run_workers("bank_invariant", THREADS, WATCHDOG, {
-        let accounts = accounts.clone();
-        move |i| {
-            let mut c = connect_cc(cc);
-            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
-            for _ in 0..PER_THREAD {
-                let from = accounts[rng.below(ACCOUNTS as u64) as usize];
-                let to = loop {
-                    let to = accounts[rng.below(ACCOUNTS as u64) as usize];
-                    if to != from {
-                        break to;
-                    }
-                };
-                let amount = 1 + rng.below(300) as i64;
-                let result = retrying(cc, &mut tally, &mut rng, || {
-                    invoke(&mut c, from, "transfer", json!({"to": to, "amount": amount}))
-                });
-                if refused(&result, "insufficient funds", "transfer") {
-                    tally.refused += 1;
-                } else {
-                    tally.committed += 1;
-                }
-            }
-            tally
-        }
-    });
-
-    let tally = Tally::sum(&tallies);
-    let balances: Vec<i64> = accounts.iter().map(|&a| balance(&mut c, a)).collect();
-    let total: i64 = balances.iter().sum();
-    let negative = balances.iter().filter(|b| **b < 0).count() as u64;
-    let audit: i64 = c
-        .query_one(
-            "SELECT count(*) FROM lambdastore.entries WHERE object_id = ANY($1) AND field = 'audit'",
-            &[&*accounts],
-        )
-        .unwrap()
-        .get(0);
-    let expected_total = ACCOUNTS as i64 * INITIAL;
-    let expected_audit = 2 * tally.committed as i64;
-    Outcome {
-        anomalies: u64::from(total != expected_total) + negative + u64::from(audit != expected_audit),
-        details: format!(
-            "total {total} (must be {expected_total}), {negative} negative accounts, \
-             {audit} audit entries (must be {expected_audit})"
-        ),
-        tally,
-    }
+    let (anomalies, details, tally) = random_transfers(cc, accounts, INITIAL, THREADS, PER_THREAD, WATCHDOG);
+    Outcome { anomalies, details, tally }
 }
 
 #[test]

@@ -6,7 +6,8 @@
 use crate::access::{self, as_storage, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::jsonb::JsonText;
-use crate::{forward, workflow};
+use crate::model::Spawned;
+use crate::{forward, route, workflow};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -49,11 +50,11 @@ fn at_owner<T>(
     here: impl FnOnce(Caller) -> Result<T>,
     there: impl FnOnce(Caller, &str) -> Result<T>,
 ) -> Result<T> {
-    as_storage(|caller| match forward::owner_elsewhere(object)? {
+    as_storage(|caller| match route::owner_elsewhere(object)? {
         Some(node) => there(caller, &node),
         None => {
             let out = here(caller)?;
-            forward::ran_here()?;
+            route::ran_here()?;
             Ok(out)
         }
     })
@@ -88,7 +89,7 @@ mod lambdastore {
                 return forward::create(caller, app, type_name, &args.0);
             }
             let id = workflow::create(caller, app, type_name, &args.0)?;
-            forward::ran_here()?;
+            route::ran_here()?;
             Ok(id)
         });
         match outcome {
@@ -149,27 +150,49 @@ mod lambdastore {
         }
     }
 
-    /// On the Citus node holding the object: a `lambda_invoke` forwarded by
-    /// another node (forward.rs), for `role` with its settings. Superusers
-    /// only (sql/citus.sql); returns "w" or "r" (whether this node's part of
-    /// the transaction wrote), then the result.
+    /// On the Citus node holding the object: a call sent by another node
+    /// (route.rs), from SQL or from a lambda there, for `role` with its
+    /// settings; `context` is what travels with it (`model::Forwarded`).
+    /// Superusers only (sql/citus.sql); returns "w" or "r" (whether this
+    /// node's part of the transaction wrote), then the answer
+    /// (`model::Reply`).
     #[pg_extern(volatile, parallel_unsafe)]
-    fn _invoke_here(
+    fn _call_here(
         object_id: i64,
         method: &str,
         args: &str,
-        _unused: &str,
+        context: &str,
         role: &str,
         timeout_ms: i64,
         settings: &str,
     ) -> String {
-        here(
-            role,
-            timeout_ms,
-            settings,
-            |caller| workflow::invoke_method(caller, object_id, method, args),
-            || format!("lambda_invoke({object_id}, '{method}')"),
-        )
+        let call = |caller| {
+            let sent = serde_json::from_str(context)
+                .map_err(|e| LambdaError::InvalidParameter(format!("the context of a forwarded call: {e}")))?;
+            workflow::run_forwarded(caller, object_id, method, args, sent)
+        };
+        here(role, timeout_ms, settings, call, || format!("lambda_invoke({object_id}, '{method}')"))
+    }
+
+    /// The same for a call a lambda on another node spawned on an object
+    /// stored here; `context` is `[application, parent job]`.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _spawn_here(
+        object_id: i64,
+        method: &str,
+        args: &str,
+        context: &str,
+        role: &str,
+        timeout_ms: i64,
+        settings: &str,
+    ) -> String {
+        let spawn = |caller| {
+            let (app, parent): (String, Option<i64>) = serde_json::from_str(context)
+                .map_err(|e| LambdaError::InvalidParameter(format!("the context of a spawned call: {e}")))?;
+            let spawned = Spawned { object: object_id, app, method: method.into(), args: args.into() };
+            workflow::queue_spawned(caller, &spawned, parent).map(|_| String::new())
+        };
+        here(role, timeout_ms, settings, spawn, || format!("spawn({object_id}, '{method}')"))
     }
 
     /// The same for `lambdastore.submit` (its key claimed by the sending
@@ -389,7 +412,7 @@ fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) 
 
 /// The body of a call forwarded here (`_invoke_here` and its kind): the
 /// caller and its settings, the work as storage, the result for
-/// `forward::here_result`.
+/// `route::here_result`.
 fn here(
     role: &str,
     timeout_ms: i64,
@@ -397,8 +420,8 @@ fn here(
     work: impl FnOnce(Caller) -> Result<String>,
     context: impl FnOnce() -> String,
 ) -> String {
-    let outcome = forward::arrive(role, timeout_ms, settings).and_then(|caller| as_storage(|_| work(caller)));
-    forward::here_result(outcome.unwrap_or_else(|err| raise(err, context())))
+    let outcome = route::arrive(role, timeout_ms, settings).and_then(|caller| as_storage(|_| work(caller)));
+    route::here_result(outcome.unwrap_or_else(|err| raise(err, context())))
 }
 
 /// 'invoke' or 'read': what `grant` and `revoke` take.

@@ -2,14 +2,16 @@
 //! (`call`, `call-static`, `create`, `spawn`). They stay inside the
 //! application the workflow started in, run on the same code version, and
 //! take a savepoint of the write buffer so that a callee returning its own
-//! error leaves nothing behind.
+//! error leaves nothing behind. A call or spawn for an object stored on
+//! another Citus node goes there (remote.rs).
 
 use super::registry::{self, AppVersion};
-use super::{Frame, HostState};
+use super::{remote, Frame, HostState};
 use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use crate::model::{FunctionKind, ObjectInfo, Spawned};
+use crate::model::{Draw, FunctionKind, MethodCall, ObjectInfo, Spawned};
+use crate::route;
 use crate::txn::Workflow;
 use std::rc::Rc;
 
@@ -27,7 +29,11 @@ pub(crate) fn create_object(
     if caller_readonly {
         return Err(LambdaError::ReadonlyWrite { ty: type_name.to_string(), function: "(create)".into() });
     }
-    let id = catalog::objects::next_id()?;
+    let id =
+        match workflow.draw(|d| matches!(d, Draw::ObjectId(_)), || Ok(Draw::ObjectId(catalog::objects::next_id()?)))? {
+            Draw::ObjectId(id) => id,
+            _ => unreachable!("draw checked the kind"),
+        };
     let savepoint = workflow.savepoint();
     workflow.create_object(id, ObjectInfo { app: app.app.clone(), type_name: type_name.to_string() });
     let outcome = match ctor {
@@ -85,39 +91,66 @@ fn object_info(workflow: &Workflow, id: i64) -> Result<ObjectInfo> {
     Ok(info)
 }
 
-/// An object a lambda may reach: one of its own application's.
-fn same_application_object(caller: &HostState, target: i64) -> Result<ObjectInfo> {
-    let info = object_info(&caller.workflow, target)?;
-    if info.app != caller.app.app {
-        return Err(LambdaError::CrossApplication { object: target, caller: caller.app.app.clone(), target: info.app });
+/// An object a workflow of `app` may reach: one of its own application's.
+fn same_application_object(workflow: &Workflow, app: &AppVersion, target: i64) -> Result<ObjectInfo> {
+    let info = object_info(workflow, target)?;
+    if info.app != app.app {
+        return Err(LambdaError::CrossApplication { object: target, caller: app.app.clone(), target: info.app });
     }
     Ok(info)
 }
 
 /// Runs a nested call under a savepoint of the write buffer.
-fn nested(caller: &HostState, frame: Frame, kind: FunctionKind, args: &str) -> Result<String> {
-    let savepoint = caller.workflow.savepoint();
-    let outcome = registry::run(&caller.workflow, &caller.app, frame, kind, args);
+fn nested(
+    workflow: &Rc<Workflow>,
+    app: &Rc<AppVersion>,
+    frame: Frame,
+    kind: FunctionKind,
+    args: &str,
+) -> Result<String> {
+    let savepoint = workflow.savepoint();
+    let outcome = registry::run(workflow, app, frame, kind, args);
     if outcome.is_err() {
-        caller.workflow.rollback_to(savepoint);
+        workflow.rollback_to(savepoint);
     }
     outcome
 }
 
-/// Host `call`: a method of another object of the same application.
+/// Host `call`: a method of another object of the same application, on
+/// this node or on the one holding it.
 pub(crate) fn call(caller: &HostState, target: i64, function: &str, args: &str) -> Result<String> {
     let depth = enter(caller)?;
-    let info = same_application_object(caller, target)?;
-    let f = caller.app.function(&info.type_name, function, FunctionKind::Method)?;
-    let frame = Frame {
+    let call = MethodCall {
         object: target,
-        type_name: info.type_name,
-        function: function.to_string(),
-        // A readonly caller stays readonly through its callees.
-        readonly: f.readonly || caller.frame.readonly,
+        method: function.to_string(),
+        args: args.to_string(),
+        readonly: caller.frame.readonly,
         depth,
     };
-    nested(caller, frame, FunctionKind::Method, args)
+    match route::owner_elsewhere(target)? {
+        Some(node) => remote::call(caller, &node, call),
+        None => method_here(&caller.workflow, &caller.app, &call),
+    }
+}
+
+/// A nested method call on an object stored on this node, in `workflow`
+/// (run by `app`): from a lambda here, or needed by one on another node.
+pub(crate) fn method_here(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, call: &MethodCall) -> Result<String> {
+    let max = gucs::max_call_depth();
+    if call.depth > max {
+        return Err(LambdaError::CallDepth(max));
+    }
+    let info = same_application_object(workflow, app, call.object)?;
+    let f = app.function(&info.type_name, &call.method, FunctionKind::Method)?;
+    let frame = Frame {
+        object: call.object,
+        type_name: info.type_name,
+        function: call.method.clone(),
+        // A readonly caller stays readonly through its callees.
+        readonly: f.readonly || call.readonly,
+        depth: call.depth,
+    };
+    nested(workflow, app, frame, FunctionKind::Method, &call.args)
 }
 
 /// Host `call-static`.
@@ -131,7 +164,7 @@ pub(crate) fn call_static(caller: &HostState, type_name: &str, function: &str, a
         readonly: f.readonly || caller.frame.readonly,
         depth,
     };
-    nested(caller, frame, FunctionKind::Static, args)
+    nested(&caller.workflow, &caller.app, frame, FunctionKind::Static, args)
 }
 
 /// Host `create`: a new object of this application, through its constructor.
@@ -142,7 +175,8 @@ pub(crate) fn create_nested(caller: &HostState, type_name: &str, args: &str) -> 
 
 /// Host `spawn`: a method call on an object of this application, queued as
 /// a job when the workflow commits. A callee's spawns are undone with its
-/// savepoint, like its writes.
+/// savepoint, like its writes. For an object stored on another node, the
+/// node queuing the job checks the object and the method then.
 pub(crate) fn spawn(caller: &HostState, target: i64, function: &str, args: &str) -> Result<()> {
     if caller.frame.readonly {
         return Err(LambdaError::ReadonlyWrite {
@@ -150,10 +184,29 @@ pub(crate) fn spawn(caller: &HostState, target: i64, function: &str, args: &str)
             function: caller.frame.function.clone(),
         });
     }
-    let info = same_application_object(caller, target)?;
-    // Protected methods are allowed: the call comes from a lambda.
-    caller.app.function(&info.type_name, function, FunctionKind::Method)?;
+    if route::owner_elsewhere(target)?.is_none() {
+        let info = same_application_object(&caller.workflow, &caller.app, target)?;
+        // Protected methods are allowed: the call comes from a lambda.
+        caller.app.function(&info.type_name, function, FunctionKind::Method)?;
+    }
     registry::check_args_size(args)?;
-    let call = Spawned { object: target, app: info.app, method: function.to_string(), args: args.to_string() };
+    let call =
+        Spawned { object: target, app: caller.app.app.clone(), method: function.to_string(), args: args.to_string() };
     caller.workflow.spawn(call, gucs::max_spawns())
+}
+
+/// A spawned call for an object of this node, queued by a lambda on
+/// another node (`_spawn_here`): the object must be of the spawning
+/// application and have the method.
+pub(crate) fn check_spawned_here(spawned: &Spawned) -> Result<()> {
+    let (info, module) = catalog::objects::lookup(spawned.object)?;
+    if info.app != spawned.app {
+        return Err(LambdaError::CrossApplication {
+            object: spawned.object,
+            caller: spawned.app.clone(),
+            target: info.app,
+        });
+    }
+    registry::load(&module)?.function(&info.type_name, &spawned.method, FunctionKind::Method)?;
+    registry::check_args_size(&spawned.args)
 }

@@ -9,8 +9,10 @@
 pub(crate) mod calls;
 mod entries;
 pub(crate) mod registry;
+pub(crate) mod remote;
 
 use crate::error::{LambdaError, Result};
+use crate::model::Draw;
 use crate::txn::Workflow;
 use registry::AppVersion;
 use std::rc::Rc;
@@ -107,13 +109,22 @@ impl lambdastore::lambda::host::Host for HostState {
         // PostgreSQL timestamps count from 2000-01-01; the guest wants Unix time.
         const UNIX_TO_POSTGRES_EPOCH_MICROS: i64 = 946_684_800 * 1_000_000;
         // SAFETY: reads the system clock; no PostgreSQL state is touched.
-        Ok(unsafe { pgrx::pg_sys::GetCurrentTimestamp() } + UNIX_TO_POSTGRES_EPOCH_MICROS)
+        let now = || Ok(Draw::Now(unsafe { pgrx::pg_sys::GetCurrentTimestamp() } + UNIX_TO_POSTGRES_EPOCH_MICROS));
+        match self.workflow.draw(|d| matches!(d, Draw::Now(_)), now)? {
+            Draw::Now(micros) => Ok(micros),
+            _ => unreachable!("draw checked the kind"),
+        }
     }
 
     fn random_u64(&mut self) -> wasmtime::Result<u64> {
         // SAFETY: the global PRNG is seeded at backend start and only used
         // from this (the main) thread.
-        Ok(unsafe { pgrx::pg_sys::pg_prng_uint64(&raw mut pgrx::pg_sys::pg_global_prng_state) })
+        let random =
+            || Ok(Draw::Random(unsafe { pgrx::pg_sys::pg_prng_uint64(&raw mut pgrx::pg_sys::pg_global_prng_state) }));
+        match self.workflow.draw(|d| matches!(d, Draw::Random(_)), random)? {
+            Draw::Random(n) => Ok(n),
+            _ => unreachable!("draw checked the kind"),
+        }
     }
 
     fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {

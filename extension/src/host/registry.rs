@@ -21,6 +21,8 @@ use wasmtime::component::HasSelf;
 /// One deployed version of an application, ready to instantiate.
 pub(crate) struct AppVersion {
     pub(crate) app: String,
+    /// Which version: nested calls on other nodes run the same.
+    pub(crate) key: ModuleKey,
     pub(crate) description: Description,
     pre: LambdaPre<Sandboxed<HostState>>,
 }
@@ -66,7 +68,12 @@ pub(crate) fn load(key: &ModuleKey) -> Result<Rc<AppVersion>> {
     let started = Instant::now();
     let component = runtime::load(&key.sha256, || catalog::modules::wasm(module_id))?;
     let loaded = started.elapsed();
-    let app = Rc::new(AppVersion { app: row.app, description: row.description, pre: instantiate_pre(&component)? });
+    let app = Rc::new(AppVersion {
+        app: row.app,
+        key: key.clone(),
+        description: row.description,
+        pre: instantiate_pre(&component)?,
+    });
     pgrx::debug1!(
         "lambdastore: module {module_id} of {} loaded in {} µs, linked in {} µs",
         app.app,
@@ -106,6 +113,7 @@ pub(crate) fn validate(caller: Caller, wasm: &[u8]) -> Result<(Description, Comp
     let component = runtime::compile(wasm)?;
     let probe = Rc::new(AppVersion {
         app: String::new(),
+        key: ModuleKey { module_id: 0, app: String::new(), sha256: String::new() },
         description: Description { sdk: String::new(), types: Vec::new() },
         pre: instantiate_pre(&component)?,
     });

@@ -11,8 +11,10 @@ pub(crate) mod buffer;
 pub(crate) mod entry_sets;
 pub(crate) mod occ;
 pub(crate) mod prepared;
+pub(crate) mod tape;
 pub(crate) mod versions;
 
+use crate::model::{Draw, MethodCall, ModuleKey, Reply};
 pub(crate) use crate::model::{EntryKey, ObjectInfo, Slot, Spawned};
 pub(crate) use buffer::WriteBuffer;
 
@@ -25,6 +27,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+use tape::Tape;
 
 /// An object with at most this many entry sets has all its guards read at
 /// once (and kept by the backend until the object is split again); one
@@ -60,6 +63,9 @@ pub(crate) struct Workflow {
     sets: RefCell<HashMap<i64, KnownSets>>,
     /// The read set: entry sets read, with the version seen.
     reads: RefCell<BTreeMap<SetId, i64>>,
+    /// A workflow run for a call forwarded to this node: what its earlier
+    /// runs drew, and what this one draws (tape.rs).
+    tape: Option<RefCell<Tape>>,
 }
 
 impl Workflow {
@@ -74,7 +80,62 @@ impl Workflow {
             objects: RefCell::new(HashMap::new()),
             sets: RefCell::new(HashMap::new()),
             reads: RefCell::new(BTreeMap::new()),
+            tape: None,
         }
+    }
+
+    /// The workflow of a call forwarded to this node, which replays what
+    /// its earlier runs drew (`earlier`).
+    pub(crate) fn replaying(mut self, earlier: Vec<Draw>) -> Self {
+        self.tape = Some(RefCell::new(Tape::new(earlier)));
+        self
+    }
+
+    /// The time left before the deadline (at least a millisecond).
+    pub(crate) fn time_left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+    }
+
+    /// A value the host makes up (a random number, the clock, an object id)
+    /// by `fresh`: in a forwarded call's workflow, the one its earlier runs
+    /// drew at this point if they got this far (of the kind `same` accepts).
+    pub(crate) fn draw(&self, same: impl Fn(&Draw) -> bool, fresh: impl FnOnce() -> Result<Draw>) -> Result<Draw> {
+        let Some(tape) = &self.tape else { return fresh() };
+        if let Some(earlier) = tape.borrow_mut().replay(same).map_err(|_| diverged())? {
+            return Ok(earlier);
+        }
+        let draw = fresh()?;
+        tape.borrow_mut().record(draw.clone());
+        Ok(draw)
+    }
+
+    /// In a forwarded call's workflow, the outcome of `call` (on another
+    /// node) as an earlier run got it; when no run got this far, the
+    /// workflow suspends: `Suspended` carries what to tell the node that
+    /// drives the transaction (`module`: the workflow's code version).
+    pub(crate) fn replay_call(&self, call: MethodCall, module: &ModuleKey) -> Result<Result<String, String>> {
+        let Some(tape) = &self.tape else {
+            return Err(LambdaError::Internal("a call to another node from a node that cannot send it".into()));
+        };
+        if let Some(outcome) = tape.borrow_mut().replay_call(&call).map_err(|_| diverged())? {
+            return Ok(outcome);
+        }
+        let needs = Reply::Needs {
+            call,
+            tape: tape.borrow().drawn().to_vec(),
+            touched: self.touched(),
+            module: module.clone(),
+        };
+        Err(LambdaError::Suspended(serde_json::to_string(&needs).map_err(|e| LambdaError::Internal(e.to_string()))?))
+    }
+
+    /// The objects this workflow has looked up, read or written.
+    pub(crate) fn touched(&self) -> Vec<i64> {
+        let mut objects: Vec<i64> = self.objects.borrow().keys().copied().collect();
+        objects.extend(self.sets.borrow().keys().copied());
+        objects.sort_unstable();
+        objects.dedup();
+        objects
     }
 
     /// Whether the workflow may go on: not if a query cancel,
@@ -259,4 +320,13 @@ impl Workflow {
             objects.remove(&id);
         }
     }
+}
+
+/// A forwarded call's run that went another way than its earlier run: a
+/// value it read changed meanwhile (a concurrent commit).
+fn diverged() -> LambdaError {
+    LambdaError::SerializationFailure(
+        "a call forwarded from another node read other values when it ran again after a call it needed on a third node"
+            .into(),
+    )
 }

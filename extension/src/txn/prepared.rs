@@ -78,10 +78,14 @@ fn shared() -> Option<&'static Registry> {
 /// At PREPARE TRANSACTION, after `occ::validate_again`: moves this
 /// transaction's writer counts and queued bumps into a slot. An error
 /// leaves it unprepared (the transaction aborts).
-pub(crate) fn at_prepare() -> Result<()> {
+///
+/// A transaction that queued jobs takes a slot too (maybe with no entry):
+/// COMMIT PREPARED runs no callback to wake the job runners, so they poll
+/// for the slot's end, and run the jobs then, as they would have when woken.
+pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
     let Some(shared) = shared() else { return Ok(()) };
     let len = versions::prepared_len();
-    if len == 0 {
+    if len == 0 && !queued_jobs {
         return Ok(());
     }
     if len > ENTRIES {

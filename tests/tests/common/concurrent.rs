@@ -215,66 +215,181 @@ impl Rng {
     }
 }
 
+/// Whether `result` is the application's refusal (P0001) with a message
+/// containing `expected`; any other error fails the test.
+#[track_caller]
+pub fn refused<T>(result: &Result<T, postgres::Error>, expected: &str, what: impl fmt::Display) -> bool {
+    match result {
+        Ok(_) => false,
+        Err(e) if sqlstate(e) == Some("P0001") => {
+            let message = describe(e);
+            assert!(message.contains(expected), "{what}: {message}");
+            true
+        }
+        Err(e) => panic!("{what}: {}", describe(e)),
+    }
+}
+
 /// Write skew decided by the client across statements of one SQL
 /// transaction, on pairs of counters that start at 100: BEGIN; read
 /// counter A; read counter B; if A + B >= 150, subtract 150 from one of
 /// them (even workers from A, odd ones from B); COMMIT. Each call is a
 /// workflow of its own, so only the transaction's reads validated until
-/// COMMIT make it serializable: exactly one subtraction per pair. Returns
-/// the pairs broken, an example, and what the workers did.
+/// COMMIT make it serializable: exactly one subtraction per pair.
 pub fn subtract_if_covered(
     cc: Cc,
     pairs: Arc<Vec<(i64, i64)>>,
     threads: usize,
     bound: Duration,
 ) -> (u64, String, Tally) {
+    fn act(c: &mut Client, cc: Cc, tally: &mut Tally, rng: &mut Rng, mine: i64, other: i64) -> bool {
+        use serde_json::json;
+        let wrote = retrying(cc, tally, rng, || {
+            let mut tx = c.transaction()?;
+            let v_mine = super::invoke(&mut tx, mine, "get", json!({}))?.as_i64().unwrap_or_default();
+            let v_other = super::invoke(&mut tx, other, "get", json!({}))?.as_i64().unwrap_or_default();
+            let covered = v_mine + v_other >= 150;
+            if covered {
+                super::invoke(&mut tx, mine, "add", json!({"n": -150}))?;
+            }
+            tx.commit()?;
+            Ok(covered)
+        });
+        tally.committed += 1;
+        wrote.unwrap_or_else(|e| panic!("the transaction: {}", describe(&e)))
+    }
+    one_per_pair(cc, pairs, threads, bound, "get", act)
+}
+
+/// Write skew decided by a lambda, on pairs of bank accounts that start
+/// at 100: even workers call a.withdraw_if_covered(b, 150), odd ones
+/// b.withdraw_if_covered(a, 150). The lambda reads the other account with
+/// a nested call and writes only its own: exactly one withdrawal per pair.
+pub fn withdraw_if_covered(
+    cc: Cc,
+    pairs: Arc<Vec<(i64, i64)>>,
+    threads: usize,
+    bound: Duration,
+) -> (u64, String, Tally) {
+    fn act(c: &mut Client, cc: Cc, tally: &mut Tally, rng: &mut Rng, mine: i64, other: i64) -> bool {
+        let args = serde_json::json!({"other": other, "amount": 150});
+        let result = retrying(cc, tally, rng, || super::invoke(c, mine, "withdraw_if_covered", args.clone()));
+        let refusal = refused(&result, "not covered", "withdraw_if_covered");
+        if refusal {
+            tally.refused += 1;
+        } else {
+            tally.committed += 1;
+        }
+        !refusal
+    }
+    one_per_pair(cc, pairs, threads, bound, "balance", act)
+}
+
+/// Pairs of objects at 100 each, and workers acting on each pair at once,
+/// even ones for its first object, odd ones for its second: `act` returns
+/// whether it took 150 from its object. Exactly one taking per pair is
+/// serializable, which leaves 50 in all (`read` reads an object's value).
+/// Returns the pairs broken, an example, and what the workers did.
+fn one_per_pair(
+    cc: Cc,
+    pairs: Arc<Vec<(i64, i64)>>,
+    threads: usize,
+    bound: Duration,
+    read: &'static str,
+    act: fn(&mut Client, Cc, &mut Tally, &mut Rng, i64, i64) -> bool,
+) -> (u64, String, Tally) {
     use serde_json::json;
     let barrier = Arc::new(std::sync::Barrier::new(threads));
-    let results = run_workers("subtract_if_covered", threads, bound, {
+    let results = run_workers("one_per_pair", threads, bound, {
         let pairs = pairs.clone();
         move |i| {
             let mut c = connect_cc(cc);
             let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
-            let mut subtracted = Vec::new();
+            let mut took = Vec::new();
             for (p, &(a, b)) in pairs.iter().enumerate() {
-                let mine = if i % 2 == 0 { a } else { b };
+                let (mine, other) = if i % 2 == 0 { (a, b) } else { (b, a) };
                 barrier.wait();
-                let wrote = retrying(cc, &mut tally, &mut rng, || {
-                    let mut tx = c.transaction()?;
-                    let va = super::invoke(&mut tx, a, "get", json!({}))?.as_i64().unwrap_or_default();
-                    let vb = super::invoke(&mut tx, b, "get", json!({}))?.as_i64().unwrap_or_default();
-                    let covered = va + vb >= 150;
-                    if covered {
-                        super::invoke(&mut tx, mine, "add", json!({"n": -150}))?;
-                    }
-                    tx.commit()?;
-                    Ok(covered)
-                });
-                if wrote.unwrap_or_else(|e| panic!("the transaction: {}", describe(&e))) {
-                    subtracted.push(p);
+                if act(&mut c, cc, &mut tally, &mut rng, mine, other) {
+                    took.push(p);
                 }
-                tally.committed += 1;
             }
-            (tally, subtracted)
+            (tally, took)
         }
     });
     let tally = Tally::sum(results.iter().map(|(t, _)| t));
-    let mut subtractions = vec![0i64; pairs.len()];
-    for p in results.iter().flat_map(|(_, s)| s) {
-        subtractions[*p] += 1;
+    let mut takings = vec![0i64; pairs.len()];
+    for p in results.iter().flat_map(|(_, took)| took) {
+        takings[*p] += 1;
     }
     let mut c = connect();
     let (mut anomalies, mut example) = (0, String::new());
     for (p, &(a, b)) in pairs.iter().enumerate() {
-        let va = super::call(&mut c, a, "get", json!({})).as_i64().unwrap_or_default();
-        let vb = super::call(&mut c, b, "get", json!({})).as_i64().unwrap_or_default();
-        let n = subtractions[p];
+        let va = super::call(&mut c, a, read, json!({})).as_i64().unwrap_or_default();
+        let vb = super::call(&mut c, b, read, json!({})).as_i64().unwrap_or_default();
+        let n = takings[p];
         if n != 1 || va + vb != 200 - 150 * n {
             anomalies += 1;
             if example.is_empty() {
-                example = format!("; e.g. pair {p}: {n} subtractions, counters {va} and {vb}");
+                example = format!("; e.g. pair {p}: 150 taken {n} times, values {va} and {vb}");
             }
         }
     }
     (anomalies, example, tally)
+}
+
+/// Transfers between random pairs of bank `accounts` (each opened with
+/// `initial`), `per_thread` per worker, retried on 40001; then the bank's
+/// invariant: the total stays, no account is negative, and each committed
+/// transfer left two audit entries. Returns the anomalies, what was found,
+/// and what the workers did.
+pub fn random_transfers(
+    cc: Cc,
+    accounts: Arc<Vec<i64>>,
+    initial: i64,
+    threads: usize,
+    per_thread: usize,
+    bound: Duration,
+) -> (u64, String, Tally) {
+    use serde_json::json;
+    let tallies = run_workers("random_transfers", threads, bound, {
+        let accounts = accounts.clone();
+        move |i| {
+            let mut c = connect_cc(cc);
+            let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+            let n = accounts.len();
+            for _ in 0..per_thread {
+                let from = rng.below(n as u64) as usize;
+                let to = (from + 1 + rng.below(n as u64 - 1) as usize) % n;
+                let (from, to) = (accounts[from], accounts[to]);
+                let amount = 1 + rng.below(300) as i64;
+                let result = retrying(cc, &mut tally, &mut rng, || {
+                    super::invoke(&mut c, from, "transfer", json!({"to": to, "amount": amount}))
+                });
+                if refused(&result, "insufficient funds", "transfer") {
+                    tally.refused += 1;
+                } else {
+                    tally.committed += 1;
+                }
+            }
+            tally
+        }
+    });
+    let tally = Tally::sum(&tallies);
+    let mut c = connect();
+    let balances: Vec<i64> =
+        accounts.iter().map(|&a| super::call(&mut c, a, "balance", json!({})).as_i64().unwrap_or_default()).collect();
+    let total: i64 = balances.iter().sum();
+    let negative = balances.iter().filter(|b| **b < 0).count() as u64;
+    let ids = accounts.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let audit = super::count(
+        &mut c,
+        &format!("SELECT count(*) FROM lambdastore.entries WHERE field = 'audit' AND object_id IN ({ids})"),
+    );
+    let (expected_total, expected_audit) = (initial * accounts.len() as i64, 2 * tally.committed as i64);
+    let anomalies = u64::from(total != expected_total) + negative + u64::from(audit != expected_audit);
+    let details = format!(
+        "total {total} (must be {expected_total}), {negative} negative accounts, \
+         {audit} audit entries (must be {expected_audit})"
+    );
+    (anomalies, details, tally)
 }

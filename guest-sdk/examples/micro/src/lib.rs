@@ -283,6 +283,48 @@ impl Bench {
         BenchRef::from_id(self_id()).spawn_then(target, method, args, true).is_err()
     }
 
+    /// Calls `method(args)` on `target` and returns its result: a nested
+    /// call to any object (on a Citus cluster, maybe on another node).
+    fn relay(&self, target: ObjectId, method: String, args: serde_json::Value) -> Result<serde_json::Value> {
+        let result = lambdastore_sdk::host::call(target, &method, &args.to_string())?;
+        Ok(serde_json::from_str(&result)?)
+    }
+
+    /// Puts `key` = `value` in `kv`, then `relay`s: a callee that reads the
+    /// key back through a chain of calls must see the new value.
+    fn put_and_relay(
+        &self,
+        key: String,
+        value: String,
+        target: ObjectId,
+        method: String,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value> {
+        self.kv.insert(&key, &value);
+        self.relay(target, method, args)
+    }
+
+    /// `relay`, then fails: what the relayed call wrote must be undone with it.
+    fn relay_then_fail(&self, target: ObjectId, method: String, args: serde_json::Value) -> Result<()> {
+        self.relay(target, method.clone(), args)?;
+        bail!("relay_then_fail: failing after {method} on {target:?}");
+    }
+
+    /// Calls `method(args)` on `target` and ignores its error; returns
+    /// whether there was one.
+    fn call_and_ignore(&self, target: ObjectId, method: String, args: serde_json::Value) -> bool {
+        lambdastore_sdk::host::call(target, &method, &args.to_string()).is_err()
+    }
+
+    /// Draws a random number, then writes `stamp-<number>` in `target`'s
+    /// `kv`; returns the number. The key a run writes depends on a draw
+    /// made before the call.
+    fn stamp(&self, target: BenchRef) -> Result<u64> {
+        let n = random_u64();
+        target.put(format!("stamp-{n}"), now_micros().to_string())?;
+        Ok(n)
+    }
+
     /// Protected: only lambdas of this application may call it.
     #[protected]
     fn secret(&self) -> String {

@@ -1,0 +1,147 @@
+//! Nested calls to objects stored on other Citus nodes.
+//!
+//! The node whose session (or job) started the transaction drives every
+//! hop: Citus refuses distributed queries on a node that runs a statement
+//! another node sent it, so a lambda there cannot reach a third node
+//! itself. The driving node sends the call to the object's node
+//! (`_call_here`, route.rs), where it runs as a workflow of its own in the
+//! same transaction. If that lambda calls an object on yet another node,
+//! its run stops there and answers what it needs (`Reply::Needs`), leaving
+//! nothing behind; the driving node makes that call (here, in the calling
+//! workflow, or on its node the same way) and sends the first call again
+//! with the outcome. The second run replays what the first drew from the
+//! host (txn/tape.rs) and gets the outcome where it asked for it, then goes
+//! on; a run that went another way ends the transaction with 40001.
+//!
+//! Two things keep the result the same as if every object were on one
+//! node. A call may not come back to an object that a stopped run touched
+//! (it would see it without that run's writes, which come only with the
+//! next run): `CallBack`, 0A000. And a call that returns its own error
+//! after calls it needed elsewhere had committed their workflows takes
+//! them back: the hops run in a subtransaction, which Citus rolls back on
+//! every node it reached.
+
+use super::calls;
+use super::registry::{self, AppVersion};
+use super::HostState;
+use crate::error::{LambdaError, Result};
+use crate::model::{Draw, Forwarded, MethodCall, Nested, Reply, Spawned};
+use crate::route::{self, Subtransaction};
+use crate::txn::Workflow;
+use std::rc::Rc;
+
+const CALL_HERE: &str = "SELECT lambdastore._call_here($1, $2, $3, $4, $5, $6, $7)
+                           FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
+const SPAWN_HERE: &str = "SELECT lambdastore._spawn_here($1, $2, $3, $4, $5, $6, $7)
+                            FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
+
+/// Host `call` for an object stored on `node`. On a node that was sent a
+/// call itself, it is the outcome an earlier run got, or the run stops
+/// for the driving node to make the call.
+pub(crate) fn call(caller: &HostState, node: &str, call: MethodCall) -> Result<String> {
+    let outcome = if route::arrived() {
+        caller.workflow.replay_call(call, &caller.app.key)?
+    } else {
+        drive(&caller.workflow, Some(&caller.app), node, call, &[])?
+    };
+    outcome.map_err(|message| LambdaError::Application { message })
+}
+
+/// Runs `call` on `node`, and every call it needs on other nodes first,
+/// for `workflow`, whose code version is `app` (None for a call from SQL:
+/// the node runs it as such). `Err` inside: the callee's own error.
+/// `busy`: the objects that stopped runs further up have touched. A call
+/// that returns its own error takes back what it needed on any node.
+pub(crate) fn drive(
+    workflow: &Rc<Workflow>,
+    app: Option<&Rc<AppVersion>>,
+    node: &str,
+    call: MethodCall,
+    busy: &[i64],
+) -> Result<Result<String, String>> {
+    let nested = app.map(|app| Nested {
+        module: app.key.clone(),
+        readonly: call.readonly,
+        depth: call.depth,
+        job: workflow.parent_job,
+    });
+    let mut forwarded = Forwarded { nested, tape: Vec::new() };
+    let savepoint = workflow.savepoint();
+    let mut hops: Option<Subtransaction> = None;
+    let outcome = loop {
+        let reply = match send(workflow, node, &call, &forwarded) {
+            Ok(reply) => reply,
+            Err(failed) => break Err(failed),
+        };
+        match reply {
+            Reply::Done { result, spawned } => break queue(workflow, &spawned).map(|_| Ok(result)),
+            Reply::Failed { message } => break Ok(Err(message)),
+            Reply::Needs { call: needed, mut tape, touched, module } => {
+                hops.get_or_insert_with(Subtransaction::begin);
+                let busy: Vec<i64> = busy.iter().copied().chain(touched).collect();
+                match run_needed(workflow, &module, needed.clone(), &busy) {
+                    Ok(outcome) => tape.push(Draw::Call { call: needed, outcome }),
+                    Err(failed) => break Err(failed),
+                }
+                forwarded.tape = tape;
+            }
+        }
+    };
+    if let Some(hops) = hops {
+        match outcome {
+            Ok(Ok(_)) => hops.release(),
+            _ => hops.roll_back(),
+        }
+    }
+    if matches!(outcome, Ok(Err(_))) {
+        workflow.rollback_to(savepoint); // the calls it needed here
+    }
+    outcome
+}
+
+/// A call a run on another node needs: in `workflow` if its object is
+/// stored here, else driven on its node.
+fn run_needed(
+    workflow: &Rc<Workflow>,
+    module: &crate::model::ModuleKey,
+    call: MethodCall,
+    busy: &[i64],
+) -> Result<Result<String, String>> {
+    if busy.contains(&call.object) {
+        return Err(LambdaError::CallBack(call.object));
+    }
+    let app = registry::load(module)?;
+    match route::owner_elsewhere(call.object)? {
+        Some(node) => drive(workflow, Some(&app), &node, call, busy),
+        None => match calls::method_here(workflow, &app, &call) {
+            Ok(result) => Ok(Ok(result)),
+            Err(LambdaError::Application { message }) => Ok(Err(message)),
+            Err(failed) => Err(failed),
+        },
+    }
+}
+
+/// Sends `call` with `forwarded`. It gets what is left of the workflow's
+/// time, except a call from SQL the first time, which gets the session's
+/// timeout as a call on this node would (and its error says so).
+fn send(workflow: &Workflow, node: &str, call: &MethodCall, forwarded: &Forwarded) -> Result<Reply> {
+    let context = serde_json::to_string(forwarded).map_err(|e| LambdaError::Internal(e.to_string()))?;
+    let texts = [call.method.as_str(), call.args.as_str(), context.as_str()];
+    let first_from_sql = forwarded.nested.is_none() && forwarded.tape.is_empty();
+    let timeout = if first_from_sql { workflow.timeout } else { workflow.time_left() };
+    let reply = route::send(CALL_HERE, call.object, node, texts, workflow.caller, timeout)?;
+    serde_json::from_str(&reply).map_err(|e| LambdaError::Internal(format!("a forwarded call answered {reply:?}: {e}")))
+}
+
+/// Queues calls a committed workflow spawned on objects of other nodes
+/// there, in this transaction, as jobs of `workflow`'s role and job.
+pub(crate) fn queue(workflow: &Workflow, spawned: &[Spawned]) -> Result<()> {
+    for call in spawned {
+        let node = route::owner_elsewhere(call.object)?.unwrap_or_default();
+        let context = serde_json::to_string(&(call.app.as_str(), workflow.parent_job))
+            .map_err(|e| LambdaError::Internal(e.to_string()))?;
+        let texts = [call.method.as_str(), call.args.as_str(), context.as_str()];
+        route::send(SPAWN_HERE, call.object, &node, texts, workflow.caller, workflow.time_left())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! Statements sent through Citus to the node holding an object, inside
+//! the caller's transaction, and where the transaction has reached.
+//!
+//! A call for an object stored on another node (from SQL: forward.rs; from
+//! a lambda: host/remote.rs) is one statement routed by the object id to
+//! the shard's node: `SELECT lambdastore._call_here(...) FROM (SELECT
+//! count(*) FROM lambdastore.objects WHERE object_id = $1) routed`. Citus
+//! sends a query whose tables all fall in one shard to that shard's node as
+//! it is, so the function runs there, in the backend that holds this
+//! distributed transaction's part on that node (the aggregate makes one row
+//! whether or not the object exists). There it is an ordinary local
+//! workflow: its entry sets are locked and validated in that node's shared
+//! memory, its writes go to that node's shards.
+//!
+//! What does not travel by itself travels as arguments: the caller (by
+//! role name: Citus creates roles on every node, their OIDs differ), the
+//! time the call has left (`lambdastore.timeout`, or what remains of the
+//! workflow's) and the session's other lambdastore settings
+//! (`gucs::travelling`). The statement runs as the bootstrap superuser
+//! (`access::as_storage`), and the `_here` functions are for superusers
+//! only, so no role can claim to be another.
+//!
+//! A node that received such a statement is inside a Citus task for the
+//! rest of the transaction (`arrived`): Citus refuses distributed queries
+//! there, so it sends nothing further itself; the node that sent it drives
+//! every hop (host/remote.rs).
+//!
+//! Citus takes a call for a SELECT, so a call that wrote marks its node as
+//! written with a no-op UPDATE routed there (`engage`): Citus then commits
+//! it together with whatever else the transaction modified through Citus.
+//! A transaction whose lambdastore calls ran on one node commits as Citus
+//! commits it: with a plain COMMIT on that node, whose commit callback
+//! applies OCC's version bumps. Once calls of one transaction that writes
+//! have run on two nodes, it commits in two phases, every node it ran calls
+//! on taking part: each prepared node validates its reads again and hands
+//! its writer counts and bumps to shared memory (txn/prepared.rs), the node
+//! that commits validates its own again, and Citus' recovery ends what a
+//! crash left prepared.
+
+use crate::access::{as_storage, Caller};
+use crate::catalog::{self, shards};
+use crate::error::{LambdaError, Result};
+use crate::gucs;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::{self, BuiltinOid::*};
+use pgrx::PgTryBuilder;
+use std::cell::RefCell;
+use std::time::Duration;
+
+/// Where the current transaction's lambdastore calls ran.
+#[derive(Default)]
+struct Reach {
+    /// Objects of calls forwarded to other nodes, with their node, and
+    /// whether that node's part has been marked as written for Citus.
+    forwarded: Vec<(i64, String, bool)>,
+    /// Whether calls ran on this node.
+    here: bool,
+    /// Whether any call wrote, here or elsewhere.
+    wrote: bool,
+    /// Whether the transaction commits in two phases.
+    two_phase: bool,
+    /// Whether this backend runs a part of a transaction another node
+    /// drives (a call was forwarded here).
+    arrived: bool,
+}
+
+impl Reach {
+    /// Whether calls ran on two nodes or more (this one counts if calls
+    /// ran here).
+    fn spread(&self) -> bool {
+        let mut nodes: Vec<&str> = self.forwarded.iter().map(|(_, node, _)| node.as_str()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes.len() + usize::from(self.here) >= 2
+    }
+}
+
+thread_local! {
+    static REACH: RefCell<Reach> = RefCell::new(Reach::default());
+}
+
+/// At the end of every transaction.
+pub(crate) fn at_transaction_end() {
+    REACH.with(|r| *r.borrow_mut() = Reach::default());
+}
+
+/// Whether this backend runs a part of a transaction driven by another
+/// node: calls for objects elsewhere cannot be sent from here.
+pub(crate) fn arrived() -> bool {
+    REACH.with(|r| r.borrow().arrived)
+}
+
+/// Whether the current transaction ran calls on more than one node.
+pub(crate) fn spread() -> bool {
+    REACH.with(|r| r.borrow().spread())
+}
+
+/// Before this node commits a transaction that ran calls on several
+/// nodes and wrote nothing (one that wrote commits in two phases, and
+/// each prepared node validates at PREPARE): every other node it ran
+/// calls on validates its reads again. Reads on several nodes are one
+/// serializable transaction only if they all still hold at one moment;
+/// now, after the last read, is that moment if they all still hold.
+pub(crate) fn validate_elsewhere() -> Result<()> {
+    let objects: Vec<(i64, String)> = REACH.with(|r| {
+        let reach = r.borrow();
+        if reach.two_phase || !reach.spread() {
+            return Vec::new();
+        }
+        reach.forwarded.iter().map(|(object, node, _)| (*object, node.clone())).collect()
+    });
+    if objects.is_empty() {
+        return Ok(());
+    }
+    // At pre-commit no statement is running: SPI needs a snapshot. (An
+    // error aborts the transaction, which pops it.)
+    // SAFETY: inside the transaction, on the main thread.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    for (object, _) in objects {
+        let sql = "SELECT lambdastore._validate_here()
+                     FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
+        routed(sql, object, Vec::new())?;
+    }
+    // SAFETY: pairs with the push above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    Ok(())
+}
+
+/// The node holding `object`'s shard when it is not this one (None when
+/// the tables are not distributed).
+pub(crate) fn owner_elsewhere(object: i64) -> Result<Option<String>> {
+    let Some(layout) = shards::layout()? else { return Ok(None) };
+    Ok((!layout.is_local(object)).then(|| layout.node_of(object).to_string()))
+}
+
+/// Whether this transaction has written object data on this node (not
+/// whether it has an XID: `nextval` takes one).
+fn wrote_here() -> bool {
+    catalog::wrote_data()
+}
+
+/// After a call ran on this node.
+pub(crate) fn ran_here() -> Result<()> {
+    REACH.with(|r| {
+        let mut reach = r.borrow_mut();
+        reach.here = true;
+        reach.wrote |= wrote_here();
+    });
+    engage(None)
+}
+
+/// After a call ran on `node`, for `object`. A call that wrote marks its
+/// node as written for Citus at once, whatever else the transaction does:
+/// Citus commits the nodes it saw modified together (in two phases when
+/// there are several: the gateway's idempotency key and the call it
+/// records, say), and the others after them.
+fn ran_on(node: &str, object: i64, wrote: bool) -> Result<()> {
+    REACH.with(|r| {
+        let mut reach = r.borrow_mut();
+        reach.wrote |= wrote;
+        if !reach.forwarded.iter().any(|(o, _, _)| *o == object) {
+            reach.forwarded.push((object, node.to_string(), false));
+        }
+    });
+    engage(wrote.then_some(object))
+}
+
+/// Marks `written` (a forwarded call's object) as written for Citus; and
+/// once a transaction that writes has run calls on two nodes, asks for
+/// two-phase commit, with every node it ran calls on taking part.
+fn engage(written: Option<i64>) -> Result<()> {
+    let (engaged, unmarked): (bool, Vec<i64>) = REACH.with(|r| {
+        let mut reach = r.borrow_mut();
+        reach.two_phase |= reach.wrote && reach.spread();
+        let two_phase = reach.two_phase;
+        let unmarked = reach
+            .forwarded
+            .iter_mut()
+            .filter(|(object, _, marked)| !*marked && (two_phase || Some(*object) == written))
+            .map(|(object, _, marked)| {
+                *marked = true;
+                *object
+            })
+            .collect();
+        (two_phase, unmarked)
+    });
+    if unmarked.is_empty() {
+        return Ok(());
+    }
+    if engaged {
+        citus_function(c"Use2PCForCoordinatedTransaction")?;
+    }
+    // Citus prepares only the connections that ran a modification; a call
+    // is a SELECT to it. A no-op UPDATE routed by the call's object runs on
+    // that call's connection (Citus keeps a shard's placements on one
+    // connection per transaction).
+    for object in unmarked {
+        as_storage(|_| {
+            catalog::query_cluster(
+                "UPDATE lambdastore.objects SET app = app WHERE object_id = $1 AND created IS NULL",
+                &[INT8OID],
+                &[object.into()],
+                |_| Ok(()),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The result of a statement run by a forwarded call on its node: "w" or
+/// "r" (whether that node's part of the transaction has written), then
+/// the result.
+pub(crate) fn here_result(result: String) -> String {
+    let flag = if wrote_here() { 'w' } else { 'r' };
+    format!("{flag}{result}")
+}
+
+/// Calls `void f(void)` of citus.so, loaded since the tables are
+/// distributed: `UseCoordinatedTransaction` makes Citus open a transaction
+/// block on every node this transaction reaches from now on (it sends a
+/// single-shard SELECT outside `BEGIN` as a statement of its own, which
+/// the node commits at once: a forwarded call would commit there even if
+/// the statement calling it failed afterwards); the other marks the
+/// transaction for two-phase commit.
+fn citus_function(name: &'static std::ffi::CStr) -> Result<()> {
+    // SAFETY: looks a symbol up in citus.so; signalNotFound false returns
+    // NULL instead of raising. (PostgreSQL caches the library's handle.)
+    let f = unsafe { pg_sys::load_external_function(c"citus".as_ptr(), name.as_ptr(), false, std::ptr::null_mut()) };
+    if f.is_null() {
+        return Err(LambdaError::Internal(format!("citus.so has no {name:?}")));
+    }
+    // SAFETY: both are `void f(void)` in Citus 13; called inside a
+    // transaction on the main thread, as Citus' executor calls them.
+    unsafe { std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C-unwind" fn()>(f)() };
+    Ok(())
+}
+
+/// Runs `sql`, routed by `object` (its $1) to the node holding it, with
+/// the other arguments (all text but the fifth, a bigint), and returns its
+/// one text value. An error on the other node comes back as an ERROR of
+/// the SPI call, which pgrx turns into a panic carrying a Rust backtrace:
+/// caught, and raised again as that node's error, which ends the
+/// transaction.
+fn routed(sql: &'static str, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>) -> Result<String> {
+    const TYPES: [pg_sys::PgBuiltInOids; 7] = [INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID];
+    let mut all = vec![object.into()];
+    all.extend(args);
+    let run = || catalog::query_cluster(sql, &TYPES[..all.len()], &all, |rows| rows.first().get_one::<String>());
+    let out = as_storage(|_| {
+        PgTryBuilder::new(run)
+            .catch_others(|caught| match caught {
+                CaughtError::PostgresError(e)
+                | CaughtError::ErrorReport(e)
+                | CaughtError::RustPanic { ereport: e, .. } => Err(LambdaError::Remote {
+                    code: e.sql_error_code(),
+                    message: e.message().to_string(),
+                    detail: e.detail().unwrap_or_default().to_string(),
+                }),
+            })
+            .execute()
+    })?;
+    Ok(out.unwrap_or_default())
+}
+
+/// Runs `sql` (one of the `_here` functions) on `node`, routed by
+/// `object`, for `caller` with `timeout` left and this session's settings,
+/// and returns its result. The caller's three texts are its first
+/// arguments after the object.
+pub(crate) fn send(
+    sql: &'static str,
+    object: i64,
+    node: &str,
+    texts: [&str; 3],
+    caller: Caller,
+    timeout: Duration,
+) -> Result<String> {
+    citus_function(c"UseCoordinatedTransaction")?;
+    let role = caller.name();
+    let timeout = timeout.as_millis().max(1) as i64;
+    let settings = gucs::travelling();
+    let out = routed(
+        sql,
+        object,
+        vec![
+            texts[0].into(),
+            texts[1].into(),
+            texts[2].into(),
+            role.as_str().into(),
+            timeout.into(),
+            settings.as_str().into(),
+        ],
+    )?;
+    let (flag, result) = out.split_at(out.len().min(1));
+    ran_on(node, object, flag == "w")?;
+    Ok(result.to_string())
+}
+
+/// On the node a call was forwarded to: the caller's settings, for this
+/// transaction, and the caller.
+pub(crate) fn arrive(role: &str, timeout_ms: i64, settings: &str) -> Result<Caller> {
+    // SAFETY: a syscache lookup by name; missing_ok false raises 42704.
+    let caller = Caller(unsafe {
+        let name = std::ffi::CString::new(role).map_err(|_| LambdaError::InvalidParameter("a role name".into()))?;
+        pg_sys::get_role_oid(name.as_ptr(), false)
+    });
+    gucs::set_local("lambdastore.timeout", &timeout_ms.to_string());
+    gucs::arrive(settings);
+    REACH.with(|r| r.borrow_mut().arrived = true);
+    Ok(caller)
+}
+
+/// An internal subtransaction (as PL/pgSQL's exception blocks use):
+/// Citus sends SAVEPOINT, RELEASE and ROLLBACK TO to every node the
+/// transaction has reached, so rolling it back undoes, on every node, what
+/// ran inside it.
+pub(crate) struct Subtransaction {
+    context: pg_sys::MemoryContext,
+    owner: pg_sys::ResourceOwner,
+}
+
+impl Subtransaction {
+    pub(crate) fn begin() -> Self {
+        // SAFETY: inside a transaction, on the main thread, with no SPI
+        // connection open (each catalog query opens and closes its own).
+        unsafe {
+            let started = Subtransaction { context: pg_sys::CurrentMemoryContext, owner: pg_sys::CurrentResourceOwner };
+            pg_sys::BeginInternalSubTransaction(std::ptr::null());
+            pg_sys::MemoryContextSwitchTo(started.context);
+            started
+        }
+    }
+
+    /// Keeps what ran inside it (it commits with the transaction).
+    pub(crate) fn release(self) {
+        // SAFETY: ends the subtransaction `begin` started, which is the
+        // current one: everything inside it has returned.
+        unsafe {
+            pg_sys::ReleaseCurrentSubTransaction();
+            self.restore();
+        }
+    }
+
+    /// Undoes what ran inside it, here and on the other nodes.
+    pub(crate) fn roll_back(self) {
+        // SAFETY: as for `release`; an error caught inside it has been
+        // flushed (PgTryBuilder does).
+        unsafe {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            self.restore();
+        }
+    }
+
+    unsafe fn restore(&self) {
+        // SAFETY: both were current when the subtransaction began.
+        unsafe {
+            pg_sys::MemoryContextSwitchTo(self.context);
+            pg_sys::CurrentResourceOwner = self.owner;
+        }
+    }
+}
