@@ -5,8 +5,8 @@
 #
 # LAMBDASTORE_FROM=source builds it here, in RUST_IMAGE (the default);
 # LAMBDASTORE_FROM=prebuilt takes docker/prebuilt/lambdastore-gateway, built
-# on a Debian 12 machine (scripts/docker.sh). As in postgres.Dockerfile, the
-# prebuilt input needs BuildKit.
+# on a Debian 12 machine (scripts/docker.sh). As in postgres.Dockerfile, a
+# build that cannot download needs BuildKit, which skips the unused stage.
 #
 # Configured by its environment (gateway/src/config.rs): LAMBDASTORE_DATABASE_URL,
 # LAMBDASTORE_LISTEN, LAMBDASTORE_POOL_SIZE, ...
@@ -30,7 +30,7 @@ RUN cargo build --release -p lambdastore-gateway \
  && install -D target/release/lambdastore-gateway /out/lambdastore-gateway
 
 FROM scratch AS gateway-prebuilt
-COPY docker/prebuilt/lambdastore-gateway /out/lambdastore-gateway
+COPY docker/prebuilt/ /out/
 
 FROM gateway-${LAMBDASTORE_FROM} AS gateway
 

@@ -11,7 +11,8 @@
 #                              application kept in $LAMBDASTORE_STATE/gateway.key while
 #                              it is valid (scripts/demo-gateway.sh runs this step too)
 #   lambdastore-init demo      the forum application deployed, the gateway step, a few
-#                              objects; prints the key and a curl for each call
+#                              objects spread over the workers; prints the key, where
+#                              each object lives and a curl for each call
 #
 #   LAMBDASTORE_COORDINATOR    host:port (default 127.0.0.1:5432)
 #   LAMBDASTORE_WORKERS        host:port,host:port,... as the nodes reach each other
@@ -96,8 +97,6 @@ SQL
 }
 
 demo() {
-  first_worker=${workers%% *}
-  [ -n "$first_worker" ] || { echo "lambdastore-init: the demo needs LAMBDASTORE_WORKERS" >&2; exit 1; }
   deployed=$(LAMBDASTORE_WASM=$lambdas/forum.wasm sql "$coordinator" <<'SQL'
 \set wasm `base64 -w0 "$LAMBDASTORE_WASM"`
 SELECT format('forum version %s', d->>'version') FROM lambdastore.deploy('forum', decode(:'wasm', 'base64')) d;
@@ -105,13 +104,13 @@ SQL
 )
   gateway
 
-  # An account posts and comments through nested calls, which reach only
-  # objects on its own node for now (README, "On a Citus cluster"): the
-  # demo's objects are made on one worker, where an object made there lives.
+  # Made from the coordinator, the objects land on the workers their ids
+  # hash to; a thread lives with the account that started it, and nested
+  # calls reach objects on any node.
   ids=$(cat "$state/demo.ids" 2>/dev/null || true)
   if [ -z "$ids" ] || [ "$(sql "$coordinator" -c "SELECT count(*) FROM lambdastore.objects
                                                  WHERE object_id IN ($(echo "$ids" | tr ' ' ','))")" != 4 ]; then
-    ids=$(sql "$first_worker" <<'SQL'
+    ids=$(sql "$coordinator" <<'SQL'
 SELECT lambdastore.create_object('forum', 'Account', '{"name": "alice"}') AS alice,
        lambdastore.create_object('forum', 'Account', '{"name": "bob"}') AS bob,
        lambdastore.create_object('forum', 'Community', '{"name": "databases"}') AS community \gset
@@ -124,12 +123,21 @@ SQL
     echo "$ids" >"$state/demo.ids"
   fi
   set -- $ids
-  alice=$1 bob=$2 community=$3 thread=$4
+  bob=$2 thread=$4
+  placed=$(sql "$coordinator" <<SQL
+SELECT format('   %s %s on %s', what, id, n.nodename || ':' || n.nodeport)
+  FROM (VALUES (1, 'account (alice)', $1), (2, 'account (bob)', $2), (3, 'community', $3), (4, 'thread', $4))
+       v (rank, what, id)
+  JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', id)
+  JOIN pg_dist_node n USING (groupid)
+ ORDER BY rank
+SQL
+)
 
   auth="-H 'Authorization: Bearer $key'"
   echo "== LambdaStore on Citus: the coordinator $coordinator, the workers $workers, database $db"
   echo "== $deployed; API key: $key"
-  echo "== accounts $alice (alice) and $bob (bob), community $community, thread $thread, on $first_worker"
+  echo "$placed"
   echo "   bob comments on alice's thread, over HTTP (the gateway, $gateway_url):"
   echo "   curl -sS $auth -H 'content-type: application/json' -d '{\"thread\": $thread, \"text\": \"hello over HTTP\"}' $gateway_url/v1/objects/$bob/methods/add_comment"
   echo "   the thread:"

@@ -15,9 +15,10 @@
 #   CITUS_FROM=download        Citus' release tarball, from GitHub (the default)
 #   CITUS_FROM=prebuilt        docker/prebuilt/citus-$CITUS_VERSION.tar.gz
 # Citus is compiled here either way, against this image's PostgreSQL.
-# Only the stages a build uses run when BuildKit builds (the default builder
-# since Docker 23; DOCKER_BUILDKIT=1 on Docker 20.10): the prebuilt inputs
-# need it, since the classic builder also runs the stages that download.
+# BuildKit (the default builder since Docker 23; DOCKER_BUILDKIT=1 on 20.10)
+# runs only the stages a build uses; the classic builder runs them all, so
+# without BuildKit the prebuilt inputs save nothing, and a build that cannot
+# download fails.
 
 ARG DEBIAN_IMAGE=debian:bookworm-slim
 ARG RUST_IMAGE=rust:1.95-bookworm
@@ -30,23 +31,25 @@ ARG CITUS_FROM=download
 # --- Citus' source ------------------------------------------------------------
 FROM scratch AS citus-download
 ARG CITUS_VERSION
-ADD https://github.com/citusdata/citus/archive/refs/tags/v${CITUS_VERSION}.tar.gz /citus.tar.gz
+ADD https://github.com/citusdata/citus/archive/refs/tags/v${CITUS_VERSION}.tar.gz /in/citus-${CITUS_VERSION}.tar.gz
 
+# The whole directory (it always exists), so that this stage also builds
+# where it is not used.
 FROM scratch AS citus-prebuilt
-ARG CITUS_VERSION
-COPY docker/prebuilt/citus-${CITUS_VERSION}.tar.gz /citus.tar.gz
+COPY docker/prebuilt/ /in/
 
 FROM citus-${CITUS_FROM} AS citus-source
 
 # --- Citus, compiled against the node's PostgreSQL ---------------------------
 FROM ${DEBIAN_IMAGE} AS citus
 ARG PG_MAJOR
+ARG CITUS_VERSION
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       postgresql-server-dev-${PG_MAJOR} build-essential liblz4-dev libzstd-dev libssl-dev \
       libkrb5-dev libselinux1-dev libxml2-dev libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev \
  && apt-get clean && rm -rf /var/lib/apt/lists/*
-COPY --from=citus-source /citus.tar.gz /tmp/citus.tar.gz
+COPY --from=citus-source /in/citus-${CITUS_VERSION}.tar.gz /tmp/citus.tar.gz
 # Debian's PostgreSQL 15 headers declare have_createdb_privilege()
 # (backported from 16), which Citus' compatibility header defines again for
 # PostgreSQL < 16: Citus' copy is renamed (a no-op where either lacks it).
@@ -86,8 +89,7 @@ RUN LAMBDASTORE_SKIP_SETUP=1 make lambdas && mkdir -p /out/lambdas && cp target/
 
 # --- ... or built outside (scripts/docker.sh) ---------------------------------
 FROM scratch AS lambdastore-prebuilt
-COPY docker/prebuilt/package/ /out/package/
-COPY docker/prebuilt/lambdas/ /out/lambdas/
+COPY docker/prebuilt/ /out/
 
 FROM lambdastore-${LAMBDASTORE_FROM} AS lambdastore
 

@@ -103,9 +103,7 @@ impl Cluster {
         panic!("200 objects of {ty} did not give every worker {per_node}: {by_node:?}");
     }
 
-    /// A community and two accounts on each worker: an account posts and
-    /// comments through nested calls, which reach only objects on its own
-    /// node for now.
+    /// A community and two accounts on each worker.
     fn forum_per_worker(&mut self) -> BTreeMap<String, (i64, Vec<i64>)> {
         let communities = self.spread("Community", json!({"name": "compose"}), 1);
         let mut accounts = self.spread("Account", json!({"name": "tester"}), 2);
@@ -139,30 +137,51 @@ fn commits(c: &mut Client, function: &str) -> i64 {
     count(c, &format!("SELECT coalesce(sum(commits), 0)::bigint FROM lambdastore.stats WHERE app = 'forum' AND function = '{function}'"))
 }
 
+/// A thread on each worker, started by one of its accounts in the other
+/// worker's community (the community's index is on the other node), by node.
+fn threads(cluster: &Cluster, forum: &BTreeMap<String, (i64, Vec<i64>)>) -> BTreeMap<String, i64> {
+    let nodes: Vec<&String> = forum.keys().collect();
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let (author, community) = (forum[*node].1[0], forum[nodes[1 - i]].0);
+            let thread =
+                cluster.call(author, "create_thread", json!({"community": community, "title": "t", "text": "x"}));
+            ((*node).clone(), thread.as_i64().unwrap())
+        })
+        .collect()
+}
+
+fn everyone(forum: &BTreeMap<String, (i64, Vec<i64>)>) -> Vec<i64> {
+    forum.values().flat_map(|(_, accounts)| accounts.iter().copied()).collect()
+}
+
 #[test]
 fn the_forum_runs_through_the_gateway_with_every_call_on_its_objects_worker() {
     let Some(mut cluster) = cluster() else { return };
-    let by_node = cluster.forum_per_worker();
+    let forum = cluster.forum_per_worker();
     let before: Vec<i64> = cluster.workers.iter_mut().map(|(_, _, c)| commits(c, "add_comment")).collect();
     let on_coordinator = commits(&mut cluster.coordinator, "add_comment");
 
-    for (node, (community, accounts)) in &by_node {
-        let thread = cluster.call(
-            accounts[0],
-            "create_thread",
-            json!({"community": community, "title": "Composed", "text": "up with docker compose"}),
-        );
-        let thread = thread.as_i64().unwrap();
+    let threads = threads(&cluster, &forum);
+    for (node, &thread) in &threads {
         assert_eq!(&cluster.owner(thread), node, "a thread lives with the account that started it");
-        cluster.comment(thread, accounts, 3);
+        // Two of the four accounts are on the other worker: their nested
+        // calls to the thread cross nodes.
+        cluster.comment(thread, &everyone(&forum), 3);
         let view = cluster.call(thread, "get_thread", json!({}));
-        assert_eq!(view["comment_count"], json!(6), "{view}");
-        assert_eq!(view["comments"][5]["text"], json!("round 2"));
+        assert_eq!(view["comment_count"], json!(12), "{view}");
+        assert_eq!(view["comments"][11]["text"], json!("round 2"));
+        let community = view["community"].as_i64().unwrap();
+        let listed = cluster.call(community, "list_threads", json!({}));
+        assert_eq!(listed[0]["id"], json!(thread), "the community on the other worker indexes the thread");
     }
 
-    // Every add_comment ran, and was counted, on the worker holding its account.
+    // Every add_comment ran, and was counted, on the worker holding its
+    // account: two accounts, two threads, three rounds.
     for ((_, node, c), before) in cluster.workers.iter_mut().zip(before) {
-        assert_eq!(commits(c, "add_comment") - before, 6, "add_comment calls run on {node}");
+        assert_eq!(commits(c, "add_comment") - before, 12, "add_comment calls run on {node}");
     }
     assert_eq!(commits(&mut cluster.coordinator, "add_comment"), on_coordinator, "the coordinator ran calls itself");
 }
@@ -170,28 +189,25 @@ fn the_forum_runs_through_the_gateway_with_every_call_on_its_objects_worker() {
 #[test]
 fn a_killed_worker_container_comes_back_with_every_committed_comment() {
     let Some(mut cluster) = cluster() else { return };
-    let by_node = cluster.forum_per_worker();
-    let mut threads = BTreeMap::new();
-    for (node, (community, accounts)) in &by_node {
-        let thread =
-            cluster.call(accounts[0], "create_thread", json!({"community": community, "title": "t", "text": "x"}));
-        cluster.comment(thread.as_i64().unwrap(), accounts, 5);
-        threads.insert(node.clone(), (thread.as_i64().unwrap(), accounts.clone()));
+    let forum = cluster.forum_per_worker();
+    let threads = threads(&cluster, &forum);
+    for &thread in threads.values() {
+        cluster.comment(thread, &everyone(&forum), 5);
     }
     let (service, killed) = (cluster.workers[0].0, cluster.workers[0].1.clone());
-    let (other_thread, other_accounts) =
-        threads.iter().find(|(node, _)| **node != killed).map(|(_, t)| t.clone()).unwrap();
+    let other = threads.keys().find(|node| **node != killed).unwrap().clone();
 
     // SIGKILL to every process of the worker: nothing is flushed or shut
     // down; committed transactions are in its WAL (synchronous_commit).
     cluster.compose(&["kill", service]);
-    // The other worker's objects are served meanwhile.
-    cluster.comment(other_thread, &other_accounts, 1);
+    // The other worker serves its own accounts' calls to its own objects
+    // meanwhile.
+    cluster.comment(threads[&other], &forum[&other].1, 1);
     cluster.compose(&["start", service]);
 
     // Back within a minute (the gateway retries the 40001s of a node that
-    // has just recovered), with all ten comments.
-    let (thread, accounts) = threads[&killed].clone();
+    // has just recovered), with all twenty comments.
+    let thread = threads[&killed];
     let deadline = Instant::now() + Duration::from_secs(60);
     let view = loop {
         let (status, body) = cluster.post(&format!("/v1/objects/{thread}/methods/get_thread"), json!({}));
@@ -201,8 +217,8 @@ fn a_killed_worker_container_comes_back_with_every_committed_comment() {
         assert!(Instant::now() < deadline, "{service} does not answer 60 s after its start: {status} {body}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert_eq!(view["comment_count"], json!(10), "comments were lost: {view}");
-    cluster.comment(thread, &accounts, 1);
-    assert_eq!(cluster.call(thread, "get_thread", json!({}))["comment_count"], json!(12));
-    assert_eq!(cluster.call(other_thread, "get_thread", json!({}))["comment_count"], json!(12));
+    assert_eq!(view["comment_count"], json!(20), "comments were lost: {view}");
+    cluster.comment(thread, &everyone(&forum), 1);
+    assert_eq!(cluster.call(thread, "get_thread", json!({}))["comment_count"], json!(24));
+    assert_eq!(cluster.call(threads[&other], "get_thread", json!({}))["comment_count"], json!(22));
 }

@@ -95,24 +95,27 @@ fn containers() -> Option<Cluster> {
     leftovers.extend(names.iter().map(String::as_str));
     docker(&leftovers);
 
-    let containers: Vec<_> = NODES
-        .iter()
-        .zip(&names)
-        .map(|((_, port), name)| {
-            GenericImage::new(IMAGE.0, IMAGE.1)
-                .with_wait_for(WaitFor::message_on_stderr("database system is ready to accept connections"))
-                .with_container_name(name)
-                .with_network("host")
-                .with_host_config_modifier(|config| config.pid_mode = Some("host".to_string()))
-                .with_env_var("LAMBDASTORE_PORT", port.to_string())
-                .with_env_var("LAMBDASTORE_DATABASE", DATABASE)
-                // A disposable cluster, as scripts/cluster.sh makes them.
-                .with_cmd(["-c", "fsync=off", "-c", "full_page_writes=off"])
-                .with_startup_timeout(Duration::from_secs(60))
-                .start()
-                .unwrap_or_else(|e| panic!("starting {name}: {e}"))
-        })
-        .collect();
+    // Started side by side: each waits for its server to be ready.
+    let containers: Vec<_> = std::thread::scope(|scope| {
+        let starting: Vec<_> = NODES
+            .iter()
+            .zip(&names)
+            .map(|((_, port), name)| {
+                let request = GenericImage::new(IMAGE.0, IMAGE.1)
+                    .with_wait_for(WaitFor::message_on_stderr("database system is ready to accept connections"))
+                    .with_container_name(name)
+                    .with_network("host")
+                    .with_host_config_modifier(|config| config.pid_mode = Some("host".to_string()))
+                    .with_env_var("LAMBDASTORE_PORT", port.to_string())
+                    .with_env_var("LAMBDASTORE_DATABASE", DATABASE)
+                    // A disposable cluster, as scripts/cluster.sh makes them.
+                    .with_cmd(["-c", "fsync=off", "-c", "full_page_writes=off"])
+                    .with_startup_timeout(Duration::from_secs(60));
+                scope.spawn(move || request.start().unwrap_or_else(|e| panic!("starting {name}: {e}")))
+            })
+            .collect();
+        starting.into_iter().map(|thread| thread.join().expect("a container did not start")).collect()
+    });
     let addresses: Vec<String> = NODES.iter().map(|(_, port)| format!("127.0.0.1:{port}")).collect();
     let mut init = containers[0]
         .exec(
@@ -137,15 +140,16 @@ fn containers() -> Option<Cluster> {
     // server recovers from its WAL.
     let crash = "docker kill --signal QUIT lambdastore-citus-test-$1 >/dev/null \
                  && docker wait lambdastore-citus-test-$1 >/dev/null \
-                 && docker start lambdastore-citus-test-$1 >/dev/null \
-                 && for i in $(seq 600); do \
-                      docker exec lambdastore-citus-test-$1 sh -c 'pg_isready -q -h 127.0.0.1 -p $LAMBDASTORE_PORT' && exit 0; \
-                      sleep 0.1; \
-                    done; echo \"$1 is not ready 60 s after its restart\" >&2; exit 1";
+                 && docker start lambdastore-citus-test-$1 >/dev/null || exit 1; \
+                 deadline=$(($(date +%s) + 60)); \
+                 until docker exec lambdastore-citus-test-$1 sh -c 'pg_isready -q -h 127.0.0.1 -p $LAMBDASTORE_PORT'; do \
+                   [ $(date +%s) -lt $deadline ] || { echo \"$1 is not ready 60 s after its start\" >&2; exit 1; }; \
+                   sleep 0.1; \
+                 done";
     Some(Cluster {
         workers: NODES[1..].iter().map(|(_, port)| url(*port)).collect(),
         crash: Some(["sh", "-c", crash, "sh"].map(str::to_string).to_vec()),
-        containers: containers,
+        containers,
     })
 }
 
