@@ -45,6 +45,10 @@ test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL
 test-citus: lambdas ## The Citus tests on a fresh Citus cluster: containers with a Docker engine, else local processes (skipped without Citus unless LAMBDASTORE_REQUIRE_CITUS=1)
 	scripts/e2e-citus.sh
 
+.PHONY: test-citus-suites
+test-citus-suites: lambdas ## The single-node end-to-end suites again, against the coordinator of a local Citus cluster (skipped without Citus unless LAMBDASTORE_REQUIRE_CITUS=1)
+	scripts/e2e-suites-on-citus.sh
+
 .PHONY: test-compose
 test-compose: lambdas ## docker-compose.yml brought up for real: the forum through the gateway, a worker killed (skipped without a Docker engine unless LAMBDASTORE_REQUIRE_DOCKER=1)
 	scripts/e2e-compose.sh
@@ -78,7 +82,7 @@ check-format: setup ## The workspace is formatted as rustfmt.toml says
 	cargo fmt --all -- --check
 
 .PHONY: test
-test: check-format lambdas install test-sdk test-e2e test-citus test-compose ## Everything CI runs (the Citus and compose tests skip without Citus or Docker)
+test: check-format lambdas install test-sdk test-e2e test-citus test-citus-suites test-compose ## Everything CI runs (the Citus and compose tests skip without Citus or Docker)
 
 .PHONY: demo
 demo: lambdas install ## Start the embedded single-node PostgreSQL, run the CloudForum demo and its HTTP gateway

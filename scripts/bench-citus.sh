@@ -9,6 +9,8 @@
 #   two-node    the same with a and b on two nodes              (two-phase commit)
 #   nested-one-node   SELECT lambda_invoke(a, 'transfer', b)    bank: a's lambda calls b.deposit,
 #   nested-two-node   the same with a and b on two nodes        a nested call to another node
+#   cloudforum  90% Thread.get_thread, 10% Account.add_comment (a nested call to the thread,
+#               on another node half the time): 1,000 threads by 200 accounts in 10 communities
 #
 # The single node is a project cluster ("bench-single", port 54339); the
 # cluster is citus-test (a coordinator and two workers), started fresh:
@@ -34,11 +36,13 @@ psql "$single" -X -q -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
 # pairs of counters on one node (same = true) or on two (same = false).
 setup() {
   LAMBDASTORE_COUNTER=$repo/target/lambdas/counter.wasm LAMBDASTORE_BANK=$repo/target/lambdas/bank.wasm \
-    psql "$1" -X -q -v ON_ERROR_STOP=1 <<'SQL'
+    LAMBDASTORE_FORUM=$repo/target/lambdas/forum.wasm psql "$1" -X -q -v ON_ERROR_STOP=1 <<'SQL'
 \set counter `base64 -w0 "$LAMBDASTORE_COUNTER"`
 \set bank `base64 -w0 "$LAMBDASTORE_BANK"`
+\set forum `base64 -w0 "$LAMBDASTORE_FORUM"`
 SELECT lambdastore.deploy('counter', decode(:'counter', 'base64')) \gset
 SELECT lambdastore.deploy('bank', decode(:'bank', 'base64')) \gset
+SELECT lambdastore.deploy('forum', decode(:'forum', 'base64')) \gset
 CREATE TABLE ids (k int PRIMARY KEY, id bigint NOT NULL);
 INSERT INTO ids SELECT k, lambdastore.create_object('counter', 'Counter', '{}') FROM generate_series(1, 1000) k;
 CREATE TABLE accounts (k int PRIMARY KEY, id bigint NOT NULL);
@@ -47,6 +51,23 @@ SELECT k, lambdastore.create_object('bank', 'Account', '{"owner": "bench", "init
   FROM generate_series(1, 1000) k;
 CREATE TABLE pair (k int, same boolean, a bigint, b bigint, PRIMARY KEY (same, k));
 CREATE TABLE account_pair (LIKE pair INCLUDING ALL);
+-- CloudForum: each thread made by its author's create_thread, as users
+-- make them (on a cluster, on the author's node, indexed by a community
+-- that may be on another).
+CREATE TABLE forum_accounts (k int PRIMARY KEY, id bigint NOT NULL);
+INSERT INTO forum_accounts
+SELECT k, lambdastore.create_object('forum', 'Account', jsonb_build_object('name', 'user ' || k))
+  FROM generate_series(1, 200) k;
+CREATE TABLE forum_communities (k int PRIMARY KEY, id bigint NOT NULL);
+INSERT INTO forum_communities
+SELECT k, lambdastore.create_object('forum', 'Community', jsonb_build_object('name', 'community ' || k))
+  FROM generate_series(1, 10) k;
+CREATE TABLE forum_threads (k int PRIMARY KEY, id bigint NOT NULL);
+INSERT INTO forum_threads
+SELECT g, lambda_invoke((SELECT id FROM forum_accounts WHERE k = 1 + g % 200), 'create_thread',
+                        jsonb_build_object('community', (SELECT id FROM forum_communities WHERE k = 1 + g % 10),
+                                           'title', 'thread ' || g, 'text', repeat('x', 200)))::bigint
+  FROM generate_series(1, 1000) g;
 SQL
 }
 setup "$single"
@@ -99,6 +120,18 @@ SELECT lambda_invoke(:a, 'transfer', jsonb_build_object('to', :b, 'amount', 1));
 SQL
 done
 
+cat >"$work/cloudforum.sql" <<'SQL'
+\set t random(1, 1000)
+\if random(1, 100) <= 90
+SELECT lambda_invoke((SELECT id FROM forum_threads WHERE k = :t), 'get_thread');
+\else
+\set a random(1, 200)
+SELECT lambda_invoke((SELECT id FROM forum_accounts WHERE k = :a), 'add_comment',
+       jsonb_build_object('thread', (SELECT id FROM forum_threads WHERE k = :t),
+                          'text', 'A comment posted by pgbench, about sixty bytes.'));
+\endif
+SQL
+
 # pgbench's tps and mean latency, from its summary; serialization failures
 # (40001) are retried, as clients of a serializable system do.
 run() {
@@ -109,7 +142,7 @@ median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 echo "| workload | single node tx/s | cluster tx/s | cluster / single | single ms | cluster ms |"
 echo "|---|---:|---:|---:|---:|---:|"
-for workload in ${WORKLOADS:-read-only write two-object two-node nested-one-node nested-two-node}; do
+for workload in ${WORKLOADS:-read-only write two-object two-node nested-one-node nested-two-node cloudforum}; do
   : >"$work/single" && : >"$work/cluster"
   for _ in $(seq "$ROUNDS"); do
     run "$single" "$workload" >>"$work/single"

@@ -59,8 +59,8 @@ if [ "$mode" = docker ]; then
   }
   status=0
   run --no-fail-fast -- --skip survive "$@" || status=1
-  # The fault test kills and restarts workers: alone, after the others.
-  run -- survive "$@" || status=1
+  # The fault tests kill and restart workers: alone, one at a time, after the others.
+  run -- survive --test-threads=1 "$@" || status=1
   [ $status = 0 ] && echo "the containers survived the suite: no crash in their logs"
   exit $status
 fi
@@ -81,10 +81,10 @@ LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKE
   LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
   cargo test -p lambdastore-tests --test citus --no-fail-fast -- --skip survive "$@"
 status=$?
-# The fault test kills and restarts workers: alone, after the others.
+# The fault tests kill and restart workers: alone, one at a time, after the others.
 LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \
   LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
-  cargo test -p lambdastore-tests --test citus -- survive "$@" || status=1
+  cargo test -p lambdastore-tests --test citus -- survive --test-threads=1 "$@" || status=1
 
 # After the stop, so that each log is complete.
 "$citus" stop citus-test

@@ -1,11 +1,51 @@
 -- Views over functions that pgrx generates; created after them.
 
--- Per application, type and function: top-level calls, workflows committed,
--- aborts by reason, execution time. Counted in shared memory since the
--- server started (kept across aborted transactions); empty unless
--- lambdastore is in shared_preload_libraries.
+-- Whether the catalog is distributed over a Citus cluster (then the views
+-- below ask every node). Nested: a statement naming Citus' catalog fails to
+-- plan where Citus is not installed.
+CREATE FUNCTION lambdastore._distributed() RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+        RETURN EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass);
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- Each node's counters (lambdastore._stats(), the node's shared memory)
+-- with the node's name: this node's on one server, every node's on a
+-- distributed cluster, asked over Citus' connections as the extension's
+-- owner (SECURITY DEFINER; the view filters the rows by privilege). A node
+-- that does not answer shows no rows.
+CREATE FUNCTION lambdastore._stats_everywhere()
+RETURNS TABLE (app text, type_name text, function text, calls bigint, commits bigint,
+               aborts_conflict bigint, aborts_timeout bigint, aborts_trap bigint, aborts_limit bigint,
+               aborts_other bigint, total_ms float8, mean_ms float8, node text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT lambdastore._distributed() THEN
+        RETURN QUERY SELECT s.*, lambdastore.node() FROM lambdastore._stats() s;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT s.*
+      FROM run_command_on_all_nodes(
+             'SELECT coalesce(json_agg(s), ''[]'') FROM (SELECT *, lambdastore.node() AS node FROM lambdastore._stats()) s') r,
+           json_to_recordset(r.result::json) AS s (app text, type_name text, function text, calls bigint, commits bigint,
+               aborts_conflict bigint, aborts_timeout bigint, aborts_trap bigint, aborts_limit bigint,
+               aborts_other bigint, total_ms float8, mean_ms float8, node text)
+     WHERE r.success;
+END
+$$;
+
+-- Per node, application, type and function: top-level calls, workflows
+-- committed, aborts by reason, execution time. Counted in shared memory
+-- since the node's server started (kept across aborted transactions);
+-- empty unless lambdastore is in shared_preload_libraries. `node` is the
+-- node that ran the calls (lambdastore.node()).
 CREATE VIEW lambdastore.stats WITH (security_barrier) AS
-SELECT * FROM lambdastore._stats() s
+SELECT * FROM lambdastore._stats_everywhere() s
  WHERE lambdastore.has_app_privilege(s.app, 'invoke') OR lambdastore.has_app_privilege(s.app, 'read');
 
 -- What a role may read of the applications' data: ordinary roles have no
@@ -80,12 +120,29 @@ BEGIN
 END
 $$;
 
+-- The jobs the runners of every node run now (lambdastore._running_jobs(),
+-- the node's shared memory), asked as lambdastore._stats_everywhere() asks.
+-- Job ids only: the queue view joins them to the jobs the role may see.
+CREATE FUNCTION lambdastore._running_jobs_everywhere() RETURNS SETOF bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT lambdastore._distributed() THEN
+        RETURN QUERY SELECT job_id FROM lambdastore._running_jobs();
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT unnest(r.result::bigint[])
+      FROM run_command_on_all_nodes('SELECT coalesce(array_agg(job_id), ''{}'') FROM lambdastore._running_jobs()') r
+     WHERE r.success;
+END
+$$;
+
 -- Per application and function: jobs queued (waiting, not running), running
 -- now, done and failed, and how long the oldest waiting job has waited.
--- 'running' comes from the workers' shared memory: a claimed job is only
--- row-locked, its 'done' commits with its effects.
+-- 'running' comes from the runners' shared memory (of every node): a
+-- claimed job is only row-locked, its 'done' commits with its effects.
 CREATE VIEW lambdastore.queue AS
-WITH running AS (SELECT job_id FROM lambdastore._running_jobs())
+WITH running AS (SELECT job_id FROM lambdastore._running_jobs_everywhere() job_id)
 SELECT j.app,
        j.method AS function,
        count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL) AS depth,

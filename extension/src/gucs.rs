@@ -98,10 +98,11 @@ static WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
 static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
 
 /// `lambdastore.job_max_attempts` (default 20): runs of a job that keeps
-/// failing with a serialization failure (40001) or deadlock (40P01) before
-/// it is marked failed. Conflicts are transient, so retrying with backoff
-/// almost always succeeds; the bound keeps a pathological hot spot from
-/// retrying forever.
+/// failing with a serialization failure (40001), a deadlock (40P01) or,
+/// on a Citus cluster, a node it reached being unreachable (class 08)
+/// before it is marked failed. Those are transient, so retrying with
+/// backoff almost always succeeds; the bound keeps a pathological hot spot
+/// (or a node that stays down) from retrying forever.
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(20);
 
 pub(crate) fn define() {
@@ -125,7 +126,7 @@ pub(crate) fn define() {
     );
     GucRegistry::define_int_guc(
         c"lambdastore.job_max_attempts",
-        c"Runs of a job failing with serialization failures before it is marked failed.",
+        c"Runs of a job failing with serialization failures or unreachable nodes before it is marked failed.",
         c"",
         &JOB_MAX_ATTEMPTS,
         1,

@@ -53,9 +53,12 @@ fn node(c: &mut impl GenericClient) -> String {
 /// `lambdastore.stats` counts them (a job retried after a conflict is one
 /// more call, but one commit).
 fn calls_here(c: &mut impl GenericClient, app: &str, function: &str) -> i64 {
-    c.query_opt("SELECT commits FROM lambdastore.stats WHERE app = $1 AND function = $2", &[&app, &function])
-        .unwrap()
-        .map_or(0, |row| row.get(0))
+    c.query_opt(
+        "SELECT commits FROM lambdastore.stats WHERE app = $1 AND function = $2 AND node = lambdastore.node()",
+        &[&app, &function],
+    )
+    .unwrap()
+    .map_or(0, |row| row.get(0))
 }
 
 /// Objects of `app`'s type `ty` created from the coordinator until every
@@ -92,6 +95,16 @@ fn objects_are_spread_over_the_workers_and_every_call_runs_on_its_owner() {
         let owned = by_node.get(&here).map_or(0, Vec::len) as i64;
         assert_eq!(calls_here(worker, &app, "increment"), 2 * owned, "calls run on {here}");
     }
+    // The coordinator's lambdastore.stats shows every node's counters.
+    let everywhere: BTreeMap<String, i64> = c
+        .query("SELECT node, commits FROM lambdastore.stats WHERE app = $1 AND function = 'increment'", &[&app])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let expected: BTreeMap<String, i64> =
+        by_node.iter().map(|(node, ids)| (node.clone(), 2 * ids.len() as i64)).collect();
+    assert_eq!(everywhere, expected);
 }
 
 fn owner_of_coordinator(c: &mut Client) -> String {
@@ -730,4 +743,131 @@ fn transfers_across_nodes_survive_a_killed_backend_and_a_restarted_worker() {
     let (va, vb) = (value(&mut c, a), value(&mut c, b));
     assert_eq!(va + vb, 2 * INITIAL, "the total changed: {va} + {vb}");
     assert_eq!(va, INITIAL + net, "every acknowledged transfer applied once, no other");
+}
+
+/// A worker's job runners' pids, or none while it is down.
+fn runner_pids(url: &str) -> Vec<i32> {
+    let mut config: postgres::Config = url.parse().expect("a libpq URL");
+    config.dbname(DATABASE).application_name("lambdastore-tests").connect_timeout(Duration::from_secs(2));
+    let Ok(mut worker) = config.connect(NoTls) else { return Vec::new() };
+    worker
+        .query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'", &[])
+        .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+        .unwrap_or_default()
+}
+
+/// Jobs of `app` in `state`, or None while a node cannot answer.
+fn jobs_in_state(c: &mut Client, app: &str, state: &str) -> Option<i64> {
+    c.query_one("SELECT count(*) FROM lambdastore.jobs WHERE app = $1 AND state = $2", &[&app, &state])
+        .ok()
+        .map(|row| row.get(0))
+}
+
+/// The single-node exactly-once fault test (tests/tests/faults.rs) on the
+/// cluster, with every job reaching across nodes: x's jobs either spawn a
+/// `tally` of y, queued on y's node in the job's own transaction, or call
+/// y's `tally` (a nested call, committed on both nodes by 2PC). Job
+/// runners are killed and workers restarted while they run.
+#[test]
+fn jobs_across_nodes_survive_killed_runners_and_restarted_workers() {
+    let Some(mut nodes) = workers() else { return };
+    let Some(crash) = crash_command() else {
+        assert!(std::env::var("LAMBDASTORE_REQUIRE_CITUS").as_deref() != Ok("1"), "LAMBDASTORE_CITUS_CRASH is not set");
+        eprintln!("skipped: LAMBDASTORE_CITUS_CRASH is not set");
+        return;
+    };
+    const JOBS: i64 = 1000;
+    const FAULTS: usize = 4;
+    let (mut c, app) = deployed("citus_job_faults", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    let urls = &cluster::citus().unwrap().workers;
+    let owner_x = owner(&mut c, x);
+    let wx = nodes.iter_mut().position(|w| node(w) == owner_x).expect("a worker holds x");
+    let wy = 1 - wx;
+    drop(nodes);
+    // One transaction: the runners start when every job is visible. Even
+    // tags spawn, odd tags call.
+    c.execute(
+        "SELECT lambdastore.submit($1, CASE WHEN g % 2 = 0 THEN 'spawn_then' ELSE 'relay' END,
+                CASE WHEN g % 2 = 0
+                     THEN jsonb_build_object('target', $2::bigint, 'method', 'tally',
+                                             'args', jsonb_build_object('tag', g), 'fail', false)
+                     ELSE jsonb_build_object('target', $2::bigint, 'method', 'tally',
+                                             'args', jsonb_build_object('tag', g)) END)
+           FROM generate_series(1, $3::bigint) g",
+        &[&x, &y, &JOBS],
+    )
+    .unwrap();
+
+    // Faults by progress, as in faults.rs: a runner of x's node killed, y's
+    // node restarted, a runner of y's node killed, x's node restarted.
+    let total = JOBS + JOBS / 2; // x's jobs and the tallies they spawned
+    let milestone = |fault: usize| (fault as i64 + 1) * total / (FAULTS as i64 + 1);
+    let mut faults = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let (Some(done), Some(queued)) = (jobs_in_state(&mut c, &app, "done"), jobs_in_state(&mut c, &app, "queued"))
+        else {
+            assert!(std::time::Instant::now() < deadline, "the cluster did not answer for five minutes");
+            std::thread::sleep(Duration::from_millis(100)); // a node is restarting
+            continue;
+        };
+        // A child is queued in its parent's transaction, but the nodes are
+        // not read at one instant: wait for every child, or for a failure.
+        if queued == 0 && (done >= total || jobs_in_state(&mut c, &app, "failed").unwrap_or(0) > 0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after five minutes, {queued} jobs queued and {done} done of {total}; faults: {faults:?}"
+        );
+        if faults.len() < FAULTS && done >= milestone(faults.len()) {
+            let worker = if faults.len() % 3 == 0 { wx } else { wy };
+            if faults.len() % 2 == 0 {
+                let Some(pid) = runner_pids(&urls[worker]).first().copied() else {
+                    std::thread::sleep(Duration::from_millis(50)); // its runners are starting
+                    continue;
+                };
+                let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+                assert!(killed.success(), "kill -KILL {pid}");
+                faults.push(format!("SIGKILL of a runner of w{} at {done} done", worker + 1));
+            } else {
+                let mut restart = std::process::Command::new(&crash[0]);
+                restart.args(&crash[1..]).arg(format!("w{}", worker + 1));
+                assert!(restart.status().unwrap().success(), "restarting w{}", worker + 1);
+                faults.push(format!("immediate restart of w{} at {done} done", worker + 1));
+            }
+            continue;
+        }
+        std::thread::sleep(Duration::from_millis(50)); // progress polling interval
+    }
+    eprintln!("faults injected: {faults:#?}");
+    assert_eq!(faults.len(), FAULTS, "the jobs ended before every fault was injected");
+
+    // Every job done once, none failed; each tally applied once.
+    assert_eq!(jobs_in_state(&mut c, &app, "failed"), Some(0));
+    assert_eq!(jobs_in_state(&mut c, &app, "done"), Some(total));
+    let spawned = c
+        .query_one("SELECT count(*), count(DISTINCT parent_job_id) FROM lambdastore.jobs WHERE object_id = $1", &[&y])
+        .unwrap();
+    assert_eq!(
+        (spawned.get::<_, i64>(0), spawned.get::<_, i64>(1)),
+        (JOBS / 2, JOBS / 2),
+        "one tally per spawning job"
+    );
+    let values = |c: &mut Client, field: &str| -> Vec<String> {
+        c.query(
+            "SELECT convert_from(value, 'UTF8') FROM lambdastore.entries WHERE object_id = $1 AND field = $2",
+            &[&y, &field],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert_eq!(values(&mut c, "count"), vec![JOBS.to_string()], "y's counter is not the number of jobs");
+    let seen = values(&mut c, "seen");
+    assert_eq!(seen.len() as i64, JOBS, "some tag was never counted");
+    let twice: Vec<&String> = seen.iter().filter(|times| *times != "1").collect();
+    assert!(twice.is_empty(), "tallies applied more than once: {twice:?}");
 }

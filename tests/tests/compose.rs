@@ -134,7 +134,7 @@ impl Cluster {
 /// Committed top-level calls of the forum's `function` on the node `c` is
 /// connected to (`lambdastore.stats`; nested calls are not counted).
 fn commits(c: &mut Client, function: &str) -> i64 {
-    count(c, &format!("SELECT coalesce(sum(commits), 0)::bigint FROM lambdastore.stats WHERE app = 'forum' AND function = '{function}'"))
+    count(c, &format!("SELECT coalesce(sum(commits), 0)::bigint FROM lambdastore.stats WHERE app = 'forum' AND function = '{function}' AND node = lambdastore.node()"))
 }
 
 /// A thread on each worker, started by one of its accounts in the other

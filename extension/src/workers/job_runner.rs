@@ -10,7 +10,8 @@
 //! The workflow runs in a subtransaction, like a PL/pgSQL exception block,
 //! so that its failure (ours or PostgreSQL's) rolls back its effects but
 //! not the claim: the outcome is then recorded as `failed`, or, for a
-//! serialization failure, as a retry after a backoff.
+//! serialization failure or a node that could not be reached, as a retry
+//! after a backoff.
 
 use super::{attach_worker, set_running, wait_latch, wake_waiters};
 use crate::access::Caller;
@@ -201,8 +202,12 @@ struct Failure {
 }
 
 impl Failure {
+    /// Transient: a conflict (40001, 40P01), or, on a Citus cluster, a node
+    /// the workflow reached that was down or restarting (class 08, as
+    /// Citus reports it). Failing the job there would make a node's restart
+    /// lose the work of every job that reached it meanwhile.
     fn retryable(&self) -> bool {
-        matches!(self.sqlstate.as_str(), "40001" | "40P01")
+        matches!(self.sqlstate.as_str(), "40001" | "40P01") || self.sqlstate.starts_with("08")
     }
 }
 
