@@ -47,7 +47,7 @@ test-citus: lambdas ## The Citus tests on a fresh Citus cluster: containers with
 
 .PHONY: test-citus-suites
 test-citus-suites: lambdas ## The single-node end-to-end suites again, against the coordinator of a local Citus cluster (skipped without Citus unless LAMBDASTORE_REQUIRE_CITUS=1)
-	scripts/e2e-suites-on-citus.sh
+	scripts/e2e-citus.sh --suites
 
 .PHONY: test-compose
 test-compose: lambdas ## docker-compose.yml brought up for real: the forum through the gateway, a worker killed (skipped without a Docker engine unless LAMBDASTORE_REQUIRE_DOCKER=1)

@@ -449,3 +449,31 @@ pub fn owner(c: &mut impl GenericClient, object: i64) -> String {
     .unwrap()
     .get(0)
 }
+
+/// Jobs of `app` in `state`, or None while the server (or a node of a
+/// cluster) cannot answer: the fault tests poll through restarts.
+pub fn jobs_in_state(c: &mut Client, app: &str, state: &str) -> Option<i64> {
+    c.query_one("SELECT count(*) FROM lambdastore.jobs WHERE app = $1 AND state = $2", &[&app, &state])
+        .ok()
+        .map(|row| row.get(0))
+}
+
+/// A micro `Bench` object after `n` `tally` calls with distinct tags: its
+/// counter is `n` and each tag was counted exactly once.
+pub fn assert_tallied_once(c: &mut Client, object: i64, n: i64) {
+    let values = |c: &mut Client, field: &str| -> Vec<String> {
+        c.query(
+            "SELECT convert_from(value, 'UTF8') FROM lambdastore.entries WHERE object_id = $1 AND field = $2",
+            &[&object, &field],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert_eq!(values(c, "count"), vec![n.to_string()], "the counter is not the number of tallies");
+    let seen = values(c, "seen");
+    assert_eq!(seen.len() as i64, n, "some tag was never counted");
+    let twice: Vec<&String> = seen.iter().filter(|times| *times != "1").collect();
+    assert!(twice.is_empty(), "tallies applied more than once: {twice:?}");
+}
