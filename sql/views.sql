@@ -1,40 +1,29 @@
 -- Views over functions that pgrx generates; created after them.
 
--- Whether the catalog is distributed over a Citus cluster (then the views
--- below ask every node). Nested: a statement naming Citus' catalog fails to
--- plan where Citus is not installed.
-CREATE FUNCTION lambdastore._distributed() RETURNS boolean
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
-        RETURN EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass);
-    END IF;
-    RETURN false;
-END
-$$;
+-- One row of lambdastore.stats: a node's counters for one function
+-- (lambdastore._stats(), the node's shared memory) and the node's name.
+CREATE TYPE lambdastore.stats_row AS (
+    app text, type_name text, function text, calls bigint, commits bigint,
+    aborts_conflict bigint, aborts_timeout bigint, aborts_trap bigint, aborts_limit bigint,
+    aborts_other bigint, total_ms float8, mean_ms float8, node text);
 
--- Each node's counters (lambdastore._stats(), the node's shared memory)
--- with the node's name: this node's on one server, every node's on a
--- distributed cluster, asked over Citus' connections as the extension's
--- owner (SECURITY DEFINER; the view filters the rows by privilege). A node
--- that does not answer shows no rows.
-CREATE FUNCTION lambdastore._stats_everywhere()
-RETURNS TABLE (app text, type_name text, function text, calls bigint, commits bigint,
-               aborts_conflict bigint, aborts_timeout bigint, aborts_trap bigint, aborts_limit bigint,
-               aborts_other bigint, total_ms float8, mean_ms float8, node text)
+-- This node's rows on one server ('local', lambdastore.node()); every
+-- node's on a distributed Citus cluster, asked over Citus' connections as
+-- the extension's owner (SECURITY DEFINER; the view filters the rows by
+-- privilege), each node answering with its rows as JSON. A node that does
+-- not answer shows no rows.
+CREATE FUNCTION lambdastore._stats_everywhere() RETURNS SETOF lambdastore.stats_row
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF NOT lambdastore._distributed() THEN
-        RETURN QUERY SELECT s.*, lambdastore.node() FROM lambdastore._stats() s;
+    IF lambdastore.node() = 'local' THEN
+        RETURN QUERY SELECT s.*, 'local' FROM lambdastore._stats() s;
         RETURN;
     END IF;
     RETURN QUERY
     SELECT s.*
       FROM run_command_on_all_nodes(
              'SELECT coalesce(json_agg(s), ''[]'') FROM (SELECT *, lambdastore.node() AS node FROM lambdastore._stats()) s') r,
-           json_to_recordset(r.result::json) AS s (app text, type_name text, function text, calls bigint, commits bigint,
-               aborts_conflict bigint, aborts_timeout bigint, aborts_trap bigint, aborts_limit bigint,
-               aborts_other bigint, total_ms float8, mean_ms float8, node text)
+           json_populate_recordset(NULL::lambdastore.stats_row, r.result::json) s
      WHERE r.success;
 END
 $$;
@@ -126,7 +115,7 @@ $$;
 CREATE FUNCTION lambdastore._running_jobs_everywhere() RETURNS SETOF bigint
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF NOT lambdastore._distributed() THEN
+    IF lambdastore.node() = 'local' THEN
         RETURN QUERY SELECT job_id FROM lambdastore._running_jobs();
         RETURN;
     END IF;

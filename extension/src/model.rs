@@ -79,6 +79,34 @@ pub(crate) enum Draw {
     Call { call: MethodCall, outcome: Result<String, String> },
 }
 
+/// The value of a draw of each kind (`Workflow::draw` takes the kind as
+/// its variant and one of these).
+impl Draw {
+    pub(crate) fn random(&self) -> Option<u64> {
+        if let Draw::Random(n) = self {
+            Some(*n)
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn now(&self) -> Option<i64> {
+        if let Draw::Now(micros) = self {
+            Some(*micros)
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn object_id(&self) -> Option<i64> {
+        if let Draw::ObjectId(id) = self {
+            Some(*id)
+        } else {
+            None
+        }
+    }
+}
+
 /// What travels with a call forwarded to the node holding its object,
 /// besides the call itself (`_call_here`).
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -29,11 +29,7 @@ pub(crate) fn create_object(
     if caller_readonly {
         return Err(LambdaError::ReadonlyWrite { ty: type_name.to_string(), function: "(create)".into() });
     }
-    let id =
-        match workflow.draw(|d| matches!(d, Draw::ObjectId(_)), || Ok(Draw::ObjectId(catalog::objects::next_id()?)))? {
-            Draw::ObjectId(id) => id,
-            _ => unreachable!("draw checked the kind"),
-        };
+    let id = workflow.draw(Draw::ObjectId, Draw::object_id, catalog::objects::next_id)?;
     let savepoint = workflow.savepoint();
     workflow.create_object(id, ObjectInfo { app: app.app.clone(), type_name: type_name.to_string() });
     let outcome = match ctor {

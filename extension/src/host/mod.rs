@@ -109,22 +109,15 @@ impl lambdastore::lambda::host::Host for HostState {
         // PostgreSQL timestamps count from 2000-01-01; the guest wants Unix time.
         const UNIX_TO_POSTGRES_EPOCH_MICROS: i64 = 946_684_800 * 1_000_000;
         // SAFETY: reads the system clock; no PostgreSQL state is touched.
-        let now = || Ok(Draw::Now(unsafe { pgrx::pg_sys::GetCurrentTimestamp() } + UNIX_TO_POSTGRES_EPOCH_MICROS));
-        match self.workflow.draw(|d| matches!(d, Draw::Now(_)), now)? {
-            Draw::Now(micros) => Ok(micros),
-            _ => unreachable!("draw checked the kind"),
-        }
+        let now = || Ok(unsafe { pgrx::pg_sys::GetCurrentTimestamp() } + UNIX_TO_POSTGRES_EPOCH_MICROS);
+        Ok(self.workflow.draw(Draw::Now, Draw::now, now)?)
     }
 
     fn random_u64(&mut self) -> wasmtime::Result<u64> {
         // SAFETY: the global PRNG is seeded at backend start and only used
         // from this (the main) thread.
-        let random =
-            || Ok(Draw::Random(unsafe { pgrx::pg_sys::pg_prng_uint64(&raw mut pgrx::pg_sys::pg_global_prng_state) }));
-        match self.workflow.draw(|d| matches!(d, Draw::Random(_)), random)? {
-            Draw::Random(n) => Ok(n),
-            _ => unreachable!("draw checked the kind"),
-        }
+        let random = || Ok(unsafe { pgrx::pg_sys::pg_prng_uint64(&raw mut pgrx::pg_sys::pg_global_prng_state) });
+        Ok(self.workflow.draw(Draw::Random, Draw::random, random)?)
     }
 
     fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {

@@ -98,15 +98,21 @@ impl Workflow {
 
     /// A value the host makes up (a random number, the clock, an object id)
     /// by `fresh`: in a forwarded call's workflow, the one its earlier runs
-    /// drew at this point if they got this far (of the kind `same` accepts).
-    pub(crate) fn draw(&self, same: impl Fn(&Draw) -> bool, fresh: impl FnOnce() -> Result<Draw>) -> Result<Draw> {
+    /// drew at this point if they got this far. `kind` makes the draw of a
+    /// value (`Draw::Random`), `value` reads one (`Draw::random`).
+    pub(crate) fn draw<T: Copy>(
+        &self,
+        kind: fn(T) -> Draw,
+        value: fn(&Draw) -> Option<T>,
+        fresh: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
         let Some(tape) = &self.tape else { return fresh() };
-        if let Some(earlier) = tape.borrow_mut().replay(same).map_err(|_| diverged())? {
-            return Ok(earlier);
+        if let Some(earlier) = tape.borrow_mut().replay(|d| value(d).is_some()).map_err(|_| diverged())? {
+            return Ok(value(&earlier).expect("replay checked the kind"));
         }
-        let draw = fresh()?;
-        tape.borrow_mut().record(draw.clone());
-        Ok(draw)
+        let drawn = fresh()?;
+        tape.borrow_mut().record(kind(drawn));
+        Ok(drawn)
     }
 
     /// In a forwarded call's workflow, the outcome of `call` (on another
