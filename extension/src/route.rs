@@ -169,8 +169,9 @@ fn ran_on(node: &str, object: i64, wrote: bool) -> Result<()> {
 /// once a transaction that writes has run calls on two nodes, asks for
 /// two-phase commit, with every node it ran calls on taking part.
 fn engage(written: Option<i64>) -> Result<()> {
-    let (engaged, unmarked): (bool, Vec<i64>) = REACH.with(|r| {
+    let (newly_two_phase, unmarked): (bool, Vec<i64>) = REACH.with(|r| {
         let mut reach = r.borrow_mut();
+        let before = reach.two_phase;
         reach.two_phase |= reach.wrote && reach.spread();
         let two_phase = reach.two_phase;
         let unmarked = reach
@@ -182,12 +183,12 @@ fn engage(written: Option<i64>) -> Result<()> {
                 *object
             })
             .collect();
-        (two_phase, unmarked)
+        (two_phase && !before, unmarked)
     });
-    if unmarked.is_empty() {
-        return Ok(());
-    }
-    if engaged {
+    // Even when every node is marked already (a call that wrote there,
+    // then a write here): without the flag Citus commits the other nodes
+    // in one phase, before this one, and a crash between keeps their part.
+    if newly_two_phase {
         citus_function(c"Use2PCForCoordinatedTransaction")?;
     }
     // Citus prepares only the connections that ran a modification; a call

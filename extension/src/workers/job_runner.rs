@@ -17,7 +17,7 @@ use super::{attach_worker, set_running, wait_latch, wake_waiters};
 use crate::access::Caller;
 use crate::catalog::jobs::{self, Claimed};
 use crate::error::LambdaError;
-use crate::{gucs, workflow};
+use crate::{gucs, route, workflow};
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::pg_sys::{self, panic::CaughtError};
 use pgrx::{pg_guard, PgSqlErrorCode, PgTryBuilder};
@@ -167,7 +167,15 @@ fn run_workflow(job: &Claimed) -> Result<String, Failure> {
 
 fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Result<()> {
     let failure = match outcome {
-        Ok(result) => return jobs::finish_done(job, &result),
+        Ok(result) => {
+            jobs::finish_done(job, &result)?;
+            // `done` is written here, as a session's call is: if the
+            // workflow wrote on other nodes, Citus must commit there in two
+            // phases with this node. Otherwise it commits them first, in
+            // its pre-commit, and a crash before this node's commit ran the
+            // job again with its effects elsewhere already committed.
+            return route::ran_here();
+        }
         Err(failure) => failure,
     };
     if failure.canceled {
