@@ -73,6 +73,10 @@ pub(crate) fn run_job(caller: Caller, job: i64, object: i64, method: &str, args:
 /// with the calls its lambda needs on other nodes made from here; those on
 /// objects of this node run in a workflow of this node, committed after it.
 pub(crate) fn invoke_elsewhere(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<String> {
+    // As every workflow: the calls the object's node needs from this one
+    // run here, and must not meet what prepared transactions that ended
+    // still hold (nor a snapshot isolation level).
+    occ::check_isolation()?;
     let workflow = start(caller, None, None);
     let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
     let result =

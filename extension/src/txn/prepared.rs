@@ -145,11 +145,19 @@ pub(crate) fn sweep() -> Result<()> {
         if unsafe { pg_sys::TransactionIdIsInProgress(xid) } {
             continue;
         }
-        if slot.state.compare_exchange(state, BUSY, SeqCst, SeqCst).is_err() {
-            continue; // another backend is sweeping it
-        }
         // SAFETY: as above; the transaction has ended.
         let committed = unsafe { pg_sys::TransactionIdDidCommit(xid) };
+        if slot.state.compare_exchange(state, BUSY, SeqCst, SeqCst).is_err() {
+            // Another backend (a job runner, woken at PREPARE) is finishing
+            // it. Wait until it is done: the validation this sweep precedes
+            // must not find the writer counts of a transaction that ended.
+            // Between its exchange and FREE the other backend only stores
+            // atomics, so this wait is short and always ends.
+            while slot.state.load(SeqCst) == BUSY {
+                std::thread::yield_now();
+            }
+            continue;
+        }
         if kind == UNKNOWN {
             if committed {
                 versions::bump_everything();
