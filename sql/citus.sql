@@ -72,7 +72,6 @@ REVOKE ALL ON FUNCTION lambdastore.distribute(int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._call_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._spawn_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lambdastore._create_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._delete_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._validate_here() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._split_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;

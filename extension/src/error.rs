@@ -78,8 +78,6 @@ pub(crate) enum LambdaError {
     JobNotCommitted(i64),
     #[error("object {object} is stored on {node}: this node holds no objects")]
     Elsewhere { object: i64, node: String },
-    #[error("{0}")]
-    AcrossNodes(String),
     #[error("object {0} is in use by an unfinished call on another node of this workflow: a workflow's calls across nodes may not come back to it")]
     CallBack(i64),
     /// A forwarded call's run stopped for a call on another node (txn/tape.rs):
@@ -120,9 +118,7 @@ impl LambdaError {
             ReadOnlyTransaction(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
             ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,
-            IsolationLevel(_) | Prepared(_) | Elsewhere { .. } | CallBack(_) | AcrossNodes(_) => {
-                ERRCODE_FEATURE_NOT_SUPPORTED
-            }
+            IsolationLevel(_) | Prepared(_) | Elsewhere { .. } | CallBack(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
             NotPreloaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,

@@ -103,19 +103,12 @@ pub(crate) fn split(caller: Caller, object: i64, node: &str, field: &str, key: &
 }
 
 /// `lambdastore.create_object` on a node that holds no shard: on the node
-/// of an id drawn here, which then draws one of its own.
+/// of an id drawn here (spreading new objects over the nodes), which then
+/// draws one of its own.
 pub(crate) fn create(caller: Caller, app: &str, type_name: &str, args: &str) -> Result<i64> {
     let route = catalog::objects::draw_id()?;
     let node = owner_elsewhere(route)?.unwrap_or_default();
-    let id = forward(
-        "SELECT lambdastore._create_here($1, $2, $3, $4, $5, $6, $7)
-           FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed",
-        route,
-        &node,
-        [app, type_name, args],
-        caller,
-    )?;
-    id.parse().map_err(|_| LambdaError::Internal(format!("a forwarded create returned {id:?}")))
+    workflow::create_elsewhere(caller, route, &node, app, type_name, args)
 }
 
 /// Whether `create_object` must be forwarded: the tables are distributed

@@ -117,6 +117,17 @@ pub(crate) struct Forwarded {
     pub(crate) nested: Option<Nested>,
     /// What earlier runs of this call drew, to get again.
     pub(crate) tape: Vec<Draw>,
+    /// A `create_object` from SQL sent by a node that holds no objects:
+    /// the call's object only routes it (the new object gets an id of the
+    /// node it lands on), its args are the constructor's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) create: Option<Create>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Create {
+    pub(crate) app: String,
+    pub(crate) type_name: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -13,7 +13,7 @@ use crate::gucs;
 use crate::host::calls::{self, create_object};
 use crate::host::registry::{self, AppVersion};
 use crate::host::{remote, Frame};
-use crate::model::{Draw, FnDesc, Forwarded, FunctionKind, MethodCall, ObjectInfo, Reply, Spawned};
+use crate::model::{Create, Draw, FnDesc, Forwarded, FunctionKind, MethodCall, ObjectInfo, Reply, Spawned};
 use crate::route;
 use crate::stats;
 use crate::txn::{occ, Workflow};
@@ -73,14 +73,39 @@ pub(crate) fn run_job(caller: Caller, job: i64, object: i64, method: &str, args:
 /// with the calls its lambda needs on other nodes made from here; those on
 /// objects of this node run in a workflow of this node, committed after it.
 pub(crate) fn invoke_elsewhere(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<String> {
+    let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
+    drive_from_sql(caller, |workflow| remote::drive(workflow, None, node, call, &[]))
+}
+
+/// `create_object` on a node that holds no objects (forward.rs): sent to
+/// `node`, the node of `route`, which creates the object there; driven as
+/// `invoke_elsewhere` drives a call, so that its constructor may reach any
+/// node.
+pub(crate) fn create_elsewhere(
+    caller: Caller,
+    route: i64,
+    node: &str,
+    app: &str,
+    type_name: &str,
+    args: &str,
+) -> Result<i64> {
+    let create = Create { app: app.into(), type_name: type_name.into() };
+    let id = drive_from_sql(caller, |workflow| remote::drive_create(workflow, node, route, create, args))?;
+    id.parse().map_err(|_| LambdaError::Internal(format!("a forwarded create returned {id:?}")))
+}
+
+/// A call from SQL sent to another node by `drive`, in a workflow of this
+/// node that commits the calls it needed here.
+fn drive_from_sql(
+    caller: Caller,
+    drive: impl FnOnce(&Rc<Workflow>) -> Result<Result<String, String>>,
+) -> Result<String> {
     // As every workflow: the calls the object's node needs from this one
     // run here, and must not meet what prepared transactions that ended
     // still hold (nor a snapshot isolation level).
     occ::check_isolation()?;
     let workflow = start(caller, None, None);
-    let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
-    let result =
-        remote::drive(&workflow, None, node, call, &[])?.map_err(|message| LambdaError::Application { message })?;
+    let result = drive(&workflow)?.map_err(|message| LambdaError::Application { message })?;
     if !workflow.touched().is_empty() {
         commit(&workflow)?;
         route::ran_here()?;
@@ -92,9 +117,11 @@ pub(crate) fn invoke_elsewhere(caller: Caller, object: i64, node: &str, method: 
 /// stored here: from SQL (checked as `lambda_invoke` is) or nested (run as
 /// a callee of the sender's workflow). Its answer as JSON: `Reply`.
 pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &str, sent: Forwarded) -> Result<String> {
-    let outcome = match sent.nested {
-        None => invoke(caller, None, object, method, args, Some(sent.tape)),
-        Some(nested) => {
+    let outcome = match (sent.create, sent.nested) {
+        (Some(create), _) => create_with(caller, &create.app, &create.type_name, args, Some(sent.tape))
+            .map(|done| Finished { result: done.result.to_string(), spawned_elsewhere: done.spawned_elsewhere }),
+        (None, None) => invoke(caller, None, object, method, args, Some(sent.tape)),
+        (None, Some(nested)) => {
             occ::check_isolation()?;
             let app = registry::load(&nested.module)?;
             let call = MethodCall {
@@ -270,6 +297,17 @@ fn run_static(
 
 /// `lambdastore.create_object(app, type, args)`, for `caller`.
 pub(crate) fn create(caller: Caller, app_name: &str, type_name: &str, args: &str) -> Result<i64> {
+    create_with(caller, app_name, type_name, args, None).map(|done| done.result)
+}
+
+/// The same, replaying `tape` for a create another node sent.
+fn create_with(
+    caller: Caller,
+    app_name: &str,
+    type_name: &str,
+    args: &str,
+    tape: Option<Vec<Draw>>,
+) -> Result<Finished<i64>> {
     occ::check_isolation()?;
     let started = Instant::now();
     let app = current_version(caller, app_name)?;
@@ -277,30 +315,10 @@ pub(crate) fn create(caller: Caller, app_name: &str, type_name: &str, args: &str
         refuse_protected(&app, type_name, ctor)?; // refused calls are not counted, as above
     }
     refuse_in_read_only_transaction(false, type_name, "(create)")?;
-    let outcome = run_create(caller, &app, type_name, args);
+    let workflow = start(caller, None, tape);
+    let outcome = create_object(&workflow, &app, type_name, args, 0, false)
+        .and_then(|id| Ok(Finished { result: id, spawned_elsewhere: commit(&workflow)? }));
     counted(app_name, type_name, "(create)", started, outcome)
-}
-
-/// A constructor run for a `create_object` sent from a node that holds no
-/// objects (forward.rs) cannot reach other nodes: that node does not drive
-/// what the constructor needs there (a call sent from SQL does).
-fn run_create(caller: Caller, app: &Rc<AppVersion>, type_name: &str, args: &str) -> Result<i64> {
-    let refused = || {
-        LambdaError::AcrossNodes(format!(
-            "the constructor of \"{type_name}\" reached an object on another node, which create_object on a node \
-             without objects does not support: create the object from a worker, or call its other objects after"
-        ))
-    };
-    // Sent here, its workflow stops at a call on another node, refused then.
-    let workflow = start(caller, None, route::arrived().then(Vec::new));
-    let id = create_object(&workflow, app, type_name, args, 0, false).map_err(|e| match e {
-        LambdaError::Suspended(_) => refused(),
-        e => e,
-    })?;
-    if !commit(&workflow)?.is_empty() {
-        return Err(refused());
-    }
-    Ok(id)
 }
 
 /// The code `caller` may invoke now in `app_name`.

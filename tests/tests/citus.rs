@@ -434,6 +434,48 @@ fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     expect_sqlstate(invoke(&mut c, x, "spawn_then", foreign_spawn), "42501");
 }
 
+/// `create_object` on the coordinator, which holds no objects, sends the
+/// create to a worker. A constructor there that calls and spawns on objects
+/// of the other worker works as it does from a worker: the coordinator
+/// makes the call the constructor's run stopped at, and the run starts
+/// again with the same draws (the same new id, the same tag).
+#[test]
+fn a_constructor_run_from_the_coordinator_reaches_objects_on_other_nodes() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_constructor", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    let mut across = 0;
+    for partner in [x, y, x, y, x, y] {
+        let id = create(&mut c, &app, "Bench", json!({"entries": 0, "partner": partner}));
+        across += usize::from(owner(&mut c, id) != owner(&mut c, partner));
+        let count = call(&mut c, id, "get", json!({"key": "partner"}));
+        assert!(count.as_str().is_some_and(|n| n.parse::<i64>().is_ok()), "{id} kept its partner's count: {count}");
+    }
+    assert!(across > 0, "no constructor reached another node: the test shows nothing");
+    let jobs: Vec<i64> = c
+        .query("SELECT job_id FROM lambdastore.jobs WHERE app = $1 AND method = 'tally'", &[&app])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(jobs.len(), 6, "one spawned tally per constructor: {jobs:?}");
+    for job in jobs {
+        assert_eq!(finished(&mut c, job).state, "done");
+    }
+    // Three nested tallies and three spawned ones each, every tag once.
+    assert_tallied_once(&mut c, x, 6);
+    assert_tallied_once(&mut c, y, 6);
+
+    // A constructor whose call is refused (an object of an application
+    // it may not call) leaves no object.
+    let (_, other) = deployed("citus_constructor_other", "micro");
+    let foreign = create(&mut c, &other, "Bench", json!({"entries": 0}));
+    let before = count(&mut c, &format!("SELECT count(*) FROM lambdastore.objects WHERE app = '{app}'"));
+    expect_sqlstate(create_object(&mut c, &app, "Bench", json!({"entries": 0, "partner": foreign})), "42501");
+    let after = count(&mut c, &format!("SELECT count(*) FROM lambdastore.objects WHERE app = '{app}'"));
+    assert_eq!(after, before, "a failed constructor left its object");
+}
+
 // ---------------------------------------------------------------------------
 // Anomalies with the objects on different nodes, driven by multi-statement
 // transactions (the serializable suite's scenarios, scaled down)

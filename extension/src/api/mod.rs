@@ -6,7 +6,7 @@
 use crate::access::{self, as_storage, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::jsonb::JsonText;
-use crate::model::Spawned;
+use crate::model::{Forwarded, Spawned};
 use crate::{forward, route, workflow};
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -167,7 +167,11 @@ mod lambdastore {
         settings: &str,
     ) -> String {
         let call = |caller| workflow::run_forwarded(caller, object_id, method, args, sent_context(context)?);
-        here(role, timeout_ms, settings, call, || format!("lambda_invoke({object_id}, '{method}')"))
+        let describe = || match sent_context::<Forwarded>(context).ok().and_then(|sent| sent.create) {
+            Some(create) => format!("create_object('{}', '{}')", create.app, create.type_name),
+            None => format!("lambda_invoke({object_id}, '{method}')"),
+        };
+        here(role, timeout_ms, settings, call, describe)
     }
 
     /// The same for a call a lambda on another node spawned on an object
@@ -238,22 +242,6 @@ mod lambdastore {
             workflow::split(caller, object_id, field, &key).map(|split| split.to_string())
         };
         here(role, timeout_ms, settings, split, || format!("split({object_id})"))
-    }
-
-    /// The same for `lambdastore.create_object` (routed by an id drawn on
-    /// the sending node); the result is the new object's id.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _create_here(
-        _route: i64,
-        app: &str,
-        type_name: &str,
-        args: &str,
-        role: &str,
-        timeout_ms: i64,
-        settings: &str,
-    ) -> String {
-        let create = |caller| workflow::create(caller, app, type_name, args).map(|id| id.to_string());
-        here(role, timeout_ms, settings, create, || format!("create_object('{app}', '{type_name}')"))
     }
 
     /// On a node a read-only transaction spanning several nodes ran calls

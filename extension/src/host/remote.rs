@@ -25,7 +25,7 @@ use super::calls;
 use super::registry::{self, AppVersion};
 use super::HostState;
 use crate::error::{LambdaError, Result};
-use crate::model::{Draw, Forwarded, MethodCall, Nested, Reply, Spawned};
+use crate::model::{Create, Draw, Forwarded, MethodCall, Nested, Reply, Spawned};
 use crate::route::{self, Subtransaction};
 use crate::txn::Workflow;
 use std::rc::Rc;
@@ -65,7 +65,33 @@ pub(crate) fn drive(
         depth: call.depth,
         job: workflow.parent_job,
     });
-    let mut forwarded = Forwarded { nested, tape: Vec::new() };
+    drive_with(workflow, node, call, Forwarded { nested, tape: Vec::new(), create: None }, busy)
+}
+
+/// `create_object` from SQL on a node that holds no objects: driven as a
+/// call from SQL routed by `route`, whose node creates the object; its id.
+pub(crate) fn drive_create(
+    workflow: &Rc<Workflow>,
+    node: &str,
+    route: i64,
+    create: Create,
+    args: &str,
+) -> Result<Result<String, String>> {
+    let call = MethodCall { object: route, method: CREATE.into(), args: args.into(), readonly: false, depth: 0 };
+    drive_with(workflow, node, call, Forwarded { nested: None, tape: Vec::new(), create: Some(create) }, &[])
+}
+
+/// The method name a forwarded create travels under (no method can have
+/// it: names are identifiers).
+pub(crate) const CREATE: &str = "(create)";
+
+fn drive_with(
+    workflow: &Rc<Workflow>,
+    node: &str,
+    call: MethodCall,
+    mut forwarded: Forwarded,
+    busy: &[i64],
+) -> Result<Result<String, String>> {
     let savepoint = workflow.savepoint();
     let mut hops: Option<Subtransaction> = None;
     let outcome = loop {

@@ -56,12 +56,22 @@ fn random_keys(k: u32) -> Result<Vec<u32>> {
 
 #[lambda_functions]
 impl Bench {
-    /// Fills `data` with `entries` (default 100) entries of 1 KiB.
+    /// Fills `data` with `entries` (default 100) entries of 1 KiB. With
+    /// `partner`: draws a tag, tallies the partner with it (a constructor's
+    /// nested call), keeps the count it returned in `kv` under "partner",
+    /// and spawns a second tally there with the next tag.
     #[constructor]
-    fn new(&self, entries: Option<u32>) {
+    fn new(&self, entries: Option<u32>, partner: Option<BenchRef>) -> Result<()> {
         for key in 0..entries.unwrap_or(ENTRIES) {
             self.data.insert(&key, &value(key.into()));
         }
+        if let Some(partner) = partner {
+            let tag = random_u64();
+            let count = partner.tally(tag)?;
+            self.kv.insert(&"partner".to_string(), &count.to_string());
+            lambdastore_sdk::spawn(partner.id(), "tally", &serde_json::json!({ "tag": tag.wrapping_add(1) }))?;
+        }
+        Ok(())
     }
 
     /// Reads the entries `keys` of `data`, or overwrites them with new 1 KiB
@@ -231,7 +241,7 @@ impl Bench {
     /// concurrent split and reads after it: for the split check of OCC.
     fn read_pause_copy(&self, first: String, from: String, to: String) -> Result<Option<String>> {
         self.kv.get(&first);
-        BenchRef::new(Some(0))?;
+        BenchRef::new(Some(0), None)?;
         let value = self.kv.get(&from);
         if let Some(value) = &value {
             self.kv.insert(&to, value);
