@@ -18,13 +18,14 @@ pub(crate) fn init() {
 unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     use pg_sys::XactEvent::*;
     match event {
-        // The last moment to refuse: COMMIT PREPARED runs no callback here
-        // (it may run in another backend, or in recovery), so what the
-        // parts do at commit would never happen.
-        // A prepared transaction validates its reads again and hands what
-        // it holds to shared memory (txn/prepared.rs).
+        // COMMIT PREPARED runs no callback here (it may run in another
+        // backend, or in recovery): what the parts would do at commit goes
+        // to shared memory now, for whoever finds the transaction ended.
+        // The catalog generation's bump (catalog/cache.rs); the reads
+        // validated again, then the writer counts and version bumps
+        // (txn/prepared.rs). The last moment to refuse, too.
         XACT_EVENT_PRE_PREPARE => {
-            let prepared = catalog::cache::refuse_prepare()
+            let prepared = catalog::cache::at_prepare()
                 .and_then(|_| txn::occ::validate_again())
                 .and_then(|_| txn::prepared::at_prepare(catalog::jobs::take_inserted()));
             if let Err(refused) = prepared {

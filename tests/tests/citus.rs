@@ -434,6 +434,30 @@ fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     expect_sqlstate(invoke(&mut c, x, "spawn_then", foreign_spawn), "42501");
 }
 
+/// The backend caches stay on on a cluster: a deploy made on one node
+/// reaches the sessions of every node at their next call, though on the
+/// other nodes it arrives as a prepared transaction whose writes ran none
+/// of this extension's code (catalog/cache.rs).
+#[test]
+fn a_deploy_on_one_node_reaches_the_cached_sessions_of_every_node() {
+    let Some(mut nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_cache", "counter");
+    let ids: Vec<i64> = spread(&mut c, &app, "Counter", json!({}), 1).into_values().flatten().collect();
+    let [w1, w2] = &mut nodes[..] else { panic!("two workers") };
+    for session in [&mut c, &mut *w1, &mut *w2] {
+        for &id in &ids {
+            assert_eq!(call(session, id, "get", json!({})), json!(0));
+        }
+    }
+    // Micro's code has no type Counter.
+    deploy_example(w2, &app, "micro");
+    for session in [&mut c, &mut *w1, &mut *w2] {
+        for &id in &ids {
+            expect_sqlstate(invoke(session, id, "get", json!({})), "42704");
+        }
+    }
+}
+
 /// `create_object` on the coordinator, which holds no objects, sends the
 /// create to a worker. A constructor there that calls and spawns on objects
 /// of the other worker works as it does from a worker: the coordinator

@@ -700,6 +700,32 @@ fn a_prepared_transaction_keeps_its_entry_sets_until_it_commits() {
     assert_eq!(left, 0);
 }
 
+/// A deploy may be part of a prepared transaction (Citus commits every
+/// change that reaches several nodes so). COMMIT PREPARED, run by another
+/// session, runs no commit callback here, yet a backend that cached the
+/// old code runs the new one from its next call on (catalog/cache.rs).
+#[test]
+fn a_deploy_committed_by_commit_prepared_reaches_cached_backends() {
+    let (mut c, app) = deployed("prepared_deploy", "counter");
+    let max: String = c.query_one("SHOW max_prepared_transactions", &[]).unwrap().get(0);
+    if max == "0" {
+        eprintln!("skipped: max_prepared_transactions = 0, so PREPARE TRANSACTION fails before the extension sees it");
+        return;
+    }
+    let mut other = connect();
+    let counter = create(&mut other, &app, "Counter", json!({}));
+    assert_eq!(call(&mut other, counter, "get", json!({})), json!(0));
+
+    let gid = format!("{app}_gid");
+    let _cleanup = RollbackPrepared(gid.clone());
+    c.batch_execute("BEGIN").unwrap();
+    deploy_example(&mut c, &app, "micro"); // no type Counter
+    c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).unwrap();
+    assert_eq!(call(&mut other, counter, "get", json!({})), json!(0), "the prepared deploy is not visible yet");
+    connect().batch_execute(&format!("COMMIT PREPARED '{gid}'")).unwrap();
+    expect_sqlstate(invoke(&mut other, counter, "get", json!({})), "42704");
+}
+
 #[test]
 fn incrementing_past_i64_max_is_p0001_and_keeps_the_value() {
     let (mut c, app) = deployed("overflow", "counter");

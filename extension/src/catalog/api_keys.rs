@@ -14,11 +14,12 @@ pub(crate) fn create(app: &str, label: Option<&str>, created_by: pg_sys::Oid) ->
         return Err(LambdaError::Internal("could not generate a random API key".into()));
     }
     let key = format!("lsk_{}", hex::encode(random));
+    let id = super::unique_id(c"lambdastore.api_keys_key_id_seq")?;
     let id = query_cluster(
-        "INSERT INTO lambdastore.api_keys (app, label, sha256, prefix, created_by)
-         VALUES ($1, $2, sha256(convert_to($3, 'UTF8')), left($3, 12), $4) RETURNING key_id",
-        &[TEXTOID, TEXTOID, TEXTOID, OIDOID],
-        &[app.into(), label.into(), key.as_str().into(), created_by.into()],
+        "INSERT INTO lambdastore.api_keys (key_id, app, label, sha256, prefix, created_by)
+         VALUES ($5, $1, $2, sha256(convert_to($3, 'UTF8')), left($3, 12), $4) RETURNING key_id",
+        &[TEXTOID, TEXTOID, TEXTOID, OIDOID, INT8OID],
+        &[app.into(), label.into(), key.as_str().into(), created_by.into(), id.into()],
         |rows| rows.first().get_one::<i64>(),
     )?
     .ok_or_else(|| LambdaError::Internal("API key insert returned nothing".into()))?;

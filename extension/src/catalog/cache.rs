@@ -12,21 +12,49 @@
 //! fill the cache.
 //!
 //! Without `shared_preload_libraries` there is no shared counter, so
-//! nothing is cached and every call asks the catalog. Nor on a Citus
-//! cluster (yet): a deploy on the coordinator reaches the workers as a
-//! prepared transaction, whose COMMIT PREPARED runs no callback that could
-//! bump their counters.
+//! nothing is cached and every call asks the catalog.
+//!
+//! A change may also commit in two phases: on a Citus cluster a deploy (or
+//! a grant, or a delete sent from another node) reaches each node as a
+//! prepared transaction, whose COMMIT PREPARED runs no callback here (it
+//! may run in any backend, or after a crash). A deploy or grant made on
+//! another node does not even run this extension's code here: Citus writes
+//! this node's copy of the reference tables itself, which the transaction's
+//! statistics tell (`shards::wrote_reference_tables`). So at PREPARE the
+//! transaction leaves its XID in shared memory instead, and whoever looks
+//! at the generation next first finishes the XIDs whose transactions have
+//! ended: a committed one bumps the generation, before its XID is cleared,
+//! so that no backend can find it gone and the generation not yet moved.
+//! After a restart, shared memory starts empty while prepared transactions
+//! survive: the first look registers every one still prepared (whatever
+//! it changed). The guarantee is the one-node one: once COMMIT (or COMMIT
+//! PREPARED) has returned, every call that starts sees the change.
 
 use crate::error::LambdaError;
 use crate::model::{Guards, ModuleKey, ObjectInfo};
+use crate::shmem::Zeroed;
 use pgrx::prelude::*;
-use pgrx::PgAtomic;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// Prepared transactions that change the catalog, at once per node.
+const PREPARED: usize = 128;
+
+pub(crate) struct Shared {
+    generation: AtomicU64,
+    /// Taken slots of `prepared`: 0 makes the look a single load.
+    pending: AtomicU32,
+    /// Whether the prepared transactions that survived a restart were
+    /// registered since the server started.
+    recovered: AtomicBool,
+    /// XIDs of prepared transactions whose commit bumps the generation (0:
+    /// a free slot; no transaction has XID 0).
+    prepared: [AtomicU32; PREPARED],
+}
 
 // SAFETY: the name is unique to this extension.
-static GENERATION: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"lambdastore_catalog_generation") };
+static SHARED: Zeroed<Shared> = Zeroed::new(c"lambdastore_catalog_generation");
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Objects remembered at most; past this the cache starts again empty.
@@ -53,27 +81,44 @@ thread_local! {
 /// Without it nothing is cached.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
 pub(crate) fn request_shared_memory() {
-    pgrx::pg_shmem_init!(GENERATION);
+    pgrx::pg_shmem_init!(SHARED = false);
     ENABLED.store(true, Ordering::Relaxed);
 }
 
-/// Before PREPARE TRANSACTION: a prepared transaction becomes visible at
-/// COMMIT PREPARED, in another session, where nothing would bump the
-/// generation.
-pub(crate) fn refuse_prepare() -> Result<(), LambdaError> {
-    if BUMP_AT_COMMIT.replace(false) {
-        return Err(LambdaError::Prepared(
-            "lambdastore.deploy, delete_object, grant, revoke and set_owner cannot be part of a prepared transaction"
-                .into(),
-        ));
+/// Before PREPARE TRANSACTION, for a transaction that changed the catalog:
+/// its XID goes to shared memory, for the next look at the generation
+/// after it ends (see the module doc). Refused when every slot is taken.
+pub(crate) fn at_prepare() -> Result<(), LambdaError> {
+    let changed = BUMP_AT_COMMIT.replace(false) || super::shards::wrote_reference_tables();
+    if !changed || !ENABLED.load(Ordering::Relaxed) {
+        return Ok(());
     }
-    Ok(())
+    // SAFETY: a transaction that changed the catalog has an XID.
+    let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner();
+    if register(SHARED.get(), xid) {
+        return Ok(());
+    }
+    Err(LambdaError::Prepared(format!(
+        "{PREPARED} prepared transactions that deploy, delete objects or change privileges are pending on this node"
+    )))
+}
+
+/// Puts `xid` in a free slot; false if there is none.
+fn register(shared: &Shared, xid: u32) -> bool {
+    // Counted first: a look that finds the count but not yet the XID
+    // skips a transaction that has not even prepared.
+    shared.pending.fetch_add(1, Ordering::SeqCst);
+    if shared.prepared.iter().any(|slot| slot.compare_exchange(0, xid, Ordering::SeqCst, Ordering::SeqCst).is_ok()) {
+        return true;
+    }
+    shared.pending.fetch_sub(1, Ordering::SeqCst);
+    false
 }
 
 /// After the commit record: every backend forgets its caches.
 pub(crate) fn at_commit() {
     if BUMP_AT_COMMIT.replace(false) && ENABLED.load(Ordering::Relaxed) {
-        GENERATION.get().fetch_add(1, Ordering::SeqCst);
+        SHARED.get().generation.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -81,17 +126,65 @@ pub(crate) fn at_abort() {
     BUMP_AT_COMMIT.set(false);
 }
 
-/// The catalog generation now (None without shared memory): what the
-/// backend caches about the catalog, here and in access.rs, is good only
-/// under the generation it was read in.
+/// The catalog generation now (None without shared memory, or while the
+/// prepared transactions that survived a restart cannot be registered):
+/// what the backend caches about the catalog, here and in access.rs, is
+/// good only under the generation it was read in. Needs a transaction (it
+/// reads the commit log).
 pub(crate) fn generation() -> Option<u64> {
-    enabled().then(|| GENERATION.get().load(Ordering::SeqCst))
+    if !ENABLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let shared = SHARED.get();
+    if !shared.recovered.load(Ordering::SeqCst) && !recover(shared) {
+        return None;
+    }
+    if shared.pending.load(Ordering::SeqCst) > 0 {
+        finish_ended(shared);
+    }
+    Some(shared.generation.load(Ordering::SeqCst))
 }
 
-/// Whether caching is on: with the shared counter, and not on a Citus
-/// cluster (see the module doc).
-fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed) && !super::shards::distributed().unwrap_or(true)
+/// Clears the slots of prepared transactions that have ended, bumping
+/// the generation first for each that committed. Two backends at it at
+/// once may both bump: a spurious bump only empties caches.
+fn finish_ended(shared: &Shared) {
+    for slot in &shared.prepared {
+        let xid = slot.load(Ordering::SeqCst);
+        if xid == 0 {
+            continue;
+        }
+        let id = pg_sys::TransactionId::from(xid);
+        // SAFETY: proc-array and commit-log lookups by XID, in a transaction.
+        if unsafe { pg_sys::TransactionIdIsInProgress(id) } {
+            continue;
+        }
+        // SAFETY: as above; the transaction has ended.
+        if unsafe { pg_sys::TransactionIdDidCommit(id) } {
+            shared.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        if slot.compare_exchange(xid, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            shared.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Registers every transaction still prepared after a (re)start; false
+/// (caching stays off, and the next look tries again) if they do not fit
+/// or cannot be read. Two backends at it at once register some twice:
+/// that only costs slots.
+fn recover(shared: &Shared) -> bool {
+    let Ok(xids) = super::prepared_transactions() else { return false };
+    for xid in xids {
+        if shared.prepared.iter().any(|slot| slot.load(Ordering::SeqCst) == xid) {
+            continue;
+        }
+        if !register(shared, xid) {
+            return false;
+        }
+    }
+    shared.recovered.store(true, Ordering::SeqCst);
+    true
 }
 
 /// The current transaction changes an application's module, owner or
@@ -106,10 +199,7 @@ pub(crate) fn changed() {
 /// catalog (a `SET ROLE` after the cache was filled): the query then
 /// raises the permission error it always did.
 fn with_valid<R>(f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
-    if !enabled() {
-        return None;
-    }
-    let generation = GENERATION.get().load(Ordering::SeqCst);
+    let generation = generation()?;
     let objects_table = super::relation(c"objects", super::Place::Tables).ok()?;
     if !super::may_select(objects_table) {
         return None;

@@ -147,8 +147,7 @@ pub(crate) fn app_of(object: i64) -> Result<Option<String>> {
 
 /// A new job id, unique across a Citus cluster.
 fn next_job_id() -> Result<i64> {
-    let n = super::query("SELECT nextval('lambdastore.job_id_seq')", &[], &[], |rows| rows.first().get_one::<i64>())?;
-    shards::unique(n.unwrap_or_default())
+    super::unique_id(c"lambdastore.job_id_seq")
 }
 
 /// Inserts the calls a workflow spawned, in spawn order, to run as `role`.

@@ -142,6 +142,17 @@ pub(crate) fn relation(name: &'static std::ffi::CStr, place: Place) -> Result<pg
     Ok(oid)
 }
 
+/// The next value of `sequence` (one of ours) made unique across a Citus
+/// cluster (`shards::unique`): every node's copy of a sequence starts at 1,
+/// and rows of reference tables are written from any node.
+pub(crate) fn unique_id(sequence: &std::ffi::CStr) -> Result<i64> {
+    let name = sequence.to_str().map_err(|e| LambdaError::Internal(e.to_string()))?;
+    let n = query("SELECT nextval($1::regclass)", &[PgBuiltInOids::TEXTOID], &[name.into()], |rows| {
+        rows.first().get_one::<i64>()
+    })?;
+    shards::unique(n.unwrap_or_default())
+}
+
 /// The XIDs of the transactions prepared now, in every database.
 pub(crate) fn prepared_transactions() -> Result<Vec<u32>> {
     query_cluster("SELECT transaction::text::bigint FROM pg_prepared_xacts", &[], &[], |rows| {

@@ -94,12 +94,30 @@ pub(crate) fn deploy(
     deployed_by: Oid,
 ) -> Result<Deployed> {
     let description_json = serde_json::to_value(description).expect("a description serializes");
+    // Drawn first, as the version (the caller holds the application's row
+    // lock): Citus cannot plan an INSERT ... SELECT into a reference table
+    // with a parameter in its target list.
+    let id = super::unique_id(c"lambdastore.modules_module_id_seq")?;
+    let version = query(
+        "SELECT coalesce(max(version), 0) + 1 FROM lambdastore.modules WHERE app = $1",
+        &[TEXTOID],
+        &[app.into()],
+        |rows| rows.first().get_one::<i32>(),
+    )?
+    .unwrap_or(1);
     let (module_id, version) = query_cluster(
-        "INSERT INTO lambdastore.modules (app, version, sha256, wasm, description, deployed_by)
-         SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5 FROM lambdastore.modules WHERE app = $1
-         RETURNING module_id, version",
-        &[TEXTOID, TEXTOID, BYTEAOID, JSONBOID, OIDOID],
-        &[app.into(), sha256.into(), wasm.into(), JsonB(description_json.clone()).into(), deployed_by.into()],
+        "INSERT INTO lambdastore.modules (module_id, app, version, sha256, wasm, description, deployed_by)
+         VALUES ($6, $1, $7, $2, $3, $4, $5) RETURNING module_id, version",
+        &[TEXTOID, TEXTOID, BYTEAOID, JSONBOID, OIDOID, INT8OID, INT4OID],
+        &[
+            app.into(),
+            sha256.into(),
+            wasm.into(),
+            JsonB(description_json.clone()).into(),
+            deployed_by.into(),
+            id.into(),
+            version.into(),
+        ],
         |rows| rows.first().get_two::<i64, i32>(),
     )?;
     let module_id = module_id.ok_or_else(|| LambdaError::Internal("module insert returned nothing".into()))?;

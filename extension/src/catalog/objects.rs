@@ -1,6 +1,6 @@
 //! Object rows.
 
-use super::{cache, probe, query, query_at, shards};
+use super::{cache, probe, query_at, shards};
 use crate::error::{LambdaError, Result};
 use crate::model::{ModuleKey, ObjectInfo};
 use pgrx::pg_sys::BuiltinOid::*;
@@ -85,10 +85,7 @@ pub(crate) fn next_id() -> Result<i64> {
 
 /// A new object id, unique across a Citus cluster (`shards::unique`).
 pub(crate) fn draw_id() -> Result<i64> {
-    let n = query("SELECT nextval('lambdastore.object_id_seq')", &[], &[], |rows| {
-        Ok(rows.first().get_one::<i64>()?.unwrap_or_default())
-    })?;
-    shards::unique(n)
+    super::unique_id(c"lambdastore.object_id_seq")
 }
 
 /// Deletes an object with its entries and entry sets; false if it did not exist.

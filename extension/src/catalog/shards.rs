@@ -20,6 +20,7 @@
 // Plain catalog reads, never rewritten (rewriting needs the layout).
 use super::query_cluster as query;
 use crate::error::{LambdaError, Result};
+use pgrx::pg_sys;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -298,6 +299,38 @@ pub(super) fn relation_suffix(name: &str, place: Place) -> Result<Option<i64>> {
         Place::Tables => None,
     };
     Ok(layout.shard_id(name, shard))
+}
+
+/// Whether this transaction wrote rows of this node's copy of a reference
+/// table (applications, modules, grants...). A deploy or a grant made on
+/// another node writes them here through Citus, in statements that run none
+/// of this extension's code on this node; PostgreSQL's statistics of the
+/// transaction's own writes say so (with `track_counts` off, every
+/// transaction is assumed to have). Asked at PREPARE, where no statement
+/// runs: so it reads no layout, and a backend that has none in memory (one
+/// that ran none of this extension's calls) is assumed to have written.
+/// False when not distributed.
+pub(crate) fn wrote_reference_tables() -> bool {
+    let layout = match LAYOUT.with(|l| l.borrow().clone()) {
+        None => return true,
+        Some(None) => return false,
+        Some(Some(layout)) => layout,
+    };
+    // SAFETY: a plain bool setting, read on the main thread.
+    if !unsafe { pg_sys::pgstat_track_counts } {
+        return true;
+    }
+    REFERENCE.iter().zip(layout.reference).any(|(table, id)| {
+        let Ok(name) = std::ffi::CString::new(format!("{table}_{id}")) else { return true };
+        // SAFETY: syscache lookups by name; InvalidOid when missing.
+        let oid = unsafe {
+            pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true))
+        };
+        // SAFETY: looks up this backend's pending statistics of `oid`; the
+        // entry's `trans` is set while the open transaction has counts.
+        oid != pg_sys::InvalidOid
+            && unsafe { pg_sys::find_tabstat_entry(oid).as_ref() }.is_some_and(|s| !s.trans.is_null())
+    })
 }
 
 /// `n`, drawn from one of our sequences on this node, made unique across
