@@ -154,7 +154,7 @@ impl AppState {
                     let held = checked.is_none() || row.get::<_, Option<bool>>(row.len() - 1) == Some(true);
                     let misrouted = (!held).then(|| target.clone());
                     if !held {
-                        tracing::info!(node = %target.node, object = checked, "the node does not hold the object");
+                        tracing::debug!(node = %target.node, object = checked, "the node does not hold the object");
                     }
                     return Ok((Outcome { row, retries, node: target.node }, misrouted));
                 }

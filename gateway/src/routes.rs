@@ -130,7 +130,8 @@ fn from_db_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiEr
     request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments (an object by parameter name, or an array); empty means {}"),
     responses((status = 200, description = "The method's result", body = CallResult,
         headers(("lambdastore-retries" = u32, description = "Serialization failures retried"),
-                ("idempotent-replayed" = String, description = "`true` when the response is a stored one")))),
+                ("idempotent-replayed" = String, description = "`true` when the response is a stored one"),
+                ("x-lambdastore-node" = String, description = "The database node the call was sent to: `host:port` in Citus' metadata, `local` on one server")))),
     security(("api_key" = []))
 )]
 pub async fn invoke(
@@ -164,7 +165,7 @@ pub async fn invoke(
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The function's arguments; empty means {}"),
     responses((status = 200, description = "The function's result", body = CallResult,
-        headers(("lambdastore-retries" = u32), ("idempotent-replayed" = String)))),
+        headers(("lambdastore-retries" = u32), ("idempotent-replayed" = String), ("x-lambdastore-node" = String)))),
     security(("api_key" = []))
 )]
 pub async fn invoke_static(
@@ -197,7 +198,8 @@ pub async fn invoke_static(
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The constructor's arguments; empty means {}"),
     responses((status = 201, description = "Created", body = CreatedObject,
-        headers(("location" = String, description = "/v1/objects/{object_id}"), ("lambdastore-retries" = u32), ("idempotent-replayed" = String)))),
+        headers(("location" = String, description = "/v1/objects/{object_id}"), ("lambdastore-retries" = u32), ("idempotent-replayed" = String),
+                ("x-lambdastore-node" = String)))),
     security(("api_key" = []))
 )]
 pub async fn create_object(
@@ -260,7 +262,7 @@ pub async fn deploy(
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments; empty means {}"),
     responses((status = 202, description = "Queued", body = SubmittedJob,
-        headers(("location" = String, description = "/v1/jobs/{job_id}"), ("lambdastore-retries" = u32)))),
+        headers(("location" = String, description = "/v1/jobs/{job_id}"), ("lambdastore-retries" = u32), ("x-lambdastore-node" = String)))),
     security(("api_key" = []))
 )]
 pub async fn submit(

@@ -22,6 +22,12 @@ use crate::config::{Config, Misplace};
 use deadpool_postgres::Pool;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// The least time between two reloads: a node that keeps refusing
+/// connections, or metadata that keeps disagreeing, does not turn every
+/// call into a reload (the calls still run: forwarded, or 503).
+const RELOAD_FLOOR: Duration = Duration::from_secs(1);
 
 /// Whether lambdastore's shard map can be read here at all.
 const CITUS: &str = "SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL";
@@ -92,8 +98,9 @@ pub struct Citus {
     config: Config,
     entry: Pool,
     map: RwLock<Arc<Map>>,
-    /// Held while reloading: concurrent refreshes wait, then see the new map.
-    reloading: tokio::sync::Mutex<()>,
+    /// Held while reloading: concurrent refreshes wait, then see the new
+    /// map. Holds when the last reload started.
+    reloading: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl Citus {
@@ -111,7 +118,7 @@ impl Citus {
             config: config.clone(),
             entry,
             map: RwLock::new(Arc::new(map)),
-            reloading: tokio::sync::Mutex::new(()),
+            reloading: tokio::sync::Mutex::new(None),
         }))
     }
 
@@ -140,11 +147,16 @@ impl Placement for Citus {
         let node = target.node.clone();
         Box::pin(async move {
             let Some(seen) = seen else { return };
-            let _reloading = self.reloading.lock().await;
+            let mut last = self.reloading.lock().await;
             let old = self.current();
             if old.generation != seen {
                 return; // reloaded since that target was chosen
             }
+            if last.is_some_and(|at| at.elapsed() < RELOAD_FLOOR) {
+                tracing::debug!(reason = why.label(), %node, "the shard map was reloaded less than a second ago");
+                return;
+            }
+            *last = Some(Instant::now());
             metrics::counter!("lambdastore_gateway_placement_refreshes_total", "reason" => why.label()).increment(1);
             match read(&self.config, &self.entry, Some(&old)).await {
                 Ok(Some(map)) => {
