@@ -81,6 +81,23 @@ SELECT 'CREATE ROLE lambdastore_gateway LOGIN'
 \gexec
 GRANT USAGE ON SCHEMA lambdastore_gateway TO lambdastore_gateway;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO lambdastore_gateway;
+-- On a Citus cluster the gateway calls the workers too: Citus has created
+-- the role there, but leaves grants on an extension's objects to each node.
+DO $$
+DECLARE
+    statement text;
+BEGIN
+    IF EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
+        FOREACH statement IN ARRAY ARRAY[
+            'GRANT USAGE ON SCHEMA lambdastore_gateway TO lambdastore_gateway',
+            'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO lambdastore_gateway'] LOOP
+            IF EXISTS (SELECT FROM run_command_on_workers(statement) WHERE NOT success) THEN
+                RAISE EXCEPTION 'lambdastore-init: "%" failed on a worker', statement;
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
 SQL
   # A key is shown only when it is made: the first run keeps it, later runs
   # show it again while it is valid.

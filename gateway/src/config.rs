@@ -1,6 +1,6 @@
 //! Command-line and environment configuration.
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -59,6 +59,34 @@ pub struct Config {
     /// Log as JSON lines instead of text (filter with RUST_LOG).
     #[arg(long, env = "LAMBDASTORE_LOG_JSON")]
     pub log_json: bool,
+
+    /// Where calls go: `auto` sends each call on an object to the Citus
+    /// node holding it when `--database-url` is a Citus node with
+    /// lambdastore distributed, else everything to `--database-url`;
+    /// `single` always the latter; `citus` waits for the database at
+    /// startup and refuses to start if lambdastore is not distributed.
+    #[arg(long, env = "LAMBDASTORE_PLACEMENT", value_enum, default_value_t = PlacementMode::Auto)]
+    pub placement: PlacementMode,
+
+    /// For tests only: the first shard map read is wrong on purpose.
+    #[arg(long, hide = true, value_enum)]
+    pub misplace_for_tests: Option<Misplace>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlacementMode {
+    Auto,
+    Single,
+    Citus,
+}
+
+/// How `--misplace-for-tests` spoils the first shard map.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misplace {
+    /// Each shard on the next node holding shards (another worker).
+    Shifted,
+    /// Each shard on a node that refuses connections.
+    Unreachable,
 }
 
 impl Config {

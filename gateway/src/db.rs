@@ -1,6 +1,6 @@
-//! Running one call in the database: a pooled connection, a prepared
-//! statement, retries of serialization failures with jittered backoff, all
-//! within the request's deadline.
+//! Running one call in the database: a pooled connection to the node the
+//! placement picks, a prepared statement, retries of serialization failures
+//! with jittered backoff, all within the request's deadline.
 //!
 //! Each call is a single statement in autocommit mode, a function of the
 //! `lambdastore_gateway` schema that also checks the API key and, with an
@@ -8,17 +8,23 @@
 //! therefore commit together, on the server, whether or not the client (or
 //! this gateway) is still there to read the answer.
 
+use crate::config::Config;
 use crate::error::ApiError;
+use crate::placement::{self, Stale, Target};
 use crate::AppState;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod};
 use rand::Rng;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-/// What a call returned, and how many times it was retried.
+/// What a call returned, how many times it was retried, and the node that
+/// answered.
 pub struct Outcome {
     pub row: Row,
     pub retries: u32,
+    pub node: Arc<str>,
 }
 
 pub type Param<'a> = &'a (dyn ToSql + Sync);
@@ -32,6 +38,45 @@ fn retryable(err: &tokio_postgres::Error) -> Option<&'static str> {
     }
 }
 
+/// A pool of connections to the `--database-url` node, or to the node at
+/// `node` (host, port) with the same user, password, database and options.
+pub fn pool(config: &Config, node: Option<(&str, u16)>) -> anyhow::Result<Pool> {
+    let url: tokio_postgres::Config = config.database_url.parse()?;
+    let mut pg = match node {
+        None => url.clone(),
+        Some((host, port)) => {
+            let mut pg = tokio_postgres::Config::new();
+            pg.host(host).port(port).ssl_mode(url.get_ssl_mode()).channel_binding(url.get_channel_binding());
+            pg.keepalives(url.get_keepalives()).keepalives_idle(url.get_keepalives_idle());
+            if let Some(user) = url.get_user() {
+                pg.user(user);
+            }
+            if let Some(password) = url.get_password() {
+                pg.password(password);
+            }
+            if let Some(dbname) = url.get_dbname() {
+                pg.dbname(dbname);
+            }
+            if let Some(timeout) = url.get_connect_timeout() {
+                pg.connect_timeout(*timeout);
+            }
+            pg
+        }
+    };
+    // The server enforces the request deadline too: a statement still
+    // running when the client has been told 504 is canceled there.
+    let timeout_ms = config.request_timeout.as_millis();
+    let options = format!("{} -c statement_timeout={timeout_ms}", url.get_options().unwrap_or(""));
+    pg.options(options.trim()).application_name("lambdastore-gateway");
+    let manager =
+        Manager::from_config(pg, tokio_postgres::NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Ok(Pool::builder(manager)
+        .max_size(config.pool_size)
+        .wait_timeout(Some(config.request_timeout))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()?)
+}
+
 impl AppState {
     /// Runs `sql` (one row expected) on the node owning `object`.
     pub async fn call(
@@ -42,10 +87,23 @@ impl AppState {
         params: &[Param<'_>],
     ) -> Result<Outcome, ApiError> {
         let deadline = Instant::now() + self.config.request_timeout;
-        match tokio::time::timeout_at(deadline.into(), self.attempts(route, object, sql, params, deadline)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(ApiError::timeout(self.config.request_timeout)),
+        let attempts = self.attempts(route, object, sql, params, deadline);
+        let (outcome, misrouted) = match tokio::time::timeout_at(deadline.into(), attempts).await {
+            Ok(outcome) => outcome?,
+            Err(_) => return Err(ApiError::timeout(self.config.request_timeout)),
+        };
+        if let Some(target) = misrouted {
+            // The call ran: the node forwarded it to the owner. The map is
+            // reloaded before the answer, so that the client's next call
+            // goes to the owner; in a task of its own, so that a client
+            // going away does not stop it halfway.
+            let placement = self.placement.clone();
+            let reload = tokio::spawn(async move { placement.refresh(&target, Stale::NotOwner).await });
+            if let Err(err) = reload.await {
+                tracing::warn!(error = %err, "reloading the shard map failed");
+            }
         }
+        Ok(outcome)
     }
 
     async fn attempts(
@@ -55,20 +113,51 @@ impl AppState {
         sql: &str,
         params: &[Param<'_>],
         deadline: Instant,
-    ) -> Result<Outcome, ApiError> {
+    ) -> Result<(Outcome, Option<Target>), ApiError> {
         let mut retries = 0;
+        let mut rerouted = false;
         loop {
-            let client = self.placement.route(object).get().await.map_err(|err| {
-                tracing::warn!(error = %err, "no database connection");
-                ApiError::unavailable("no database connection available; retry later")
-            })?;
+            let target = self.placement.route(object);
+            let client = match target.pool.get().await {
+                Ok(client) => client,
+                // Nothing was sent: a node the map named that refuses
+                // connections may be gone from the cluster. Once per call.
+                Err(PoolError::Backend(err)) if target.map.is_some() && !rerouted => {
+                    tracing::warn!(node = %target.node, error = %err, "a node of the shard map is unreachable");
+                    rerouted = true;
+                    self.placement.refresh(&target, Stale::Unreachable).await;
+                    continue;
+                }
+                Err(err) => {
+                    tracing::warn!(node = %target.node, error = %err, "no database connection");
+                    return Err(ApiError::unavailable("no database connection available; retry later"));
+                }
+            };
+            // A node chosen by the map says whether it holds the object.
+            let checked = object.filter(|_| target.map.is_some());
+            let checked_sql;
+            let (sql, params) = match &checked {
+                Some(object) => {
+                    checked_sql = placement::with_check(sql, params.len() + 1);
+                    (checked_sql.as_str(), [params, &[object as Param]].concat())
+                }
+                None => (sql, params.to_vec()),
+            };
             let result = match client.prepare_cached(sql).await {
-                Ok(statement) => client.query_one(&statement, params).await,
+                Ok(statement) => client.query_one(&statement, &params).await,
                 Err(err) => Err(err),
             };
             drop(client);
+            metrics::counter!("lambdastore_gateway_calls_total", "node" => target.node.to_string()).increment(1);
             let err = match result {
-                Ok(row) => return Ok(Outcome { row, retries }),
+                Ok(row) => {
+                    let held = checked.is_none() || row.get::<_, Option<bool>>(row.len() - 1) == Some(true);
+                    let misrouted = (!held).then(|| target.clone());
+                    if !held {
+                        tracing::debug!(node = %target.node, object = checked, "the node does not hold the object");
+                    }
+                    return Ok((Outcome { row, retries, node: target.node }, misrouted));
+                }
                 Err(err) => err,
             };
             let Some(sqlstate) = retryable(&err).filter(|_| retries < self.config.max_retries) else {

@@ -18,9 +18,8 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use clap::Parser;
 use config::Config;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use placement::{Placement, SingleNode};
+use placement::Placement;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -79,22 +78,6 @@ async fn track(request: Request, next: Next) -> Response {
     response
 }
 
-fn pool(config: &Config) -> anyhow::Result<Pool> {
-    let mut pg: tokio_postgres::Config = config.database_url.parse()?;
-    // The server enforces the request deadline too: a statement still
-    // running when the client has been told 504 is canceled there.
-    let timeout_ms = config.request_timeout.as_millis();
-    let options = format!("{} -c statement_timeout={timeout_ms}", pg.get_options().unwrap_or(""));
-    pg.options(options.trim()).application_name("lambdastore-gateway");
-    let manager =
-        Manager::from_config(pg, tokio_postgres::NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-    Ok(Pool::builder(manager)
-        .max_size(config.pool_size)
-        .wait_timeout(Some(config.request_timeout))
-        .runtime(deadpool_postgres::Runtime::Tokio1)
-        .build()?)
-}
-
 fn prometheus() -> anyhow::Result<PrometheusHandle> {
     const BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0];
     Ok(PrometheusBuilder::new()
@@ -103,25 +86,25 @@ fn prometheus() -> anyhow::Result<PrometheusHandle> {
 }
 
 /// Forgets stored Idempotency-Key responses older than the TTL, every
-/// tenth of it (at most hourly).
+/// tenth of it (at most hourly). One statement on the entry node: on a
+/// Citus cluster it reaches every shard of the keys' table.
 async fn purge_idempotency_keys(state: Arc<AppState>) {
     let ttl = state.config.idempotency_ttl;
     let every = (ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
     let older_than = format!("{} seconds", ttl.as_secs());
     loop {
         tokio::time::sleep(every).await;
-        for (node, pool) in state.placement.pools() {
-            let purged = async {
-                let client = pool.get().await?;
-                let row = client
-                    .query_one("SELECT lambdastore_gateway.purge_idempotency_keys($1::text::interval)", &[&older_than])
-                    .await?;
-                anyhow::Ok(row.get::<_, i64>(0))
-            };
-            match purged.await {
-                Ok(n) => tracing::debug!(node, n, "purged idempotency keys"),
-                Err(e) => tracing::warn!(node, error = %e, "purging idempotency keys failed"),
-            }
+        let target = state.placement.route(None);
+        let purged = async {
+            let client = target.pool.get().await?;
+            let row = client
+                .query_one("SELECT lambdastore_gateway.purge_idempotency_keys($1::text::interval)", &[&older_than])
+                .await?;
+            anyhow::Ok(row.get::<_, i64>(0))
+        };
+        match purged.await {
+            Ok(n) => tracing::debug!(node = %target.node, n, "purged idempotency keys"),
+            Err(e) => tracing::warn!(node = %target.node, error = %e, "purging idempotency keys failed"),
         }
     }
 }
@@ -145,7 +128,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    let placement: Arc<dyn Placement> = Arc::new(SingleNode::new(pool(&config)?));
+    let placement = placement::choose(&config, db::pool(&config, None)?).await?;
     let state = Arc::new(AppState { config: config.clone(), placement, prometheus: prometheus()? });
     tokio::spawn(purge_idempotency_keys(state.clone()));
 

@@ -17,6 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 
 pub const RETRIES: HeaderName = HeaderName::from_static("lambdastore-retries");
 pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+pub const NODE: HeaderName = HeaderName::from_static("x-lambdastore-node");
 
 type Shared = State<Arc<AppState>>;
 
@@ -88,10 +89,13 @@ pub struct Ready {
     pub extension: String,
 }
 
-fn with_headers(status: StatusCode, body: impl Serialize, retries: u32, replayed: bool) -> Response {
+fn with_headers(status: StatusCode, body: impl Serialize, outcome: &Outcome, replayed: bool) -> Response {
     let mut response = (status, Json(body)).into_response();
     let headers = response.headers_mut();
-    headers.insert(RETRIES, HeaderValue::from(retries));
+    headers.insert(RETRIES, HeaderValue::from(outcome.retries));
+    if let Ok(node) = HeaderValue::try_from(&*outcome.node) {
+        headers.insert(NODE, node);
+    }
     if replayed {
         headers.insert(REPLAYED, HeaderValue::from_static("true"));
     }
@@ -99,8 +103,8 @@ fn with_headers(status: StatusCode, body: impl Serialize, retries: u32, replayed
 }
 
 /// A row of `(result jsonb, replayed boolean)`.
-fn replayable(outcome: Outcome) -> (Value, bool, u32) {
-    (outcome.row.get(0), outcome.row.get(1), outcome.retries)
+fn replayable(outcome: &Outcome) -> (Value, bool) {
+    (outcome.row.get(0), outcome.row.get(1))
 }
 
 fn from_db_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
@@ -126,7 +130,8 @@ fn from_db_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiEr
     request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments (an object by parameter name, or an array); empty means {}"),
     responses((status = 200, description = "The method's result", body = CallResult,
         headers(("lambdastore-retries" = u32, description = "Serialization failures retried"),
-                ("idempotent-replayed" = String, description = "`true` when the response is a stored one")))),
+                ("idempotent-replayed" = String, description = "`true` when the response is a stored one"),
+                ("x-lambdastore-node" = String, description = "The database node the call was sent to: `host:port` in Citus' metadata, `local` on one server")))),
     security(("api_key" = []))
 )]
 pub async fn invoke(
@@ -144,8 +149,8 @@ pub async fn invoke(
             &[&key, &object_id, &method, &args, &idempotency],
         )
         .await?;
-    let (result, replayed, retries) = replayable(outcome);
-    Ok(with_headers(StatusCode::OK, CallResult { result }, retries, replayed))
+    let (result, replayed) = replayable(&outcome);
+    Ok(with_headers(StatusCode::OK, CallResult { result }, &outcome, replayed))
 }
 
 /// Invoke a static function of a type.
@@ -160,7 +165,7 @@ pub async fn invoke(
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The function's arguments; empty means {}"),
     responses((status = 200, description = "The function's result", body = CallResult,
-        headers(("lambdastore-retries" = u32), ("idempotent-replayed" = String)))),
+        headers(("lambdastore-retries" = u32), ("idempotent-replayed" = String), ("x-lambdastore-node" = String)))),
     security(("api_key" = []))
 )]
 pub async fn invoke_static(
@@ -178,8 +183,8 @@ pub async fn invoke_static(
             &[&key, &app, &type_name, &function, &args, &idempotency],
         )
         .await?;
-    let (result, replayed, retries) = replayable(outcome);
-    Ok(with_headers(StatusCode::OK, CallResult { result }, retries, replayed))
+    let (result, replayed) = replayable(&outcome);
+    Ok(with_headers(StatusCode::OK, CallResult { result }, &outcome, replayed))
 }
 
 /// Create an object: runs its type's constructor.
@@ -193,7 +198,8 @@ pub async fn invoke_static(
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The constructor's arguments; empty means {}"),
     responses((status = 201, description = "Created", body = CreatedObject,
-        headers(("location" = String, description = "/v1/objects/{object_id}"), ("lambdastore-retries" = u32), ("idempotent-replayed" = String)))),
+        headers(("location" = String, description = "/v1/objects/{object_id}"), ("lambdastore-retries" = u32), ("idempotent-replayed" = String),
+                ("x-lambdastore-node" = String)))),
     security(("api_key" = []))
 )]
 pub async fn create_object(
@@ -211,9 +217,9 @@ pub async fn create_object(
             &[&key, &app, &type_name, &args, &idempotency],
         )
         .await?;
-    let (result, replayed, retries) = replayable(outcome);
+    let (result, replayed) = replayable(&outcome);
     let object_id: i64 = from_db_json(result)?;
-    let mut response = with_headers(StatusCode::CREATED, CreatedObject { object_id }, retries, replayed);
+    let mut response = with_headers(StatusCode::CREATED, CreatedObject { object_id }, &outcome, replayed);
     response.headers_mut().insert(header::LOCATION, location("objects", object_id));
     Ok(response)
 }
@@ -256,7 +262,7 @@ pub async fn deploy(
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments; empty means {}"),
     responses((status = 202, description = "Queued", body = SubmittedJob,
-        headers(("location" = String, description = "/v1/jobs/{job_id}"), ("lambdastore-retries" = u32)))),
+        headers(("location" = String, description = "/v1/jobs/{job_id}"), ("lambdastore-retries" = u32), ("x-lambdastore-node" = String)))),
     security(("api_key" = []))
 )]
 pub async fn submit(
@@ -275,7 +281,7 @@ pub async fn submit(
         )
         .await?;
     let job_id: i64 = outcome.row.get(0);
-    let mut response = with_headers(StatusCode::ACCEPTED, SubmittedJob { job_id }, outcome.retries, false);
+    let mut response = with_headers(StatusCode::ACCEPTED, SubmittedJob { job_id }, &outcome, false);
     response.headers_mut().insert(header::LOCATION, location("jobs", job_id));
     Ok(response)
 }
@@ -335,11 +341,11 @@ pub async fn readyz(State(state): Shared) -> Result<Json<Ready>, ApiError> {
     let mut extension = String::new();
     for (node, pool) in state.placement.pools() {
         let client = pool.get().await.map_err(|e| {
-            tracing::warn!(node, error = %e, "not ready: no database connection");
+            tracing::warn!(%node, error = %e, "not ready: no database connection");
             ApiError::unavailable(format!("node {node}: the database is unreachable"))
         })?;
         let row = client.query_one("SELECT lambdastore_gateway.ready()", &[]).await.map_err(|e| {
-            tracing::warn!(node, error = %e, "not ready");
+            tracing::warn!(%node, error = %e, "not ready");
             ApiError::unavailable(format!(
                 "node {node}: the lambdastore extension is missing or this role may not use it"
             ))

@@ -915,3 +915,6 @@ fn jobs_across_nodes_survive_killed_runners_and_restarted_workers() {
     );
     assert_tallied_once(&mut c, y, JOBS);
 }
+
+#[path = "citus/gateway.rs"]
+mod gateway;

@@ -1,0 +1,285 @@
+//! Routing on a Citus cluster: each call on an object goes to the node
+//! holding the object's shard, over a pool per node; calls that name no
+//! object go to the `--database-url` node (the coordinator).
+//!
+//! The shard map is `lambdastore.objects`' rows of `pg_dist_shard` (hash
+//! ranges, uneven once a tenant was isolated), `pg_dist_placement` and
+//! `pg_dist_node`, read on the `--database-url` node; every role may read
+//! those catalogs. An object's shard is the range holding Citus' hash of
+//! its id (`hash::hashint8`).
+//!
+//! The map goes stale when a shard moves. A call on a node that no longer
+//! holds its object still succeeds (the node forwards it to the owner, in
+//! the same transaction), so staleness is detected, not guessed: a call
+//! routed by the map also asks the node, in the same statement, whether it
+//! holds the object's shard (`WITH_CHECK`). A "no", or a node that refuses
+//! connections, reloads the map once for all the calls that saw the same
+//! map (`refresh`), and the next call goes where the new map says.
+
+use super::hash::hashint8;
+use super::{Placement, Refresh, Stale, Target};
+use crate::config::{Config, Misplace};
+use deadpool_postgres::Pool;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// The least time between two reloads: a node that keeps refusing
+/// connections, or metadata that keeps disagreeing, does not turn every
+/// call into a reload (the calls still run: forwarded, or 503).
+const RELOAD_FLOOR: Duration = Duration::from_secs(1);
+
+/// Whether lambdastore's shard map can be read here at all.
+const CITUS: &str = "SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL";
+
+/// `lambdastore.objects`' shards and the active primary holding each, by
+/// lowest hash. By name, not `'lambdastore.objects'::regclass`: the gateway's
+/// role has no USAGE on the schema `lambdastore`.
+const SHARDS: &str = "
+    SELECT s.shardminvalue::int, s.shardmaxvalue::int, n.nodename::text, n.nodeport
+      FROM pg_dist_shard s
+      JOIN pg_dist_placement p ON p.shardid = s.shardid
+      JOIN pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary' AND n.isactive
+     WHERE s.logicalrelid = (SELECT c.oid FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+                              WHERE ns.nspname = 'lambdastore' AND c.relname = 'objects')
+     ORDER BY 1";
+
+/// The `--database-url` node's own name in the metadata.
+const ENTRY: &str = "
+    SELECT n.nodename::text, n.nodeport FROM pg_dist_node n JOIN pg_dist_local_group g USING (groupid)
+     WHERE n.noderole = 'primary'";
+
+/// `sql`, one row, with a last column saying whether the node that ran it
+/// holds the shard of the object in parameter `$n`, as its own metadata
+/// says after the call. The call runs first (a function scan), so a node
+/// that forwarded it still answers.
+pub fn with_check(sql: &str, n: usize) -> String {
+    format!(
+        "SELECT q.*, (SELECT bool_or(p.groupid = g.groupid)
+                        FROM pg_dist_shard s
+                        JOIN pg_dist_placement p ON p.shardid = s.shardid
+                        CROSS JOIN pg_dist_local_group g
+                       WHERE s.logicalrelid = (SELECT c.oid FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+                                                WHERE ns.nspname = 'lambdastore' AND c.relname = 'objects')
+                         AND hashint8(${n}) BETWEEN s.shardminvalue::int AND s.shardmaxvalue::int)
+           FROM ({sql}) q"
+    )
+}
+
+/// One hash range of `lambdastore.objects` and the node holding it.
+struct Shard {
+    min: i32,
+    max: i32,
+    node: usize,
+}
+
+/// A copy of the metadata, replaced whole by a reload.
+struct Map {
+    /// Counts reloads: a refresh asked with an older map's targets finds
+    /// the map reloaded already and does nothing.
+    generation: u64,
+    /// By `min`; a range whose node is not active is missing.
+    shards: Vec<Shard>,
+    /// The nodes holding shards, and the entry node (`--database-url`).
+    nodes: Vec<Target>,
+    entry: usize,
+}
+
+impl Map {
+    fn target(&self, object: i64) -> Option<&Target> {
+        let hash = hashint8(object);
+        let at = self.shards.partition_point(|s| s.min <= hash).checked_sub(1)?;
+        let shard = &self.shards[at];
+        (hash <= shard.max).then(|| &self.nodes[shard.node])
+    }
+}
+
+pub struct Citus {
+    config: Config,
+    entry: Pool,
+    map: RwLock<Arc<Map>>,
+    /// Held while reloading: concurrent refreshes wait, then see the new
+    /// map. Holds when the last reload started.
+    reloading: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl Citus {
+    /// The placement for `entry`'s cluster, or None when `entry` is not a
+    /// Citus node with lambdastore's objects distributed.
+    pub async fn load(config: &Config, entry: Pool) -> anyhow::Result<Option<Citus>> {
+        let Some(mut map) = read(config, &entry, None).await? else { return Ok(None) };
+        if let Some(misplace) = config.misplace_for_tests {
+            spoil(config, &mut map, misplace)?;
+        }
+        let shards = map.shards.len();
+        let nodes: Vec<&str> = map.nodes.iter().map(|n| &*n.node).collect();
+        tracing::info!(shards, ?nodes, entry = &*map.nodes[map.entry].node, "routing calls by Citus' shard map");
+        Ok(Some(Citus {
+            config: config.clone(),
+            entry,
+            map: RwLock::new(Arc::new(map)),
+            reloading: tokio::sync::Mutex::new(None),
+        }))
+    }
+
+    fn current(&self) -> Arc<Map> {
+        self.map.read().expect("the map lock is never poisoned").clone()
+    }
+}
+
+impl Placement for Citus {
+    fn route(&self, object: Option<i64>) -> Target {
+        let map = self.current();
+        match object.and_then(|object| map.target(object)) {
+            Some(target) => target.clone(),
+            // No object, or its range has no active node: the entry node
+            // forwards or reports it.
+            None => Target { map: None, ..map.nodes[map.entry].clone() },
+        }
+    }
+
+    fn pools(&self) -> Vec<(Arc<str>, Pool)> {
+        self.current().nodes.iter().map(|n| (n.node.clone(), n.pool.clone())).collect()
+    }
+
+    fn refresh(&self, target: &Target, why: Stale) -> Refresh<'_> {
+        let seen = target.map;
+        let node = target.node.clone();
+        Box::pin(async move {
+            let Some(seen) = seen else { return };
+            let mut last = self.reloading.lock().await;
+            let old = self.current();
+            if old.generation != seen {
+                return; // reloaded since that target was chosen
+            }
+            if last.is_some_and(|at| at.elapsed() < RELOAD_FLOOR) {
+                tracing::debug!(reason = why.label(), %node, "the shard map was reloaded less than a second ago");
+                return;
+            }
+            *last = Some(Instant::now());
+            metrics::counter!("lambdastore_gateway_placement_refreshes_total", "reason" => why.label()).increment(1);
+            match read(&self.config, &self.entry, Some(&old)).await {
+                Ok(Some(map)) => {
+                    tracing::info!(reason = why.label(), %node, generation = map.generation, "reloaded the shard map");
+                    *self.map.write().expect("the map lock is never poisoned") = Arc::new(map);
+                }
+                Ok(None) => tracing::warn!("lambdastore.objects is no longer distributed: keeping the shard map"),
+                Err(err) => tracing::warn!(error = %err, "reloading the shard map failed: keeping it"),
+            }
+        })
+    }
+}
+
+/// Reads the map through `entry`, keeping the pools of `old`'s nodes.
+async fn read(config: &Config, entry: &Pool, old: Option<&Map>) -> anyhow::Result<Option<Map>> {
+    let client = entry.get().await?;
+    if !client.query_one(CITUS, &[]).await?.get::<_, bool>(0) {
+        return Ok(None);
+    }
+    let rows = client.query(SHARDS, &[]).await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let entry_name = match client.query_opt(ENTRY, &[]).await? {
+        Some(row) => format!("{}:{}", row.get::<_, String>(0), row.get::<_, i32>(1)),
+        None => "entry".to_string(), // a coordinator not registered in pg_dist_node
+    };
+    drop(client);
+
+    let generation = old.map_or(1, |old| old.generation + 1);
+    let mut known: HashMap<&str, &Pool> =
+        old.map(|o| o.nodes.iter().map(|n| (&*n.node, &n.pool)).collect()).unwrap_or_default();
+    known.insert(&entry_name, entry);
+    let mut nodes = vec![Target { node: entry_name.as_str().into(), pool: entry.clone(), map: Some(generation) }];
+    let mut index: HashMap<String, usize> = HashMap::from([(entry_name.clone(), 0)]);
+    let mut shards = Vec::with_capacity(rows.len());
+    for row in rows {
+        let (host, port): (String, i32) = (row.get(2), row.get(3));
+        let name = format!("{host}:{port}");
+        let node = match index.get(&name) {
+            Some(&i) => i,
+            None => {
+                let pool = match known.get(name.as_str()) {
+                    Some(&pool) => pool.clone(),
+                    None => crate::db::pool(config, Some((&host, port as u16)))?,
+                };
+                nodes.push(Target { node: name.as_str().into(), pool, map: Some(generation) });
+                index.insert(name, nodes.len() - 1);
+                nodes.len() - 1
+            }
+        };
+        shards.push(Shard { min: row.get(0), max: row.get(1), node });
+    }
+    Ok(Some(Map { generation, shards, nodes, entry: 0 }))
+}
+
+/// `--misplace-for-tests`: each shard on another node holding shards, or on
+/// a node nothing listens on, so that the first calls meet a wrong map.
+fn spoil(config: &Config, map: &mut Map, misplace: Misplace) -> anyhow::Result<()> {
+    let mut holders: Vec<usize> = map.shards.iter().map(|s| s.node).collect();
+    holders.sort_unstable();
+    holders.dedup();
+    let nowhere = match misplace {
+        Misplace::Shifted => None,
+        Misplace::Unreachable => {
+            let pool = crate::db::pool(config, Some(("127.0.0.1", 1)))?;
+            map.nodes.push(Target { node: "127.0.0.1:1".into(), pool, map: Some(map.generation) });
+            Some(map.nodes.len() - 1)
+        }
+    };
+    for shard in &mut map.shards {
+        shard.node = nowhere.unwrap_or_else(|| {
+            let at = holders.iter().position(|&h| h == shard.node).expect("a holder");
+            holders[(at + 1) % holders.len()]
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> Pool {
+        let pg: tokio_postgres::Config = "host=127.0.0.1 port=1".parse().unwrap();
+        let manager = deadpool_postgres::Manager::new(pg, tokio_postgres::NoTls);
+        Pool::builder(manager).build().unwrap()
+    }
+
+    fn node(name: &str) -> Target {
+        Target { node: name.into(), pool: pool(), map: Some(1) }
+    }
+
+    /// An isolated tenant leaves three ranges where there was one: the
+    /// object's own, one hash wide, between the two halves of the old range.
+    #[test]
+    fn an_object_goes_to_the_node_of_the_range_holding_its_hash_even_one_hash_wide() {
+        let isolated = 42_i64;
+        let h = hashint8(isolated);
+        let map = Map {
+            generation: 1,
+            shards: vec![
+                Shard { min: i32::MIN, max: h - 1, node: 1 },
+                Shard { min: h, max: h, node: 2 },
+                Shard { min: h + 1, max: i32::MAX, node: 1 },
+            ],
+            nodes: vec![node("coord:1"), node("w1:2"), node("w2:3")],
+            entry: 0,
+        };
+        assert_eq!(&*map.target(isolated).unwrap().node, "w2:3");
+        let neighbours = (0..10_000_i64).filter(|&id| id != isolated);
+        assert!(neighbours.map(|id| &*map.target(id).unwrap().node).all(|n| n == "w1:2"));
+    }
+
+    #[test]
+    fn a_hash_in_no_range_has_no_target() {
+        let map = Map {
+            generation: 1,
+            shards: vec![Shard { min: 0, max: 10, node: 1 }],
+            nodes: vec![node("coord:1"), node("w1:2")],
+            entry: 0,
+        };
+        let outside = (0..1000_i64).find(|&id| !(0..=10).contains(&hashint8(id))).unwrap();
+        assert!(map.target(outside).is_none());
+    }
+}

@@ -1,0 +1,347 @@
+//! The HTTP gateway on the cluster: a real gateway process (the binary
+//! cargo builds for `lambdastore-gateway`), over real HTTP, connecting to
+//! the coordinator as the README's least-privilege role, routing each call
+//! on an object to the node holding it (`X-Lambdastore-Node` names the node
+//! a call was sent to). The tests that move shards move only shards they
+//! made for an object of their own (`isolate`), so the other tests' objects
+//! stay where they are.
+
+use super::{spread, workers};
+use crate::common::*;
+use postgres::Client;
+use reqwest::blocking::{Client as Http, Response};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "lambdastore_gateway";
+
+/// The README's role for the gateway, on every node: Citus creates the
+/// role on the workers but does not repeat grants on an extension's schema
+/// and functions there, so they are run on each node.
+fn setup_role(c: &mut Client) {
+    static ROLE_SETUP: Once = Once::new();
+    ROLE_SETUP.call_once(|| {
+        change_roles(
+            c,
+            &format!(
+                "DO $$ BEGIN CREATE ROLE {ROLE} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+                 GRANT USAGE ON SCHEMA lambdastore_gateway TO {ROLE};
+                 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO {ROLE};"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("the gateway's role: {}", describe(&e)));
+        for grant in [
+            format!("GRANT USAGE ON SCHEMA lambdastore_gateway TO {ROLE}"),
+            format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO {ROLE}"),
+        ] {
+            let failed: i64 = c
+                .query_one("SELECT count(*) FROM run_command_on_workers($1) WHERE NOT success", &[&grant])
+                .unwrap()
+                .get(0);
+            assert_eq!(failed, 0, "{grant} on the workers");
+        }
+    });
+}
+
+/// The gateway binary, built once per test process (cargo has released
+/// its lock by the time tests run).
+fn binary() -> PathBuf {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "lambdastore-gateway"])
+            .current_dir(workspace())
+            .status()
+            .expect("run cargo build -p lambdastore-gateway");
+        assert!(status.success(), "cargo build -p lambdastore-gateway failed");
+    });
+    // The test binary is target/<profile>/deps/citus-<hash>.
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").join("lambdastore-gateway")
+}
+
+/// A gateway process in front of the coordinator; killed when dropped.
+struct Gateway {
+    base: String,
+    child: Child,
+    http: Http,
+}
+
+impl Gateway {
+    fn start(c: &mut Client, flags: &[&str]) -> Gateway {
+        setup_role(c);
+        let url = std::env::var("LAMBDASTORE_TEST_URL").unwrap();
+        let kept: Vec<&str> =
+            url.split_whitespace().filter(|kv| !kv.starts_with("user=") && !kv.starts_with("dbname=")).collect();
+        let database_url = format!("{} user={ROLE} dbname={DATABASE}", kept.join(" "));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(binary())
+            .args(["--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}"), "--pool-size", "4"])
+            .args(flags)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the gateway");
+        let gateway = Gateway {
+            base: format!("http://127.0.0.1:{port}"),
+            child,
+            http: Http::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+        };
+        // Ready when it answers /healthz (it reads the shard map, then binds).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while gateway.http.get(format!("{}/healthz", gateway.base)).send().is_err() {
+            assert!(Instant::now() < deadline, "the gateway did not start listening");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        gateway
+    }
+
+    fn invoke(&self, key: &str, object: i64, method: &str) -> Response {
+        self.http
+            .post(format!("{}/v1/objects/{object}/methods/{method}", self.base))
+            .bearer_auth(key)
+            .json(&json!({}))
+            .send()
+            .unwrap()
+    }
+
+    /// Invokes `method` and returns its result and the node the call went to.
+    #[track_caller]
+    fn call(&self, key: &str, object: i64, method: &str) -> (Value, String) {
+        let response = self.invoke(key, object, method);
+        let status = response.status();
+        let node = response.headers().get("x-lambdastore-node").map(|v| v.to_str().unwrap().to_string());
+        let body: Value = response.json().unwrap();
+        assert_eq!(status, 200, "{method} on {object}: {body}");
+        (body["result"].clone(), node.expect("an X-Lambdastore-Node header"))
+    }
+
+    /// The sum of a Prometheus counter over the label sets containing
+    /// every fragment of `labels`; 0 if absent.
+    fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        let text = self.http.get(format!("{}/metrics", self.base)).send().unwrap().text().unwrap();
+        text.lines()
+            .filter(|line| {
+                line.starts_with(name)
+                    && line[name.len()..].starts_with(['{', ' '])
+                    && labels.iter().all(|l| line.contains(l))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn refreshes(&self) -> f64 {
+        self.metric("lambdastore_gateway_placement_refreshes_total", &[])
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn api_key(c: &mut Client, app: &str) -> String {
+    c.query_one("SELECT api_key FROM lambdastore.create_api_key($1, 'citus gateway tests')", &[&app]).unwrap().get(0)
+}
+
+fn coordinator(c: &mut Client) -> String {
+    c.query_one("SELECT nodename || ':' || nodeport FROM pg_dist_node WHERE groupid = 0", &[]).unwrap().get(0)
+}
+
+/// Any fixed number: serialises the shard moves of these tests (Citus
+/// refuses to split or move shards of a colocation group while another
+/// split or move of it runs, it does not wait).
+const SHARDS_LOCK: i64 = 0x4c53_7368_6172; // "LSshar"
+
+/// Gives `object` a shard of its own, of each colocated table, on the node
+/// it was on (a one-hash range between the two halves of its old one), and
+/// moves that shard from node `from` to node `to` (host:port each).
+fn isolate_and_move(c: &mut Client, object: i64, from: &str, to: &str) {
+    let (from_host, from_port) = from.split_once(':').unwrap();
+    let (to_host, to_port) = to.split_once(':').unwrap();
+    let (from_port, to_port) = (from_port.parse::<i32>().unwrap(), to_port.parse::<i32>().unwrap());
+    c.execute("SELECT pg_advisory_lock($1)", &[&SHARDS_LOCK]).unwrap();
+    let moved = (|| {
+        retried(
+            c,
+            "SELECT isolate_tenant_to_new_shard('lambdastore.objects', $1::bigint, 'CASCADE',
+                                                        shard_transfer_mode => 'block_writes')",
+            &[&object],
+        )?;
+        let shard: i64 = c
+            .query_one("SELECT get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)", &[&object])?
+            .get(0);
+        retried(
+            c,
+            "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, shard_transfer_mode => 'block_writes')",
+            &[&shard, &from_host, &from_port, &to_host, &to_port],
+        )
+    })();
+    c.execute("SELECT pg_advisory_unlock($1)", &[&SHARDS_LOCK]).unwrap();
+    moved.unwrap_or_else(|e| panic!("isolate {object} and move it from {from} to {to}: {}", describe(&e)));
+    assert_eq!(owner(c, object), to);
+}
+
+/// Runs a shard operation, again while Citus' maintenance daemon holds the
+/// lock it needs (dropping the shards a previous move left behind).
+fn retried(c: &mut Client, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<(), postgres::Error> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.execute(sql, params) {
+            Err(e)
+                if e.as_db_error().is_some_and(|db| db.message().contains("could not acquire the lock"))
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(100)); // until the holder is done
+            }
+            other => return other.map(|_| ()),
+        }
+    }
+}
+
+#[test]
+fn calls_on_objects_are_sent_to_the_node_holding_them() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_gw_owner", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 10}), 3);
+    let key = api_key(&mut c, &app);
+    let gw = Gateway::start(&mut c, &[]);
+    for (node, ids) in &by_node {
+        for &id in ids {
+            let (result, served_by) = gw.call(&key, id, "increment");
+            assert_eq!(result, json!(11));
+            assert_eq!(&served_by, node, "object {id} lives on {node}");
+        }
+    }
+    for (node, ids) in &by_node {
+        let calls = gw.metric("lambdastore_gateway_calls_total", &[&format!("node=\"{node}\"")]);
+        assert_eq!(calls, ids.len() as f64, "calls sent to {node}");
+    }
+    // Calls that name no object go to the coordinator.
+    let created = gw
+        .http
+        .post(format!("{}/v1/apps/{app}/types/Counter/objects", gw.base))
+        .bearer_auth(&key)
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    assert_eq!(created.headers()["x-lambdastore-node"].to_str().unwrap(), coordinator(&mut c));
+    assert_eq!(gw.refreshes(), 0.0, "the map was right from the start");
+}
+
+/// After a move, a call routed by the old map reaches the old node, which
+/// says it no longer holds the object (and forwards the call, which runs
+/// once, on the new owner); the gateway reloads the map once, however many
+/// calls saw the old one, and the next call goes to the new owner.
+#[test]
+fn after_a_shard_move_one_refresh_sends_the_next_call_to_the_new_owner() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_gw_move", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
+    let nodes: Vec<&String> = by_node.keys().collect();
+    let (from, to) = (nodes[0].clone(), nodes[1].clone());
+    let object = by_node[&from][0];
+    let key = api_key(&mut c, &app);
+    // The calls below conflict on one object: they are retried until they pass.
+    let gw = Gateway::start(&mut c, &["--max-retries", "1000"]);
+    assert_eq!(gw.call(&key, object, "increment"), (json!(1), from.clone()));
+
+    isolate_and_move(&mut c, object, &from, &to);
+    // Calls at once, all routed by the old map.
+    let results: Vec<(Value, String)> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..6).map(|_| s.spawn(|| gw.call(&key, object, "increment"))).collect();
+        calls.into_iter().map(|call| call.join().unwrap()).collect()
+    });
+    let mut counts: Vec<i64> = results.iter().map(|(value, _)| value.as_i64().unwrap()).collect();
+    counts.sort();
+    assert_eq!(counts, (2..=7).collect::<Vec<_>>(), "each call ran once");
+    assert_eq!(gw.refreshes(), 1.0, "one reload for every call that saw the old map");
+    assert_eq!(gw.metric("lambdastore_gateway_placement_refreshes_total", &["reason=\"not_owner\""]), 1.0);
+
+    assert_eq!(gw.call(&key, object, "increment"), (json!(8), to.clone()));
+    assert_eq!(gw.refreshes(), 1.0);
+}
+
+/// After a tenant isolation the hash ranges are uneven: the isolated
+/// object's shard is one hash wide, between the two halves of the range
+/// it came from. Moved to the other worker, it is found there, and an
+/// object of those halves still on the first worker.
+#[test]
+fn an_isolated_object_is_found_in_its_one_hash_shard() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_gw_isolated", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
+    let nodes: Vec<String> = by_node.keys().cloned().collect();
+    let (from, to) = (nodes[0].clone(), nodes[1].clone());
+    let object = by_node[&from][0];
+    let shard_of = |c: &mut Client, id: i64| -> i64 {
+        c.query_one("SELECT get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)", &[&id])
+            .unwrap()
+            .get(0)
+    };
+    // A neighbour: another object of the same shard, made on its node.
+    let old_shard = shard_of(&mut c, object);
+    let at = (0..workers.len()).find(|&i| super::node(&mut workers[i]) == from).expect("a worker is `from`");
+    let neighbour = (0..2000)
+        .map(|_| create(&mut workers[at], &app, "Counter", json!({"initial": 0})))
+        .find(|&id| shard_of(&mut c, id) == old_shard)
+        .expect("no object of the same shard in 2000");
+
+    isolate_and_move(&mut c, object, &from, &to);
+    let key = api_key(&mut c, &app);
+    let gw = Gateway::start(&mut c, &[]);
+    assert_eq!(gw.call(&key, object, "increment"), (json!(1), to.clone()));
+    assert_eq!(gw.call(&key, neighbour, "increment"), (json!(1), from.clone()));
+    assert_eq!(gw.refreshes(), 0.0, "the map read after the isolation was right");
+}
+
+/// A gateway whose first map sends every shard to the other worker: each
+/// call still runs once (the node forwards it), the first one reloads the
+/// map, and every call after it goes to the owner.
+#[test]
+fn a_placement_wrong_on_purpose_is_corrected_by_one_refresh() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_gw_wrong", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 2);
+    let key = api_key(&mut c, &app);
+    let gw = Gateway::start(&mut c, &["--misplace-for-tests", "shifted"]);
+    let (first_node, ids) = by_node.iter().next().unwrap();
+    let (result, served_by) = gw.call(&key, ids[0], "increment");
+    assert_eq!(result, json!(1));
+    assert_ne!(&served_by, first_node, "the first call went by the wrong map");
+    assert_eq!(gw.metric("lambdastore_gateway_placement_refreshes_total", &["reason=\"not_owner\""]), 1.0);
+    for (node, ids) in &by_node {
+        for &id in ids {
+            let (_, served_by) = gw.call(&key, id, "increment");
+            assert_eq!(&served_by, node, "object {id} lives on {node}");
+        }
+    }
+    assert_eq!(gw.call(&key, ids[0], "get").0, json!(2), "each call ran once");
+    assert_eq!(gw.refreshes(), 1.0);
+}
+
+/// A gateway whose first map names a node that refuses connections: the
+/// call was provably not sent, so the gateway reloads the map and sends it
+/// again, once, to the owner.
+#[test]
+fn a_node_that_refuses_connections_is_replaced_by_a_refresh_and_one_retry() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_gw_refused", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
+    let key = api_key(&mut c, &app);
+    let gw = Gateway::start(&mut c, &["--misplace-for-tests", "unreachable"]);
+    for (node, ids) in &by_node {
+        assert_eq!(gw.call(&key, ids[0], "increment"), (json!(1), node.clone()));
+    }
+    assert_eq!(gw.metric("lambdastore_gateway_placement_refreshes_total", &["reason=\"unreachable\""]), 1.0);
+    assert_eq!(gw.refreshes(), 1.0);
+    let ready = gw.http.get(format!("{}/readyz", gw.base)).send().unwrap();
+    assert_eq!(ready.status(), 200, "the unreachable node is gone from the map");
+}
