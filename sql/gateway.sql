@@ -231,6 +231,13 @@ BEGIN
 END
 $$;
 
+-- Whether this node stores the object's shard: asked after each call the
+-- gateway routed by its copy of Citus' metadata, which a move makes stale.
+CREATE FUNCTION lambdastore_gateway.holds(object_id bigint) RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT lambdastore.holds($1)
+$$;
+
 -- For /readyz: the extension's version (the role may use the gateway's functions).
 CREATE FUNCTION lambdastore_gateway.ready() RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

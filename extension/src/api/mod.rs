@@ -260,6 +260,17 @@ mod lambdastore {
         as_storage(|_| crate::catalog::shards::this_node()).unwrap_or_else(|err| raise(err, "node()".into()))
     }
 
+    /// Whether this node stores `object_id`'s shard (true when the tables
+    /// are not distributed), from the backend's copy of Citus' metadata,
+    /// re-read after every shard move: the gateway asks it after each call
+    /// it routed by its own copy (gateway/src/placement/citus.rs).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn holds(object_id: i64) -> bool {
+        as_storage(|_| route::owner_elsewhere(object_id))
+            .map(|elsewhere| elsewhere.is_none())
+            .unwrap_or_else(|err| raise(err, format!("holds({object_id})")))
+    }
+
     /// Behind `lambdastore.wait` (sql/views.sql), which then returns the job.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _wait_for_job(job_id: i64, timeout_ms: i64) {

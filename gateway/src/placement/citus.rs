@@ -12,7 +12,7 @@
 //! holds its object still succeeds (the node forwards it to the owner, in
 //! the same transaction), so staleness is detected, not guessed: a call
 //! routed by the map also asks the node, in the same statement, whether it
-//! holds the object's shard (`WITH_CHECK`). A "no", or a node that refuses
+//! holds the object's shard (`with_check`). A "no", or a node that refuses
 //! connections, reloads the map once for all the calls that saw the same
 //! map (`refresh`), and the next call goes where the new map says.
 
@@ -50,20 +50,12 @@ const ENTRY: &str = "
      WHERE n.noderole = 'primary'";
 
 /// `sql`, one row, with a last column saying whether the node that ran it
-/// holds the shard of the object in parameter `$n`, as its own metadata
-/// says after the call. The call runs first (a function scan), so a node
-/// that forwarded it still answers.
+/// holds the shard of the object in parameter `$n`, as the extension there
+/// says after the call (`lambdastore.holds`, from the backend's copy of
+/// the metadata, re-read after every move). The call runs first (a
+/// function scan), so a node that forwarded it still answers.
 pub fn with_check(sql: &str, n: usize) -> String {
-    format!(
-        "SELECT q.*, (SELECT bool_or(p.groupid = g.groupid)
-                        FROM pg_dist_shard s
-                        JOIN pg_dist_placement p ON p.shardid = s.shardid
-                        CROSS JOIN pg_dist_local_group g
-                       WHERE s.logicalrelid = (SELECT c.oid FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
-                                                WHERE ns.nspname = 'lambdastore' AND c.relname = 'objects')
-                         AND hashint8(${n}) BETWEEN s.shardminvalue::int AND s.shardmaxvalue::int)
-           FROM ({sql}) q"
-    )
+    format!("SELECT q.*, lambdastore_gateway.holds(${n}) FROM ({sql}) q")
 }
 
 /// One hash range of `lambdastore.objects` and the node holding it.

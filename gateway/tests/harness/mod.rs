@@ -7,13 +7,15 @@
 #![allow(dead_code)]
 
 use postgres::{Client, NoTls};
-use reqwest::blocking::{Client as Http, RequestBuilder, Response};
+use reqwest::blocking::{RequestBuilder, Response};
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
+
+mod process;
+pub use process::Gateway;
 
 pub const DATABASE: &str = "lambdastore_test";
 pub const ROLE: &str = "lambdastore_gateway";
@@ -101,17 +103,6 @@ impl App {
     }
 }
 
-/// A gateway process; killed when dropped.
-pub struct Gateway {
-    pub base: String,
-    pub child: Child,
-    pub http: Http,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 impl Gateway {
     pub fn start() -> Gateway {
         Gateway::start_with(ROLE, &[])
@@ -120,30 +111,8 @@ impl Gateway {
     /// A gateway connecting as `role`, with extra command-line flags.
     pub fn start_with(role: &str, flags: &[&str]) -> Gateway {
         setup();
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_lambdastore-gateway"))
-            .args(["--database-url", &url_as(role), "--listen", &format!("127.0.0.1:{port}"), "--pool-size", "8"])
-            .args(flags)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start the gateway");
-        let gateway = Gateway {
-            base: format!("http://127.0.0.1:{port}"),
-            child,
-            http: Http::builder().timeout(Duration::from_secs(60)).build().unwrap(),
-        };
-        // Ready when it answers /healthz (it binds before serving).
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while gateway.http.get(gateway.url("/healthz")).send().is_err() {
-            assert!(Instant::now() < deadline, "the gateway did not start listening");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        gateway
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+        let binary = std::path::Path::new(env!("CARGO_BIN_EXE_lambdastore-gateway"));
+        Gateway::spawn(binary, &url_as(role), &[&["--pool-size", "8"], flags].concat())
     }
 
     pub fn post(&self, key: &str, path: &str) -> RequestBuilder {
@@ -157,27 +126,6 @@ impl Gateway {
     /// POST /v1/objects/{id}/methods/{method} with JSON arguments.
     pub fn invoke(&self, key: &str, object: i64, method: &str, args: Value) -> Response {
         self.post(key, &format!("/v1/objects/{object}/methods/{method}")).json(&args).send().unwrap()
-    }
-
-    /// The value of a Prometheus sample (summed over label sets that
-    /// contain every `labels` fragment), 0 if absent.
-    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
-        let text = self.http.get(self.url("/metrics")).send().unwrap().text().unwrap();
-        text.lines()
-            .filter(|line| {
-                line.starts_with(name)
-                    && line[name.len()..].starts_with(['{', ' '])
-                    && labels.iter().all(|l| line.contains(l))
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -9,10 +9,10 @@
 use super::{spread, workers};
 use crate::common::*;
 use postgres::Client;
-use reqwest::blocking::{Client as Http, Response};
+use reqwest::blocking::Response;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -64,13 +64,11 @@ fn binary() -> PathBuf {
     exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").join("lambdastore-gateway")
 }
 
-/// A gateway process in front of the coordinator; killed when dropped.
-struct Gateway {
-    base: String,
-    child: Child,
-    http: Http,
-}
+#[path = "../../../gateway/tests/harness/process.rs"]
+mod process;
+use process::Gateway;
 
+/// Gateways in front of the coordinator, as the README's role.
 impl Gateway {
     fn start(c: &mut Client, flags: &[&str]) -> Gateway {
         setup_role(c);
@@ -78,26 +76,7 @@ impl Gateway {
         let kept: Vec<&str> =
             url.split_whitespace().filter(|kv| !kv.starts_with("user=") && !kv.starts_with("dbname=")).collect();
         let database_url = format!("{} user={ROLE} dbname={DATABASE}", kept.join(" "));
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(binary())
-            .args(["--database-url", &database_url, "--listen", &format!("127.0.0.1:{port}"), "--pool-size", "4"])
-            .args(flags)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start the gateway");
-        let gateway = Gateway {
-            base: format!("http://127.0.0.1:{port}"),
-            child,
-            http: Http::builder().timeout(Duration::from_secs(60)).build().unwrap(),
-        };
-        // Ready when it answers /healthz (it reads the shard map, then binds).
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while gateway.http.get(format!("{}/healthz", gateway.base)).send().is_err() {
-            assert!(Instant::now() < deadline, "the gateway did not start listening");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        gateway
+        Gateway::spawn(&binary(), &database_url, &[&["--pool-size", "4"], flags].concat())
     }
 
     fn invoke(&self, key: &str, object: i64, method: &str) -> Response {
@@ -120,29 +99,8 @@ impl Gateway {
         (body["result"].clone(), node.expect("an X-Lambdastore-Node header"))
     }
 
-    /// The sum of a Prometheus counter over the label sets containing
-    /// every fragment of `labels`; 0 if absent.
-    fn metric(&self, name: &str, labels: &[&str]) -> f64 {
-        let text = self.http.get(format!("{}/metrics", self.base)).send().unwrap().text().unwrap();
-        text.lines()
-            .filter(|line| {
-                line.starts_with(name)
-                    && line[name.len()..].starts_with(['{', ' '])
-                    && labels.iter().all(|l| line.contains(l))
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
     fn refreshes(&self) -> f64 {
         self.metric("lambdastore_gateway_placement_refreshes_total", &[])
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
