@@ -31,12 +31,17 @@ fn counted<T>(app: &str, ty: &str, function: &str, started: Instant, outcome: Re
 
 /// A new workflow for `caller` (inside job `job`, if any), with its timeout;
 /// for a call forwarded here, replaying `tape` (what earlier runs drew).
-fn start(caller: Caller, job: Option<i64>, tape: Option<Vec<Draw>>) -> Rc<Workflow> {
+/// Every workflow starts here, after `occ::check_isolation`: it refuses
+/// snapshot isolation levels and finishes the prepared transactions that
+/// have ended, whose writer counts this workflow's validation must not meet
+/// (an entry point that skipped it failed with 40001 on a cluster).
+fn start(caller: Caller, job: Option<i64>, tape: Option<Vec<Draw>>) -> Result<Rc<Workflow>> {
+    occ::check_isolation()?;
     let workflow = Workflow::new(caller, job, gucs::timeout(caller.is_superuser()));
-    Rc::new(match tape {
+    Ok(Rc::new(match tape {
         Some(tape) => workflow.replaying(tape),
         None => workflow,
-    })
+    }))
 }
 
 /// A call that returned, and the calls its workflow spawned on objects of
@@ -100,11 +105,7 @@ fn drive_from_sql(
     caller: Caller,
     drive: impl FnOnce(&Rc<Workflow>) -> Result<Result<String, String>>,
 ) -> Result<String> {
-    // As every workflow: the calls the object's node needs from this one
-    // run here, and must not meet what prepared transactions that ended
-    // still hold (nor a snapshot isolation level).
-    occ::check_isolation()?;
-    let workflow = start(caller, None, None);
+    let workflow = start(caller, None, None)?;
     let result = drive(&workflow)?.map_err(|message| LambdaError::Application { message })?;
     if !workflow.touched().is_empty() {
         commit(&workflow)?;
@@ -122,7 +123,6 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
             .map(|done| Finished { result: done.result.to_string(), spawned_elsewhere: done.spawned_elsewhere }),
         (None, None) => invoke(caller, None, object, method, args, Some(sent.tape)),
         (None, Some(nested)) => {
-            occ::check_isolation()?;
             let app = registry::load(&nested.module)?;
             let call = MethodCall {
                 object,
@@ -131,7 +131,7 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
                 readonly: nested.readonly,
                 depth: nested.depth,
             };
-            let workflow = start(caller, nested.job, Some(sent.tape));
+            let workflow = start(caller, nested.job, Some(sent.tape))?;
             calls::method_here(&workflow, &app, &call)
                 .and_then(|result| Ok(Finished { result, spawned_elsewhere: commit(&workflow)? }))
         }
@@ -160,7 +160,6 @@ fn invoke(
     args: &str,
     tape: Option<Vec<Draw>>,
 ) -> Result<Finished<String>> {
-    occ::check_isolation()?;
     let started = Instant::now();
     let (info, module) = catalog::objects::lookup(object)?;
     access::check(caller, &info.app, Privilege::Invoke)?;
@@ -169,7 +168,7 @@ fn invoke(
     // fill the statistics' table.
     let readonly = method_callable_from_sql(&app, &info.type_name, method)?;
     refuse_in_read_only_transaction(readonly, &info.type_name, method)?;
-    let workflow = start(caller, job, tape);
+    let workflow = start(caller, job, tape)?;
     workflow.remember_object(object, info.clone());
     let outcome = run_method(&workflow, &info, &app, readonly, object, method, args);
     counted(&info.app, &info.type_name, method, started, outcome)
@@ -268,7 +267,6 @@ pub(crate) fn invoke_static(
     function: &str,
     args: &str,
 ) -> Result<String> {
-    occ::check_isolation()?;
     let started = Instant::now();
     let app = current_version(caller, app_name)?;
     let f = app.function(type_name, function, FunctionKind::Static)?;
@@ -287,7 +285,7 @@ fn run_static(
     readonly: bool,
     args: &str,
 ) -> Result<String> {
-    let workflow = start(caller, None, None);
+    let workflow = start(caller, None, None)?;
     let frame =
         Frame { object: 0, type_name: type_name.to_string(), function: function.to_string(), readonly, depth: 0 };
     let result = registry::run(&workflow, app, frame, FunctionKind::Static, args)?;
@@ -308,14 +306,13 @@ fn create_with(
     args: &str,
     tape: Option<Vec<Draw>>,
 ) -> Result<Finished<i64>> {
-    occ::check_isolation()?;
     let started = Instant::now();
     let app = current_version(caller, app_name)?;
     if let Some(ctor) = app.constructor(type_name)? {
         refuse_protected(&app, type_name, ctor)?; // refused calls are not counted, as above
     }
     refuse_in_read_only_transaction(false, type_name, "(create)")?;
-    let workflow = start(caller, None, tape);
+    let workflow = start(caller, None, tape)?;
     let outcome = create_object(&workflow, &app, type_name, args, 0, false)
         .and_then(|id| Ok(Finished { result: id, spawned_elsewhere: commit(&workflow)? }));
     counted(app_name, type_name, "(create)", started, outcome)
