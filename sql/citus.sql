@@ -75,3 +75,60 @@ REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, 
 REVOKE ALL ON FUNCTION lambdastore._delete_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._validate_here() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._split_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
+
+-- Moves an object to `node` (host:port, as in pg_dist_node), on the
+-- coordinator: isolates it into a shard of its own, with its rows of every
+-- colocated table (Citus' tenant isolation), and moves that shard. Calls
+-- keep working meanwhile: those using the object's shard wait for the
+-- split and the move (a transaction holding the shard delays them in turn)
+-- and then follow the object (docs/ARCHITECTURE.md, "Moving objects").
+-- Objects whose ids hash alike share the isolated shard and move along.
+-- Migrations queue behind each other and behind Citus' own shard
+-- operations on these tables.
+CREATE FUNCTION lambdastore.migrate_object(object_id bigint, node text,
+                                           transfer_mode text DEFAULT 'block_writes')
+RETURNS jsonb LANGUAGE plpgsql AS $fn$
+DECLARE
+    target pg_dist_node;
+    source pg_dist_node;
+    shard bigint;
+    isolated boolean := false;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
+        RAISE EXCEPTION 'lambdastore.migrate_object() needs a distributed catalog'
+            USING ERRCODE = '55000', HINT = 'Run SELECT lambdastore.distribute() on the coordinator first.';
+    END IF;
+    IF (SELECT groupid FROM pg_dist_local_group) <> 0 THEN
+        RAISE EXCEPTION 'lambdastore.migrate_object() runs on the coordinator' USING ERRCODE = '55000';
+    END IF;
+    SELECT * INTO target FROM pg_dist_node n
+     WHERE n.nodename || ':' || n.nodeport = node AND n.noderole = 'primary' AND n.isactive;
+    IF NOT FOUND OR NOT target.shouldhaveshards THEN
+        RAISE EXCEPTION 'no node % holds shards in this cluster', node USING ERRCODE = '22023',
+            HINT = 'The nodes: SELECT nodename || '':'' || nodeport FROM pg_dist_node WHERE shouldhaveshards.';
+    END IF;
+    PERFORM lambdastore._hold_shard_operations();
+    IF NOT EXISTS (SELECT 1 FROM lambdastore.objects o WHERE o.object_id = migrate_object.object_id) THEN
+        RAISE EXCEPTION 'no object %', object_id USING ERRCODE = '42704';
+    END IF;
+    shard := get_shard_id_for_distribution_column('lambdastore.objects', object_id);
+    IF (SELECT shardminvalue <> shardmaxvalue FROM pg_dist_shard WHERE shardid = shard) THEN
+        PERFORM isolate_tenant_to_new_shard('lambdastore.objects', object_id, 'CASCADE',
+                                            shard_transfer_mode => transfer_mode::citus.shard_transfer_mode);
+        shard := get_shard_id_for_distribution_column('lambdastore.objects', object_id);
+        isolated := true;
+    END IF;
+    SELECT n.* INTO source FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+     WHERE p.shardid = shard AND n.noderole = 'primary';
+    IF source.groupid <> target.groupid THEN
+        PERFORM citus_move_shard_placement(shard, source.nodename, source.nodeport,
+                                           target.nodename, target.nodeport,
+                                           shard_transfer_mode => transfer_mode::citus.shard_transfer_mode);
+    END IF;
+    RETURN jsonb_build_object('object_id', object_id, 'shard', shard, 'isolated', isolated,
+                              'from', source.nodename || ':' || source.nodeport, 'to', node,
+                              'moved', source.groupid <> target.groupid);
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore.migrate_object(bigint, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._hold_shard_operations() FROM PUBLIC;

@@ -78,6 +78,11 @@ pub(crate) enum LambdaError {
     JobNotCommitted(i64),
     #[error("object {object} is stored on {node}: this node holds no objects")]
     Elsewhere { object: i64, node: String },
+    /// An object that is not on this node, met where it was expected here:
+    /// it moved (`lambdastore.migrate_object`) while the call was on its
+    /// way or the transaction ran. Retrying finds it where it is now.
+    #[error("object {object} is now stored on {node}: it moved while this transaction ran; retry")]
+    Moved { object: i64, node: String },
     #[error("object {0} is in use by an unfinished call on another node of this workflow: a workflow's calls across nodes may not come back to it")]
     CallBack(i64),
     /// A forwarded call's run stopped for a call on another node (txn/tape.rs):
@@ -120,7 +125,7 @@ impl LambdaError {
             ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,
             IsolationLevel(_) | Prepared(_) | Elsewhere { .. } | CallBack(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
             NotPreloaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            SerializationFailure(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
+            SerializationFailure(_) | Moved { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,
             Internal(_) | Suspended(_) => ERRCODE_INTERNAL_ERROR,

@@ -127,10 +127,15 @@ pub(crate) fn validate_elsewhere() -> Result<()> {
 }
 
 /// The node holding `object`'s shard when it is not this one (None when
-/// the tables are not distributed).
+/// the tables are not distributed). From now on the transaction holds the
+/// shard's metadata lock on this node (`shards::locate`): a move of it
+/// waits for the transaction's end, and one under way is waited for and
+/// then followed.
 pub(crate) fn owner_elsewhere(object: i64) -> Result<Option<String>> {
-    let Some(layout) = shards::layout()? else { return Ok(None) };
-    Ok((!layout.is_local(object)).then(|| layout.node_of(object).to_string()))
+    Ok(match shards::locate(object)? {
+        shards::Located::Here(_) => None,
+        shards::Located::There(node) => Some(node),
+    })
 }
 
 /// Whether this transaction has written object data on this node (not

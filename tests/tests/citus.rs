@@ -20,6 +20,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+/// A connection to a node by its libpq URL, in the tests' database.
+fn connect_node(url: &str) -> Client {
+    let mut config: postgres::Config = url.parse().expect("a libpq URL");
+    config.dbname(DATABASE).application_name("lambdastore-tests");
+    config.connect(NoTls).expect("connect to a node")
+}
+
 /// The workers' connections, or None (the test skips) without a cluster.
 fn workers() -> Option<Vec<Client>> {
     let Some(cluster) = cluster::citus() else {
@@ -30,12 +37,43 @@ fn workers() -> Option<Vec<Client>> {
         eprintln!("skipped: no Citus cluster (run `make test-citus`)");
         return None;
     };
-    let connect_worker = |url: &str| {
-        let mut config: postgres::Config = url.parse().expect("a libpq URL");
-        config.dbname(DATABASE).application_name("lambdastore-tests");
-        config.connect(NoTls).expect("connect to a worker")
-    };
-    Some(cluster.workers.iter().map(|url| connect_worker(url)).collect())
+    Some(cluster.workers.iter().map(|url| connect_node(url)).collect())
+}
+
+/// `lambdastore.migrate_object(object, to)` from the coordinator, again
+/// when Citus' deadlock detector chose it to end a cycle with calls (as
+/// the README says to); the object is then on `to` (host:port). Returns
+/// what the function said.
+fn migrate(c: &mut Client, object: i64, to: &str) -> serde_json::Value {
+    for _ in 0..20 {
+        match c.query_one("SELECT lambdastore.migrate_object($1, $2)::text", &[&object, &to]) {
+            Ok(row) => {
+                assert_eq!(owner(c, object), to, "after migrate_object({object}, {to})");
+                return serde_json::from_str(row.get(0)).unwrap();
+            }
+            Err(e) if common::concurrent::sqlstate(&e) == Some("40P01") => {
+                eprintln!("migrate {object}: {}", describe(&e))
+            }
+            Err(e) => panic!("migrate {object} to {to}: {}", describe(&e)),
+        }
+    }
+    panic!("migrate {object} to {to}: 20 deadlocks in a row");
+}
+
+/// The shard of `object` (of `lambdastore.objects`).
+fn shard_of(c: &mut Client, object: i64) -> i64 {
+    c.query_one("SELECT get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)", &[&object])
+        .unwrap()
+        .get(0)
+}
+
+/// Another object of `object`'s shard, created on `worker` (its node).
+fn shard_mate(c: &mut Client, worker: &mut Client, app: &str, ty: &str, object: i64) -> i64 {
+    let shard = shard_of(c, object);
+    (0..2000)
+        .map(|_| create(worker, app, ty, json!({})))
+        .find(|&id| shard_of(c, id) == shard)
+        .expect("no object of the same shard in 2000")
 }
 
 /// Two objects of `app`'s type `ty` on different workers, the first on
@@ -918,3 +956,5 @@ fn jobs_across_nodes_survive_killed_runners_and_restarted_workers() {
 
 #[path = "citus/gateway.rs"]
 mod gateway;
+#[path = "citus/migrate.rs"]
+mod migrate;

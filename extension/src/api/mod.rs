@@ -271,6 +271,18 @@ mod lambdastore {
             .unwrap_or_else(|err| raise(err, format!("holds({object_id})")))
     }
 
+    /// Behind `lambdastore.migrate_object` (sql/citus.sql): waits for and
+    /// holds, to the end of the transaction, the lock with which Citus
+    /// keeps one split or move at a time in the objects' colocation group.
+    /// Citus only tries it, and fails at once while another operation (or
+    /// a migration) holds it; holding it first makes migrations queue.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _hold_shard_operations() {
+        if let Err(err) = crate::catalog::shards::hold_shard_operations() {
+            raise(err, "migrate_object".into());
+        }
+    }
+
     /// Behind `lambdastore.wait` (sql/views.sql), which then returns the job.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _wait_for_job(job_id: i64, timeout_ms: i64) {

@@ -272,6 +272,13 @@ pub(crate) fn remember_guards(object: i64, splits: u64, guards: &Guards) {
     });
 }
 
+/// Forgets every object's guards; when the layout changes. An object that
+/// comes back to a node finds there the split count it left with, while
+/// its guards may have been split on the node it was on meanwhile.
+pub(super) fn forget_guards() {
+    CACHED.with(|cached| cached.borrow_mut().guards.clear());
+}
+
 /// Forgets an object this transaction deletes, so that its later calls
 /// find it gone (other backends forget it when the delete commits).
 pub(crate) fn forget_object(id: i64) {

@@ -185,6 +185,11 @@ pub(crate) struct Claimed {
 /// application's due jobs are all held, the oldest due job of any.
 pub(crate) fn claim(after: &str) -> Result<Option<Claimed>> {
     for place in here()? {
+        let place = match place {
+            Place::Local(shard) => shards::hold_local(shard)?,
+            tables => Some(tables),
+        };
+        let Some(place) = place else { continue }; // moved away meanwhile
         if let Some(claimed) = claim_at(place, after)? {
             return Ok(Some(claimed));
         }

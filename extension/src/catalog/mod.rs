@@ -59,6 +59,7 @@ pub(crate) fn wrote_data() -> bool {
 /// At the end of every transaction.
 pub(crate) fn at_transaction_end() {
     WROTE.set(false);
+    shards::at_transaction_end();
 }
 
 thread_local! {

@@ -16,12 +16,24 @@
 //! `pg_dist_placement`, `pg_dist_node`, `pg_dist_local_group`) once per
 //! backend and read again after every relcache invalidation, which Citus
 //! sends when shards are created or moved.
+//!
+//! Shards move (`lambdastore.migrate_object`, Citus' rebalancer) while
+//! calls run, and Citus blocks writes during a move only for statements
+//! its own executor plans, never for ours. So a transaction that uses a
+//! local shard holds the lock Citus' executor takes for its writes (the
+//! shard group's metadata lock, in share mode) until it ends, and looks
+//! at the layout again once it holds it (`place`). A split or a move takes
+//! that lock exclusively on every node until its new metadata commits:
+//! it waits for the transactions using the shard, and they wait for it,
+//! then find the object elsewhere and follow it. Readers hold it too, so a
+//! read taken before a move has validated before anything is written on
+//! the new node (OCC's versions are per node).
 
 // Plain catalog reads, never rewritten (rewriting needs the layout).
 use super::query_cluster as query;
 use crate::error::{LambdaError, Result};
 use pgrx::pg_sys;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -43,6 +55,11 @@ struct Shard {
 
 pub(crate) struct Layout {
     local_group: i32,
+    /// Citus' colocation group of the per-object tables (its metadata
+    /// locks are keyed by group and shard index).
+    colocation: u32,
+    /// Which read of the layout in this backend this is.
+    generation: u64,
     /// By `min`, covering the whole int32 hash space.
     shards: Vec<Shard>,
     /// The shard id of each of `REFERENCE`, in that order.
@@ -64,11 +81,26 @@ thread_local! {
     /// None: not read since the last invalidation. Some(None): the tables
     /// are not distributed (or Citus is not installed here).
     static LAYOUT: RefCell<Option<Option<Rc<Layout>>>> = const { RefCell::new(None) };
+    /// Layouts read so far by this backend.
+    static READS: Cell<u64> = const { Cell::new(0) };
+    /// The shards whose metadata lock this transaction holds, as (objects
+    /// shard id, shard index, whether on this node then): the lock is keyed
+    /// by the index, which a split of another shard shifts.
+    static HELD: RefCell<Vec<(i64, usize, bool)>> = const { RefCell::new(Vec::new()) };
+    /// The layout generation under which `HELD` was last confirmed.
+    static CONFIRMED: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Forgets the layout; from the catalog's relcache callback.
 pub(super) fn forget() {
-    LAYOUT.with(|l| *l.borrow_mut() = None);
+    if let Some(Some(_)) = LAYOUT.with(|l| l.borrow_mut().take()) {
+        super::cache::forget_guards();
+    }
+}
+
+/// At the end of every transaction: its locks are gone.
+pub(super) fn at_transaction_end() {
+    HELD.with(|h| h.borrow_mut().clear());
 }
 
 /// The layout, None when the tables are not distributed.
@@ -122,8 +154,21 @@ fn read_layout() -> Result<Option<Layout>> {
                 .collect::<pgrx::spi::Result<Vec<_>>>()
         },
     )?;
-    let mut layout =
-        Layout { local_group: 0, shards: Vec::new(), reference: [0; REFERENCE.len()], statements: Default::default() };
+    let colocation = query(
+        "SELECT colocationid::bigint FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass",
+        &[],
+        &[],
+        |rows| rows.first().get_one::<i64>(),
+    )?;
+    READS.set(READS.get() + 1);
+    let mut layout = Layout {
+        local_group: 0,
+        colocation: colocation.unwrap_or_default() as u32,
+        generation: READS.get(),
+        shards: Vec::new(),
+        reference: [0; REFERENCE.len()],
+        statements: Default::default(),
+    };
     for (table, shard_id, min, group, node, local_group) in rows {
         layout.local_group = local_group;
         if let Some(i) = REFERENCE.iter().position(|t| *t == table) {
@@ -173,11 +218,6 @@ impl Layout {
     /// Whether `object`'s shard is on this node.
     pub(crate) fn is_local(&self, object: i64) -> bool {
         self.shards[self.shard_of(object)].group == self.local_group
-    }
-
-    /// The node holding `object`'s shard, as host:port.
-    pub(crate) fn node_of(&self, object: i64) -> &str {
-        &self.shards[self.shard_of(object)].node
     }
 
     /// Whether this node holds any shard (the coordinator usually does not).
@@ -234,16 +274,183 @@ fn rename(sql: &str, table: &str, id: i64) -> String {
     out
 }
 
-/// Where the statements for `object` must run: the tables, or the local
-/// shard. An object stored on another node is refused here; the SQL edge
-/// forwards top-level calls to their owner before they get this far.
-pub(crate) fn place(object: i64) -> Result<Place> {
-    let Some(layout) = layout()? else { return Ok(Place::Tables) };
-    let shard = layout.shard_of(object);
-    if layout.shards[shard].group != layout.local_group {
-        return Err(LambdaError::Elsewhere { object, node: layout.shards[shard].node.clone() });
+/// Where `object` is, once this transaction holds its shard group's
+/// metadata lock on this node (see the module doc), whichever node stores
+/// it: a split or move of the shard under way is waited for, and then the
+/// object is looked for again; none can start until the transaction ends.
+/// Taken before a call is sent to another node too, as Citus' executor
+/// takes it before it writes a shard: a move takes the lock on the
+/// coordinator first, so a transaction driven from there waits before it
+/// reaches the object's node rather than holding it there while it waits
+/// (Citus' own lock for the routed no-op UPDATE, `route::engage`, would
+/// otherwise close a deadlock with the move).
+pub(crate) fn locate(object: i64) -> Result<Located> {
+    loop {
+        let Some(layout) = layout()? else { return Ok(Located::Here(Place::Tables)) };
+        let shard = layout.shard_of(object);
+        let at = &layout.shards[shard];
+        if held(at.ids[0], shard) {
+            return Ok(if at.group == layout.local_group {
+                Located::Here(Place::Local(shard))
+            } else {
+                Located::There(at.node.clone())
+            });
+        }
+        hold(&layout, shard)?;
     }
-    Ok(Place::Local(shard))
+}
+
+/// Where an object is (`locate`).
+pub(crate) enum Located {
+    Here(Place),
+    /// On another node, host:port.
+    There(String),
+}
+
+/// Where the statements for `object` must run: the tables, or the local
+/// shard (`locate`). An object stored on another node is refused with
+/// 40001 (`Moved`, with its node): the callers route calls to their owner
+/// before they get this far (`route::owner_elsewhere`), so it moved since.
+pub(crate) fn place(object: i64) -> Result<Place> {
+    match locate(object)? {
+        Located::Here(place) => Ok(place),
+        Located::There(node) => Err(LambdaError::Moved { object, node }),
+    }
+}
+
+/// The place of this node's shard `shard` of the layout, once this
+/// transaction holds its metadata lock; None when it has meanwhile moved
+/// away or been split (for the job runners, which visit every local shard).
+pub(crate) fn hold_local(shard: usize) -> Result<Option<Place>> {
+    let Some(layout) = layout()? else { return Ok(Some(Place::Tables)) };
+    let id = layout.shards[shard].ids[0];
+    loop {
+        let Some(layout) = self::layout()? else { return Ok(Some(Place::Tables)) };
+        let Some(now) = layout.shards.iter().position(|s| s.ids[0] == id && s.group == layout.local_group) else {
+            return Ok(None);
+        };
+        if held(id, now) {
+            return Ok(Some(Place::Local(now)));
+        }
+        hold(&layout, now)?;
+    }
+}
+
+/// Before a workflow validates and applies its writes (and at PREPARE):
+/// the shards of this node that the transaction holds are still here. Holding a
+/// shard's lock keeps it in place, unless a split of another shard
+/// shifted its index (the lock is keyed by index) and a move took it under
+/// the new one: then the transaction takes the lock under the new index,
+/// waiting for such a move to end, and fails with 40001 if it moved.
+pub(crate) fn confirm_held() -> Result<()> {
+    if HELD.with(|h| h.borrow().is_empty()) {
+        return Ok(());
+    }
+    // SAFETY: processes pending invalidations, as taking a lock does. At
+    // PREPARE no statement runs, and reading the layout again needs a
+    // snapshot (an error aborts the transaction, which pops it).
+    let pushed = unsafe {
+        pg_sys::AcceptInvalidationMessages();
+        let none = !pg_sys::ActiveSnapshotSet();
+        if none {
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
+        none
+    };
+    let confirmed = confirm_at_current_layout();
+    if pushed && confirmed.is_ok() {
+        // SAFETY: pairs with the push above.
+        unsafe { pg_sys::PopActiveSnapshot() };
+    }
+    confirmed
+}
+
+fn confirm_at_current_layout() -> Result<()> {
+    'again: loop {
+        let Some(layout) = layout()? else { return Ok(()) };
+        if CONFIRMED.get() == layout.generation {
+            return Ok(());
+        }
+        let ids: Vec<i64> = HELD.with(|h| h.borrow().iter().filter(|held| held.2).map(|held| held.0).collect());
+        for id in ids {
+            let Some(now) = layout.shards.iter().position(|s| s.ids[0] == id && s.group == layout.local_group) else {
+                return Err(LambdaError::SerializationFailure(format!(
+                    "shard {id}, used by this transaction, was moved or split meanwhile"
+                )));
+            };
+            if !held(id, now) {
+                hold(&layout, now)?;
+                continue 'again;
+            }
+        }
+        CONFIRMED.set(layout.generation);
+        return Ok(());
+    }
+}
+
+/// Waits for and takes, for the rest of the transaction, Citus' lock on
+/// placement changes of the objects' colocation group
+/// (`AcquirePlacementColocationLock`: advisory, class 13) in the modes a
+/// split (exclusive) and a move (row exclusive) take it. Citus' own
+/// operations only try it, and a try fails while anyone waits for the
+/// lock in a conflicting mode, even when the trying transaction holds it:
+/// holding both modes first, Citus finds them held. The second is granted
+/// at once: PostgreSQL puts a request ahead of the waiters its holder's
+/// locks block.
+pub(crate) fn hold_shard_operations() -> Result<()> {
+    let Some(layout) = layout()? else {
+        return Err(LambdaError::NotPreloaded("the tables are not distributed: run lambdastore.distribute()".into()));
+    };
+    let tag = advisory(0, layout.colocation, 13); // ADV_LOCKTAG_CLASS_CITUS_REBALANCE_PLACEMENT_COLOCATION
+    for mode in [pg_sys::ExclusiveLock, pg_sys::RowExclusiveLock] {
+        // SAFETY: a valid tag, on the main thread inside a transaction.
+        unsafe { pg_sys::LockAcquire(&tag, mode as pg_sys::LOCKMODE, false, false) };
+    }
+    Ok(())
+}
+
+/// Citus' advisory lock tags (`SET_LOCKTAG_ADVISORY` in its resource_lock.h).
+fn advisory(key1: u32, key2: u32, class: u16) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        // SAFETY: set at backend start, read on the main thread.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: key1,
+        locktag_field3: key2,
+        locktag_field4: class,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+fn held(id: i64, shard: usize) -> bool {
+    HELD.with(|h| h.borrow().iter().any(|held| (held.0, held.1) == (id, shard)))
+}
+
+/// Takes Citus' metadata lock of `layout`'s shard `shard` in share mode,
+/// for the rest of the transaction, as Citus' executor does before it
+/// writes a shard (`LockShardDistributionMetadata`: an advisory lock on
+/// the colocation group and shard index, class 8); waits while a split or
+/// move holds it. Then processes invalidations: a layout read afterwards
+/// includes what the holder committed.
+fn hold(layout: &Layout, shard: usize) -> Result<()> {
+    let tag = advisory(shard as u32, layout.colocation, 8); // ADV_LOCKTAG_CLASS_CITUS_COLOCATED_SHARDS_METADATA
+                                                            // Owned by the top transaction: a subtransaction rolled back (an
+                                                            // exception block, a failed callee's hops) must not release it while
+                                                            // `HELD` still lists it.
+                                                            // SAFETY: on the main thread inside a transaction.
+    let owner = unsafe { pg_sys::CurrentResourceOwner };
+    unsafe { pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner };
+    // SAFETY: a valid tag; waits.
+    unsafe { pg_sys::LockAcquire(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false, false) };
+    // SAFETY: as above; processes invalidations, so that a layout read
+    // from now on includes what the lock's last holder committed.
+    unsafe {
+        pg_sys::CurrentResourceOwner = owner;
+        pg_sys::AcceptInvalidationMessages();
+    }
+    let at = &layout.shards[shard];
+    HELD.with(|h| h.borrow_mut().push((at.ids[0], shard, at.group == layout.local_group)));
+    Ok(())
 }
 
 /// A statement's text at `place` (reference tables: this node's copy).

@@ -3,10 +3,10 @@
 //! the coordinator as the README's least-privilege role, routing each call
 //! on an object to the node holding it (`X-Lambdastore-Node` names the node
 //! a call was sent to). The tests that move shards move only shards they
-//! made for an object of their own (`isolate`), so the other tests' objects
-//! stay where they are.
+//! made for an object of their own (`lambdastore.migrate_object`), so the
+//! other tests' objects stay where they are.
 
-use super::{spread, workers};
+use super::{migrate, shard_mate, spread, workers};
 use crate::common::*;
 use postgres::Client;
 use reqwest::blocking::Response;
@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Once;
-use std::time::{Duration, Instant};
 
 const ROLE: &str = "lambdastore_gateway";
 
@@ -112,57 +111,6 @@ fn coordinator(c: &mut Client) -> String {
     c.query_one("SELECT nodename || ':' || nodeport FROM pg_dist_node WHERE groupid = 0", &[]).unwrap().get(0)
 }
 
-/// Any fixed number: serialises the shard moves of these tests (Citus
-/// refuses to split or move shards of a colocation group while another
-/// split or move of it runs, it does not wait).
-const SHARDS_LOCK: i64 = 0x4c53_7368_6172; // "LSshar"
-
-/// Gives `object` a shard of its own, of each colocated table, on the node
-/// it was on (a one-hash range between the two halves of its old one), and
-/// moves that shard from node `from` to node `to` (host:port each).
-fn isolate_and_move(c: &mut Client, object: i64, from: &str, to: &str) {
-    let (from_host, from_port) = from.split_once(':').unwrap();
-    let (to_host, to_port) = to.split_once(':').unwrap();
-    let (from_port, to_port) = (from_port.parse::<i32>().unwrap(), to_port.parse::<i32>().unwrap());
-    c.execute("SELECT pg_advisory_lock($1)", &[&SHARDS_LOCK]).unwrap();
-    let moved = (|| {
-        retried(
-            c,
-            "SELECT isolate_tenant_to_new_shard('lambdastore.objects', $1::bigint, 'CASCADE',
-                                                        shard_transfer_mode => 'block_writes')",
-            &[&object],
-        )?;
-        let shard: i64 = c
-            .query_one("SELECT get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)", &[&object])?
-            .get(0);
-        retried(
-            c,
-            "SELECT citus_move_shard_placement($1, $2, $3, $4, $5, shard_transfer_mode => 'block_writes')",
-            &[&shard, &from_host, &from_port, &to_host, &to_port],
-        )
-    })();
-    c.execute("SELECT pg_advisory_unlock($1)", &[&SHARDS_LOCK]).unwrap();
-    moved.unwrap_or_else(|e| panic!("isolate {object} and move it from {from} to {to}: {}", describe(&e)));
-    assert_eq!(owner(c, object), to);
-}
-
-/// Runs a shard operation, again while Citus' maintenance daemon holds the
-/// lock it needs (dropping the shards a previous move left behind).
-fn retried(c: &mut Client, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<(), postgres::Error> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match c.execute(sql, params) {
-            Err(e)
-                if e.as_db_error().is_some_and(|db| db.message().contains("could not acquire the lock"))
-                    && Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(100)); // until the holder is done
-            }
-            other => return other.map(|_| ()),
-        }
-    }
-}
-
 #[test]
 fn calls_on_objects_are_sent_to_the_node_holding_them() {
     let Some(_workers) = workers() else { return };
@@ -194,12 +142,12 @@ fn calls_on_objects_are_sent_to_the_node_holding_them() {
     assert_eq!(gw.refreshes(), 0.0, "the map was right from the start");
 }
 
-/// After a move, a call routed by the old map reaches the old node, which
+/// After `migrate_object`, a call routed by the old map reaches the old node, which
 /// says it no longer holds the object (and forwards the call, which runs
 /// once, on the new owner); the gateway reloads the map once, however many
 /// calls saw the old one, and the next call goes to the new owner.
 #[test]
-fn after_a_shard_move_one_refresh_sends_the_next_call_to_the_new_owner() {
+fn after_a_migration_one_refresh_sends_the_next_call_to_the_new_owner() {
     let Some(_workers) = workers() else { return };
     let (mut c, app) = deployed("citus_gw_move", "counter");
     let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
@@ -211,7 +159,7 @@ fn after_a_shard_move_one_refresh_sends_the_next_call_to_the_new_owner() {
     let gw = Gateway::start(&mut c, &["--max-retries", "1000"]);
     assert_eq!(gw.call(&key, object, "increment"), (json!(1), from.clone()));
 
-    isolate_and_move(&mut c, object, &from, &to);
+    migrate(&mut c, object, &to);
     // Calls at once, all routed by the old map.
     let results: Vec<(Value, String)> = std::thread::scope(|s| {
         let calls: Vec<_> = (0..6).map(|_| s.spawn(|| gw.call(&key, object, "increment"))).collect();
@@ -239,20 +187,11 @@ fn an_isolated_object_is_found_in_its_one_hash_shard() {
     let nodes: Vec<String> = by_node.keys().cloned().collect();
     let (from, to) = (nodes[0].clone(), nodes[1].clone());
     let object = by_node[&from][0];
-    let shard_of = |c: &mut Client, id: i64| -> i64 {
-        c.query_one("SELECT get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)", &[&id])
-            .unwrap()
-            .get(0)
-    };
     // A neighbour: another object of the same shard, made on its node.
-    let old_shard = shard_of(&mut c, object);
     let at = (0..workers.len()).find(|&i| super::node(&mut workers[i]) == from).expect("a worker is `from`");
-    let neighbour = (0..2000)
-        .map(|_| create(&mut workers[at], &app, "Counter", json!({"initial": 0})))
-        .find(|&id| shard_of(&mut c, id) == old_shard)
-        .expect("no object of the same shard in 2000");
+    let neighbour = shard_mate(&mut c, &mut workers[at], &app, "Counter", object);
 
-    isolate_and_move(&mut c, object, &from, &to);
+    migrate(&mut c, object, &to);
     let key = api_key(&mut c, &app);
     let gw = Gateway::start(&mut c, &[]);
     assert_eq!(gw.call(&key, object, "increment"), (json!(1), to.clone()));
