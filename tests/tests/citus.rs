@@ -60,6 +60,19 @@ fn migrate(c: &mut Client, object: i64, to: &str) -> serde_json::Value {
     panic!("migrate {object} to {to}: 20 deadlocks in a row");
 }
 
+/// A counter of `app` made on one worker, to be moved: (the counter, its
+/// worker, the other worker), workers by host:port.
+fn counter_to_move(c: &mut Client, app: &str, initial: i64) -> (i64, String, String) {
+    let by_node = spread(c, app, "Counter", json!({ "initial": initial }), 1);
+    let nodes: Vec<String> = by_node.keys().cloned().collect();
+    (by_node[&nodes[0]][0], nodes[0].clone(), nodes[1].clone())
+}
+
+/// The index in `workers` of the worker at `node` (host:port).
+fn worker_at(workers: &mut [Client], node: &str) -> usize {
+    (0..workers.len()).find(|&i| self::node(&mut workers[i]) == node).expect("a worker at that node")
+}
+
 /// The shard of `object` (of `lambdastore.objects`).
 fn shard_of(c: &mut Client, object: i64) -> i64 {
     c.query_one("SELECT get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)", &[&object])

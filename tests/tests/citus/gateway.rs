@@ -6,7 +6,7 @@
 //! made for an object of their own (`lambdastore.migrate_object`), so the
 //! other tests' objects stay where they are.
 
-use super::{migrate, shard_mate, spread, workers};
+use super::{counter_to_move, migrate, shard_mate, spread, worker_at, workers};
 use crate::common::*;
 use postgres::Client;
 use reqwest::blocking::Response;
@@ -150,10 +150,7 @@ fn calls_on_objects_are_sent_to_the_node_holding_them() {
 fn after_a_migration_one_refresh_sends_the_next_call_to_the_new_owner() {
     let Some(_workers) = workers() else { return };
     let (mut c, app) = deployed("citus_gw_move", "counter");
-    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
-    let nodes: Vec<&String> = by_node.keys().collect();
-    let (from, to) = (nodes[0].clone(), nodes[1].clone());
-    let object = by_node[&from][0];
+    let (object, from, to) = counter_to_move(&mut c, &app, 0);
     let key = api_key(&mut c, &app);
     // The calls below conflict on one object: they are retried until they pass.
     let gw = Gateway::start(&mut c, &["--max-retries", "1000"]);
@@ -183,12 +180,9 @@ fn after_a_migration_one_refresh_sends_the_next_call_to_the_new_owner() {
 fn an_isolated_object_is_found_in_its_one_hash_shard() {
     let Some(mut workers) = workers() else { return };
     let (mut c, app) = deployed("citus_gw_isolated", "counter");
-    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
-    let nodes: Vec<String> = by_node.keys().cloned().collect();
-    let (from, to) = (nodes[0].clone(), nodes[1].clone());
-    let object = by_node[&from][0];
+    let (object, from, to) = counter_to_move(&mut c, &app, 0);
     // A neighbour: another object of the same shard, made on its node.
-    let at = (0..workers.len()).find(|&i| super::node(&mut workers[i]) == from).expect("a worker is `from`");
+    let at = worker_at(&mut workers, &from);
     let neighbour = shard_mate(&mut c, &mut workers[at], &app, "Counter", object);
 
     migrate(&mut c, object, &to);

@@ -3,7 +3,7 @@
 //! from any node, either commits once or fails with a 40001 its client
 //! retries. Each test migrates only objects of its own.
 
-use super::{connect_node, migrate, node, shard_mate, spread, workers};
+use super::{connect_node, counter_to_move, migrate, shard_mate, spread, worker_at, workers};
 use crate::cluster;
 use crate::common::concurrent::{random_transfers, sqlstate, Cc};
 use crate::common::*;
@@ -93,11 +93,8 @@ fn a_counter_migrated_under_concurrent_increments_keeps_every_one() {
     const BETWEEN_MOVES: u64 = 40;
     let Some(mut workers) = workers() else { return };
     let (mut c, app) = deployed("citus_migrate_counter", "counter");
-    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
-    let nodes: Vec<String> = by_node.keys().cloned().collect();
-    let (from, to) = (nodes[0].clone(), nodes[1].clone());
-    let counter = by_node[&from][0];
-    let at = (0..workers.len()).find(|&i| node(&mut workers[i]) == from).unwrap();
+    let (counter, from, to) = counter_to_move(&mut c, &app, 0);
+    let at = worker_at(&mut workers, &from);
     let mate = shard_mate(&mut c, &mut workers[at], &app, "Counter", counter);
     c.batch_execute(STATEMENT_TIMEOUT).unwrap();
 
@@ -213,11 +210,8 @@ fn accounts_migrated_during_cross_node_transfers_keep_the_total() {
 fn a_migration_waits_for_the_transactions_that_read_the_object() {
     let Some(mut workers) = workers() else { return };
     let (mut c, app) = deployed("citus_migrate_read", "counter");
-    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 5}), 1);
-    let nodes: Vec<String> = by_node.keys().cloned().collect();
-    let (from, to) = (nodes[0].clone(), nodes[1].clone());
-    let counter = by_node[&from][0];
-    let at = (0..workers.len()).find(|&i| node(&mut workers[i]) == from).unwrap();
+    let (counter, from, to) = counter_to_move(&mut c, &app, 5);
+    let at = worker_at(&mut workers, &from);
     let mut observer = connect();
 
     let mut reader = workers.remove(at);
