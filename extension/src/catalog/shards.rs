@@ -22,7 +22,7 @@
 //! its own executor plans, never for ours. So a transaction that uses a
 //! local shard holds the lock Citus' executor takes for its writes (the
 //! shard group's metadata lock, in share mode) until it ends, and looks
-//! at the layout again once it holds it (`place`). A split or a move takes
+//! at the layout again once it holds it (`locate`). A split or a move takes
 //! that lock exclusively on every node until its new metadata commits:
 //! it waits for the transactions using the shard, and they wait for it,
 //! then find the object elsewhere and follow it. Readers hold it too, so a
@@ -225,6 +225,12 @@ impl Layout {
         self.shards.iter().any(|s| s.group == self.local_group)
     }
 
+    /// The index of the shard group whose `objects` shard is `id`, if it
+    /// is on this node.
+    fn local_index(&self, id: i64) -> Option<usize> {
+        self.shards.iter().position(|s| s.ids[0] == id && s.group == self.local_group)
+    }
+
     /// The indexes of the shards on this node.
     pub(crate) fn local_shards(&self) -> impl Iterator<Item = usize> + '_ {
         self.shards.iter().enumerate().filter(|(_, s)| s.group == self.local_group).map(|(i, _)| i)
@@ -296,7 +302,7 @@ pub(crate) fn locate(object: i64) -> Result<Located> {
                 Located::There(at.node.clone())
             });
         }
-        hold(&layout, shard)?;
+        hold(&layout, shard);
     }
 }
 
@@ -326,13 +332,11 @@ pub(crate) fn hold_local(shard: usize) -> Result<Option<Place>> {
     let id = layout.shards[shard].ids[0];
     loop {
         let Some(layout) = self::layout()? else { return Ok(Some(Place::Tables)) };
-        let Some(now) = layout.shards.iter().position(|s| s.ids[0] == id && s.group == layout.local_group) else {
-            return Ok(None);
-        };
+        let Some(now) = layout.local_index(id) else { return Ok(None) };
         if held(id, now) {
             return Ok(Some(Place::Local(now)));
         }
-        hold(&layout, now)?;
+        hold(&layout, now);
     }
 }
 
@@ -373,13 +377,13 @@ fn confirm_at_current_layout() -> Result<()> {
         }
         let ids: Vec<i64> = HELD.with(|h| h.borrow().iter().filter(|held| held.2).map(|held| held.0).collect());
         for id in ids {
-            let Some(now) = layout.shards.iter().position(|s| s.ids[0] == id && s.group == layout.local_group) else {
+            let Some(now) = layout.local_index(id) else {
                 return Err(LambdaError::SerializationFailure(format!(
                     "shard {id}, used by this transaction, was moved or split meanwhile"
                 )));
             };
             if !held(id, now) {
-                hold(&layout, now)?;
+                hold(&layout, now);
                 continue 'again;
             }
         }
@@ -432,7 +436,7 @@ fn held(id: i64, shard: usize) -> bool {
 /// the colocation group and shard index, class 8); waits while a split or
 /// move holds it. Then processes invalidations: a layout read afterwards
 /// includes what the holder committed.
-fn hold(layout: &Layout, shard: usize) -> Result<()> {
+fn hold(layout: &Layout, shard: usize) {
     let tag = advisory(shard as u32, layout.colocation, 8); // ADV_LOCKTAG_CLASS_CITUS_COLOCATED_SHARDS_METADATA
                                                             // Owned by the top transaction: a subtransaction rolled back (an
                                                             // exception block, a failed callee's hops) must not release it while
@@ -450,7 +454,6 @@ fn hold(layout: &Layout, shard: usize) -> Result<()> {
     }
     let at = &layout.shards[shard];
     HELD.with(|h| h.borrow_mut().push((at.ids[0], shard, at.group == layout.local_group)));
-    Ok(())
 }
 
 /// A statement's text at `place` (reference tables: this node's copy).

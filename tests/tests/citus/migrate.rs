@@ -239,19 +239,35 @@ fn a_migration_waits_for_the_transactions_that_read_the_object() {
     assert_eq!(owner(&mut c, counter), to);
 }
 
-/// Whether a backend on some node waits for a lock while running one of
-/// Citus' shard operations (its metadata lock, taken on every node).
+/// Whether a migration waits on some worker for the shard's metadata
+/// lock (Citus takes it there with `lock_shard_metadata`), which the
+/// reader's transaction holds.
 fn migration_waits(observer: &mut Client) -> bool {
     let waiting: i64 = observer
         .query_one(
-            "SELECT count(*) FROM run_command_on_all_nodes($$
+            "SELECT count(*) FROM run_command_on_workers($$
                  SELECT count(*) FROM pg_stat_activity
-                  WHERE wait_event_type = 'Lock'
-                    AND (query LIKE '%lock_shard_metadata%' OR query LIKE '%migrate_object%')$$) r
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%lock_shard_metadata%'$$) r
               WHERE r.result::int > 0",
             &[],
         )
         .unwrap()
         .get(0);
     waiting > 0
+}
+
+/// Bad arguments are refused with a stable SQLSTATE, and nothing moves.
+#[test]
+fn migrate_object_refuses_bad_input() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_migrate_refused", "counter");
+    let (counter, from, to) = counter_to_move(&mut c, &app, 0);
+    let migrate = |c: &mut Client, object: i64, node: &str, mode: &str| {
+        c.query_one("SELECT lambdastore.migrate_object($1, $2, $3)", &[&object, &node, &mode])
+    };
+    expect_sqlstate(migrate(&mut c, counter, "127.0.0.1:1", "block_writes"), "22023");
+    expect_sqlstate(migrate(&mut c, -1, &to, "block_writes"), "42704");
+    expect_sqlstate(migrate(&mut c, counter, &to, "no_such_mode"), "22P02");
+    expect_sqlstate(migrate(&mut workers[0], counter, &to, "block_writes"), "55000");
+    assert_eq!(owner(&mut c, counter), from, "a refused migration moved nothing");
 }
