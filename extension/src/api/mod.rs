@@ -274,8 +274,8 @@ mod lambdastore {
     /// Behind `lambdastore.migrate_object` (sql/citus.sql): waits for and
     /// holds, to the end of the transaction, the lock with which Citus
     /// keeps one split or move at a time in the objects' colocation group.
-    /// Citus only tries it, and fails at once while another operation (or
-    /// a migration) holds it; holding it first makes migrations queue.
+    /// Citus only tries it, and fails at once while another operation holds
+    /// it or waits for it; holding it first makes migrations queue.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _hold_shard_operations() {
         if let Err(err) = crate::catalog::shards::hold_shard_operations() {

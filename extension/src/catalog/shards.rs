@@ -20,9 +20,10 @@
 //! Shards move (`lambdastore.migrate_object`, Citus' rebalancer) while
 //! calls run, and Citus blocks writes during a move only for statements
 //! its own executor plans, never for ours. So a transaction that uses a
-//! local shard holds the lock Citus' executor takes for its writes (the
-//! shard group's metadata lock, in share mode) until it ends, and looks
-//! at the layout again once it holds it (`locate`). A split or a move takes
+//! shard, here or by a call sent to its node, holds on this node the lock
+//! Citus' executor takes for its writes (the shard group's metadata lock,
+//! in share mode) until it ends, and looks at the layout again once it
+//! holds it (`locate`). A split or a move takes
 //! that lock exclusively on every node until its new metadata commits:
 //! it waits for the transactions using the shard, and they wait for it,
 //! then find the object elsewhere and follow it. Readers hold it too, so a
