@@ -1,5 +1,23 @@
 -- Scale-out on Citus (docs/ARCHITECTURE.md, "On a Citus cluster").
 
+-- Every object migration (lambdastore.migrate_object): a log, and the
+-- fence that keeps calls and migrations apart. A migration locks this
+-- table exclusively on every node (Citus sends a LOCK of a reference
+-- table to each node, on the connection that later changes the node's
+-- metadata, so the lock ends there when the new metadata commits); every
+-- transaction using objects holds it in row-share mode on the nodes it
+-- uses them on (catalog/shards.rs, `fence`). A reference table once
+-- distributed.
+CREATE TABLE lambdastore.migrations (
+    migrated   timestamptz NOT NULL DEFAULT now(),
+    object_id  bigint NOT NULL,
+    shard      bigint NOT NULL,      -- the objects shard it moved with
+    source     text NOT NULL,        -- host:port
+    target     text NOT NULL,
+    isolated   boolean NOT NULL,     -- whether it was split off into that shard first
+    reason     text NOT NULL         -- 'manual' or what lambdastore.rebalance() planned
+);
+
 -- Distributes the catalog, on the coordinator of a Citus cluster whose
 -- workers have been added: the per-object tables (objects, entries,
 -- entry_sets, jobs) hash-distributed by object id and colocated, so that an
@@ -9,7 +27,7 @@ CREATE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RETURNS text
 LANGUAGE plpgsql AS $fn$
 DECLARE
     fk record;
-    reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys'];
+    reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations'];
     colocated text[] := ARRAY['entries', 'entry_sets', 'jobs'];
     t text;
 BEGIN
@@ -79,14 +97,15 @@ REVOKE ALL ON FUNCTION lambdastore._split_here(bigint, text, text, text, text, b
 -- Moves an object to `node` (host:port, as in pg_dist_node), on the
 -- coordinator: isolates it into a shard of its own, with its rows of every
 -- colocated table (Citus' tenant isolation), and moves that shard. Calls
--- keep working meanwhile: those using the object's shard wait for the
--- split and the move (a transaction holding the shard delays them in turn)
--- and then follow the object (docs/ARCHITECTURE.md, "Moving objects").
+-- keep working meanwhile: the migration waits for the transactions using
+-- objects, and calls wait for it (or fail with 40001 to be retried) and
+-- then follow the object (docs/ARCHITECTURE.md, "Moving objects").
 -- Objects whose ids hash alike share the isolated shard and move along.
 -- Migrations queue behind each other and behind Citus' own shard
--- operations on these tables.
+-- operations on these tables. Logged in lambdastore.migrations.
 CREATE FUNCTION lambdastore.migrate_object(object_id bigint, node text,
-                                           transfer_mode text DEFAULT 'block_writes')
+                                           transfer_mode text DEFAULT 'block_writes',
+                                           reason text DEFAULT 'manual')
 RETURNS jsonb LANGUAGE plpgsql AS $fn$
 DECLARE
     target pg_dist_node;
@@ -108,6 +127,8 @@ BEGIN
             HINT = 'The nodes: SELECT nodename || '':'' || nodeport FROM pg_dist_node WHERE shouldhaveshards.';
     END IF;
     PERFORM lambdastore._hold_shard_operations();
+    -- The fence, on every node (see lambdastore.migrations).
+    LOCK TABLE lambdastore.migrations IN EXCLUSIVE MODE;
     IF NOT EXISTS (SELECT 1 FROM lambdastore.objects o WHERE o.object_id = migrate_object.object_id) THEN
         RAISE EXCEPTION 'no object %', object_id USING ERRCODE = '42704';
     END IF;
@@ -124,11 +145,13 @@ BEGIN
         PERFORM citus_move_shard_placement(shard, source.nodename, source.nodeport,
                                            target.nodename, target.nodeport,
                                            shard_transfer_mode => transfer_mode::citus.shard_transfer_mode);
+        INSERT INTO lambdastore.migrations (object_id, shard, source, target, isolated, reason)
+        VALUES (object_id, shard, source.nodename || ':' || source.nodeport, node, isolated, reason);
     END IF;
     RETURN jsonb_build_object('object_id', object_id, 'shard', shard, 'isolated', isolated,
                               'from', source.nodename || ':' || source.nodeport, 'to', node,
                               'moved', source.groupid <> target.groupid);
 END
 $fn$;
-REVOKE ALL ON FUNCTION lambdastore.migrate_object(bigint, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore.migrate_object(bigint, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._hold_shard_operations() FROM PUBLIC;

@@ -127,10 +127,9 @@ pub(crate) fn validate_elsewhere() -> Result<()> {
 }
 
 /// The node holding `object`'s shard when it is not this one (None when
-/// the tables are not distributed). From now on the transaction holds the
-/// shard's metadata lock on this node (`shards::locate`): a move of it
-/// waits for the transaction's end, and one under way is waited for and
-/// then followed.
+/// the tables are not distributed). From now on the transaction holds
+/// this node's fence (`shards::locate`): a migration waits for the
+/// transaction's end, and one under way is waited for and then followed.
 pub(crate) fn owner_elsewhere(object: i64) -> Result<Option<String>> {
     Ok(match shards::locate(object)? {
         shards::Located::Here(_) => None,
@@ -312,6 +311,7 @@ pub(crate) fn arrive(role: &str, timeout_ms: i64, settings: &str) -> Result<Call
     gucs::set_local("lambdastore.timeout", &timeout_ms.to_string());
     gucs::arrive(settings);
     REACH.with(|r| r.borrow_mut().arrived = true);
+    shards::joined_from_elsewhere();
     Ok(caller)
 }
 

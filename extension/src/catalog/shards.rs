@@ -17,18 +17,18 @@
 //! backend and read again after every relcache invalidation, which Citus
 //! sends when shards are created or moved.
 //!
-//! Shards move (`lambdastore.migrate_object`, Citus' rebalancer) while
-//! calls run, and Citus blocks writes during a move only for statements
-//! its own executor plans, never for ours. So a transaction that uses a
-//! shard, here or by a call sent to its node, holds on this node the lock
-//! Citus' executor takes for its writes (the shard group's metadata lock,
-//! in share mode) until it ends, and looks at the layout again once it
-//! holds it (`locate`). A split or a move takes
-//! that lock exclusively on every node until its new metadata commits:
-//! it waits for the transactions using the shard, and they wait for it,
-//! then find the object elsewhere and follow it. Readers hold it too, so a
-//! read taken before a move has validated before anything is written on
-//! the new node (OCC's versions are per node).
+//! Shards move (`lambdastore.migrate_object`) while calls run, and Citus
+//! blocks writes during a move only for statements its own executor
+//! plans, never for ours. So every transaction that uses objects holds, on
+//! each node it uses them on, a lock on `lambdastore.migrations` until it
+//! ends, and looks at the layout once it holds it (`fence`). A migration
+//! locks that table exclusively on every node, from before it splits or
+//! copies anything until its new metadata commits there: it waits for the
+//! transactions using objects, and they wait for it (or fail with a
+//! retryable 40001, `fence`) and then find the objects where they went.
+//! Readers hold it too, so a read taken before a move has validated
+//! before anything is written on the new node (OCC's versions are per
+//! node).
 
 // Plain catalog reads, never rewritten (rewriting needs the layout).
 use super::query_cluster as query;
@@ -56,11 +56,11 @@ struct Shard {
 
 pub(crate) struct Layout {
     local_group: i32,
-    /// Citus' colocation group of the per-object tables (its metadata
-    /// locks are keyed by group and shard index).
+    /// Citus' colocation group of the per-object tables (its lock on
+    /// placement changes is keyed by it).
     colocation: u32,
-    /// Which read of the layout in this backend this is.
-    generation: u64,
+    /// `lambdastore.migrations`, whose lock fences calls from migrations.
+    fence: pg_sys::Oid,
     /// By `min`, covering the whole int32 hash space.
     shards: Vec<Shard>,
     /// The shard id of each of `REFERENCE`, in that order.
@@ -82,14 +82,11 @@ thread_local! {
     /// None: not read since the last invalidation. Some(None): the tables
     /// are not distributed (or Citus is not installed here).
     static LAYOUT: RefCell<Option<Option<Rc<Layout>>>> = const { RefCell::new(None) };
-    /// Layouts read so far by this backend.
-    static READS: Cell<u64> = const { Cell::new(0) };
-    /// The shards whose metadata lock this transaction holds, as (objects
-    /// shard id, shard index, whether on this node then): the lock is keyed
-    /// by the index, which a split of another shard shifts.
-    static HELD: RefCell<Vec<(i64, usize, bool)>> = const { RefCell::new(Vec::new()) };
-    /// The layout generation under which `HELD` was last confirmed.
-    static CONFIRMED: Cell<u64> = const { Cell::new(0) };
+    /// Whether this transaction holds the fence on this node (`fence`).
+    static FENCED: Cell<bool> = const { Cell::new(false) };
+    /// Whether this transaction is a part of one another node drives,
+    /// which may hold the fence there (`fence`).
+    static PART: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Forgets the layout; from the catalog's relcache callback.
@@ -101,7 +98,14 @@ pub(super) fn forget() {
 
 /// At the end of every transaction: its locks are gone.
 pub(super) fn at_transaction_end() {
-    HELD.with(|h| h.borrow_mut().clear());
+    FENCED.set(false);
+    PART.set(false);
+}
+
+/// This transaction runs a call another node sent here: that node's part
+/// may hold the fence there, so this one never waits for it (`fence`).
+pub(crate) fn joined_from_elsewhere() {
+    PART.set(true);
 }
 
 /// The layout, None when the tables are not distributed.
@@ -155,17 +159,17 @@ fn read_layout() -> Result<Option<Layout>> {
                 .collect::<pgrx::spi::Result<Vec<_>>>()
         },
     )?;
-    let colocation = query(
-        "SELECT colocationid::bigint FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass",
+    let (colocation, fence) = query(
+        "SELECT colocationid::bigint, 'lambdastore.migrations'::regclass::oid
+           FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass",
         &[],
         &[],
-        |rows| rows.first().get_one::<i64>(),
+        |rows| rows.first().get_two::<i64, pg_sys::Oid>(),
     )?;
-    READS.set(READS.get() + 1);
     let mut layout = Layout {
         local_group: 0,
         colocation: colocation.unwrap_or_default() as u32,
-        generation: READS.get(),
+        fence: fence.unwrap_or(pg_sys::InvalidOid),
         shards: Vec::new(),
         reference: [0; REFERENCE.len()],
         statements: Default::default(),
@@ -281,30 +285,25 @@ fn rename(sql: &str, table: &str, id: i64) -> String {
     out
 }
 
-/// Where `object` is, once this transaction holds its shard group's
-/// metadata lock on this node (see the module doc), whichever node stores
-/// it: a split or move of the shard under way is waited for, and then the
-/// object is looked for again; none can start until the transaction ends.
-/// Taken before a call is sent to another node too, as Citus' executor
-/// takes it before it writes a shard: a move takes the lock on the
-/// coordinator first, so a transaction driven from there waits before it
-/// reaches the object's node rather than holding it there while it waits
-/// (Citus' own lock for the routed no-op UPDATE, `route::engage`, would
-/// otherwise close a deadlock with the move).
+/// Where `object` is, once this transaction holds the fence on this node
+/// (`fence`), whichever node stores it: no migration can move it until the
+/// transaction ends. Taken before a call is sent to another node too: a
+/// transaction driven from here that waits for a migration waits here,
+/// holding nothing yet, and then sends the call where the object went.
 pub(crate) fn locate(object: i64) -> Result<Located> {
-    loop {
-        let Some(layout) = layout()? else { return Ok(Located::Here(Place::Tables)) };
-        let shard = layout.shard_of(object);
-        let at = &layout.shards[shard];
-        if held(at.ids[0], shard) {
-            return Ok(if at.group == layout.local_group {
-                Located::Here(Place::Local(shard))
-            } else {
-                Located::There(at.node.clone())
-            });
-        }
-        hold(&layout, shard);
+    if !fence(true)? {
+        return Err(LambdaError::SerializationFailure(format!(
+            "object {object} may be moving: a migration holds this node's fence (retry)"
+        )));
     }
+    let Some(layout) = layout()? else { return Ok(Located::Here(Place::Tables)) };
+    let shard = layout.shard_of(object);
+    let at = &layout.shards[shard];
+    Ok(if at.group == layout.local_group {
+        Located::Here(Place::Local(shard))
+    } else {
+        Located::There(at.node.clone())
+    })
 }
 
 /// Where an object is (`locate`).
@@ -326,71 +325,62 @@ pub(crate) fn place(object: i64) -> Result<Place> {
 }
 
 /// The place of this node's shard `shard` of the layout, once this
-/// transaction holds its metadata lock; None when it has meanwhile moved
-/// away or been split (for the job runners, which visit every local shard).
+/// transaction holds the fence; None when a migration holds it, or the
+/// shard has meanwhile moved away or been split (for the job runners,
+/// which visit every local shard and come back at their next round).
 pub(crate) fn hold_local(shard: usize) -> Result<Option<Place>> {
     let Some(layout) = layout()? else { return Ok(Some(Place::Tables)) };
     let id = layout.shards[shard].ids[0];
-    loop {
-        let Some(layout) = self::layout()? else { return Ok(Some(Place::Tables)) };
-        let Some(now) = layout.local_index(id) else { return Ok(None) };
-        if held(id, now) {
-            return Ok(Some(Place::Local(now)));
-        }
-        hold(&layout, now);
+    if !fence(false)? {
+        return Ok(None);
     }
+    let Some(layout) = self::layout()? else { return Ok(Some(Place::Tables)) };
+    Ok(layout.local_index(id).map(Place::Local))
 }
 
-/// Before a workflow validates and applies its writes (and at PREPARE):
-/// the shards of this node that the transaction holds are still here. Holding a
-/// shard's lock keeps it in place, unless a split of another shard
-/// shifted its index (the lock is keyed by index) and a move took it under
-/// the new one: then the transaction takes the lock under the new index,
-/// waiting for such a move to end, and fails with 40001 if it moved.
-pub(crate) fn confirm_held() -> Result<()> {
-    if HELD.with(|h| h.borrow().is_empty()) {
-        return Ok(());
+/// Takes the fence on this node for the rest of the transaction, once: a
+/// row-share lock on `lambdastore.migrations`, which a migration locks
+/// exclusively on every node (sql/citus.sql) until its new metadata
+/// commits there (Citus sends that lock over the connection that then
+/// changes the node's metadata). Processes invalidations when it takes
+/// it, so that a layout read afterwards includes what the migration
+/// committed. True without Citus, and once held.
+///
+/// While a migration holds or waits for the lock, the transaction's first
+/// fence waits when `may_wait` (a client's transaction, holding no fence
+/// on any node) and is false otherwise, taking nothing: a transaction
+/// that waited while it held the fence on another node could close a
+/// cycle with the migration, which locks node after node (Citus' deadlock
+/// detector would end it by cancelling the younger, nearly always the
+/// call, with 40P01). Failing instead releases what it holds, and the
+/// migration goes on.
+fn fence(may_wait: bool) -> Result<bool> {
+    if FENCED.get() {
+        return Ok(true);
     }
-    // SAFETY: processes pending invalidations, as taking a lock does. At
-    // PREPARE no statement runs, and reading the layout again needs a
-    // snapshot (an error aborts the transaction, which pops it).
-    let pushed = unsafe {
-        pg_sys::AcceptInvalidationMessages();
-        let none = !pg_sys::ActiveSnapshotSet();
-        if none {
-            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        }
-        none
+    let Some(layout) = layout()? else { return Ok(true) };
+    let wait = may_wait && !PART.get();
+    // Owned by the top transaction: a subtransaction rolled back (an
+    // exception block, a failed callee's hops) must not release it while
+    // `FENCED` says it is held.
+    // SAFETY: on the main thread inside a transaction; the relation exists
+    // (the layout just named it); either call accepts invalidations once
+    // it holds the lock.
+    let got = unsafe {
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner;
+        let mode = pg_sys::RowShareLock as pg_sys::LOCKMODE;
+        let got = if wait {
+            pg_sys::LockRelationOid(layout.fence, mode);
+            true
+        } else {
+            pg_sys::ConditionalLockRelationOid(layout.fence, mode)
+        };
+        pg_sys::CurrentResourceOwner = owner;
+        got
     };
-    let confirmed = confirm_at_current_layout();
-    if pushed && confirmed.is_ok() {
-        // SAFETY: pairs with the push above.
-        unsafe { pg_sys::PopActiveSnapshot() };
-    }
-    confirmed
-}
-
-fn confirm_at_current_layout() -> Result<()> {
-    'again: loop {
-        let Some(layout) = layout()? else { return Ok(()) };
-        if CONFIRMED.get() == layout.generation {
-            return Ok(());
-        }
-        let ids: Vec<i64> = HELD.with(|h| h.borrow().iter().filter(|held| held.2).map(|held| held.0).collect());
-        for id in ids {
-            let Some(now) = layout.local_index(id) else {
-                return Err(LambdaError::SerializationFailure(format!(
-                    "shard {id}, used by this transaction, was moved or split meanwhile"
-                )));
-            };
-            if !held(id, now) {
-                hold(&layout, now);
-                continue 'again;
-            }
-        }
-        CONFIRMED.set(layout.generation);
-        return Ok(());
-    }
+    FENCED.set(got);
+    Ok(got)
 }
 
 /// Waits for and takes, for the rest of the transaction, Citus' lock on
@@ -406,55 +396,20 @@ pub(crate) fn hold_shard_operations() -> Result<()> {
     let Some(layout) = layout()? else {
         return Err(LambdaError::NotPreloaded("the tables are not distributed: run lambdastore.distribute()".into()));
     };
-    let tag = advisory(0, layout.colocation, 13); // ADV_LOCKTAG_CLASS_CITUS_REBALANCE_PLACEMENT_COLOCATION
+    let tag = pg_sys::LOCKTAG {
+        // SAFETY: set at backend start, read on the main thread.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: 0,
+        locktag_field3: layout.colocation,
+        locktag_field4: 13, // ADV_LOCKTAG_CLASS_CITUS_REBALANCE_PLACEMENT_COLOCATION
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    };
     for mode in [pg_sys::ExclusiveLock, pg_sys::RowExclusiveLock] {
         // SAFETY: a valid tag, on the main thread inside a transaction.
         unsafe { pg_sys::LockAcquire(&tag, mode as pg_sys::LOCKMODE, false, false) };
     }
     Ok(())
-}
-
-/// Citus' advisory lock tags (`SET_LOCKTAG_ADVISORY` in its resource_lock.h).
-fn advisory(key1: u32, key2: u32, class: u16) -> pg_sys::LOCKTAG {
-    pg_sys::LOCKTAG {
-        // SAFETY: set at backend start, read on the main thread.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: key1,
-        locktag_field3: key2,
-        locktag_field4: class,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    }
-}
-
-fn held(id: i64, shard: usize) -> bool {
-    HELD.with(|h| h.borrow().iter().any(|held| (held.0, held.1) == (id, shard)))
-}
-
-/// Takes Citus' metadata lock of `layout`'s shard `shard` in share mode,
-/// for the rest of the transaction, as Citus' executor does before it
-/// writes a shard (`LockShardDistributionMetadata`: an advisory lock on
-/// the colocation group and shard index, class 8); waits while a split or
-/// move holds it. Then processes invalidations: a layout read afterwards
-/// includes what the holder committed.
-fn hold(layout: &Layout, shard: usize) {
-    let tag = advisory(shard as u32, layout.colocation, 8); // ADV_LOCKTAG_CLASS_CITUS_COLOCATED_SHARDS_METADATA
-                                                            // Owned by the top transaction: a subtransaction rolled back (an
-                                                            // exception block, a failed callee's hops) must not release it while
-                                                            // `HELD` still lists it.
-                                                            // SAFETY: on the main thread inside a transaction.
-    let owner = unsafe { pg_sys::CurrentResourceOwner };
-    unsafe { pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner };
-    // SAFETY: a valid tag; waits.
-    unsafe { pg_sys::LockAcquire(&tag, pg_sys::ShareLock as pg_sys::LOCKMODE, false, false) };
-    // SAFETY: as above; processes invalidations, so that a layout read
-    // from now on includes what the lock's last holder committed.
-    unsafe {
-        pg_sys::CurrentResourceOwner = owner;
-        pg_sys::AcceptInvalidationMessages();
-    }
-    let at = &layout.shards[shard];
-    HELD.with(|h| h.borrow_mut().push((at.ids[0], shard, at.group == layout.local_group)));
 }
 
 /// A statement's text at `place` (reference tables: this node's copy).
