@@ -81,11 +81,12 @@ fn shard_of(c: &mut Client, object: i64) -> i64 {
 }
 
 /// Another object of `object`'s shard, created on `worker` (its node).
+/// (The shard is looked up each time: another test's migration may split
+/// it meanwhile.)
 fn shard_mate(c: &mut Client, worker: &mut Client, app: &str, ty: &str, object: i64) -> i64 {
-    let shard = shard_of(c, object);
     (0..2000)
         .map(|_| create(worker, app, ty, json!({})))
-        .find(|&id| shard_of(c, id) == shard)
+        .find(|&id| shard_of(c, id) == shard_of(c, object))
         .expect("no object of the same shard in 2000")
 }
 
