@@ -59,9 +59,6 @@ struct Reach {
     wrote: bool,
     /// Whether the transaction commits in two phases.
     two_phase: bool,
-    /// Whether this backend runs a part of a transaction another node
-    /// drives (a call was forwarded here).
-    arrived: bool,
 }
 
 impl Reach {
@@ -87,7 +84,7 @@ pub(crate) fn at_transaction_end() {
 /// Whether this backend runs a part of a transaction driven by another
 /// node: calls for objects elsewhere cannot be sent from here.
 pub(crate) fn arrived() -> bool {
-    REACH.with(|r| r.borrow().arrived)
+    shards::arrived()
 }
 
 /// Whether the current transaction ran calls on more than one node.
@@ -310,8 +307,7 @@ pub(crate) fn arrive(role: &str, timeout_ms: i64, settings: &str) -> Result<Call
     });
     gucs::set_local("lambdastore.timeout", &timeout_ms.to_string());
     gucs::arrive(settings);
-    REACH.with(|r| r.borrow_mut().arrived = true);
-    shards::joined_from_elsewhere();
+    shards::arrive();
     Ok(caller)
 }
 

@@ -84,9 +84,9 @@ thread_local! {
     static LAYOUT: RefCell<Option<Option<Rc<Layout>>>> = const { RefCell::new(None) };
     /// Whether this transaction holds the fence on this node (`fence`).
     static FENCED: Cell<bool> = const { Cell::new(false) };
-    /// Whether this transaction is a part of one another node drives,
-    /// which may hold the fence there (`fence`).
-    static PART: Cell<bool> = const { Cell::new(false) };
+    /// Whether this backend runs a part of a transaction another node
+    /// drives (a call was forwarded here), which may hold the fence there.
+    static ARRIVED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Forgets the layout; from the catalog's relcache callback.
@@ -99,13 +99,19 @@ pub(super) fn forget() {
 /// At the end of every transaction: its locks are gone.
 pub(super) fn at_transaction_end() {
     FENCED.set(false);
-    PART.set(false);
+    ARRIVED.set(false);
 }
 
-/// This transaction runs a call another node sent here: that node's part
-/// may hold the fence there, so this one never waits for it (`fence`).
-pub(crate) fn joined_from_elsewhere() {
-    PART.set(true);
+/// This transaction runs a call another node sent here (`route::arrive`):
+/// that node's part may hold the fence there, so this one never waits for
+/// it (`fence`).
+pub(crate) fn arrive() {
+    ARRIVED.set(true);
+}
+
+/// Whether a call was sent here by another node in this transaction.
+pub(crate) fn arrived() -> bool {
+    ARRIVED.get()
 }
 
 /// The layout, None when the tables are not distributed.
@@ -359,7 +365,7 @@ fn fence(may_wait: bool) -> Result<bool> {
         return Ok(true);
     }
     let Some(layout) = layout()? else { return Ok(true) };
-    let wait = may_wait && !PART.get();
+    let wait = may_wait && !ARRIVED.get();
     // Owned by the top transaction: a subtransaction rolled back (an
     // exception block, a failed callee's hops) must not release it while
     // `FENCED` says it is held.
