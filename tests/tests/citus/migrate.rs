@@ -215,8 +215,8 @@ fn a_migration_waits_for_the_transactions_that_read_the_object() {
             let mut c = connect();
             c.batch_execute(STATEMENT_TIMEOUT).unwrap();
             migrate(&mut c, counter, &to);
-            // (A split for another test's migration may shift this
-            // object's shard: 40001, retried.)
+            // (Another test's migration may hold a node's fence when the
+            // call reaches it: 40001, retried.)
             until_committed(&mut c, counter, "increment", &mut 0)
         });
         // Until the migration waits for a lock (or, unprotected, is done).
