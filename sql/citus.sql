@@ -93,6 +93,7 @@ REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, 
 REVOKE ALL ON FUNCTION lambdastore._delete_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._validate_here() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._split_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._map_here(bigint, text, text, text, bigint, text) FROM PUBLIC;
 
 -- Moves an object to `node` (host:port, as in pg_dist_node), on the
 -- coordinator: isolates it into a shard of its own, with its rows of every

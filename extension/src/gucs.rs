@@ -399,3 +399,28 @@ pub(crate) fn set_local(name: &str, value: &str) {
         );
     }
 }
+
+/// Runs `body` with setting `name` at `value` (a superuser's rights), as
+/// a function's `SET` clause does: restored when `body` returns, kept
+/// only by an error, which ends the transaction anyway.
+pub(crate) fn with_setting<T>(name: &CStr, value: &CStr, body: impl FnOnce() -> T) -> T {
+    // SAFETY: opens a GUC nesting level on the main thread, sets a
+    // setting that exists (it raises on a bad value) saved at that
+    // level, and closes the level, which restores it.
+    unsafe {
+        let level = pgrx::pg_sys::NewGUCNestLevel();
+        pgrx::pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            pgrx::pg_sys::GucContext::PGC_SUSET,
+            pgrx::pg_sys::GucSource::PGC_S_SESSION,
+            pgrx::pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        let out = body();
+        pgrx::pg_sys::AtEOXact_GUC(true, level);
+        out
+    }
+}

@@ -17,6 +17,7 @@ mod gucs;
 mod host;
 mod jobs;
 mod jsonb;
+mod map;
 mod model;
 mod route;
 mod runtime;

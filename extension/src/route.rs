@@ -248,20 +248,79 @@ fn routed(sql: &'static str, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_
     let mut all = vec![object.into()];
     all.extend(args);
     let run = || catalog::query_cluster(sql, &TYPES[..all.len()], &all, |rows| rows.first().get_one::<String>());
-    let out = as_storage(|_| {
-        PgTryBuilder::new(run)
-            .catch_others(|caught| match caught {
-                CaughtError::PostgresError(e)
-                | CaughtError::ErrorReport(e)
-                | CaughtError::RustPanic { ereport: e, .. } => Err(LambdaError::Remote {
+    Ok(as_storage(|_| remote_errors(run))?.unwrap_or_default())
+}
+
+/// Runs `run`, a statement Citus sends to other nodes, with an ERROR it
+/// raises (theirs) caught and returned as that node's error.
+fn remote_errors<T>(run: impl FnOnce() -> Result<T> + std::panic::UnwindSafe) -> Result<T> {
+    PgTryBuilder::new(run)
+        .catch_others(|caught| match caught {
+            CaughtError::PostgresError(e) | CaughtError::ErrorReport(e) | CaughtError::RustPanic { ereport: e, .. } => {
+                Err(LambdaError::Remote {
                     code: e.sql_error_code(),
                     message: e.message().to_string(),
                     detail: e.detail().unwrap_or_default().to_string(),
-                }),
-            })
-            .execute()
-    })?;
-    Ok(out.unwrap_or_default())
+                })
+            }
+        })
+        .execute()
+}
+
+/// Runs `sql` through Citus: a query over `lambdastore.objects` whose
+/// rows are an object id and what a `_here` function answered for it,
+/// called with `texts` as $1 and $2, then the caller (role, time left,
+/// settings: $3 to $5), then `more` ($6 on). Citus makes it one task per
+/// shard it touches, on the shard's node, the nodes in parallel. Returns the rows, flags taken off, once it has recorded
+/// where they ran as `send` does: one object stands for each shard, the
+/// connection that ran the shard's task.
+pub(crate) fn send_to_shards(
+    sql: &str,
+    texts: [&str; 2],
+    more: &[&str],
+    caller: Caller,
+    timeout: Duration,
+) -> Result<Vec<(i64, String)>> {
+    let Some(layout) = shards::layout()? else { return Ok(Vec::new()) };
+    citus_function(c"UseCoordinatedTransaction")?;
+    let (role, settings) = (caller.name(), gucs::travelling());
+    let timeout = timeout.as_millis().max(1) as i64;
+    let mut args: Vec<pgrx::datum::DatumWithOid<'_>> =
+        vec![texts[0].into(), texts[1].into(), role.as_str().into(), timeout.into(), settings.as_str().into()];
+    args.extend(more.iter().map(|text| (*text).into()));
+    let run = || {
+        pgrx::Spi::connect(|client| {
+            client
+                .select(sql, None, &args)?
+                .map(|row| Ok((row.get::<i64>(1)?, row.get::<String>(2)?)))
+                .collect::<pgrx::spi::Result<Vec<_>>>()
+        })
+        .map_err(|e: pgrx::spi::SpiError| LambdaError::Internal(format!("SPI: {e}")))
+    };
+    // One connection per node: the node's tasks run one after the other
+    // in one backend, so that calls of two shards of a node that touch
+    // one object (nested calls) do not meet as two writers in one
+    // transaction. (And a connection already used reuses its caches.)
+    let rows: Vec<(Option<i64>, Option<String>)> =
+        gucs::with_setting(c"citus.max_adaptive_executor_pool_size", c"1", || as_storage(|_| remote_errors(run)))?;
+    let mut parts: std::collections::BTreeMap<usize, (i64, String, bool)> = Default::default();
+    let mut answers = Vec::with_capacity(rows.len());
+    for (object, answer) in rows {
+        let (object, answer) = (object.unwrap_or_default(), answer.unwrap_or_default());
+        let (flag, answer) = answer.split_at(answer.len().min(1));
+        let wrote = flag == "w";
+        if let (shard, Some(node)) = layout.owner(object) {
+            let part = parts.entry(shard).or_insert_with(|| (object, node.to_string(), wrote));
+            if wrote && !part.2 {
+                *part = (object, node.to_string(), true);
+            }
+        }
+        answers.push((object, answer.to_string()));
+    }
+    for (object, node, wrote) in parts.into_values() {
+        ran_on(&node, object, wrote)?;
+    }
+    Ok(answers)
 }
 
 /// Runs `sql` (one of the `_here` functions) on `node`, routed by

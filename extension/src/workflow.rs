@@ -136,13 +136,31 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
                 .and_then(|result| Ok(Finished { result, spawned_elsewhere: commit(&workflow)? }))
         }
     };
-    let reply = match outcome {
-        Ok(done) => Reply::Done { result: done.result, spawned: done.spawned_elsewhere },
-        Err(LambdaError::Application { message }) => Reply::Failed { message },
-        Err(LambdaError::Suspended(needs)) => return Ok(needs),
-        Err(failed) => return Err(failed),
-    };
-    serde_json::to_string(&reply).map_err(|e| LambdaError::Internal(e.to_string()))
+    if let Err(LambdaError::Suspended(needs)) = outcome {
+        return Ok(needs);
+    }
+    serde_json::to_string(&reply(outcome)?).map_err(|e| LambdaError::Internal(e.to_string()))
+}
+
+/// One object's call of a map call another node sent here
+/// (`_map_here`): run as `lambda_invoke` runs it, answered as
+/// `run_forwarded` answers.
+pub(crate) fn run_mapped(caller: Caller, object: i64, method: &str, args: &str) -> Result<Reply> {
+    match invoke(caller, None, object, method, args, Some(Vec::new())) {
+        Err(LambdaError::Suspended(needs)) => serde_json::from_str(&needs)
+            .map_err(|e| LambdaError::Internal(format!("a stopped run answered {needs:?}: {e}"))),
+        outcome => reply(outcome),
+    }
+}
+
+/// What a forwarded call answers (a run that stopped for a call on
+/// another node answers that: `Suspended`).
+fn reply(outcome: Result<Finished<String>>) -> Result<Reply> {
+    match outcome {
+        Ok(done) => Ok(Reply::Done { result: done.result, spawned: done.spawned_elsewhere }),
+        Err(LambdaError::Application { message }) => Ok(Reply::Failed { message }),
+        Err(failed) => Err(failed),
+    }
 }
 
 /// A call a lambda on another node spawned on an object stored here
@@ -249,6 +267,25 @@ pub(crate) fn delete_object(caller: Caller, object: i64) -> Result<bool> {
 pub(crate) fn entry_set_counters(object: i64, lower_field: &str, lower_key: &[u8]) -> (i64, i64) {
     let set = (object, (lower_field.to_string(), lower_key.to_vec()));
     (crate::txn::versions::version(&set), crate::txn::versions::conflicts(&set))
+}
+
+/// Refuses, before a map call runs, a method `caller` could not call from
+/// SQL on objects of `app`'s type `type_name` (as `lambda_invoke` would
+/// on each).
+pub(crate) fn check_method(caller: Caller, app_name: &str, type_name: &str, method: &str) -> Result<()> {
+    let app = current_version(caller, app_name)?;
+    let readonly = method_callable_from_sql(&app, type_name, method)?;
+    refuse_in_read_only_transaction(readonly, type_name, method)
+}
+
+/// Queues, from the node driving a map call, the calls its runs on other
+/// nodes spawned on objects of yet other nodes (as `invoke_elsewhere`
+/// queues those of one call).
+pub(crate) fn queue_spawned_elsewhere(caller: Caller, spawned: &[Spawned]) -> Result<()> {
+    if spawned.is_empty() {
+        return Ok(());
+    }
+    remote::queue(&*start(caller, None, None)?, spawned)
 }
 
 /// Whether `method` of `type_name` is a method SQL may call (not

@@ -7,7 +7,7 @@ use crate::access::{self, as_storage, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::jsonb::JsonText;
 use crate::model::{Forwarded, Spawned};
-use crate::{forward, route, workflow};
+use crate::{forward, map, route, workflow};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -148,6 +148,74 @@ mod lambdastore {
             Ok(job) => job,
             Err(err) => raise(err, format!("submit({object_id}, '{method}')")),
         }
+    }
+
+    /// Runs `method` with `args` on every object of `app`'s type
+    /// `type_name`, each call a workflow of its own in the caller's
+    /// transaction (map.rs); a row per object, by object id: its result,
+    /// or the SQLSTATE and message of its failure (that call rolled back
+    /// alone). On a Citus cluster, one task per shard on the shard's
+    /// node, the nodes in parallel.
+    #[pg_extern(volatile, parallel_unsafe, name = "map_call")]
+    fn map_call_on_type(
+        app: &str,
+        type_name: &str,
+        method: &str,
+        args: default!(JsonText, "'{}'"),
+    ) -> TableIterator<
+        'static,
+        (
+            name!(object_id, i64),
+            name!(result, Option<JsonText>),
+            name!(sqlstate, Option<String>),
+            name!(error, Option<String>),
+        ),
+    > {
+        let targets = map::Targets::Type { app, type_name };
+        mapped(as_storage(|caller| map::map_call(caller, targets, method, &args.0)), || {
+            format!("map_call('{app}', '{type_name}', '{method}')")
+        })
+    }
+
+    /// The same on the objects `object_ids` (each once; one that does not
+    /// exist fails with 42704).
+    #[pg_extern(volatile, parallel_unsafe, name = "map_call")]
+    fn map_call_on_ids(
+        object_ids: Vec<Option<i64>>,
+        method: &str,
+        args: default!(JsonText, "'{}'"),
+    ) -> TableIterator<
+        'static,
+        (
+            name!(object_id, i64),
+            name!(result, Option<JsonText>),
+            name!(sqlstate, Option<String>),
+            name!(error, Option<String>),
+        ),
+    > {
+        let outcome = as_storage(|caller| {
+            let mut ids: Vec<i64> = object_ids
+                .iter()
+                .copied()
+                .collect::<Option<_>>()
+                .ok_or_else(|| LambdaError::InvalidParameter("object_ids may not hold NULL".into()))?;
+            ids.sort_unstable();
+            ids.dedup();
+            map::map_call(caller, map::Targets::Ids(ids), method, &args.0)
+        });
+        mapped(outcome, || format!("map_call(object_ids, '{method}')"))
+    }
+
+    /// On a Citus node a map call reached (map.rs): one object's call, as
+    /// `_call_here` runs a call, rolled back alone if it fails. Superusers
+    /// only (sql/citus.sql); returns "w" or "r", then `map::Answer`.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _map_here(object_id: i64, method: &str, args: &str, role: &str, timeout_ms: i64, settings: &str) -> String {
+        let run = |caller| {
+            let answer = map::run_here(caller, object_id, method, args)?;
+            serde_json::to_string(&answer).map_err(|e| LambdaError::Internal(e.to_string()))
+        };
+        here(role, timeout_ms, settings, run, || format!("map_call({object_id}, '{method}')"))
     }
 
     /// On the Citus node holding the object: a call sent by another node
@@ -414,6 +482,21 @@ fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) 
         as_storage(|_| forward::record_job_key(&app, key, job))?;
     }
     Ok(job)
+}
+
+/// A row of `map_call`'s result.
+type MapRow = (i64, Option<JsonText>, Option<String>, Option<String>);
+
+/// `map_call`'s rows, or its error raised.
+fn mapped(
+    outcome: Result<Vec<(i64, std::result::Result<String, map::Failure>)>>,
+    context: impl FnOnce() -> String,
+) -> TableIterator<'static, MapRow> {
+    let rows = outcome.unwrap_or_else(|err| raise(err, context()));
+    TableIterator::new(rows.into_iter().map(|(object, outcome)| match outcome {
+        Ok(result) => (object, Some(JsonText(result)), None, None),
+        Err(failure) => (object, None, Some(failure.sqlstate), Some(failure.message)),
+    }))
 }
 
 /// The body of a call forwarded here (`_invoke_here` and its kind): the

@@ -226,6 +226,14 @@ impl Layout {
         self.shards.partition_point(|s| s.min <= h).saturating_sub(1)
     }
 
+    /// `object`'s shard (its index in the layout) and the node holding
+    /// it, host:port, when that is not this one.
+    pub(crate) fn owner(&self, object: i64) -> (usize, Option<&str>) {
+        let shard = self.shard_of(object);
+        let at = &self.shards[shard];
+        (shard, (at.group != self.local_group).then_some(at.node.as_str()))
+    }
+
     /// Whether `object`'s shard is on this node.
     pub(crate) fn is_local(&self, object: i64) -> bool {
         self.shards[self.shard_of(object)].group == self.local_group
@@ -297,19 +305,23 @@ fn rename(sql: &str, table: &str, id: i64) -> String {
 /// transaction driven from here that waits for a migration waits here,
 /// holding nothing yet, and then sends the call where the object went.
 pub(crate) fn locate(object: i64) -> Result<Located> {
-    if !fence(true)? {
-        return Err(LambdaError::SerializationFailure(format!(
-            "object {object} may be moving: a migration holds this node's fence (retry)"
-        )));
-    }
-    let Some(layout) = layout()? else { return Ok(Located::Here(Place::Tables)) };
-    let shard = layout.shard_of(object);
-    let at = &layout.shards[shard];
-    Ok(if at.group == layout.local_group {
-        Located::Here(Place::Local(shard))
-    } else {
-        Located::There(at.node.clone())
+    let Some(layout) = fenced_layout(&format!("object {object} may be moving"))? else {
+        return Ok(Located::Here(Place::Tables));
+    };
+    Ok(match layout.owner(object) {
+        (shard, None) => Located::Here(Place::Local(shard)),
+        (_, Some(node)) => Located::There(node.to_string()),
     })
+}
+
+/// The layout, once this transaction holds the fence on this node (as
+/// `locate` takes it): no object can move until the transaction ends.
+/// `what` says what a migration holding the fence makes uncertain.
+pub(crate) fn fenced_layout(what: &str) -> Result<Option<Rc<Layout>>> {
+    if !fence(true)? {
+        return Err(LambdaError::SerializationFailure(format!("{what}: a migration holds this node's fence (retry)")));
+    }
+    layout()
 }
 
 /// Where an object is (`locate`).

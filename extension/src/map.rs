@@ -1,0 +1,257 @@
+//! Map calls (`lambdastore.map_call`): one method run on many objects, in
+//! the caller's transaction, with every object's outcome reported.
+//!
+//! Each object's call is a workflow of its own, as if `lambda_invoke` were
+//! called once per object in one SQL transaction: the transaction as a
+//! whole is serializable (every workflow validates again what the earlier
+//! ones read; on several nodes each node validates again at commit,
+//! route.rs), and commits or rolls back as one, in two phases once it has
+//! written on two nodes. A call that fails is rolled back alone (a
+//! subtransaction) and reported with its SQLSTATE; the others stay. A
+//! cancel (`statement_timeout`, `pg_cancel_backend`) is not a call's
+//! failure: it ends the statement.
+//!
+//! On a Citus cluster the objects on other nodes are reached by one query
+//! through Citus (`route::send_to_shards`): one task per shard, on the
+//! shard's node, each running `_map_here` for its objects one after the
+//! other, the nodes in parallel. A run that needs a call on a third node
+//! (its lambda calls an object stored elsewhere) stops there, as a
+//! forwarded call does, and is driven again from here
+//! (`workflow::invoke_elsewhere`). The objects on this node run here.
+
+use crate::access::Caller;
+use crate::catalog::{self, shards};
+use crate::error::{LambdaError, Result};
+use crate::gucs;
+use crate::model::{Reply, Spawned};
+use crate::route::{self, Subtransaction};
+use crate::workflow;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::BuiltinOid::*;
+use pgrx::PgTryBuilder;
+use serde::{Deserialize, Serialize};
+
+/// The objects a map call runs on.
+pub(crate) enum Targets<'a> {
+    /// Every object of an application's type.
+    Type { app: &'a str, type_name: &'a str },
+    /// These objects.
+    Ids(Vec<i64>),
+}
+
+/// Why one object's call failed: its SQLSTATE and message.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Failure {
+    pub(crate) sqlstate: String,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    fn of(err: &LambdaError) -> Failure {
+        Failure { sqlstate: sqlstate_text(err.sqlstate()), message: err.to_string() }
+    }
+}
+
+/// What `_map_here` answers for one object.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Answer {
+    /// As a forwarded call answers (a run that needs a call on another
+    /// node answers `Needs`, and left nothing).
+    Reply(Reply),
+    /// The call raised an error, and was rolled back.
+    Raised(Failure),
+}
+
+/// Runs `method` with `args` on `targets` for `caller`; every object's
+/// outcome, by object id.
+pub(crate) fn map_call(
+    caller: Caller,
+    targets: Targets<'_>,
+    method: &str,
+    args: &str,
+) -> Result<Vec<(i64, std::result::Result<String, Failure>)>> {
+    if let Targets::Type { app, type_name } = &targets {
+        workflow::check_method(caller, app, type_name, method)?;
+    }
+    let layout = shards::fenced_layout("objects may be moving")?;
+    let mut outcomes = Vec::new();
+    // Which objects run here; a filter for those on other nodes.
+    let (here, elsewhere) = match (&layout, targets) {
+        (None, Targets::Type { app, type_name }) => (list(app, type_name, false)?, None),
+        (None, Targets::Ids(ids)) => (ids, None),
+        (Some(layout), Targets::Type { app, type_name }) if !layout.holds_shards() => {
+            (Vec::new(), Some(Filter::Type { app, type_name }))
+        }
+        (Some(layout), targets) => {
+            let ids = match targets {
+                Targets::Type { app, type_name } => list(app, type_name, true)?,
+                Targets::Ids(ids) => ids,
+            };
+            let (here, there): (Vec<i64>, Vec<i64>) = ids.into_iter().partition(|id| layout.owner(*id).1.is_none());
+            (here, (!there.is_empty()).then_some(Filter::Ids(there)))
+        }
+    };
+    // Here first: subtransactions begun once other nodes have been
+    // reached cost a round trip to each.
+    for object in here {
+        outcomes.push((object, alone(|| here_call(caller, object, method, args))?));
+    }
+    if let (Some(layout), Some(filter)) = (&layout, elsewhere) {
+        let mut missing: Vec<i64> = match &filter {
+            Filter::Ids(ids) => ids.clone(),
+            Filter::Type { .. } => Vec::new(),
+        };
+        let mut spawned: Vec<Spawned> = Vec::new();
+        for (object, answer) in send(&filter, caller, method, args)? {
+            missing.retain(|id| *id != object);
+            let answer: Answer = serde_json::from_str(&answer)
+                .map_err(|e| LambdaError::Internal(format!("a map call's run answered {answer:?}: {e}")))?;
+            let outcome = match answer {
+                Answer::Reply(Reply::Done { result, spawned: more }) => {
+                    spawned.extend(more);
+                    Ok(result)
+                }
+                Answer::Reply(Reply::Failed { message }) => Err(Failure::of(&LambdaError::Application { message })),
+                Answer::Reply(Reply::Needs { .. }) => {
+                    let node = layout.owner(object).1.unwrap_or_default().to_string();
+                    alone(|| as_jsonb(workflow::invoke_elsewhere(caller, object, &node, method, args)?))?
+                }
+                Answer::Raised(failure) => Err(failure),
+            };
+            outcomes.push((object, outcome));
+        }
+        workflow::queue_spawned_elsewhere(caller, &spawned)?;
+        outcomes.extend(missing.into_iter().map(|id| (id, Err(Failure::of(&LambdaError::UnknownObject(id))))));
+    }
+    outcomes.sort_by_key(|(object, _)| *object);
+    Ok(outcomes)
+}
+
+/// The objects of `app`'s type `type_name`; on a Citus cluster through
+/// Citus (every node's shards).
+fn list(app: &str, type_name: &str, cluster: bool) -> Result<Vec<i64>> {
+    const SQL: &str = "SELECT object_id FROM lambdastore.objects WHERE app = $1 AND type_name = $2";
+    let read =
+        |rows: pgrx::spi::SpiTupleTable<'_>| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect();
+    let args = [app.into(), type_name.into()];
+    if cluster {
+        catalog::query_cluster(SQL, &[TEXTOID, TEXTOID], &args, read)
+    } else {
+        catalog::query(SQL, &[TEXTOID, TEXTOID], &args, read)
+    }
+}
+
+/// One object's call on this node, as `lambda_invoke` runs it.
+fn here_call(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
+    let result = as_jsonb(workflow::invoke_method(caller, object, method, args)?)?;
+    route::ran_here()?;
+    Ok(result)
+}
+
+/// A call's result, which must become jsonb: checked while its call can
+/// still be rolled back alone (`lambda_invoke` fails the statement).
+fn as_jsonb(result: String) -> Result<String> {
+    crate::jsonb::result_jsonb(&result)?;
+    Ok(result)
+}
+
+/// The objects on other nodes a map call runs on.
+enum Filter<'a> {
+    Type { app: &'a str, type_name: &'a str },
+    Ids(Vec<i64>),
+}
+
+/// Sends the map call to the shards holding the objects of `filter`.
+fn send(filter: &Filter<'_>, caller: Caller, method: &str, args: &str) -> Result<Vec<(i64, String)>> {
+    const RUN: &str = "SELECT object_id, lambdastore._map_here(object_id, $1, $2, $3, $4, $5) FROM lambdastore.objects";
+    let timeout = gucs::timeout(caller.is_superuser());
+    match filter {
+        Filter::Type { app, type_name } => route::send_to_shards(
+            &format!("{RUN} WHERE app = $6 AND type_name = $7"),
+            [method, args],
+            &[app, type_name],
+            caller,
+            timeout,
+        ),
+        // Written out: Citus prunes shards by constants.
+        Filter::Ids(ids) => {
+            let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+            let sql = format!("{RUN} WHERE object_id = ANY ('{{{}}}'::bigint[])", ids.join(","));
+            route::send_to_shards(&sql, [method, args], &[], caller, timeout)
+        }
+    }
+}
+
+/// On a node a map call reached (`_map_here`): one object's call, alone.
+pub(crate) fn run_here(caller: Caller, object: i64, method: &str, args: &str) -> Result<Answer> {
+    let sub = Subtransaction::begin();
+    let outcome = catching(|| match workflow::run_mapped(caller, object, method, args)? {
+        Reply::Done { result, spawned } => Ok(Reply::Done { result: as_jsonb(result)?, spawned }),
+        reply => Ok(reply),
+    });
+    Ok(match outcome? {
+        Ok(reply @ Reply::Done { .. }) => {
+            sub.release();
+            Answer::Reply(reply)
+        }
+        Ok(reply) => {
+            sub.roll_back();
+            Answer::Reply(reply)
+        }
+        Err(failure) => {
+            sub.roll_back();
+            Answer::Raised(failure)
+        }
+    })
+}
+
+/// Runs one object's call in a subtransaction of its own: kept if it
+/// succeeds, rolled back (here and on every node it reached) if it
+/// fails, the failure returned. A cancel is raised.
+fn alone(call: impl FnOnce() -> Result<String>) -> Result<std::result::Result<String, Failure>> {
+    let sub = Subtransaction::begin();
+    let outcome = catching(call);
+    match &outcome {
+        Ok(Ok(_)) => sub.release(),
+        _ => sub.roll_back(),
+    }
+    outcome
+}
+
+/// Runs `call`, with its error (ours, or an ERROR raised inside it) as
+/// a `Failure`; a cancel of the statement is an error of the map call
+/// itself (a lambda's own timeout is the call's failure).
+fn catching<T>(call: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T, Failure>> {
+    let call = std::panic::AssertUnwindSafe(call);
+    let outcome = PgTryBuilder::new(move || Ok(call()))
+        .catch_others(|caught| match caught {
+            CaughtError::PostgresError(e) | CaughtError::ErrorReport(e) | CaughtError::RustPanic { ereport: e, .. } => {
+                Err(LambdaError::Remote {
+                    code: e.sql_error_code(),
+                    message: e.message().to_string(),
+                    detail: e.detail().unwrap_or_default().to_string(),
+                })
+            }
+        })
+        .execute();
+    match outcome {
+        Ok(Ok(value)) => Ok(Ok(value)),
+        Ok(Err(LambdaError::Canceled)) => Err(LambdaError::Canceled),
+        Ok(Err(failed)) => Ok(Err(Failure::of(&failed))),
+        Err(raised) if raised.sqlstate() == pgrx::PgSqlErrorCode::ERRCODE_QUERY_CANCELED => Err(raised),
+        Err(raised) => Ok(Err(Failure::of(&raised))),
+    }
+}
+
+/// A SQLSTATE's five characters.
+fn sqlstate_text(code: pgrx::PgSqlErrorCode) -> String {
+    let mut code = code as i32;
+    (0..5)
+        .map(|_| {
+            let c = (((code & 0x3F) as u8) + b'0') as char;
+            code >>= 6;
+            c
+        })
+        .collect()
+}
