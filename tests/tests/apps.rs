@@ -397,3 +397,56 @@ fn stats_count_every_call_of_concurrent_backends() {
     let expected = (threads * calls) as i64;
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (expected, expected));
 }
+
+#[test]
+fn a_map_call_runs_a_method_on_every_object_of_a_type_as_calls_one_by_one_would() {
+    let (mut c, app) = deployed("map_type", "counter");
+    let ids: Vec<i64> = (0..12).map(|i| create(&mut c, &app, "Counter", json!({"initial": i * 10}))).collect();
+    let mut twin = connect();
+    let twins: Vec<i64> = (0..12).map(|i| create(&mut twin, &app, "Counter", json!({"initial": i * 10}))).collect();
+    let mapped = map_ids(&mut c, &ids, "add", json!({"n": 5})).unwrap();
+    let one_by_one: Vec<Value> = twins.iter().map(|&id| call(&mut twin, id, "add", json!({"n": 5}))).collect();
+    assert_eq!(mapped.keys().copied().collect::<Vec<_>>(), ids);
+    assert_eq!(mapped.values().cloned().map(Result::unwrap).collect::<Vec<_>>(), one_by_one);
+
+    // Over the whole type: every object once, its result.
+    let all = map_type(&mut c, &app, "Counter", "get", json!({})).unwrap();
+    assert_eq!(all.len(), 24);
+    for (id, expected) in ids.iter().chain(&twins).zip(one_by_one.iter().chain(&one_by_one)) {
+        assert_eq!(all[id].as_ref().unwrap(), expected, "object {id}");
+    }
+    // Ids given twice run once; an unknown one is reported, not fatal.
+    let repeated = map_ids(&mut c, &[ids[0], ids[0], 424242], "increment", json!({})).unwrap();
+    assert_eq!(repeated[&ids[0]], Ok(json!(6)));
+    assert_eq!(repeated[&424242].as_ref().unwrap_err().0, "42704");
+    assert_eq!(call(&mut c, ids[0], "get", json!({})), json!(6));
+}
+
+#[test]
+fn a_failed_call_of_a_map_call_is_reported_and_rolled_back_alone() {
+    let (mut c, app) = deployed("map_failures", "counter");
+    let near_max = create(&mut c, &app, "Counter", json!({"initial": i64::MAX - 1}));
+    let small = create(&mut c, &app, "Counter", json!({"initial": 1}));
+    let outcomes = map_type(&mut c, &app, "Counter", "add", json!({"n": 2})).unwrap();
+    let (code, message) = outcomes[&near_max].clone().unwrap_err();
+    assert_eq!(code, "P0001");
+    assert!(message.contains("overflow"), "{message}");
+    assert_eq!(outcomes[&small], Ok(json!(3)));
+    assert_eq!(call(&mut c, near_max, "get", json!({})), json!(i64::MAX - 1));
+    assert_eq!(call(&mut c, small, "get", json!({})), json!(3));
+
+    // The map call is part of the caller's transaction.
+    let mut tx = c.transaction().unwrap();
+    map_type(&mut tx, &app, "Counter", "increment", json!({})).unwrap();
+    tx.rollback().unwrap();
+    assert_eq!(call(&mut c, small, "get", json!({})), json!(3));
+
+    // What the whole call cannot do is its error (nothing ran).
+    expect_sqlstate(map_type(&mut c, &app, "Counter", "nope", json!({})), "42883");
+    expect_sqlstate(map_type(&mut c, &app, "Nope", "get", json!({})), "42704");
+    expect_sqlstate(map_type(&mut c, "no_such_app", "Counter", "get", json!({})), "42704");
+    expect_sqlstate(c.query("SELECT * FROM lambdastore.map_call(ARRAY[1, NULL]::bigint[], 'get')", &[]), "22023");
+    let mut tx = c.transaction().unwrap();
+    tx.batch_execute("SET TRANSACTION READ ONLY").unwrap();
+    expect_sqlstate(map_type(&mut tx, &app, "Counter", "increment", json!({})), "25006");
+}

@@ -964,3 +964,5 @@ fn jobs_across_nodes_survive_killed_runners_and_restarted_workers() {
 mod gateway;
 #[path = "citus/migrate.rs"]
 mod migrate;
+#[path = "citus/map.rs"]
+mod map;

@@ -118,6 +118,42 @@ pub fn deploy_example(c: &mut impl GenericClient, app: &str, name: &str) -> Valu
     deploy(c, app, &example(name)).unwrap_or_else(|e| panic!("deploy {name} as {app}: {}", describe(&e)))
 }
 
+/// What `lambdastore.map_call` said about each object: its result, or
+/// its failure's (SQLSTATE, message).
+pub type Mapped = std::collections::BTreeMap<i64, Result<Value, (String, String)>>;
+
+/// Reads `map_call`'s rows, selected as (object_id, result::text,
+/// sqlstate, error).
+pub fn mapped(rows: Vec<postgres::Row>) -> Mapped {
+    rows.iter()
+        .map(|row| {
+            let outcome = match row.get::<_, Option<String>>(1) {
+                Some(result) => Ok(json(&result)),
+                None => Err((row.get(2), row.get(3))),
+            };
+            (row.get(0), outcome)
+        })
+        .collect()
+}
+
+/// `lambdastore.map_call(app, type, method, args)`.
+pub fn map_type(
+    c: &mut impl GenericClient,
+    app: &str,
+    ty: &str,
+    method: &str,
+    args: Value,
+) -> Result<Mapped, postgres::Error> {
+    let sql = "SELECT object_id, result::text, sqlstate, error FROM lambdastore.map_call($1, $2, $3, $4::text::jsonb)";
+    Ok(mapped(c.query(sql, &[&app, &ty, &method, &args.to_string()])?))
+}
+
+/// `lambdastore.map_call(object_ids, method, args)`.
+pub fn map_ids(c: &mut impl GenericClient, ids: &[i64], method: &str, args: Value) -> Result<Mapped, postgres::Error> {
+    let sql = "SELECT object_id, result::text, sqlstate, error FROM lambdastore.map_call($1, $2, $3::text::jsonb)";
+    Ok(mapped(c.query(sql, &[&ids, &method, &args.to_string()])?))
+}
+
 /// `lambdastore.create_object(app, type, args)`.
 pub fn create_object(c: &mut impl GenericClient, app: &str, ty: &str, args: Value) -> Result<i64, postgres::Error> {
     let row =
