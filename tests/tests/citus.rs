@@ -962,7 +962,7 @@ fn jobs_across_nodes_survive_killed_runners_and_restarted_workers() {
 
 #[path = "citus/gateway.rs"]
 mod gateway;
-#[path = "citus/migrate.rs"]
-mod migrate;
 #[path = "citus/map.rs"]
 mod map;
+#[path = "citus/migrate.rs"]
+mod migrate;

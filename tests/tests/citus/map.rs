@@ -106,8 +106,9 @@ fn a_map_calls_runs_may_call_objects_on_other_nodes() {
     let relays = by_node.values().flatten().count() as i64;
     // Every object relays one tally to `target`: those on the other node
     // stop for it there and are driven again from the coordinator.
-    let mapped = map_type(&mut c, &app, "Bench", "relay", json!({"target": target, "method": "tally", "args": {"tag": 1}}))
-        .unwrap();
+    let mapped =
+        map_type(&mut c, &app, "Bench", "relay", json!({"target": target, "method": "tally", "args": {"tag": 1}}))
+            .unwrap();
     let mut counts: Vec<i64> = mapped.values().map(|outcome| outcome.clone().unwrap().as_i64().unwrap()).collect();
     counts.sort_unstable();
     assert_eq!(counts, (1..=relays).collect::<Vec<_>>(), "each relay counted once, in some order");
