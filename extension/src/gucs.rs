@@ -385,42 +385,37 @@ pub(crate) fn arrive(settings: &str) {
 pub(crate) fn set_local(name: &str, value: &str) {
     let (name, value) = (std::ffi::CString::new(name), std::ffi::CString::new(value));
     let (Ok(name), Ok(value)) = (name, value) else { return };
-    // SAFETY: valid C strings; raises an ERROR itself on a bad value.
-    unsafe {
-        pgrx::pg_sys::set_config_option(
-            name.as_ptr(),
-            value.as_ptr(),
-            pgrx::pg_sys::GucContext::PGC_SUSET,
-            pgrx::pg_sys::GucSource::PGC_S_SESSION,
-            pgrx::pg_sys::GucAction::GUC_ACTION_LOCAL,
-            true,
-            0,
-            false,
-        );
-    }
+    set(&name, &value, pgrx::pg_sys::GucAction::GUC_ACTION_LOCAL);
 }
 
 /// Runs `body` with setting `name` at `value` (a superuser's rights), as
 /// a function's `SET` clause does: restored when `body` returns, kept
 /// only by an error, which ends the transaction anyway.
 pub(crate) fn with_setting<T>(name: &CStr, value: &CStr, body: impl FnOnce() -> T) -> T {
-    // SAFETY: opens a GUC nesting level on the main thread, sets a
-    // setting that exists (it raises on a bad value) saved at that
-    // level, and closes the level, which restores it.
+    // SAFETY: opens a GUC nesting level on the main thread, where the
+    // setting is saved, and closes it, which restores the setting.
+    let level = unsafe { pgrx::pg_sys::NewGUCNestLevel() };
+    set(name, value, pgrx::pg_sys::GucAction::GUC_ACTION_SAVE);
+    let out = body();
+    // SAFETY: closes the level opened above.
+    unsafe { pgrx::pg_sys::AtEOXact_GUC(true, level) };
+    out
+}
+
+/// Sets a setting that exists as a superuser's session would, `action`
+/// saying for how long; raises an ERROR itself on a bad value.
+fn set(name: &CStr, value: &CStr, action: pgrx::pg_sys::GucAction::Type) {
+    // SAFETY: valid C strings, on the main thread.
     unsafe {
-        let level = pgrx::pg_sys::NewGUCNestLevel();
         pgrx::pg_sys::set_config_option(
             name.as_ptr(),
             value.as_ptr(),
             pgrx::pg_sys::GucContext::PGC_SUSET,
             pgrx::pg_sys::GucSource::PGC_S_SESSION,
-            pgrx::pg_sys::GucAction::GUC_ACTION_SAVE,
+            action,
             true,
             0,
             false,
         );
-        let out = body();
-        pgrx::pg_sys::AtEOXact_GUC(true, level);
-        out
     }
 }

@@ -26,10 +26,9 @@ use crate::gucs;
 use crate::model::{Reply, Spawned};
 use crate::route::{self, Subtransaction};
 use crate::workflow;
-use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::BuiltinOid::*;
-use pgrx::PgTryBuilder;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 
 /// The objects a map call runs on.
 pub(crate) enum Targets<'a> {
@@ -63,21 +62,35 @@ pub(crate) enum Answer {
     Raised(Failure),
 }
 
+/// One object's outcome: its result, or why it failed.
+pub(crate) type Outcome = std::result::Result<String, Failure>;
+
 /// Runs `method` with `args` on `targets` for `caller`; every object's
 /// outcome, by object id.
-pub(crate) fn map_call(
-    caller: Caller,
-    targets: Targets<'_>,
-    method: &str,
-    args: &str,
-) -> Result<Vec<(i64, std::result::Result<String, Failure>)>> {
+pub(crate) fn map_call(caller: Caller, targets: Targets<'_>, method: &str, args: &str) -> Result<Vec<(i64, Outcome)>> {
     if let Targets::Type { app, type_name } = &targets {
         workflow::check_method(caller, app, type_name, method)?;
     }
     let layout = shards::fenced_layout("objects may be moving")?;
+    let (here, elsewhere) = split(layout.as_deref(), targets)?;
     let mut outcomes = Vec::new();
-    // Which objects run here; a filter for those on other nodes.
-    let (here, elsewhere) = match (&layout, targets) {
+    // Here first: subtransactions begun once other nodes have been
+    // reached cost a round trip to each.
+    for object in here {
+        outcomes.push((object, alone(|| here_call(caller, object, method, args))?));
+    }
+    if let (Some(layout), Some(filter)) = (&layout, elsewhere) {
+        outcomes.extend(on_other_nodes(layout, filter, caller, method, args)?);
+    }
+    outcomes.sort_by_key(|(object, _)| *object);
+    Ok(outcomes)
+}
+
+/// The objects of `targets` that run on this node, and a filter for
+/// those on other nodes (`layout`, None when the tables are not
+/// distributed).
+fn split<'a>(layout: Option<&shards::Layout>, targets: Targets<'a>) -> Result<(Vec<i64>, Option<Filter<'a>>)> {
+    Ok(match (layout, targets) {
         (None, Targets::Type { app, type_name }) => (list(app, type_name, false)?, None),
         (None, Targets::Ids(ids)) => (ids, None),
         (Some(layout), Targets::Type { app, type_name }) if !layout.holds_shards() => {
@@ -91,40 +104,45 @@ pub(crate) fn map_call(
             let (here, there): (Vec<i64>, Vec<i64>) = ids.into_iter().partition(|id| layout.owner(*id).1.is_none());
             (here, (!there.is_empty()).then_some(Filter::Ids(there)))
         }
+    })
+}
+
+/// Runs the map call on the objects of `filter`, on their nodes; drives
+/// again from here the runs that need a call on a third node, and queues
+/// the calls the runs spawned there.
+fn on_other_nodes(
+    layout: &shards::Layout,
+    filter: Filter<'_>,
+    caller: Caller,
+    method: &str,
+    args: &str,
+) -> Result<Vec<(i64, Outcome)>> {
+    let mut missing: BTreeSet<i64> = match &filter {
+        Filter::Ids(ids) => ids.iter().copied().collect(),
+        Filter::Type { .. } => BTreeSet::new(),
     };
-    // Here first: subtransactions begun once other nodes have been
-    // reached cost a round trip to each.
-    for object in here {
-        outcomes.push((object, alone(|| here_call(caller, object, method, args))?));
-    }
-    if let (Some(layout), Some(filter)) = (&layout, elsewhere) {
-        let mut missing: Vec<i64> = match &filter {
-            Filter::Ids(ids) => ids.clone(),
-            Filter::Type { .. } => Vec::new(),
+    let mut spawned: Vec<Spawned> = Vec::new();
+    let mut outcomes = Vec::new();
+    for (object, answer) in send(&filter, caller, method, args)? {
+        missing.remove(&object);
+        let answer: Answer = serde_json::from_str(&answer)
+            .map_err(|e| LambdaError::Internal(format!("a map call's run answered {answer:?}: {e}")))?;
+        let outcome = match answer {
+            Answer::Reply(Reply::Done { result, spawned: more }) => {
+                spawned.extend(more);
+                Ok(result)
+            }
+            Answer::Reply(Reply::Failed { message }) => Err(Failure::of(&LambdaError::Application { message })),
+            Answer::Reply(Reply::Needs { .. }) => {
+                let node = layout.owner(object).1.unwrap_or_default().to_string();
+                alone(|| as_jsonb(workflow::invoke_elsewhere(caller, object, &node, method, args)?))?
+            }
+            Answer::Raised(failure) => Err(failure),
         };
-        let mut spawned: Vec<Spawned> = Vec::new();
-        for (object, answer) in send(&filter, caller, method, args)? {
-            missing.retain(|id| *id != object);
-            let answer: Answer = serde_json::from_str(&answer)
-                .map_err(|e| LambdaError::Internal(format!("a map call's run answered {answer:?}: {e}")))?;
-            let outcome = match answer {
-                Answer::Reply(Reply::Done { result, spawned: more }) => {
-                    spawned.extend(more);
-                    Ok(result)
-                }
-                Answer::Reply(Reply::Failed { message }) => Err(Failure::of(&LambdaError::Application { message })),
-                Answer::Reply(Reply::Needs { .. }) => {
-                    let node = layout.owner(object).1.unwrap_or_default().to_string();
-                    alone(|| as_jsonb(workflow::invoke_elsewhere(caller, object, &node, method, args)?))?
-                }
-                Answer::Raised(failure) => Err(failure),
-            };
-            outcomes.push((object, outcome));
-        }
-        workflow::queue_spawned_elsewhere(caller, &spawned)?;
-        outcomes.extend(missing.into_iter().map(|id| (id, Err(Failure::of(&LambdaError::UnknownObject(id))))));
+        outcomes.push((object, outcome));
     }
-    outcomes.sort_by_key(|(object, _)| *object);
+    workflow::queue_spawned_elsewhere(caller, &spawned)?;
+    outcomes.extend(missing.into_iter().map(|id| (id, Err(Failure::of(&LambdaError::UnknownObject(id))))));
     Ok(outcomes)
 }
 
@@ -209,7 +227,7 @@ pub(crate) fn run_here(caller: Caller, object: i64, method: &str, args: &str) ->
 /// Runs one object's call in a subtransaction of its own: kept if it
 /// succeeds, rolled back (here and on every node it reached) if it
 /// fails, the failure returned. A cancel is raised.
-fn alone(call: impl FnOnce() -> Result<String>) -> Result<std::result::Result<String, Failure>> {
+fn alone(call: impl FnOnce() -> Result<String>) -> Result<Outcome> {
     let sub = Subtransaction::begin();
     let outcome = catching(call);
     match &outcome {
@@ -224,17 +242,7 @@ fn alone(call: impl FnOnce() -> Result<String>) -> Result<std::result::Result<St
 /// itself (a lambda's own timeout is the call's failure).
 fn catching<T>(call: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T, Failure>> {
     let call = std::panic::AssertUnwindSafe(call);
-    let outcome = PgTryBuilder::new(move || Ok(call()))
-        .catch_others(|caught| match caught {
-            CaughtError::PostgresError(e) | CaughtError::ErrorReport(e) | CaughtError::RustPanic { ereport: e, .. } => {
-                Err(LambdaError::Remote {
-                    code: e.sql_error_code(),
-                    message: e.message().to_string(),
-                    detail: e.detail().unwrap_or_default().to_string(),
-                })
-            }
-        })
-        .execute();
+    let outcome = route::caught(move || Ok(call()));
     match outcome {
         Ok(Ok(value)) => Ok(Ok(value)),
         Ok(Err(LambdaError::Canceled)) => Err(LambdaError::Canceled),

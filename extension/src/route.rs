@@ -248,12 +248,13 @@ fn routed(sql: &'static str, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_
     let mut all = vec![object.into()];
     all.extend(args);
     let run = || catalog::query_cluster(sql, &TYPES[..all.len()], &all, |rows| rows.first().get_one::<String>());
-    Ok(as_storage(|_| remote_errors(run))?.unwrap_or_default())
+    Ok(as_storage(|_| caught(run))?.unwrap_or_default())
 }
 
-/// Runs `run`, a statement Citus sends to other nodes, with an ERROR it
-/// raises (theirs) caught and returned as that node's error.
-fn remote_errors<T>(run: impl FnOnce() -> Result<T> + std::panic::UnwindSafe) -> Result<T> {
+/// Runs `run` with an ERROR raised inside it (for a statement Citus sent
+/// to another node, that node's) caught and returned, with its SQLSTATE
+/// and words.
+pub(crate) fn caught<T>(run: impl FnOnce() -> Result<T> + std::panic::UnwindSafe) -> Result<T> {
     PgTryBuilder::new(run)
         .catch_others(|caught| match caught {
             CaughtError::PostgresError(e) | CaughtError::ErrorReport(e) | CaughtError::RustPanic { ereport: e, .. } => {
@@ -302,7 +303,7 @@ pub(crate) fn send_to_shards(
     // one object (nested calls) do not meet as two writers in one
     // transaction. (And a connection already used reuses its caches.)
     let rows: Vec<(Option<i64>, Option<String>)> =
-        gucs::with_setting(c"citus.max_adaptive_executor_pool_size", c"1", || as_storage(|_| remote_errors(run)))?;
+        gucs::with_setting(c"citus.max_adaptive_executor_pool_size", c"1", || as_storage(|_| caught(run)))?;
     let mut parts: std::collections::BTreeMap<usize, (i64, String, bool)> = Default::default();
     let mut answers = Vec::with_capacity(rows.len());
     for (object, answer) in rows {

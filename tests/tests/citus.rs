@@ -572,13 +572,33 @@ fn write_skew_across_nodes(cc: Cc) -> (u64, Tally) {
 /// add n to the other; COMMIT) beside readers that read both in one
 /// transaction: every reader must see the same total (no read skew).
 fn read_skew_across_nodes(cc: Cc) -> (u64, Tally) {
+    read_skew(cc, "read skew across nodes", "citus_read_skew", |c, cc, tally, rng, a, b| {
+        let total = retrying(cc, tally, rng, || {
+            let mut tx = c.transaction()?;
+            let va = invoke(&mut tx, a, "get", json!({}))?.as_i64().unwrap_or_default();
+            let vb = invoke(&mut tx, b, "get", json!({}))?.as_i64().unwrap_or_default();
+            tx.commit()?;
+            Ok(va + vb)
+        });
+        total.unwrap_or_else(|e| panic!("a read failed: {}", describe(&e)))
+    })
+}
+
+/// How a reader of the read-skew scenario reads the total of counters `a`
+/// and `b`, retrying serialization failures (counted in the tally).
+type TotalReader = fn(&mut Client, Cc, &mut Tally, &mut Rng, i64, i64) -> i64;
+
+/// The read-skew scenario (`what` for its report, its application named
+/// after `app_prefix`), with the readers reading by `read`: the number
+/// of totals other than 1000 seen, the final one included.
+fn read_skew(cc: Cc, what: &'static str, app_prefix: &str, read: TotalReader) -> (u64, Tally) {
     const ROUNDS: usize = 150;
     let mut c = connect();
-    let app = app(&format!("citus_read_skew_{cc}"));
+    let app = app(&format!("{app_prefix}_{cc}"));
     deploy_example(&mut c, &app, "counter");
     let by_node = spread(&mut c, &app, "Counter", json!({"initial": 500}), 1);
     let (a, b) = (by_node.values().next().unwrap()[0], by_node.values().nth(1).unwrap()[0]);
-    let results = run_workers("read_skew_across_nodes", THREADS, WATCHDOG, move |i| {
+    let results = run_workers(what, THREADS, WATCHDOG, move |i| {
         let mut c = connect_cc(cc);
         let (mut rng, mut tally) = (Rng::new(100 + i as u64), Tally::default());
         let mut skewed = 0u64;
@@ -593,17 +613,8 @@ fn read_skew_across_nodes(cc: Cc) -> (u64, Tally) {
                     tx.commit()
                 });
                 moved.unwrap_or_else(|e| panic!("a transfer failed: {}", describe(&e)));
-            } else {
-                let total = retrying(cc, &mut tally, &mut rng, || {
-                    let mut tx = c.transaction()?;
-                    let va = invoke(&mut tx, a, "get", json!({}))?.as_i64().unwrap_or_default();
-                    let vb = invoke(&mut tx, b, "get", json!({}))?.as_i64().unwrap_or_default();
-                    tx.commit()?;
-                    Ok(va + vb)
-                });
-                if total.unwrap_or_else(|e| panic!("a read failed: {}", describe(&e))) != 1000 {
-                    skewed += 1;
-                }
+            } else if read(&mut c, cc, &mut tally, &mut rng, a, b) != 1000 {
+                skewed += 1;
             }
             tally.committed += 1;
         }
@@ -614,7 +625,7 @@ fn read_skew_across_nodes(cc: Cc) -> (u64, Tally) {
     let total =
         call(&mut c, a, "get", json!({})).as_i64().unwrap() + call(&mut c, b, "get", json!({})).as_i64().unwrap();
     let anomalies = skewed + u64::from(total != 1000);
-    println!("read skew across nodes [{cc}]: {skewed} skewed reads, final total {total}; {tally}");
+    println!("{what} [{cc}]: {skewed} skewed reads, final total {total}; {tally}");
     (anomalies, tally)
 }
 

@@ -489,7 +489,7 @@ type MapRow = (i64, Option<JsonText>, Option<String>, Option<String>);
 
 /// `map_call`'s rows, or its error raised.
 fn mapped(
-    outcome: Result<Vec<(i64, std::result::Result<String, map::Failure>)>>,
+    outcome: Result<Vec<(i64, map::Outcome)>>,
     context: impl FnOnce() -> String,
 ) -> TableIterator<'static, MapRow> {
     let rows = outcome.unwrap_or_else(|err| raise(err, context()));

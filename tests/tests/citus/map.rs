@@ -3,8 +3,8 @@
 //! is one serializable transaction across nodes, whose failed calls are
 //! reported and rolled back alone.
 
-use super::{calls_here, node, on_two_nodes, prove, spread, workers, THREADS, WATCHDOG};
-use crate::common::concurrent::{connect_cc, retrying, run_workers, sqlstate, Cc, Rng, Tally};
+use super::{calls_here, node, on_two_nodes, prove, read_skew, spread, workers};
+use crate::common::concurrent::{sqlstate, Cc, Tally};
 use crate::common::*;
 use postgres::Client;
 use serde_json::json;
@@ -119,51 +119,20 @@ fn a_map_calls_runs_may_call_objects_on_other_nodes() {
 /// read both with one map call (its own transaction): every reader must
 /// see the same total.
 fn read_skew_by_map_calls(cc: Cc) -> (u64, Tally) {
-    const ROUNDS: usize = 150;
-    let mut c = connect();
-    let app = app(&format!("citus_map_skew_{cc}"));
-    deploy_example(&mut c, &app, "counter");
-    let (a, b) = on_two_nodes(&mut c, &app, "Counter", json!({"initial": 500}));
-    let results = run_workers("read_skew_by_map_calls", THREADS, WATCHDOG, move |i| {
-        let mut c = connect_cc(cc);
-        let (mut rng, mut tally) = (Rng::new(300 + i as u64), Tally::default());
-        let mut skewed = 0u64;
-        for _ in 0..ROUNDS {
-            if i % 2 == 0 {
-                let n = 1 + rng.below(9) as i64;
-                let (from, to) = if rng.below(2) == 0 { (a, b) } else { (b, a) };
-                let moved = retrying(cc, &mut tally, &mut rng, || {
-                    let mut tx = c.transaction()?;
-                    invoke(&mut tx, from, "add", json!({"n": -n}))?;
-                    invoke(&mut tx, to, "add", json!({"n": n}))?;
-                    tx.commit()
-                });
-                moved.unwrap_or_else(|e| panic!("a transfer failed: {}", describe(&e)));
-            } else {
-                // A call that failed its own validation is reported in its
-                // row (40001): the reader retries as for the statement's.
-                let total = loop {
-                    match map_ids(&mut c, &[a, b], "get", json!({})) {
-                        Err(e) if sqlstate(&e) == Some("40001") => tally.retries += 1,
-                        Err(e) => panic!("a read failed: {}", describe(&e)),
-                        Ok(rows) if rows.values().any(|row| matches!(row, Err((code, _)) if code == "40001")) => {
-                            tally.retries += 1
-                        }
-                        Ok(rows) => break rows.values().map(|row| row.clone().unwrap().as_i64().unwrap()).sum::<i64>(),
-                    }
-                };
-                if total != 1000 {
-                    skewed += 1;
+    read_skew(cc, "read skew by map calls", "citus_map_skew", |c, _, tally, _, a, b| {
+        // A call that failed its own validation is reported in its row
+        // (40001): the reader retries as for the statement's.
+        loop {
+            match map_ids(c, &[a, b], "get", json!({})) {
+                Err(e) if sqlstate(&e) == Some("40001") => tally.retries += 1,
+                Err(e) => panic!("a read failed: {}", describe(&e)),
+                Ok(rows) if rows.values().any(|row| matches!(row, Err((code, _)) if code == "40001")) => {
+                    tally.retries += 1
                 }
+                Ok(rows) => return rows.values().map(|row| row.clone().unwrap().as_i64().unwrap()).sum(),
             }
-            tally.committed += 1;
         }
-        (tally, skewed)
-    });
-    let tally = Tally::sum(results.iter().map(|(t, _)| t));
-    let skewed: u64 = results.iter().map(|(_, s)| s).sum();
-    println!("read skew by map calls [{cc}]: {skewed} skewed reads; {tally}");
-    (skewed, tally)
+    })
 }
 
 #[test]
