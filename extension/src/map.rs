@@ -71,7 +71,7 @@ pub(crate) fn map_call(caller: Caller, targets: Targets<'_>, method: &str, args:
     if let Targets::Type { app, type_name } = &targets {
         workflow::check_method(caller, app, type_name, method)?;
     }
-    let layout = shards::fenced_layout("objects may be moving")?;
+    let layout = shards::fenced_layout(|| "objects may be moving".into())?;
     let (here, elsewhere) = split(layout.as_deref(), targets)?;
     let mut outcomes = Vec::new();
     // Here first: subtransactions begun once other nodes have been
@@ -79,22 +79,21 @@ pub(crate) fn map_call(caller: Caller, targets: Targets<'_>, method: &str, args:
     for object in here {
         outcomes.push((object, alone(|| here_call(caller, object, method, args))?));
     }
-    if let (Some(layout), Some(filter)) = (&layout, elsewhere) {
-        outcomes.extend(on_other_nodes(layout, filter, caller, method, args)?);
+    if let (Some(layout), Some(elsewhere)) = (&layout, elsewhere) {
+        outcomes.extend(on_other_nodes(layout, elsewhere, caller, method, args)?);
     }
     outcomes.sort_by_key(|(object, _)| *object);
     Ok(outcomes)
 }
 
-/// The objects of `targets` that run on this node, and a filter for
-/// those on other nodes (`layout`, None when the tables are not
-/// distributed).
-fn split<'a>(layout: Option<&shards::Layout>, targets: Targets<'a>) -> Result<(Vec<i64>, Option<Filter<'a>>)> {
+/// The objects of `targets` that run on this node, and those on other
+/// nodes (`layout`, None when the tables are not distributed).
+fn split<'a>(layout: Option<&shards::Layout>, targets: Targets<'a>) -> Result<(Vec<i64>, Option<Targets<'a>>)> {
     Ok(match (layout, targets) {
         (None, Targets::Type { app, type_name }) => (list(app, type_name, false)?, None),
         (None, Targets::Ids(ids)) => (ids, None),
         (Some(layout), Targets::Type { app, type_name }) if !layout.holds_shards() => {
-            (Vec::new(), Some(Filter::Type { app, type_name }))
+            (Vec::new(), Some(Targets::Type { app, type_name }))
         }
         (Some(layout), targets) => {
             let ids = match targets {
@@ -102,28 +101,28 @@ fn split<'a>(layout: Option<&shards::Layout>, targets: Targets<'a>) -> Result<(V
                 Targets::Ids(ids) => ids,
             };
             let (here, there): (Vec<i64>, Vec<i64>) = ids.into_iter().partition(|id| layout.owner(*id).1.is_none());
-            (here, (!there.is_empty()).then_some(Filter::Ids(there)))
+            (here, (!there.is_empty()).then_some(Targets::Ids(there)))
         }
     })
 }
 
-/// Runs the map call on the objects of `filter`, on their nodes; drives
+/// Runs the map call on `targets`, on their nodes; drives
 /// again from here the runs that need a call on a third node, and queues
 /// the calls the runs spawned there.
 fn on_other_nodes(
     layout: &shards::Layout,
-    filter: Filter<'_>,
+    targets: Targets<'_>,
     caller: Caller,
     method: &str,
     args: &str,
 ) -> Result<Vec<(i64, Outcome)>> {
-    let mut missing: BTreeSet<i64> = match &filter {
-        Filter::Ids(ids) => ids.iter().copied().collect(),
-        Filter::Type { .. } => BTreeSet::new(),
+    let mut missing: BTreeSet<i64> = match &targets {
+        Targets::Ids(ids) => ids.iter().copied().collect(),
+        Targets::Type { .. } => BTreeSet::new(),
     };
     let mut spawned: Vec<Spawned> = Vec::new();
     let mut outcomes = Vec::new();
-    for (object, answer) in send(&filter, caller, method, args)? {
+    for (object, answer) in send(layout, &targets, caller, method, args)? {
         missing.remove(&object);
         let answer: Answer = serde_json::from_str(&answer)
             .map_err(|e| LambdaError::Internal(format!("a map call's run answered {answer:?}: {e}")))?;
@@ -174,18 +173,19 @@ fn as_jsonb(result: String) -> Result<String> {
     Ok(result)
 }
 
-/// The objects on other nodes a map call runs on.
-enum Filter<'a> {
-    Type { app: &'a str, type_name: &'a str },
-    Ids(Vec<i64>),
-}
-
-/// Sends the map call to the shards holding the objects of `filter`.
-fn send(filter: &Filter<'_>, caller: Caller, method: &str, args: &str) -> Result<Vec<(i64, String)>> {
+/// Sends the map call to the shards holding `targets`.
+fn send(
+    layout: &shards::Layout,
+    targets: &Targets<'_>,
+    caller: Caller,
+    method: &str,
+    args: &str,
+) -> Result<Vec<(i64, String)>> {
     const RUN: &str = "SELECT object_id, lambdastore._map_here(object_id, $1, $2, $3, $4, $5) FROM lambdastore.objects";
     let timeout = gucs::timeout(caller.is_superuser());
-    match filter {
-        Filter::Type { app, type_name } => route::send_to_shards(
+    match targets {
+        Targets::Type { app, type_name } => route::send_to_shards(
+            layout,
             &format!("{RUN} WHERE app = $6 AND type_name = $7"),
             [method, args],
             &[app, type_name],
@@ -193,10 +193,10 @@ fn send(filter: &Filter<'_>, caller: Caller, method: &str, args: &str) -> Result
             timeout,
         ),
         // Written out: Citus prunes shards by constants.
-        Filter::Ids(ids) => {
+        Targets::Ids(ids) => {
             let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
             let sql = format!("{RUN} WHERE object_id = ANY ('{{{}}}'::bigint[])", ids.join(","));
-            route::send_to_shards(&sql, [method, args], &[], caller, timeout)
+            route::send_to_shards(layout, &sql, [method, args], &[], caller, timeout)
         }
     }
 }
@@ -254,12 +254,6 @@ fn catching<T>(call: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T
 
 /// A SQLSTATE's five characters.
 fn sqlstate_text(code: pgrx::PgSqlErrorCode) -> String {
-    let mut code = code as i32;
-    (0..5)
-        .map(|_| {
-            let c = (((code & 0x3F) as u8) + b'0') as char;
-            code >>= 6;
-            c
-        })
-        .collect()
+    // SAFETY: returns a static buffer holding the code's five characters.
+    unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::unpack_sql_state(code as i32)) }.to_string_lossy().into_owned()
 }

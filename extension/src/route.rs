@@ -276,13 +276,13 @@ pub(crate) fn caught<T>(run: impl FnOnce() -> Result<T> + std::panic::UnwindSafe
 /// where they ran as `send` does: one object stands for each shard, the
 /// connection that ran the shard's task.
 pub(crate) fn send_to_shards(
+    layout: &shards::Layout,
     sql: &str,
     texts: [&str; 2],
     more: &[&str],
     caller: Caller,
     timeout: Duration,
 ) -> Result<Vec<(i64, String)>> {
-    let Some(layout) = shards::layout()? else { return Ok(Vec::new()) };
     citus_function(c"UseCoordinatedTransaction")?;
     let (role, settings) = (caller.name(), gucs::travelling());
     let timeout = timeout.as_millis().max(1) as i64;

@@ -77,7 +77,7 @@ pub(crate) fn next_id() -> Result<i64> {
     }
     loop {
         let id = draw_id()?;
-        if layout.is_local(id) {
+        if layout.owner(id).1.is_none() {
             return Ok(id);
         }
     }

@@ -234,11 +234,6 @@ impl Layout {
         (shard, (at.group != self.local_group).then_some(at.node.as_str()))
     }
 
-    /// Whether `object`'s shard is on this node.
-    pub(crate) fn is_local(&self, object: i64) -> bool {
-        self.shards[self.shard_of(object)].group == self.local_group
-    }
-
     /// Whether this node holds any shard (the coordinator usually does not).
     pub(crate) fn holds_shards(&self) -> bool {
         self.shards.iter().any(|s| s.group == self.local_group)
@@ -305,7 +300,7 @@ fn rename(sql: &str, table: &str, id: i64) -> String {
 /// transaction driven from here that waits for a migration waits here,
 /// holding nothing yet, and then sends the call where the object went.
 pub(crate) fn locate(object: i64) -> Result<Located> {
-    let Some(layout) = fenced_layout(&format!("object {object} may be moving"))? else {
+    let Some(layout) = fenced_layout(|| format!("object {object} may be moving"))? else {
         return Ok(Located::Here(Place::Tables));
     };
     Ok(match layout.owner(object) {
@@ -316,10 +311,14 @@ pub(crate) fn locate(object: i64) -> Result<Located> {
 
 /// The layout, once this transaction holds the fence on this node (as
 /// `locate` takes it): no object can move until the transaction ends.
-/// `what` says what a migration holding the fence makes uncertain.
-pub(crate) fn fenced_layout(what: &str) -> Result<Option<Rc<Layout>>> {
+/// `what` says what a migration holding the fence makes uncertain (only
+/// then written: every catalog statement for an object comes here).
+pub(crate) fn fenced_layout(what: impl FnOnce() -> String) -> Result<Option<Rc<Layout>>> {
     if !fence(true)? {
-        return Err(LambdaError::SerializationFailure(format!("{what}: a migration holds this node's fence (retry)")));
+        return Err(LambdaError::SerializationFailure(format!(
+            "{}: a migration holds this node's fence (retry)",
+            what()
+        )));
     }
     layout()
 }
