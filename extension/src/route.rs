@@ -272,9 +272,10 @@ pub(crate) fn caught<T>(run: impl FnOnce() -> Result<T> + std::panic::UnwindSafe
 /// rows are an object id and what a `_here` function answered for it,
 /// called with `texts` as $1 and $2, then the caller (role, time left,
 /// settings: $3 to $5), then `more` ($6 on). Citus makes it one task per
-/// shard it touches, on the shard's node, the nodes in parallel. Returns the rows, flags taken off, once it has recorded
-/// where they ran as `send` does: one object stands for each shard, the
-/// connection that ran the shard's task.
+/// shard it touches, on the shard's node, the nodes in parallel. Returns
+/// the rows, flags taken off, once it has recorded where they ran as
+/// `send` does, by `layout` (read under the fence): one object stands for
+/// each shard, the connection that ran the shard's task.
 pub(crate) fn send_to_shards(
     layout: &shards::Layout,
     sql: &str,
