@@ -388,14 +388,16 @@ pub(crate) fn set_local(name: &str, value: &str) {
     set(&name, &value, pgrx::pg_sys::GucAction::GUC_ACTION_LOCAL);
 }
 
-/// Runs `body` with setting `name` at `value` (a superuser's rights), as
-/// a function's `SET` clause does: restored when `body` returns, kept
+/// Runs `body` with `settings` (name, value) set (a superuser's rights),
+/// as a function's `SET` clause does: restored when `body` returns, kept
 /// only by an error, which ends the transaction anyway.
-pub(crate) fn with_setting<T>(name: &CStr, value: &CStr, body: impl FnOnce() -> T) -> T {
+pub(crate) fn with_settings<T>(settings: &[(&CStr, &CStr)], body: impl FnOnce() -> T) -> T {
     // SAFETY: opens a GUC nesting level on the main thread, where the
-    // setting is saved, and closes it, which restores the setting.
+    // settings are saved, and closes it, which restores them.
     let level = unsafe { pgrx::pg_sys::NewGUCNestLevel() };
-    set(name, value, pgrx::pg_sys::GucAction::GUC_ACTION_SAVE);
+    for (name, value) in settings {
+        set(name, value, pgrx::pg_sys::GucAction::GUC_ACTION_SAVE);
+    }
     let out = body();
     // SAFETY: closes the level opened above.
     unsafe { pgrx::pg_sys::AtEOXact_GUC(true, level) };

@@ -303,8 +303,11 @@ pub(crate) fn send_to_shards(
     // in one backend, so that calls of two shards of a node that touch
     // one object (nested calls) do not meet as two writers in one
     // transaction. (And a connection already used reuses its caches.)
+    // Forcing a connection per task overrides the pool's size.
+    let one_connection_per_node =
+        [(c"citus.max_adaptive_executor_pool_size", c"1"), (c"citus.force_max_query_parallelization", c"off")];
     let rows: Vec<(Option<i64>, Option<String>)> =
-        gucs::with_setting(c"citus.max_adaptive_executor_pool_size", c"1", || as_storage(|_| caught(run)))?;
+        gucs::with_settings(&one_connection_per_node, || as_storage(|_| caught(run)))?;
     let mut parts: std::collections::BTreeMap<usize, (i64, String, bool)> = Default::default();
     let mut answers = Vec::with_capacity(rows.len());
     for (object, answer) in rows {

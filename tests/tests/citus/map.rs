@@ -95,6 +95,14 @@ fn a_map_calls_failed_calls_are_reported_and_rolled_back_alone_on_every_node() {
         assert_eq!(mapped[&id], Ok(json!(3)));
         assert_eq!(call(&mut c, id, "get", json!({})), json!(3));
     }
+    // An error raised (not returned by the lambda) is reported per object
+    // too, on every node: here arguments the method cannot take.
+    let mapped = map_type(&mut c, &app, "Counter", "add", json!({"n": "two"})).unwrap();
+    assert_eq!(mapped.len(), objects(&mut c, &app).len());
+    for (id, outcome) in &mapped {
+        assert_eq!(outcome.as_ref().unwrap_err().0, "22023", "object {id}");
+    }
+    assert_eq!(call(&mut c, small.1, "get", json!({})), json!(3));
 }
 
 #[test]
@@ -105,7 +113,10 @@ fn a_map_calls_runs_may_call_objects_on_other_nodes() {
     let target = by_node.values().next().unwrap()[0];
     let relays = by_node.values().flatten().count() as i64;
     // Every object relays one tally to `target`: those on the other node
-    // stop for it there and are driven again from the coordinator.
+    // stop for it there and are driven again from the coordinator. A
+    // session may ask Citus for a connection per task: two tasks of the
+    // target's node would then be two writers of it in one transaction.
+    c.batch_execute("SET citus.force_max_query_parallelization = on").unwrap();
     let mapped =
         map_type(&mut c, &app, "Bench", "relay", json!({"target": target, "method": "tally", "args": {"tag": 1}}))
             .unwrap();
