@@ -75,9 +75,10 @@ if [ "$mode" = docker ]; then
     return $status
   }
   status=0
-  run --no-fail-fast -- --skip survive "$@" || status=1
-  # The fault tests kill and restart workers: alone, one at a time, after the others.
-  run -- survive --test-threads=1 "$@" || status=1
+  run --no-fail-fast -- --skip survive --skip background_ "$@" || status=1
+  # The fault tests kill and restart workers, and the background rebalancer
+  # moves every test's objects: alone, one at a time, after the others.
+  run -- survive background_ --test-threads=1 "$@" || status=1
   [ $status = 0 ] && echo "the containers survived the suite: no crash in their logs"
   exit $status
 fi
@@ -104,12 +105,13 @@ if [ -n "$suites" ]; then
 else
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \
     LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
-    cargo test -p lambdastore-tests --test citus --no-fail-fast -- --skip survive "$@"
+    cargo test -p lambdastore-tests --test citus --no-fail-fast -- --skip survive --skip background_ "$@"
   status=$?
-  # The fault tests kill and restart workers: alone, one at a time, after the others.
+  # The fault tests kill and restart workers, and the background rebalancer
+  # moves every test's objects: alone, one at a time, after the others.
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \
     LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
-    cargo test -p lambdastore-tests --test citus -- survive --test-threads=1 "$@" || status=1
+    cargo test -p lambdastore-tests --test citus -- survive background_ --test-threads=1 "$@" || status=1
 fi
 
 # After the stop, so that each log is complete.

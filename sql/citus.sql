@@ -156,3 +156,136 @@ END
 $fn$;
 REVOKE ALL ON FUNCTION lambdastore.migrate_object(bigint, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._hold_shard_operations() FROM PUBLIC;
+
+-- Calls per object and between objects on every node, counted since the
+-- last rebalancing run (extension/src/affinity.rs): a row with no partner
+-- is the calls `object_id` received on `node`; one with a partner, the
+-- nested calls `object_id`, running on `node`, made to it, `cross_node` of
+-- them to an object on another node; a row with no object, the calls that
+-- found the node's tables full. `forget` clears the counts as they are read.
+CREATE FUNCTION lambdastore.affinity(forget boolean DEFAULT false)
+RETURNS TABLE (node text, object_id bigint, partner bigint, calls bigint, cross_node bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    failed record;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
+        RETURN QUERY SELECT 'local'::text, a.* FROM lambdastore._affinity_here(forget) a;
+        RETURN;
+    END IF;
+    -- As Citus' own citus_stat_tenants gathers its per-node counts.
+    CREATE TEMP TABLE lambdastore_affinity ON COMMIT DROP AS
+    SELECT * FROM run_command_on_all_nodes(
+        format('SELECT coalesce(jsonb_agg(a), ''[]'') FROM lambdastore._affinity_here(%L) a', forget));
+    SELECT * INTO failed FROM lambdastore_affinity WHERE NOT success LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'reading the call counts of node % failed: %', failed.nodeid, failed.result
+            USING ERRCODE = '08006';
+    END IF;
+    RETURN QUERY
+    SELECT n.nodename || ':' || n.nodeport, a.*
+      FROM lambdastore_affinity r JOIN pg_dist_node n USING (nodeid),
+           jsonb_to_recordset(r.result::jsonb) AS a(object_id bigint, partner bigint, calls bigint, cross_node bigint);
+    DROP TABLE lambdastore_affinity;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore.affinity(boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._affinity_here(boolean) FROM PUBLIC;
+
+-- The plan of a rebalancing run (extension/src/rebalance.rs), from the
+-- counts of every node, for the objects of `app` (all if NULL) that still
+-- exist, on the nodes that hold shards.
+CREATE FUNCTION lambdastore._rebalance_plan(max_moves int, app text, forget boolean)
+RETURNS jsonb LANGUAGE plpgsql AS $fn$
+DECLARE
+    ids bigint[];
+    untracked bigint;
+    plan jsonb;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL
+       OR NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
+        RAISE EXCEPTION 'lambdastore.rebalance() needs a distributed catalog'
+            USING ERRCODE = '55000', HINT = 'Run SELECT lambdastore.distribute() on the coordinator first.';
+    END IF;
+    IF (SELECT groupid FROM pg_dist_local_group) <> 0 THEN
+        RAISE EXCEPTION 'lambdastore.rebalance() runs on the coordinator' USING ERRCODE = '55000';
+    END IF;
+    IF max_moves < 0 THEN
+        RAISE EXCEPTION 'max_moves must not be negative, not %', max_moves USING ERRCODE = '22023';
+    END IF;
+    CREATE TEMP TABLE lambdastore_counts ON COMMIT DROP AS SELECT * FROM lambdastore.affinity(forget);
+    SELECT coalesce(sum(calls), 0) INTO untracked FROM lambdastore_counts WHERE object_id IS NULL;
+    SELECT array_agg(o.object_id) INTO ids FROM lambdastore.objects o
+     WHERE o.object_id IN (SELECT c.object_id FROM lambdastore_counts c UNION SELECT c.partner FROM lambdastore_counts c)
+       AND (_rebalance_plan.app IS NULL OR o.app = _rebalance_plan.app);
+    plan := lambdastore._plan_moves(jsonb_build_object(
+        'nodes', (SELECT coalesce(jsonb_agg(nodename || ':' || nodeport ORDER BY nodeid), '[]') FROM pg_dist_node
+                   WHERE shouldhaveshards AND isactive AND noderole = 'primary'),
+        'objects', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                               'id', id,
+                               'node', (SELECT n.nodename || ':' || n.nodeport FROM pg_dist_placement p
+                                          JOIN pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+                                         WHERE p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', id)),
+                               'calls', (SELECT coalesce(sum(c.calls), 0) FROM lambdastore_counts c
+                                          WHERE c.object_id = id AND c.partner IS NULL))), '[]')
+                      FROM unnest(ids) id),
+        'pairs', (SELECT coalesce(jsonb_agg(jsonb_build_object('from', c.object_id, 'to', c.partner, 'calls', c.calls)), '[]')
+                    FROM (SELECT c.object_id, c.partner, sum(c.calls) AS calls FROM lambdastore_counts c
+                           WHERE c.object_id = ANY (ids) AND c.partner = ANY (ids) GROUP BY 1, 2) c),
+        'max_moves', max_moves));
+    DROP TABLE lambdastore_counts;
+    RETURN plan || jsonb_build_object('app', app, 'untracked_calls', untracked);
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._rebalance_plan(int, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._plan_moves(jsonb) FROM PUBLIC;
+
+-- One planned move, in the caller's transaction (Citus isolates a tenant
+-- only as the first change of a transaction): 'moved', or why not
+-- ('SQLSTATE: message'), so that one object deleted or one node down
+-- meanwhile does not end the run.
+CREATE FUNCTION lambdastore._rebalance_move(step jsonb) RETURNS text
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM lambdastore.migrate_object((step->>'object_id')::bigint, step->>'to', 'block_writes',
+                                       'rebalance: ' || (step->>'reason'));
+    RETURN 'moved';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._rebalance_move(jsonb) FROM PUBLIC;
+
+-- Moves objects so that objects that call each other share a node and
+-- load is even across nodes, planned from the calls counted since the
+-- last run (docs/ARCHITECTURE.md, "Rebalancing"). At most `max_moves`
+-- (lambdastore.rebalance_max_moves if NULL); `app` limits it to one
+-- application's objects. A dry run only returns the plan and its expected
+-- effect, and forgets nothing. A real run forgets the counts (the next run
+-- plans from calls made after this one) and makes each move a transaction
+-- of its own, so CALL it outside a transaction block; the plan returned
+-- says how each move went.
+CREATE PROCEDURE lambdastore.rebalance(dry_run boolean DEFAULT false, max_moves int DEFAULT NULL,
+                                       app text DEFAULT NULL, INOUT plan jsonb DEFAULT NULL)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    step jsonb;
+    done jsonb := '[]';
+BEGIN
+    IF NOT dry_run THEN
+        COMMIT; -- here, inside a transaction block, it fails before the counts are forgotten
+    END IF;
+    plan := lambdastore._rebalance_plan(max_moves, app, NOT dry_run) || jsonb_build_object('dry_run', dry_run);
+    IF dry_run THEN
+        RETURN;
+    END IF;
+    COMMIT;
+    FOR step IN SELECT * FROM jsonb_array_elements(plan->'moves') LOOP
+        done := done || jsonb_build_array(step || jsonb_build_object('outcome', lambdastore._rebalance_move(step)));
+        COMMIT;
+    END LOOP;
+    plan := jsonb_set(plan, '{moves}', done);
+END
+$fn$;
+REVOKE ALL ON PROCEDURE lambdastore.rebalance(boolean, int, text, jsonb) FROM PUBLIC;

@@ -105,6 +105,22 @@ static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::ne
 /// (or a node that stays down) from retrying forever.
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(20);
 
+/// `lambdastore.rebalance_interval` (ms, default 0: off; reloadable): how
+/// often the coordinator's rebalancer runs `lambdastore.rebalance()` by
+/// itself. Off by default: every move pauses the cluster's calls briefly
+/// (a migration's fence), which is the operator's choice to make.
+static REBALANCE_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+/// `lambdastore.rebalance_max_moves` (default 4): moves one rebalancing run
+/// may plan, so that one run's pauses stay short and a bad window of
+/// counts cannot reshuffle the cluster.
+static REBALANCE_MAX_MOVES: GucSetting<i32> = GucSetting::<i32>::new(4);
+
+/// `lambdastore.rebalance_tolerance` (default 0.2): how far above the mean
+/// a node's calls may be before the rebalancer evens them out, and the
+/// most that bringing partners together may load a node.
+static REBALANCE_TOLERANCE: GucSetting<f64> = GucSetting::<f64>::new(0.2);
+
 pub(crate) fn define() {
     GucRegistry::define_int_guc(
         c"lambdastore.workers",
@@ -141,6 +157,36 @@ pub(crate) fn define() {
         &CONCURRENCY_CONTROL,
         // `off` in one session lets its commits skip everyone's locks and
         // versions: other sessions' updates are lost. Superusers only.
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.rebalance_interval",
+        c"How often the coordinator rebalances objects by itself (0: never).",
+        c"Needs lambdastore in shared_preload_libraries; each run is lambdastore.rebalance().",
+        &REBALANCE_INTERVAL_MS,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.rebalance_max_moves",
+        c"Most objects one rebalancing run moves.",
+        c"",
+        &REBALANCE_MAX_MOVES,
+        0,
+        10_000,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"lambdastore.rebalance_tolerance",
+        c"How far above the mean a node's calls may be before rebalancing evens them out.",
+        c"Also the most that bringing objects that call each other together may load a node.",
+        &REBALANCE_TOLERANCE,
+        0.0,
+        10.0,
         GucContext::Suset,
         GucFlags::default(),
     );
@@ -316,6 +362,20 @@ pub(crate) fn workers() -> usize {
 
 pub(crate) fn database() -> String {
     DATABASE.get().map(|name| name.to_string_lossy().into_owned()).unwrap_or_else(|| "postgres".into())
+}
+
+/// None when off.
+pub(crate) fn rebalance_interval() -> Option<Duration> {
+    let ms = REBALANCE_INTERVAL_MS.get();
+    (ms > 0).then(|| Duration::from_millis(ms as u64))
+}
+
+pub(crate) fn rebalance_max_moves() -> i32 {
+    REBALANCE_MAX_MOVES.get()
+}
+
+pub(crate) fn rebalance_tolerance() -> f64 {
+    REBALANCE_TOLERANCE.get()
 }
 
 pub(crate) fn job_max_attempts() -> i32 {

@@ -9,6 +9,7 @@
 use pgrx::prelude::*;
 
 mod access;
+mod affinity;
 mod api;
 mod catalog;
 mod error;
@@ -19,6 +20,7 @@ mod jobs;
 mod jsonb;
 mod map;
 mod model;
+mod rebalance;
 mod route;
 mod runtime;
 mod shmem;
@@ -51,6 +53,7 @@ pub extern "C-unwind" fn _PG_init() {
         txn::versions::request_shared_memory();
         txn::prepared::request_shared_memory();
         stats::request_shared_memory();
+        affinity::request_shared_memory();
         workers::request_shared_memory();
         workers::register();
     }

@@ -7,6 +7,7 @@
 //! calls.
 
 use crate::access::{self, Caller, Privilege};
+use crate::affinity;
 use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
@@ -189,6 +190,9 @@ fn invoke(
     let workflow = start(caller, job, tape)?;
     workflow.remember_object(object, info.clone());
     let outcome = run_method(&workflow, &info, &app, readonly, object, method, args);
+    if !matches!(outcome, Err(LambdaError::Suspended(_))) {
+        affinity::received(object);
+    }
     counted(&info.app, &info.type_name, method, started, outcome)
 }
 

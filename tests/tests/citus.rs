@@ -977,3 +977,5 @@ mod gateway;
 mod map;
 #[path = "citus/migrate.rs"]
 mod migrate;
+#[path = "citus/rebalance.rs"]
+mod rebalance;

@@ -16,3 +16,6 @@ mod entry_sets;
 
 #[path = "../../extension/src/txn/tape.rs"]
 mod tape;
+
+#[path = "../../extension/src/rebalance.rs"]
+mod rebalance;

@@ -351,6 +351,21 @@ mod lambdastore {
         }
     }
 
+    /// Behind `lambdastore.rebalance` (sql/citus.sql): the plan from the
+    /// counts every node gathered (rebalance.rs), with the settings'
+    /// tolerance, and their bound on moves unless `max_moves` is given.
+    #[pg_extern(stable, parallel_safe)]
+    fn _plan_moves(counts: JsonB) -> JsonB {
+        let mut counts = counts.0;
+        if counts.get("max_moves").is_none_or(|m| m.is_null()) {
+            counts["max_moves"] = crate::gucs::rebalance_max_moves().into();
+        }
+        counts["tolerance"] = crate::gucs::rebalance_tolerance().into();
+        let input: crate::rebalance::Input = serde_json::from_value(counts)
+            .unwrap_or_else(|err| pgrx::error!("lambdastore._plan_moves: unexpected counts: {err}"));
+        JsonB(serde_json::to_value(crate::rebalance::plan(&input)).expect("a plan is plain data"))
+    }
+
     /// Behind `lambdastore.wait` (sql/views.sql), which then returns the job.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _wait_for_job(job_id: i64, timeout_ms: i64) {

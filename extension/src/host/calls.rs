@@ -7,6 +7,7 @@
 
 use super::registry::{self, AppVersion};
 use super::{remote, Frame, HostState};
+use crate::affinity;
 use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
@@ -123,10 +124,16 @@ pub(crate) fn call(caller: &HostState, target: i64, function: &str, args: &str) 
         readonly: caller.frame.readonly,
         depth,
     };
-    match route::owner_elsewhere(target)? {
-        Some(node) => remote::call(caller, &node, call),
+    let owner = route::owner_elsewhere(target)?;
+    let outcome = match &owner {
+        Some(node) => remote::call(caller, node, call),
         None => method_here(&caller.workflow, &caller.app, &call),
+    };
+    // A run stopped for a call on a third node makes it again when it runs again.
+    if !matches!(outcome, Err(LambdaError::Suspended(_))) {
+        affinity::called(caller.frame.object, target, owner.is_some());
     }
+    outcome
 }
 
 /// A nested method call on an object stored on this node, in `workflow`
@@ -146,6 +153,7 @@ pub(crate) fn method_here(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, call: &
         readonly: f.readonly || call.readonly,
         depth: call.depth,
     };
+    affinity::received(call.object);
     nested(workflow, app, frame, FunctionKind::Method, &call.args)
 }
 

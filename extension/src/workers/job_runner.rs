@@ -13,7 +13,7 @@
 //! serialization failure or a node that could not be reached, as a retry
 //! after a backoff.
 
-use super::{attach_worker, set_running, wait_latch, wake_waiters};
+use super::{attach_worker, reload_config_if_asked, set_running, transaction, wait_latch, wake_waiters};
 use crate::access::Caller;
 use crate::catalog::jobs::{self, Claimed};
 use crate::error::LambdaError;
@@ -35,15 +35,7 @@ const PREPARED_POLL: Duration = Duration::from_millis(100);
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     let index = arg.value();
-    // SAFETY: PostgreSQL's own handlers, installed before signals are
-    // unblocked. die() only sets ProcDiePending: the worker acts on it
-    // between jobs, and a running lambda's epoch callback stops the lambda
-    // first, so SIGTERM never lands in the middle of wasm.
-    unsafe {
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_handlers::die));
-        pg_sys::pqsignal(pg_sys::SIGHUP as i32, Some(postgres_handlers::SignalHandlerForConfigReload));
-        pg_sys::BackgroundWorkerUnblockSignals();
-    }
+    super::handle_signals();
     BackgroundWorker::connect_worker_to_spi(Some(&gucs::database()), None);
     // OCC needs READ COMMITTED, whatever the server's default is.
     // SAFETY: C strings that outlive the call.
@@ -68,25 +60,6 @@ pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     }
 }
 
-/// The C functions themselves: pgrx's `pg_sys` wraps them in Rust
-/// functions, which cannot be signal handlers.
-mod postgres_handlers {
-    unsafe extern "C-unwind" {
-        pub(crate) fn die(signal: std::ffi::c_int);
-        pub(crate) fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
-    }
-}
-
-fn reload_config_if_asked() {
-    // SAFETY: flag set by the SIGHUP handler; read and reset on the main thread.
-    unsafe {
-        if pg_sys::ConfigReloadPending != 0 {
-            pg_sys::ConfigReloadPending = 0;
-            pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
-        }
-    }
-}
-
 /// Runs due jobs until none is left; returns when the next backed-off job
 /// is due, if any.
 fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
@@ -105,22 +78,6 @@ fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
             Step::Idle(next) => return next,
         }
     }
-}
-
-fn transaction<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: the worker is connected and between transactions.
-    unsafe {
-        pg_sys::SetCurrentStatementStartTimestamp();
-        pg_sys::StartTransactionCommand();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-    }
-    let result = body();
-    // SAFETY: pairs with the calls above.
-    unsafe {
-        pg_sys::PopActiveSnapshot();
-        pg_sys::CommitTransactionCommand();
-    }
-    result
 }
 
 fn installed() -> bool {
@@ -203,8 +160,8 @@ fn backoff_ms(attempts: i32) -> i64 {
 }
 
 /// Why a job's workflow failed, from our error or PostgreSQL's.
-struct Failure {
-    message: String,
+pub(super) struct Failure {
+    pub(super) message: String,
     sqlstate: String,
     canceled: bool,
 }
@@ -245,7 +202,7 @@ fn sqlstate_text(code: PgSqlErrorCode) -> String {
 
 /// Runs `body` in a subtransaction: on any error, everything it did is
 /// rolled back and the error returned, and the enclosing transaction goes on.
-fn in_subtransaction<T>(body: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+pub(super) fn in_subtransaction<T>(body: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
     // SAFETY: in a transaction, on the main thread; the memory context and
     // resource owner are restored below as PL/pgSQL does.
     let (context, owner) = unsafe { (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner) };

@@ -10,6 +10,7 @@
 //! that queued jobs sets its latch, or until a retried job's backoff ends.
 
 pub(crate) mod job_runner;
+pub(crate) mod rebalancer;
 
 use crate::gucs::MAX_WORKERS;
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
@@ -63,7 +64,7 @@ pub(crate) fn request_shared_memory() {
     ENABLED.store(true, Ordering::Relaxed);
 }
 
-/// Registers `lambdastore.workers` job runners; from `_PG_init`, while
+/// Registers `lambdastore.workers` job runners and the rebalancer; from `_PG_init`, while
 /// preloading (background workers can only be started then).
 pub(crate) fn register() {
     for index in 0..crate::gucs::workers() {
@@ -79,6 +80,16 @@ pub(crate) fn register() {
             .set_restart_time(Some(Duration::from_secs(5)))
             .load();
     }
+    // On every node: whether this one is a coordinator is only known once
+    // connected, and the setting can be turned on by a reload.
+    BackgroundWorkerBuilder::new("lambdastore rebalancer")
+        .set_type("lambdastore rebalancer")
+        .set_library("lambdastore")
+        .set_function("lambdastore_rebalancer_main")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(5)))
+        .load();
 }
 
 /// Whether job runners serve `database` (by configuration: they may be
@@ -195,4 +206,53 @@ fn wait_latch(timeout: Duration) {
         pg_sys::ResetLatch(pg_sys::MyLatch);
     }
     pgrx::check_for_interrupts!();
+}
+
+/// Installs PostgreSQL's own handlers, before signals are unblocked.
+/// die() only sets ProcDiePending: a worker acts on it between steps, and
+/// a running lambda's epoch callback stops the lambda first, so SIGTERM
+/// never lands in the middle of wasm.
+fn handle_signals() {
+    // SAFETY: called first thing in the worker, on its main thread.
+    unsafe {
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_handlers::die));
+        pg_sys::pqsignal(pg_sys::SIGHUP as i32, Some(postgres_handlers::SignalHandlerForConfigReload));
+        pg_sys::BackgroundWorkerUnblockSignals();
+    }
+}
+
+/// The C functions themselves: pgrx's `pg_sys` wraps them in Rust
+/// functions, which cannot be signal handlers.
+mod postgres_handlers {
+    unsafe extern "C-unwind" {
+        pub(crate) fn die(signal: std::ffi::c_int);
+        pub(crate) fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
+    }
+}
+
+fn reload_config_if_asked() {
+    // SAFETY: flag set by the SIGHUP handler; read and reset on the main thread.
+    unsafe {
+        if pg_sys::ConfigReloadPending != 0 {
+            pg_sys::ConfigReloadPending = 0;
+            pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+        }
+    }
+}
+
+/// Runs `body` in a transaction of its own, with a snapshot.
+fn transaction<R>(body: impl FnOnce() -> R) -> R {
+    // SAFETY: the worker is connected and between transactions.
+    unsafe {
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let result = body();
+    // SAFETY: pairs with the calls above.
+    unsafe {
+        pg_sys::PopActiveSnapshot();
+        pg_sys::CommitTransactionCommand();
+    }
+    result
 }

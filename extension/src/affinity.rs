@@ -1,0 +1,210 @@
+//! Who calls whom, for `lambdastore.rebalance()`: per object, the calls it
+//! received on this node, and per pair of objects, the nested calls the
+//! first made to the second from here, and how many of them went to
+//! another node. In shared memory, as the statistics are (a call that
+//! aborts still loaded the node), so it needs the library preloaded.
+//!
+//! Counting takes no lock once an object or a pair has a slot: slots are
+//! found by hashing the ids and probing a few neighbours, and counted with
+//! an atomic add. Only claiming a free slot takes a lock, so that two
+//! backends do not claim two slots for one key. The tables are bounded:
+//! what finds them full is counted as untracked, not lost silently, and
+//! the rebalancer forgets everything after each run (a window per run).
+
+use crate::shmem::Zeroed;
+use pgrx::lwlock::PgLwLock;
+use pgrx::prelude::*;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+/// Objects and pairs tracked per node between two runs of the rebalancer.
+const OBJECTS: usize = 4096;
+const PAIRS: usize = 8192;
+/// Slots looked at for a key before it counts as untracked.
+const PROBES: usize = 32;
+
+/// The key of a slot; 0 (no object has id 0) marks a free slot.
+trait Slot {
+    type Key: Copy + Eq;
+    fn key(&self) -> Option<Self::Key>;
+    /// Publishes `key` with its counts zeroed (under the claim lock).
+    fn claim(&self, key: Self::Key);
+    fn clear(&self);
+}
+
+struct ObjectSlot {
+    id: AtomicI64,
+    calls: AtomicI64,
+}
+
+struct PairSlot {
+    from: AtomicI64,
+    to: AtomicI64,
+    calls: AtomicI64,
+    cross_node: AtomicI64,
+}
+
+impl Slot for ObjectSlot {
+    type Key = i64;
+
+    fn key(&self) -> Option<i64> {
+        Some(self.id.load(Ordering::Acquire)).filter(|id| *id != 0)
+    }
+
+    fn claim(&self, id: i64) {
+        self.calls.store(0, Ordering::Relaxed);
+        self.id.store(id, Ordering::Release);
+    }
+
+    fn clear(&self) {
+        self.id.store(0, Ordering::Release);
+    }
+}
+
+impl Slot for PairSlot {
+    type Key = (i64, i64);
+
+    /// `from` is published last, so a reader that sees it sees `to`.
+    fn key(&self) -> Option<(i64, i64)> {
+        let from = self.from.load(Ordering::Acquire);
+        (from != 0).then(|| (from, self.to.load(Ordering::Relaxed)))
+    }
+
+    fn claim(&self, (from, to): (i64, i64)) {
+        self.calls.store(0, Ordering::Relaxed);
+        self.cross_node.store(0, Ordering::Relaxed);
+        self.to.store(to, Ordering::Relaxed);
+        self.from.store(from, Ordering::Release);
+    }
+
+    fn clear(&self) {
+        self.from.store(0, Ordering::Release);
+    }
+}
+
+struct Tables {
+    objects: [ObjectSlot; OBJECTS],
+    pairs: [PairSlot; PAIRS],
+    /// Calls that found no slot.
+    untracked: AtomicI64,
+}
+
+// SAFETY: the names are unique to this extension.
+static TABLES: Zeroed<Tables> = Zeroed::new(c"lambdastore_affinity");
+static CLAIM: PgLwLock<bool> = unsafe { PgLwLock::new(c"lambdastore_affinity_claim") };
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Requests the shared memory; from `_PG_init`, while preloading.
+#[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
+pub(crate) fn request_shared_memory() {
+    pgrx::pg_shmem_init!(TABLES = false);
+    pgrx::pg_shmem_init!(CLAIM);
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// Fibonacci hashing: ids on a cluster differ in their high bits (each
+/// node draws from its own range) and low bits alike.
+fn start(hash: u64, len: usize) -> usize {
+    (hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % len
+}
+
+/// The slot of `key`: found without a lock, or claimed under it.
+fn slot<S: Slot>(slots: &[S], key: S::Key, hash: u64) -> Option<&S> {
+    let first = start(hash, slots.len());
+    let probe = || (0..PROBES).map(|i| &slots[(first + i) % slots.len()]);
+    for slot in probe() {
+        match slot.key() {
+            Some(k) if k == key => return Some(slot),
+            Some(_) => continue,
+            None => break,
+        }
+    }
+    // Again under the lock: another backend may have claimed it meanwhile.
+    let _claiming = CLAIM.exclusive();
+    for slot in probe() {
+        match slot.key() {
+            Some(k) if k == key => return Some(slot),
+            Some(_) => continue,
+            None => {
+                slot.claim(key);
+                return Some(slot);
+            }
+        }
+    }
+    None
+}
+
+fn count(counter: Option<&AtomicI64>) {
+    match counter {
+        Some(counter) => counter.fetch_add(1, Ordering::Relaxed),
+        None => TABLES.get().untracked.fetch_add(1, Ordering::Relaxed),
+    };
+}
+
+/// Counts a call that `object` received on this node.
+pub(crate) fn received(object: i64) {
+    if ENABLED.load(Ordering::Relaxed) {
+        count(slot(&TABLES.get().objects, object, object as u64).map(|s| &s.calls));
+    }
+}
+
+/// Counts a nested call that `from`, running here, made to `to`.
+pub(crate) fn called(from: i64, to: i64, cross_node: bool) {
+    if !ENABLED.load(Ordering::Relaxed) || from == to {
+        return;
+    }
+    let hash = (from as u64).rotate_left(17) ^ to as u64;
+    let pair = slot(&TABLES.get().pairs, (from, to), hash);
+    count(pair.map(|s| &s.calls));
+    if cross_node {
+        count(pair.map(|s| &s.cross_node));
+    }
+}
+
+type Row = (Option<i64>, Option<i64>, i64, Option<i64>);
+
+/// This node's counts: (object, None, calls received, None) and (caller,
+/// callee, nested calls, of which to another node); a last row (None, None,
+/// untracked calls, None) if any found the tables full. `forget` clears
+/// them as they are read, under the claim lock: a window of counts.
+fn read(forget: bool) -> Vec<Row> {
+    if !ENABLED.load(Ordering::Relaxed) {
+        pgrx::notice!("lambdastore.affinity needs lambdastore in shared_preload_libraries");
+        return Vec::new();
+    }
+    let tables = TABLES.get();
+    let _claiming = CLAIM.exclusive();
+    let take =
+        |counter: &AtomicI64| if forget { counter.swap(0, Ordering::Relaxed) } else { counter.load(Ordering::Relaxed) };
+    let mut rows = Vec::new();
+    for slot in &tables.objects {
+        if let Some(id) = slot.key() {
+            rows.push((Some(id), None, take(&slot.calls), None));
+            if forget {
+                slot.clear();
+            }
+        }
+    }
+    for slot in &tables.pairs {
+        if let Some((from, to)) = slot.key() {
+            rows.push((Some(from), Some(to), take(&slot.calls), Some(take(&slot.cross_node))));
+            if forget {
+                slot.clear();
+            }
+        }
+    }
+    let untracked = take(&tables.untracked);
+    if untracked > 0 {
+        rows.push((None, None, untracked, None));
+    }
+    rows
+}
+
+#[pg_extern(schema = "lambdastore", name = "_affinity_here")]
+fn affinity_here(
+    forget: bool,
+) -> TableIterator<
+    'static,
+    (name!(object_id, Option<i64>), name!(partner, Option<i64>), name!(calls, i64), name!(cross_node, Option<i64>)),
+> {
+    TableIterator::new(read(forget))
+}
