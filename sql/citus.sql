@@ -95,6 +95,37 @@ REVOKE ALL ON FUNCTION lambdastore._validate_here() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._split_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._map_here(bigint, text, text, text, bigint, text) FROM PUBLIC;
 
+-- Whether the catalog is distributed: Citus is there and distribute() ran.
+-- (PL/pgSQL: Citus' tables are looked up only when it runs.)
+CREATE FUNCTION lambdastore._distributed() RETURNS boolean LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN false;
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass);
+END
+$fn$;
+
+-- Whether this node is the coordinator of a distributed catalog.
+CREATE FUNCTION lambdastore._coordinator() RETURNS boolean LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+    RETURN lambdastore._distributed() AND (SELECT groupid FROM pg_dist_local_group) = 0;
+END
+$fn$;
+
+-- Refuses `what` (55000) anywhere but there.
+CREATE FUNCTION lambdastore._require_coordinator(what text) RETURNS void LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+    IF NOT lambdastore._distributed() THEN
+        RAISE EXCEPTION 'lambdastore.%() needs a distributed catalog', what
+            USING ERRCODE = '55000', HINT = 'Run SELECT lambdastore.distribute() on the coordinator first.';
+    END IF;
+    IF NOT lambdastore._coordinator() THEN
+        RAISE EXCEPTION 'lambdastore.%() runs on the coordinator', what USING ERRCODE = '55000';
+    END IF;
+END
+$fn$;
+
 -- Moves an object to `node` (host:port, as in pg_dist_node), on the
 -- coordinator: isolates it into a shard of its own, with its rows of every
 -- colocated table (Citus' tenant isolation), and moves that shard. Calls
@@ -114,13 +145,7 @@ DECLARE
     shard bigint;
     isolated boolean := false;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
-        RAISE EXCEPTION 'lambdastore.migrate_object() needs a distributed catalog'
-            USING ERRCODE = '55000', HINT = 'Run SELECT lambdastore.distribute() on the coordinator first.';
-    END IF;
-    IF (SELECT groupid FROM pg_dist_local_group) <> 0 THEN
-        RAISE EXCEPTION 'lambdastore.migrate_object() runs on the coordinator' USING ERRCODE = '55000';
-    END IF;
+    PERFORM lambdastore._require_coordinator('migrate_object');
     SELECT * INTO target FROM pg_dist_node n
      WHERE n.nodename || ':' || n.nodeport = node AND n.noderole = 'primary' AND n.isactive;
     IF NOT FOUND OR NOT target.shouldhaveshards THEN
@@ -169,8 +194,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     failed record;
 BEGIN
-    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL
-       OR NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
+    IF NOT lambdastore._distributed() THEN
         RETURN QUERY SELECT 'local'::text, a.* FROM lambdastore._affinity_here(forget) a;
         RETURN;
     END IF;
@@ -203,14 +227,7 @@ DECLARE
     untracked bigint;
     plan jsonb;
 BEGIN
-    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL
-       OR NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
-        RAISE EXCEPTION 'lambdastore.rebalance() needs a distributed catalog'
-            USING ERRCODE = '55000', HINT = 'Run SELECT lambdastore.distribute() on the coordinator first.';
-    END IF;
-    IF (SELECT groupid FROM pg_dist_local_group) <> 0 THEN
-        RAISE EXCEPTION 'lambdastore.rebalance() runs on the coordinator' USING ERRCODE = '55000';
-    END IF;
+    PERFORM lambdastore._require_coordinator('rebalance');
     IF max_moves < 0 THEN
         RAISE EXCEPTION 'max_moves must not be negative, not %', max_moves USING ERRCODE = '22023';
     END IF;

@@ -424,6 +424,41 @@ fn a_map_call_runs_a_method_on_every_object_of_a_type_as_calls_one_by_one_would(
 }
 
 #[test]
+fn lambdastore_affinity_counts_the_calls_objects_receive_and_make_to_each_other() {
+    let (mut c, app) = deployed("affinity", "bank");
+    let a = create(&mut c, &app, "Account", json!({"owner": "a", "initial": 100}));
+    let b = create(&mut c, &app, "Account", json!({"owner": "b", "initial": 100}));
+    // A window of its own (on a Citus coordinator, every node's).
+    c.execute("SELECT count(*) FROM lambdastore.affinity(forget => true)", &[]).unwrap();
+    for _ in 0..3 {
+        call(&mut c, a, "transfer", json!({"to": b, "amount": 1}));
+    }
+    call(&mut c, b, "balance", json!({}));
+    let counts = |c: &mut Client, partner: Option<i64>| -> (i64, i64) {
+        let row = c
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(cross_node), 0)::bigint
+                   FROM lambdastore.affinity() WHERE object_id = $1 AND partner IS NOT DISTINCT FROM $2",
+                &[&a, &partner],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(counts(&mut c, None).0, 3, "calls a received");
+    let (to_b, cross_node) = counts(&mut c, Some(b));
+    assert_eq!(to_b, 3, "nested calls a made to b");
+    assert!(cross_node <= to_b);
+    let received_by_b: i64 = c
+        .query_one(
+            "SELECT sum(calls)::bigint FROM lambdastore.affinity() WHERE object_id = $1 AND partner IS NULL",
+            &[&b],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(received_by_b, 4, "3 deposits and a balance");
+}
+
+#[test]
 fn a_failed_call_of_a_map_call_is_reported_and_rolled_back_alone() {
     let (mut c, app) = deployed("map_failures", "counter");
     let near_max = create(&mut c, &app, "Counter", json!({"initial": i64::MAX - 1}));

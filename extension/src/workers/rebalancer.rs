@@ -16,13 +16,10 @@ use std::time::{Duration, Instant};
 /// Sleep while the setting is 0: a reload wakes the worker anyway.
 const OFF: Duration = Duration::from_secs(3600);
 
-/// Whether this node is where rebalancing runs: the coordinator, with the
-/// extension created and its catalog distributed.
-const HERE: &str = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL
-                      AND to_regprocedure('lambdastore._rebalance_plan(integer,text,boolean)') IS NOT NULL";
-const PLAN: &str = "SELECT lambdastore._rebalance_plan(NULL, NULL, true)::text
-                     WHERE EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass)
-                       AND (SELECT groupid FROM pg_dist_local_group) = 0";
+/// Whether this node is where rebalancing runs: the extension is created
+/// here, and this is the coordinator of a distributed catalog.
+const HERE: &str = "SELECT to_regprocedure('lambdastore._coordinator()') IS NOT NULL";
+const PLAN: &str = "SELECT lambdastore._rebalance_plan(NULL, NULL, true)::text WHERE lambdastore._coordinator()";
 const MOVE: &str = "SELECT lambdastore._rebalance_move($1::jsonb)";
 
 /// Entry point, named in the worker's registration (`workers::register`).
