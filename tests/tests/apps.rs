@@ -424,6 +424,26 @@ fn a_map_call_runs_a_method_on_every_object_of_a_type_as_calls_one_by_one_would(
 }
 
 #[test]
+fn a_lambdas_map_call_reports_each_object_and_rolls_back_only_the_failed_call() {
+    let (mut c, app) = deployed("lambda_map_call", "counter");
+    let me = create(&mut c, &app, "Counter", json!({}));
+    let a = create(&mut c, &app, "Counter", json!({"initial": 1}));
+    let b = create(&mut c, &app, "Counter", json!({"initial": 10}));
+    let full = create(&mut c, &app, "Counter", json!({"initial": i64::MAX}));
+    let outcomes = call(&mut c, me, "add_to_each", json!({"counters": [a, full, b, a], "n": 2}));
+    let overflow = format!("counter overflow: {} + 2", i64::MAX);
+    assert_eq!(outcomes, json!([[a, {"Ok": 3}], [full, {"Err": overflow}], [b, {"Ok": 12}]]));
+    for (id, value) in [(a, 3), (b, 12), (full, i64::MAX), (me, 2)] {
+        assert_eq!(call(&mut c, id, "get", json!({})), json!(value), "object {id}");
+    }
+    // An unknown object ends the workflow, as a single nested call does:
+    // nothing of it stays.
+    let err = invoke(&mut c, me, "add_to_each", json!({"counters": [a, -1], "n": 2})).unwrap_err();
+    assert_eq!(err.code().map(|s| s.code()), Some("42704"), "{}", describe(&err));
+    assert_eq!(call(&mut c, a, "get", json!({})), json!(3));
+}
+
+#[test]
 fn lambdastore_affinity_counts_the_calls_objects_receive_and_make_to_each_other() {
     let (mut c, app) = deployed("affinity", "bank");
     let a = create(&mut c, &app, "Account", json!({"owner": "a", "initial": 100}));

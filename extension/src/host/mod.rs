@@ -88,6 +88,20 @@ impl lambdastore::lambda::host::Host for HostState {
         recoverable(calls::call(self, target, &function, &args))
     }
 
+    fn map_call(
+        &mut self,
+        targets: Vec<i64>,
+        function: String,
+        args: String,
+    ) -> wasmtime::Result<Vec<(i64, Result<String, CallError>)>> {
+        let mut seen = std::collections::HashSet::new();
+        targets
+            .into_iter()
+            .filter(|target| seen.insert(*target))
+            .map(|target| Ok((target, recoverable(calls::call(self, target, &function, &args))?)))
+            .collect()
+    }
+
     fn create(&mut self, type_name: String, args: String) -> wasmtime::Result<Result<i64, CallError>> {
         recoverable(calls::create_nested(self, &type_name, &args))
     }

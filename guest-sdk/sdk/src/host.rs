@@ -78,6 +78,12 @@ pub fn call(target: ObjectId, function: &str, args: &str) -> Result<String, Call
     imp::call(target, function, args)
 }
 
+/// [`call`] on each of `targets` (each once, in the order given): each
+/// target's outcome, a failed one rolled back alone.
+pub fn map_call(targets: &[ObjectId], function: &str, args: &str) -> Vec<(ObjectId, Result<String, CallError>)> {
+    imp::map_call(targets, function, args)
+}
+
 /// Creates an object of `type_name` and runs its constructor with `args` (JSON).
 pub fn create(type_name: &str, args: &str) -> Result<ObjectId, CallError> {
     imp::create(type_name, args)
@@ -136,6 +142,12 @@ mod wasm {
     }
     pub fn call(target: ObjectId, function: &str, args: &str) -> Result<String, CallError> {
         host::call(target, function, args).map_err(Into::into)
+    }
+    pub fn map_call(targets: &[ObjectId], function: &str, args: &str) -> Vec<(ObjectId, Result<String, CallError>)> {
+        host::map_call(targets, function, args)
+            .into_iter()
+            .map(|(id, outcome)| (id, outcome.map_err(Into::into)))
+            .collect()
     }
     pub fn create(type_name: &str, args: &str) -> Result<ObjectId, CallError> {
         host::create(type_name, args).map_err(Into::into)

@@ -253,6 +253,42 @@ pub fn spawn<A: serde::Serialize + ?Sized>(
     host::spawn(target.into(), function, &args)
 }
 
+/// Calls method `function` of each of `targets` (each once, in the order
+/// given) with `args` (serialized as JSON), in this transaction, as nested
+/// calls: each target's result, decoded as `R`. A call that fails with its
+/// own error is rolled back alone and reported in its place; the others
+/// stay. As with a single nested call, a trap, the timeout or an unknown
+/// object aborts the whole workflow. On a Citus cluster each call runs on
+/// its object's node. The SQL counterpart is `lambdastore.map_call`.
+///
+/// # Examples
+///
+/// ```
+/// # use lambdastore_sdk::{map_call, ObjectId};
+/// # fn example(counters: &[ObjectId]) -> Result<(), lambdastore_sdk::CallError> {
+/// for (id, outcome) in map_call::<i64, _>(counters, "add", &serde_json::json!({"n": 5}))? {
+///     match outcome {
+///         Ok(value) => lambdastore_sdk::log::info(format!("{id} is now {value}")),
+///         Err(err) => lambdastore_sdk::log::warning(format!("{id} unchanged: {err}")),
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub fn map_call<R: serde::de::DeserializeOwned, A: serde::Serialize + ?Sized>(
+    targets: &[ObjectId],
+    function: &str,
+    args: &A,
+) -> Result<Vec<(ObjectId, Result<R, CallError>)>, CallError> {
+    let args =
+        serde_json::to_string(args).map_err(|e| CallError::BadArguments(format!("cannot encode arguments: {e}")))?;
+    let outcomes = host::map_call(targets, function, &args);
+    Ok(outcomes
+        .into_iter()
+        .map(|(id, outcome)| (id, outcome.and_then(|json| __private::decode_return(function, &json))))
+        .collect())
+}
+
 /// Writes to the PostgreSQL server log.
 ///
 /// # Examples

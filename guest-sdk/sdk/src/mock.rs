@@ -631,6 +631,11 @@ pub(crate) mod host {
     pub fn call(target: ObjectId, function: &str, args: &str) -> Result<String, CallError> {
         with(|s| s.entry(|s| s.call(target, function, args)))
     }
+    /// As the host does it: `call`, each target once.
+    pub fn map_call(targets: &[ObjectId], function: &str, args: &str) -> Vec<(ObjectId, Result<String, CallError>)> {
+        let mut seen = std::collections::HashSet::new();
+        targets.iter().filter(|t| seen.insert(**t)).map(|&t| (t, call(t, function, args))).collect()
+    }
     pub fn create(type_name: &str, args: &str) -> Result<ObjectId, CallError> {
         with(|s| s.entry(|s| s.create(type_name, args)))
     }

@@ -7,7 +7,7 @@ use super::{calls_here, node, on_two_nodes, prove, read_skew, spread, workers};
 use crate::common::concurrent::{sqlstate, Cc, Tally};
 use crate::common::*;
 use postgres::Client;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// The objects each node holds, as `spread` made them.
@@ -154,4 +154,44 @@ fn read_skew_by_map_calls_occ() {
 #[test]
 fn read_skew_by_map_calls_off() {
     prove(read_skew_by_map_calls, Cc::Off);
+}
+
+/// The host call: a lambda's map call reaches objects on both workers,
+/// each call on its object's node, from a session on the coordinator.
+#[test]
+fn a_lambdas_map_call_runs_each_call_on_its_objects_node() {
+    let Some(_workers) = workers() else { return };
+    // The node identity below reads the call counts, which rebalancing forgets.
+    let _turn = super::rebalance::REBALANCING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (mut c, app) = deployed("citus_lambda_map", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 1}), 3);
+    let mut nodes = by_node.values();
+    let (here, there) = (nodes.next().unwrap(), nodes.next().unwrap());
+    let me = here[0];
+    let targets: Vec<i64> = here[1..].iter().chain(there).copied().collect();
+    let my_node = owner(&mut c, me);
+    let full = (0..200)
+        .find_map(|_| {
+            let id = create(&mut c, &app, "Counter", json!({"initial": i64::MAX}));
+            (owner(&mut c, id) != my_node).then_some(id)
+        })
+        .expect("a counter on the other worker");
+
+    let all: Vec<i64> = targets.iter().copied().chain([full]).collect();
+    let outcomes = call(&mut c, me, "add_to_each", json!({"counters": all, "n": 2}));
+    let mut expected: Vec<Value> = targets.iter().map(|&id| json!([id, {"Ok": 3}])).collect();
+    expected.push(json!([full, {"Err": format!("counter overflow: {} + 2", i64::MAX)}]));
+    assert_eq!(outcomes, Value::Array(expected));
+    for &id in &targets {
+        assert_eq!(call(&mut c, id, "get", json!({})), json!(3), "object {id}");
+        let nodes: Vec<String> = c
+            .query("SELECT DISTINCT node FROM lambdastore.affinity() WHERE object_id = $1 AND partner IS NULL", &[&id])
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(nodes, vec![owner(&mut c, id)], "object {id}'s calls ran elsewhere");
+    }
+    assert_eq!(call(&mut c, full, "get", json!({})), json!(i64::MAX));
+    assert_eq!(call(&mut c, me, "get", json!({})), json!(1 + targets.len() as i64));
 }

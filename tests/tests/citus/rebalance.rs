@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static REBALANCING: Mutex<()> = Mutex::new(());
+/// Held by every test that reads or forgets the call counts.
+pub(crate) static REBALANCING: Mutex<()> = Mutex::new(());
 
 /// `CALL lambdastore.rebalance(...)` for `app`'s objects: the plan.
 fn rebalance(c: &mut Client, app: &str, dry_run: bool, max_moves: i32) -> Value {

@@ -37,6 +37,20 @@ impl Counter {
         self.value.set(&sum);
         Ok(sum)
     }
+
+    /// Adds `n` to each of `counters` with one map call, and adds here the
+    /// number that took it: each counter's new value, or why it failed
+    /// (that counter unchanged, the others kept).
+    fn add_to_each(
+        &self,
+        counters: Vec<CounterRef>,
+        n: i64,
+    ) -> Result<Vec<(ObjectId, std::result::Result<i64, String>)>> {
+        let ids: Vec<ObjectId> = counters.into_iter().map(CounterRef::id).collect();
+        let outcomes = lambdastore_sdk::map_call::<i64, _>(&ids, "add", &serde_json::json!({ "n": n }))?;
+        self.add(outcomes.iter().filter(|(_, outcome)| outcome.is_ok()).count() as i64)?;
+        Ok(outcomes.into_iter().map(|(id, outcome)| (id, outcome.map_err(|err| err.to_string()))).collect())
+    }
 }
 
 lambdastore_sdk::app!(Counter);
@@ -89,6 +103,20 @@ mod tests {
         let counter = CounterRef::new(Some(1)).unwrap();
         assert_eq!(counter.add(2).unwrap(), 3);
         assert_eq!(counter.get().unwrap(), 3);
+    }
+
+    #[test]
+    fn add_to_each_reports_each_counter_and_rolls_back_only_the_one_that_failed() {
+        let host = MockHost::for_app::<App>();
+        let me = host.create("Counter", json!(null)).unwrap();
+        let a = host.create("Counter", json!({"initial": 1})).unwrap();
+        let full = host.create("Counter", json!({"initial": i64::MAX})).unwrap();
+        let outcomes = host.invoke(me, "add_to_each", json!({"counters": [a, full, a], "n": 2})).unwrap();
+        let overflow = format!("counter overflow: {} + 2", i64::MAX);
+        assert_eq!(outcomes, json!([[a, {"Ok": 3}], [full, {"Err": overflow}]]), "each counter once, in order");
+        assert_eq!(host.cell::<i64>(a, "value"), Some(3));
+        assert_eq!(host.cell::<i64>(full, "value"), Some(i64::MAX));
+        assert_eq!(host.cell::<i64>(me, "value"), Some(1), "one counter took it");
     }
 
     #[test]
