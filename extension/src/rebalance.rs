@@ -145,41 +145,47 @@ impl Model<'_> {
     fn affinity_moves(&self, room: usize) -> Option<Vec<Move>> {
         let cap = self.cap();
         let within = |load: i64| load as f64 <= cap;
-        let mut single: Option<(i64, Reverse<i64>, Reverse<i64>, usize)> = None; // gain, higher load, id, target
-        let mut swap: Option<(i64, Reverse<(i64, i64)>, usize, i64)> = None; // gain, ids, target, partner moved back
-        for (id, node, calls) in self.movable() {
-            let on = self.partner_calls(id);
-            for target in (0..self.nodes.len()).filter(|t| *t != node) {
-                let gain = on[target] - on[node];
-                if gain <= 0 {
-                    continue;
-                }
-                if within(self.load[target] + calls) {
-                    let higher = (self.load[node] - calls).max(self.load[target] + calls);
-                    single = single.max(Some((gain, Reverse(higher), Reverse(id), target)));
-                    continue;
-                }
-                if single.is_some() || room < 2 {
-                    continue;
-                }
-                for (other, other_node, other_calls) in self.movable() {
-                    let loads = (self.load[node] - calls + other_calls, self.load[target] + calls - other_calls);
-                    if other_node != target || other == id || !within(loads.0) || !within(loads.1) {
-                        continue;
-                    }
-                    let other_on = self.partner_calls(other);
-                    let between = self.calls_between(id, other);
-                    let total = gain + other_on[node] - other_on[target] - 2 * between;
-                    if total > 0 {
-                        swap = swap.max(Some((total, Reverse((id, other)), target, other)));
-                    }
-                }
-            }
-        }
+        let movable: Vec<(i64, usize, i64)> = self.movable().collect();
+        let on: HashMap<i64, Vec<i64>> = movable.iter().map(|&(id, ..)| (id, self.partner_calls(id))).collect();
+        // (object, its node, its calls, target, partner calls gained)
+        let candidates: Vec<_> = movable
+            .iter()
+            .flat_map(|&(id, node, calls)| {
+                let on = &on[&id];
+                (0..self.nodes.len()).map(move |target| (id, node, calls, target, on[target] - on[node]))
+            })
+            .filter(|&(_, node, _, target, gain)| target != node && gain > 0)
+            .collect();
+        let single = candidates
+            .iter()
+            .filter(|&&(_, _, calls, target, _)| within(self.load[target] + calls))
+            .map(|&(id, node, calls, target, gain)| {
+                let higher = (self.load[node] - calls).max(self.load[target] + calls);
+                (gain, Reverse(higher), Reverse(id), target)
+            })
+            .max();
         if let Some((gain, _, Reverse(id), target)) = single {
             return Some(vec![self.make(id, target, self.affinity_reason(id, target, gain))]);
         }
-        let (gain, Reverse((id, _)), target, other) = swap?;
+        if room < 2 {
+            return None;
+        }
+        let (gain, Reverse((id, other)), target) = candidates
+            .iter()
+            .flat_map(|&(id, node, calls, target, gain)| {
+                let on = &on;
+                movable.iter().filter_map(move |&(other, other_node, other_calls)| {
+                    let fits = within(self.load[node] - calls + other_calls)
+                        && within(self.load[target] + calls - other_calls);
+                    if other_node != target || other == id || !fits {
+                        return None;
+                    }
+                    // Calls between the two stay across nodes either way.
+                    let total = gain + on[&other][node] - on[&other][target] - 2 * self.calls_between(id, other);
+                    (total > 0).then_some((total, Reverse((id, other)), target))
+                })
+            })
+            .max()?;
         let source = self.node_of[&id];
         let reason = format!("affinity, swapped for load: {}", self.affinity_reason(id, target, gain));
         Some(vec![self.make(id, target, reason.clone()), self.make(other, source, reason)])
