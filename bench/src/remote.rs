@@ -371,6 +371,21 @@ impl lambdastore::lambda::host::Host for State {
         self.nested(target, type_name, function, FunctionKind::Method, &args)
     }
 
+    /// As the extension does it: `call` on each target, once each.
+    fn map_call(
+        &mut self,
+        targets: Vec<i64>,
+        function: String,
+        args: String,
+    ) -> wasmtime::Result<Vec<(i64, Result<String, CallError>)>> {
+        let mut seen = std::collections::HashSet::new();
+        targets
+            .into_iter()
+            .filter(|target| seen.insert(*target))
+            .map(|target| Ok((target, self.call(target, function.clone(), args.clone())?)))
+            .collect()
+    }
+
     fn create(&mut self, type_name: String, _args: String) -> wasmtime::Result<Result<i64, CallError>> {
         Ok(Err(CallError::NotAllowed(format!("the disaggregated baseline cannot create objects ({type_name})"))))
     }
