@@ -70,7 +70,7 @@ bench: lambdas install ## The benchmark suite on its own cluster, every system s
 	scripts/bench.sh $(BENCH_ARGS)
 
 .PHONY: bench-citus
-bench-citus: lambdas install ## One node against the local Citus cluster (pgbench: read-only, write, two-node transactions)
+bench-citus: lambdas install ## One node against a local Citus cluster (citus-bench): pgbench workloads (Retwis and CloudForum too), the gateway via the coordinator vs direct to the owner, a migration under load (bench/results/citus-migration.svg)
 	scripts/bench-citus.sh
 
 .PHONY: bench-quick
@@ -99,3 +99,4 @@ stop: ## Stop the demo's gateway and the project's PostgreSQL clusters, Citus on
 	scripts/cluster.sh stop test
 	scripts/citus.sh stop citus-demo
 	scripts/citus.sh stop citus-test
+	scripts/citus.sh stop citus-bench

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make bench-citus`: one node against the local Citus cluster, side by
-# side in one run (the machine is noisy): pgbench, 8 clients, on 1,000
-# counters, alternating single node and cluster ROUNDS times; medians.
+# side in one run (the machine is noisy). Three parts (PARTS picks them):
+#
+# table: pgbench, 8 clients, on 1,000 counters, alternating single node and
+# cluster ROUNDS times; medians (WORKLOADS picks rows).
 #
 #   read-only   SELECT lambda_invoke(id, 'get')                 one call
 #   write       SELECT lambda_invoke(id, 'increment')           one call
@@ -11,38 +13,94 @@
 #   nested-two-node   the same with a and b on two nodes        a nested call to another node
 #   cloudforum  90% Thread.get_thread, 10% Account.add_comment (a nested call to the thread,
 #               on another node half the time): 1,000 threads by 200 accounts in 10 communities
+#   retwis      90% User.get_timeline (50 newest), 10% User.create_post (delivered to its 20
+#               followers, on every node): 1,000 users, one post each to start with
+#
+# gateway: on the cluster only, the bench's `http` subcommand (counter get
+# and increment, 8 connections) against two gateways, alternating ROUNDS
+# times: `--placement single` (every call to the coordinator, which
+# forwards it) and `--placement citus` (each call straight to the worker
+# holding its object); each run also makes the same calls over SQL to the
+# coordinator, for reference. Medians.
+#
+# migration: on the cluster, 30 s of pgbench (1 client reading and
+# incrementing one counter, 7 clients the others); at 10 s
+# lambdastore.migrate_object moves that counter to the other worker, at
+# 20 s back. Throughput per 250 ms, drawn to bench/results/citus-migration.svg
+# and .png (the bench's `timeline` subcommand), with a table of the dips;
+# 40001s are retried, any other error fails the run.
 #
 # The single node is a project cluster ("bench-single", port 54339); the
-# cluster is citus-test (a coordinator and two workers), started fresh:
-# do not run it beside `make test-citus`. Every call goes through the
-# coordinator, which forwards it to the worker holding its object.
+# cluster is citus-bench (a coordinator and two workers, ports 54360-54362),
+# started fresh; the gateways listen on 127.0.0.1:18190 and 18191. In the
+# table, every call goes through the coordinator, which forwards it to the
+# worker holding its object. Everything started here stops on exit. The
+# cluster's ports are docker-compose.yml's defaults too: not beside `make
+# test-compose`.
+#
+#   PARTS="table gateway migration"  ROUNDS=3  SECONDS_PER_RUN=10  WORKLOADS="read-only ..."
+#   MIGRATION_SECONDS=30  MIGRATION_PLOT=bench/results/citus-migration (without extension)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cluster=$repo/scripts/cluster.sh
 citus=$repo/scripts/citus.sh
+bin=${CARGO_TARGET_DIR:-$repo/target}/release
+lambdas=$repo/target/lambdas
 ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+PARTS=${PARTS:-table gateway migration}
+MIGRATION_SECONDS=${MIGRATION_SECONDS:-30}
 COUNTERS=1000
-work=$(mktemp -d)
-trap 'rm -rf "$work"; LAMBDASTORE_PORT=54339 "$cluster" stop bench-single; "$citus" stop citus-test' EXIT
+for part in $PARTS; do
+  case $part in table|gateway|migration) ;; *) echo "PARTS: table, gateway or migration, not $part" >&2; exit 2 ;; esac
+done
+[ -f "$lambdas/retwis.wasm" ] || { echo "no $lambdas/retwis.wasm: make lambdas first" >&2; exit 1; }
+# Built first, so that no cluster idles meanwhile.
+case $PARTS in *gateway*|*migration*) cargo build --release -q -p lambdastore-gateway -p lambdastore-bench ;; esac
 
-single=$(LAMBDASTORE_PORT=54339 "$cluster" fresh bench-single)
-single=${single/dbname=postgres/dbname=lambdastore_test}
-coordinator=$("$citus" fresh citus-test)
-psql "$single" -X -q -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
+work=$(mktemp -d)
+pids=() # gateways and pgbench runs in the background
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do
+    kill -0 "$pid" 2>/dev/null || continue
+    # SIGTERM lets a gateway finish its requests; bounded, then SIGKILL.
+    kill -TERM "$pid"
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$work"
+  LAMBDASTORE_PORT=54339 "$cluster" stop bench-single
+  "$citus" stop citus-bench
+}
+trap cleanup EXIT
+
+case $PARTS in
+  *table*)
+    single=$(LAMBDASTORE_PORT=54339 "$cluster" fresh bench-single)
+    single=${single/dbname=postgres/dbname=lambdastore_test}
+    psql "$single" -X -q -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
+    ;;
+esac
+coordinator=$("$citus" fresh citus-bench)
+coordinator_port=$("$cluster" port citus-bench-coord)
 
 # The counters, and a local table of their ids (k = 1..1000), so that the
 # scripts pick one without knowing how ids look on a cluster. `pair` holds
 # pairs of counters on one node (same = true) or on two (same = false).
 setup() {
-  LAMBDASTORE_COUNTER=$repo/target/lambdas/counter.wasm LAMBDASTORE_BANK=$repo/target/lambdas/bank.wasm \
-    LAMBDASTORE_FORUM=$repo/target/lambdas/forum.wasm psql "$1" -X -q -v ON_ERROR_STOP=1 <<'SQL'
+  LAMBDASTORE_COUNTER=$lambdas/counter.wasm LAMBDASTORE_BANK=$lambdas/bank.wasm \
+    LAMBDASTORE_FORUM=$lambdas/forum.wasm LAMBDASTORE_RETWIS=$lambdas/retwis.wasm \
+    psql "$1" -X -q -v ON_ERROR_STOP=1 <<'SQL'
 \set counter `base64 -w0 "$LAMBDASTORE_COUNTER"`
 \set bank `base64 -w0 "$LAMBDASTORE_BANK"`
 \set forum `base64 -w0 "$LAMBDASTORE_FORUM"`
+\set retwis `base64 -w0 "$LAMBDASTORE_RETWIS"`
 SELECT lambdastore.deploy('counter', decode(:'counter', 'base64')) \gset
 SELECT lambdastore.deploy('bank', decode(:'bank', 'base64')) \gset
 SELECT lambdastore.deploy('forum', decode(:'forum', 'base64')) \gset
+SELECT lambdastore.deploy('retwis', decode(:'retwis', 'base64')) \gset
 CREATE TABLE ids (k int PRIMARY KEY, id bigint NOT NULL);
 INSERT INTO ids SELECT k, lambdastore.create_object('counter', 'Counter', '{}') FROM generate_series(1, 1000) k;
 CREATE TABLE accounts (k int PRIMARY KEY, id bigint NOT NULL);
@@ -68,16 +126,34 @@ SELECT g, lambda_invoke((SELECT id FROM forum_accounts WHERE k = 1 + g % 200), '
                         jsonb_build_object('community', (SELECT id FROM forum_communities WHERE k = 1 + g % 10),
                                            'title', 'thread ' || g, 'text', repeat('x', 200)))::bigint
   FROM generate_series(1, 1000) g;
+-- Retwis, as the suite sets it up (bench/src/suite/workloads.rs): each
+-- user followed by 20 others (here users k + 47j around the ring, so
+-- spread over the nodes by their ids' hash), then one post each, so that
+-- timelines are not empty. A transaction per user: on a cluster, a
+-- prepared transaction may carry 1,024 entry locks, and 1,000 posts to 21
+-- timelines each would take ten times that.
+CREATE TABLE retwis_users (k int PRIMARY KEY, id bigint NOT NULL);
+INSERT INTO retwis_users
+SELECT k, lambdastore.create_object('retwis', 'User', jsonb_build_object('name', 'user ' || k))
+  FROM generate_series(1, 1000) k;
+\o /dev/null
+SELECT format('SELECT lambda_invoke(%s, %L, %L)', u.id, 'add_followers', jsonb_build_object('followers', f.ids))
+  FROM retwis_users u,
+       LATERAL (SELECT jsonb_agg(f.id) AS ids FROM generate_series(1, 20) j
+                  JOIN retwis_users f ON f.k = 1 + (u.k - 1 + 47 * j) % 1000) f \gexec
+SELECT format('SELECT lambda_invoke(%s, %L, %L)', id, 'create_post', jsonb_build_object('text', 'hello from user ' || k))
+  FROM retwis_users \gexec
+\o
 SQL
 }
-setup "$single"
-setup "$coordinator"
+
 # Pairs: on one node by the shard's node; on the single node, any two.
-for objects in ids:pair accounts:account_pair; do
-  psql "$single" -X -q -c "INSERT INTO ${objects#*:} SELECT k, s, k, 1001 - k FROM generate_series(1, 500) k, (VALUES (true), (false)) v(s);
-                           UPDATE ${objects#*:} p SET a = (SELECT id FROM ${objects%:*} i WHERE i.k = p.a),
-                                                      b = (SELECT id FROM ${objects%:*} i WHERE i.k = p.b)"
-  psql "$coordinator" -X -q <<SQL
+pairs() {
+  for objects in ids:pair accounts:account_pair; do
+    psql "$single" -X -q -c "INSERT INTO ${objects#*:} SELECT k, s, k, 1001 - k FROM generate_series(1, 500) k, (VALUES (true), (false)) v(s);
+                             UPDATE ${objects#*:} p SET a = (SELECT id FROM ${objects%:*} i WHERE i.k = p.a),
+                                                        b = (SELECT id FROM ${objects%:*} i WHERE i.k = p.b)"
+    psql "$coordinator" -X -q <<SQL
 CREATE TEMP TABLE placed AS
 SELECT i.id, p.groupid FROM ${objects%:*} i
   JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', i.id);
@@ -92,14 +168,16 @@ SELECT row_number() OVER (), false, x.id, y.id
  WHERE (x.id + y.id) % 97 = 0
  LIMIT 500;
 SQL
-done
+  done
+}
 
+# The scripts pick counter k of first..last (-D), all of them by default (run).
 cat >"$work/read-only.sql" <<'SQL'
-\set k random(1, 1000)
+\set k random(:first, :last)
 SELECT lambda_invoke((SELECT id FROM ids WHERE k = :k), 'get');
 SQL
 cat >"$work/write.sql" <<'SQL'
-\set k random(1, 1000)
+\set k random(:first, :last)
 SELECT lambda_invoke((SELECT id FROM ids WHERE k = :k), 'increment');
 SQL
 for kind in two-object:true two-node:false; do
@@ -132,23 +210,160 @@ SELECT lambda_invoke((SELECT id FROM forum_accounts WHERE k = :a), 'add_comment'
 \endif
 SQL
 
+# bench/pgbench/retwis-lambdastore.sql's mix, with users picked by k.
+cat >"$work/retwis.sql" <<'SQL'
+\set u random(1, 1000)
+\if random(1, 100) <= 90
+SELECT lambda_invoke((SELECT id FROM retwis_users WHERE k = :u), 'get_timeline', '{"limit": 50}');
+\else
+SELECT lambda_invoke((SELECT id FROM retwis_users WHERE k = :u), 'create_post', '{"text": "Just setting up my retwis: a benchmark post of about the length of a typical tweet, the same text every time."}');
+\endif
+SQL
+
 # pgbench's tps and mean latency, from its summary; serialization failures
 # (40001) are retried, as clients of a serializable system do.
 run() {
-  pgbench "$1" -n -c 8 -j 2 -T "$SECONDS_PER_RUN" --max-tries=1000 -f "$work/$2.sql" 2>/dev/null \
+  pgbench "$1" -n -c 8 -j 2 -T "$SECONDS_PER_RUN" --max-tries=1000 -D first=1 -D last=$COUNTERS -f "$work/$2.sql" 2>/dev/null \
     | awk '/^latency average/ {lat=$4} /^tps/ {tps=$3} END {printf "%.0f %.2f\n", tps, lat}'
 }
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+# The median of column $2 of file $1.
+median_of() { cut -d' ' -f"$2" "$1" | median; }
+ratio() { awk "BEGIN {printf \"%.2f\", $1 / $2}"; }
 
-echo "| workload | single node tx/s | cluster tx/s | cluster / single | single ms | cluster ms |"
-echo "|---|---:|---:|---:|---:|---:|"
-for workload in ${WORKLOADS:-read-only write two-object two-node nested-one-node nested-two-node cloudforum}; do
-  : >"$work/single" && : >"$work/cluster"
-  for _ in $(seq "$ROUNDS"); do
-    run "$single" "$workload" >>"$work/single"
-    run "$coordinator" "$workload" >>"$work/cluster"
+table_part() {
+  pairs
+  echo "| workload | single node tx/s | cluster tx/s | cluster / single | single ms | cluster ms |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  for workload in ${WORKLOADS:-read-only write two-object two-node nested-one-node nested-two-node cloudforum retwis}; do
+    : >"$work/single" && : >"$work/cluster"
+    for _ in $(seq "$ROUNDS"); do
+      run "$single" "$workload" >>"$work/single"
+      run "$coordinator" "$workload" >>"$work/cluster"
+    done
+    s_tps=$(median_of "$work/single" 1); c_tps=$(median_of "$work/cluster" 1)
+    echo "| $workload | $s_tps | $c_tps | $(ratio "$c_tps" "$s_tps") | $(median_of "$work/single" 2) | $(median_of "$work/cluster" 2) |"
   done
-  s_tps=$(cut -d' ' -f1 "$work/single" | median); c_tps=$(cut -d' ' -f1 "$work/cluster" | median)
-  s_lat=$(cut -d' ' -f2 "$work/single" | median); c_lat=$(cut -d' ' -f2 "$work/cluster" | median)
-  echo "| $workload | $s_tps | $c_tps | $(awk "BEGIN {printf \"%.2f\", $c_tps / $s_tps}") | $s_lat | $c_lat |"
+}
+
+# A gateway on 127.0.0.1:PORT with --placement PLACEMENT, as the README's
+# least-privilege role; returns once /readyz answers.
+start_gateway() {
+  local log=$work/gateway-$2.log
+  "$bin/lambdastore-gateway" --placement "$2" --listen "127.0.0.1:$1" --pool-size 16 \
+    --database-url "host=127.0.0.1 port=$coordinator_port user=lambdastore_gateway dbname=lambdastore_bench" >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    kill -0 "${pids[-1]}" 2>/dev/null || { echo "the gateway ($2) exited:" >&2; cat "$log" >&2; exit 1; }
+    if curl -fsS --max-time 2 "http://127.0.0.1:$1/readyz" >/dev/null 2>&1; then return; fi
+    sleep 0.2
+  done
+  echo "the gateway ($2) was not ready after 20 s:" >&2; cat "$log" >&2; exit 1
+}
+
+gateway_part() {
+  # The gateway's role on every node (docker/init.sh's step, which also
+  # makes a key for the forum), and a key of `counter`, the application
+  # the http subcommand deploys and calls.
+  LAMBDASTORE_COORDINATOR=127.0.0.1:$coordinator_port LAMBDASTORE_DATABASE=lambdastore_bench \
+    LAMBDASTORE_STATE=$work "$repo/docker/init.sh" gateway >/dev/null
+  local key
+  key=$(psql "$coordinator" -X -Atq -c "SELECT api_key FROM lambdastore.create_api_key('counter', 'bench-citus')")
+  start_gateway 18190 single
+  start_gateway 18191 citus
+  : >"$work/http"
+  for _ in $(seq "$ROUNDS"); do
+    for gateway in 18190:coordinator 18191:owner; do
+      # Its table's rows: | get, HTTP gateway | 8 | 1234 | 0.61 ms | ...;
+      # kept as "<via> <workload> <requests/s> <p50 ms>".
+      "$bin/lambdastore-bench" --lambdas "$lambdas" --url "$coordinator" http --gateway "http://127.0.0.1:${gateway%%:*}" \
+        --key "$key" --connections 8 --duration "${SECONDS_PER_RUN}s" --warmup 2s \
+        | awk -F' *[|] *' -v gw="gateway-${gateway#*:}" '$2 ~ /, (HTTP gateway|direct SQL)$/ {
+            via = ($2 ~ /HTTP gateway$/) ? gw : "sql"; w = $2; sub(/, (HTTP gateway|direct SQL)$/, "", w); gsub(/[ ,]+/, "_", w)
+            print via, w, $4, $5 + 0 }' >>"$work/http"
+    done
+  done
+  echo "| calls (8 connections) | SQL to the coordinator req/s | gateway, all to the coordinator | gateway, direct to the owner | direct / coordinator (gateway) | p50 ms: SQL | gateway to coordinator | gateway direct |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  local workload via
+  for workload in $(awk '{print $2}' "$work/http" | uniq | sort -u); do
+    for via in sql gateway-coordinator gateway-owner; do
+      awk -v via="$via" -v w="$workload" '$1 == via && $2 == w {print $3, $4}' "$work/http" >"$work/$via"
+    done
+    local sql coord owner
+    sql=$(median_of "$work/sql" 1); coord=$(median_of "$work/gateway-coordinator" 1); owner=$(median_of "$work/gateway-owner" 1)
+    echo "| ${workload//_/ } | $sql | $coord | $owner | $(ratio "$owner" "$coord") | $(median_of "$work/sql" 2) | $(median_of "$work/gateway-coordinator" 2) | $(median_of "$work/gateway-owner" 2) |"
+  done
+}
+
+# At AT seconds after $moves_from, lambdastore.migrate_object($hot, NODE):
+# the timing is the experiment's schedule, not a wait for anything. Adds a
+# --span LABEL=START,END for the timeline.
+migrate_at() {
+  sleep "$(awk -v at="$1" -v from="$moves_from" -v now="$(date +%s.%N)" 'BEGIN {d = from + at - now; print (d > 0 ? d : 0)}')"
+  local started
+  started=$(date +%s.%N)
+  psql "$coordinator" -X -Atq -v ON_ERROR_STOP=1 -c "SELECT lambdastore.migrate_object($hot, '$2')" >/dev/null
+  spans+=(--span "$3=$started,$(date +%s.%N)")
+}
+
+# A pgbench run in the background on counters FIRST..LAST with CLIENTS
+# clients, half reads, half increments: LOG.<pid>* per transaction.
+load() {
+  pgbench "$coordinator" -n -c "$4" -j 1 -T "$MIGRATION_SECONDS" --max-tries=1000 -D first="$2" -D last="$3" \
+    -l --log-prefix "$work/$1" -f "$work/read-only.sql@1" -f "$work/write.sql@1" >"$work/$1.out" 2>&1 &
+  pids+=($!)
+}
+
+# w1, w2, ... of a worker's host:port (ports: the coordinator's plus N).
+worker() { echo "w$((${1##*:} - coordinator_port))"; }
+
+migration_part() {
+  hot=$(psql "$coordinator" -X -Atq -c "SELECT id FROM ids WHERE k = 1")
+  local home away increments_before
+  home=$(psql "$coordinator" -X -Atq -c "SELECT nodename || ':' || nodeport FROM pg_dist_placement JOIN pg_dist_node USING (groupid)
+                                          WHERE shardid = get_shard_id_for_distribution_column('lambdastore.objects', $hot::bigint)")
+  away=$(psql "$coordinator" -X -Atq -c "SELECT nodename || ':' || nodeport FROM pg_dist_node
+                                          WHERE shouldhaveshards AND groupid <> 0 AND nodename || ':' || nodeport <> '$home' LIMIT 1")
+  sum_counters="SELECT sum(lambda_invoke(id, 'get')::bigint) FROM ids"
+  increments_before=$(psql "$coordinator" -X -Atq -c "$sum_counters")
+  spans=()
+  moves_from=$(date +%s.%N)
+  # One client on the hot counter, so that its 40001s are the migration's
+  # (two clients incrementing one counter conflict all the time).
+  load hot 1 1 1
+  local hot_pid=${pids[-1]}
+  load others 2 "$COUNTERS" 7
+  local others_pid=${pids[-1]}
+  migrate_at "$(awk "BEGIN {print $MIGRATION_SECONDS / 3}")" "$away" "to $(worker "$away")"
+  migrate_at "$(awk "BEGIN {print $MIGRATION_SECONDS * 2 / 3}")" "$home" "back to $(worker "$home")"
+  local failed=0
+  wait "$hot_pid" || failed=1
+  wait "$others_pid" || failed=1
+  "$bin/lambdastore-bench" timeline --start "$moves_from" --duration "${MIGRATION_SECONDS}s" --step 250ms \
+    --title "A counter moved between two workers under load: throughput per 250 ms" \
+    --series "the counter that moves, 1 client=$(ls "$work"/hot.[0-9]* | paste -sd,)" \
+    --series "999 other counters, 7 clients=$(ls "$work"/others.[0-9]* | paste -sd,)" \
+    "${spans[@]}" --out "${MIGRATION_PLOT:-$repo/bench/results/citus-migration}"
+  # Script 1 is write.sql: every increment that committed must be there.
+  local committed now
+  committed=$(cat "$work"/hot.[0-9]* "$work"/others.[0-9]* | awk '$4 == 1 && $3 != "failed"' | wc -l)
+  now=$(psql "$coordinator" -X -Atq -c "$sum_counters")
+  echo "increments committed: $committed; the counters grew by $((now - increments_before))"
+  # pgbench retries 40001 and 40P01; any other error aborts its client.
+  local aborted
+  aborted=$(cat "$work/hot.out" "$work/others.out" | grep -c "aborted" || true)
+  echo "clients aborted by other errors: $aborted"
+  if [ "$failed" != 0 ] || [ "$aborted" != 0 ] || [ "$committed" != "$((now - increments_before))" ]; then
+    cat "$work/hot.out" "$work/others.out" >&2
+    echo "FAIL: errors other than retried serialization failures, or lost increments" >&2
+    exit 1
+  fi
+}
+
+setup "$coordinator"
+case $PARTS in *table*) setup "$single" ;; esac
+for part in $PARTS; do
+  echo
+  "${part}_part"
 done

@@ -1,7 +1,8 @@
 //! Workload drivers. `foundation` measures what a single call costs:
 //! warm latency of `lambda_invoke`, cold start in a new connection, and how
 //! far past its deadline a runaway lambda is stopped. `http` loads the HTTP
-//! gateway and compares it with the same calls over SQL.
+//! gateway and compares it with the same calls over SQL. `timeline` draws
+//! throughput over time from pgbench's logs.
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -15,6 +16,7 @@ mod http;
 mod jobs;
 mod remote;
 mod suite;
+mod timeline;
 
 #[derive(Parser)]
 #[command(about = "LambdaStore benchmarks")]
@@ -140,6 +142,32 @@ enum Command {
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         warmup: Duration,
     },
+    /// Throughput over time from pgbench's per-transaction logs (pgbench
+    /// --log --max-tries N), with spans such as a migration shaded: an SVG
+    /// and PNG plot, and a table of each span's dip (no database needed).
+    Timeline {
+        /// LABEL=FILE[,FILE...]: a line of the plot, from the log files of one
+        /// pgbench run (one per thread); repeat for more lines.
+        #[arg(long, required = true)]
+        series: Vec<String>,
+        /// LABEL=START,END in Unix seconds: a span to shade; repeatable.
+        #[arg(long)]
+        span: Vec<String>,
+        /// Unix seconds of the timeline's zero, when the runs started.
+        #[arg(long)]
+        start: f64,
+        /// Length of a step of the timeline.
+        #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
+        step: Duration,
+        /// Length of the timeline.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        duration: Duration,
+        #[arg(long)]
+        title: String,
+        /// The plot's path without extension: OUT.svg and OUT.png.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn main() -> Result<()> {
@@ -172,6 +200,9 @@ fn main() -> Result<()> {
         Command::Report { from, out } => suite::redraw(&from, &out),
         Command::Http { gateway, key, connections, duration, warmup } => {
             http::run(url()?, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
+        }
+        Command::Timeline { series, span, start, step, duration, title, out } => {
+            timeline::run(&timeline::Options { series, spans: span, start, step, duration, title, out })
         }
     }
 }

@@ -14,10 +14,13 @@ mod workloads;
 
 use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
+pub use report::{write_timeline, Span};
+pub use results::Run;
 use results::{Machine, Results};
 use std::path::PathBuf;
 use std::time::Duration;
 pub use systems::System;
+pub use workloads::recovery;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workload {

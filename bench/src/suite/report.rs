@@ -64,15 +64,38 @@ pub fn write(results: &Results, dir: &Path) -> Result<Vec<PathBuf>> {
     };
     put("results.json", (serde_json::to_string_pretty(results)? + "\n").as_bytes())?;
     put("results.md", markdown(results).as_bytes())?;
-    let renderer = Renderer::new().inspect_err(|why| eprintln!("plots as SVG only: {why}")).ok();
+    let renderer = renderer();
     for workload in workloads(results) {
         let svg = plot(&workload).with_context(|| format!("plot {}", workload.name))?;
-        let stem = plot_file(workload.name);
-        put(&format!("{stem}.svg"), svg.as_bytes())?;
-        if let Some(renderer) = &renderer {
-            let png = renderer.png(&svg).with_context(|| format!("draw {stem}.png"))?;
-            put(&format!("{stem}.png"), &png)?;
-        }
+        files.extend(write_plot(dir, &plot_file(workload.name), &svg, renderer.as_ref())?);
+    }
+    Ok(files)
+}
+
+/// A timeline of `runs` (throughput per `timeline_step_s`) with `spans`
+/// shaded, as `<stem>.svg` and `<stem>.png` in `dir`; returns the files.
+/// Used outside the suite for a timeline made from pgbench's logs.
+pub fn write_timeline(dir: &Path, stem: &str, title: &str, runs: &[Run], spans: &[Span]) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let runs: Vec<&Run> = runs.iter().collect();
+    let svg = timeline_plot(title, &runs, spans).with_context(|| format!("plot {stem}"))?;
+    write_plot(dir, stem, &svg, renderer().as_ref())
+}
+
+/// The PNG renderer, or None (said why) where no font is found.
+fn renderer() -> Option<Renderer> {
+    Renderer::new().inspect_err(|why| eprintln!("plots as SVG only: {why}")).ok()
+}
+
+/// `<stem>.svg`, and `<stem>.png` when there is a renderer, in `dir`.
+fn write_plot(dir: &Path, stem: &str, svg: &str, renderer: Option<&Renderer>) -> Result<Vec<PathBuf>> {
+    let mut files = vec![dir.join(format!("{stem}.svg"))];
+    std::fs::write(&files[0], svg).with_context(|| format!("write {}", files[0].display()))?;
+    if let Some(renderer) = renderer {
+        let path = dir.join(format!("{stem}.png"));
+        let png = renderer.png(svg).with_context(|| format!("draw {stem}.png"))?;
+        std::fs::write(&path, png).with_context(|| format!("write {}", path.display()))?;
+        files.push(path);
     }
     Ok(files)
 }
@@ -733,8 +756,24 @@ fn series(w: &Workload, system: &str, point: impl Fn(&Run) -> Option<(f64, f64)>
     points
 }
 
+/// A stretch of time marked on a timeline (e.g. an object's migration):
+/// shaded from `from_s` to `to_s`, seconds from the timeline's start, and
+/// labelled at the top.
+pub struct Span {
+    pub label: String,
+    pub from_s: f64,
+    pub to_s: f64,
+}
+
+/// Spans are shaded in this grey, their edges drawn in a darker one.
+const SPAN_COLOR: RGBColor = RGBColor(0xc8, 0xc8, 0xc8);
+
 fn timeline(w: &Workload) -> Result<String> {
     let runs: Vec<&Run> = w.runs.iter().copied().filter(|r| !r.timeline.is_empty()).collect();
+    timeline_plot(&format!("{}: throughput over time", w.name), &runs, &[])
+}
+
+fn timeline_plot(title: &str, runs: &[&Run], spans: &[Span]) -> Result<String> {
     // A system's runs share its colour and differ in dashes.
     let dashes: Vec<usize> =
         runs.iter().enumerate().map(|(i, run)| runs[..i].iter().filter(|r| r.system == run.system).count()).collect();
@@ -746,6 +785,11 @@ fn timeline(w: &Workload) -> Result<String> {
             color: color(&run.system),
             mark: Mark::Line { dash: *dash },
         })
+        .chain(spans.first().map(|_| Entry {
+            label: "shaded: marked spans".into(),
+            color: SPAN_COLOR,
+            mark: Mark::Bar,
+        }))
         .collect();
     let step = |r: &Run| {
         if r.timeline_step_s > 0.0 {
@@ -755,10 +799,11 @@ fn timeline(w: &Workload) -> Result<String> {
         }
     };
 
-    render(&format!("{}: throughput over time", w.name), PLOT_WIDTH, &entries, |area| {
-        let end = runs.iter().map(|r| step(r) * (r.timeline.len() - 1) as f64).fold(0.0, f64::max);
+    render(title, PLOT_WIDTH, &entries, |area| {
+        let end = runs.iter().map(|r| step(r) * r.timeline.len() as f64).fold(0.0, f64::max);
         let x = 0.0..if end > 0.0 { end } else { 1.0 };
         let y = zero_to_max(runs.iter().flat_map(|r| r.timeline.iter().copied()));
+        let top = y.end;
         let mut chart = chart_on(area).build_cartesian_2d(x, y)?;
         chart
             .configure_mesh()
@@ -770,12 +815,27 @@ fn timeline(w: &Workload) -> Result<String> {
             .axis_desc_style((FONT, DESC_SIZE))
             .max_light_lines(1)
             .draw()?;
+        // Under the lines, so that they stay visible across a span.
+        let edge = BLACK.mix(0.35);
+        let label = TextStyle::from((FONT, LABEL_SIZE)).color(&edge).pos(Pos::new(HPos::Left, VPos::Top));
+        for span in spans {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(span.from_s, 0.0), (span.to_s, top)],
+                SPAN_COLOR.filled(),
+            )))?;
+            for x in [span.from_s, span.to_s] {
+                chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, top)], edge.stroke_width(1))))?;
+            }
+            chart.draw_series(std::iter::once(Text::new(span.label.clone(), (span.to_s, top), label.clone())))?;
+        }
         for ((run, entry), dash) in runs.iter().zip(&entries).zip(&dashes) {
             let points: Vec<(f64, f64)> = run
                 .timeline
                 .iter()
                 .enumerate()
-                .map(|(i, v)| (i as f64 * step(run), if v.is_finite() { *v } else { 0.0 }))
+                // A slice's rate at its middle, so that a stall shows where
+                // it happened and not half a slice early.
+                .map(|(i, v)| ((i as f64 + 0.5) * step(run), if v.is_finite() { *v } else { 0.0 }))
                 .collect();
             let style = entry.color.stroke_width(2);
             match DASHES[dash % DASHES.len()] {
