@@ -107,16 +107,25 @@ fn start(hash: u64, len: usize) -> usize {
     (hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % len
 }
 
-/// The slot of `key`: found without a lock, or claimed under it.
+/// The slot of `key`: found without a lock, or claimed under it. Where
+/// every slot it may have is taken by others, None without the lock: once
+/// the tables fill, the calls of untracked objects must not all queue on it.
 fn slot<S: Slot>(slots: &[S], key: S::Key, hash: u64) -> Option<&S> {
     let first = start(hash, slots.len());
     let probe = || (0..PROBES).map(|i| &slots[(first + i) % slots.len()]);
+    let mut free = false;
     for slot in probe() {
         match slot.key() {
             Some(k) if k == key => return Some(slot),
             Some(_) => continue,
-            None => break,
+            None => {
+                free = true;
+                break;
+            }
         }
+    }
+    if !free {
+        return None;
     }
     // Again under the lock: another backend may have claimed it meanwhile.
     let _claiming = CLAIM.exclusive();
