@@ -54,7 +54,9 @@ fill_prebuilt() {
     scripts/install.sh --build-only >/dev/null 2>&1 || scripts/install.sh --build-only
     LAMBDASTORE_SKIP_SETUP=1 make -s lambdas >/dev/null 2>&1 || LAMBDASTORE_SKIP_SETUP=1 make -s lambdas
     rm -rf "$prebuilt/package" "$prebuilt/lambdas"
-    cp -a "${CARGO_TARGET_DIR:-target}/package" "$prebuilt/package"
+    # install.sh packages into the checkout's target/, whatever
+    # CARGO_TARGET_DIR says.
+    cp -a target/package "$prebuilt/package"
     mkdir -p "$prebuilt/lambdas"
     cp target/lambdas/*.wasm "$prebuilt/lambdas/"
     if [ -f "$tarball" ]; then
@@ -77,6 +79,12 @@ logged() {
 build() {
   local images=("$@") image tag started old citus_from
   [ ${#images[@]} -gt 0 ] || images=(node gateway)
+  # Builds of this checkout take turns (make test-citus beside make
+  # test-compose): they share docker/prebuilt and target/package. The lock
+  # goes with this process.
+  mkdir -p "$repo/target"
+  exec 9>"$repo/target/docker-build.lock"
+  flock -w 3600 9 || { echo "docker.sh: another build of this checkout holds target/docker-build.lock" >&2; return 1; }
   for image in "${images[@]}"; do
     case $image in
       node) tag=lambdastore/postgres:latest ;;

@@ -8,7 +8,11 @@
 # (the image is built from this checkout first, scripts/docker.sh; the tests
 # start the containers themselves, tests/tests/common/cluster.rs), and local
 # processes otherwise ("citus-test", scripts/citus.sh). The first line says
-# which. LAMBDASTORE_CITUS_CLUSTER=local or =docker chooses.
+# which. LAMBDASTORE_CITUS_CLUSTER=local or =docker chooses. The containers
+# are named after this run (lambdastore-citus-test-RUN-coord, -w1, -w2) and
+# listen on ports free when they start, so that runs of other checkouts on
+# the machine go on beside this one; LAMBDASTORE_CITUS_PORTS=P1,P2,P3 fixes
+# the ports (the coordinator's first).
 #
 # `scripts/e2e-citus.sh --suites` (`make test-citus-suites`) runs instead
 # the single-node end-to-end suites (apps, deploy, errors, limits, jobs,
@@ -56,9 +60,12 @@ crashed() {
 }
 
 if [ "$mode" = docker ]; then
-  echo "== Citus cluster: containers of lambdastore/postgres:latest, started by the tests (testcontainers)"
   unset LAMBDASTORE_CITUS_WORKER_URLS LAMBDASTORE_CITUS_CRASH
-  containers=(lambdastore-citus-test-coord lambdastore-citus-test-w1 lambdastore-citus-test-w2)
+  # This run's name, which the tests give their containers: only these are
+  # read and removed here.
+  export LAMBDASTORE_CITUS_RUN=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+  containers=(lambdastore-citus-test-$LAMBDASTORE_CITUS_RUN-{coord,w1,w2})
+  echo "== Citus cluster: containers of lambdastore/postgres:latest (lambdastore-citus-test-$LAMBDASTORE_CITUS_RUN-*), started by the tests (testcontainers)"
   # The containers outlive each test process (tests/tests/common/cluster.rs).
   remove() { docker rm -f "${containers[@]}" >/dev/null 2>&1; }
   trap remove EXIT

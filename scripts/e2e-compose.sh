@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # `make test-compose`: docker-compose.yml brought up for real. Builds the
 # images from this checkout (scripts/docker.sh), starts the cluster as a
-# compose project of its own ("lambdastore-compose-test", on ports 54380–54382
-# and 8091, so that a `docker compose up` of yours is left alone), runs
-# tests/tests/compose.rs against it (the forum through the gateway, calls on
-# the owner nodes, a worker container killed and started again), checks the
-# nodes' logs for crashes and removes everything, volumes included, whatever
-# happened.
+# compose project of its own, runs tests/tests/compose.rs against it (the
+# forum through the gateway, calls on the owner nodes, a worker container
+# killed and started again), checks the nodes' logs for crashes and removes
+# everything, volumes included, whatever happened.
+#
+# The project is named after this run (lambdastore-compose-test-RUN), and
+# its coordinator, workers and gateway listen on ports free when it starts,
+# so that a `docker compose up` of yours, and runs of other checkouts on the
+# machine, go on beside it; only this project is read and brought down.
+# LAMBDASTORE_COMPOSE_PORTS=COORDINATOR,WORKER1,WORKER2,GATEWAY fixes the
+# ports.
 #
 # Without a Docker engine it says so in one line and passes, unless
 # LAMBDASTORE_REQUIRE_DOCKER=1 (CI), where it fails.
@@ -23,11 +28,36 @@ if ! "$docker" engine; then
 fi
 "$docker" build || exit 1
 
-export LAMBDASTORE_COORDINATOR_PORT=54380 LAMBDASTORE_WORKER1_PORT=54381 LAMBDASTORE_WORKER2_PORT=54382 \
-       LAMBDASTORE_GATEWAY_PORT=8091
-compose=("$docker" compose -p lambdastore-compose-test -f "$repo/docker-compose.yml")
+# N ports on 127.0.0.1 that are free now: the first that bind, from a
+# random place in 20000–32767 on, all held until all are found. Why that
+# range, and the small race left (a port taken before its container listens
+# on it fails the run): free_ports in tests/tests/common/cluster.rs, the
+# same for the Citus tests' containers. perl-base is part of every Debian.
+free_ports() {
+  perl -MIO::Socket::INET -e '
+    my ($n, $first, $len) = ($ARGV[0], 20000, 12768);
+    my ($start, @held) = (int rand $len);
+    for my $i (0 .. $len - 1) {
+      last if @held == $n;
+      my $socket = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $first + ($start + $i) % $len,
+                                         Listen => 1);
+      push @held, $socket if $socket;
+    }
+    @held == $n or die "free_ports: not $n free ports on 127.0.0.1 in 20000-32767\n";
+    print join(",", map { $_->sockport } @held), "\n"' "$1"
+}
+ports=${LAMBDASTORE_COMPOSE_PORTS:-$(free_ports 4)} || exit 1
+[[ $ports =~ ^[0-9]+,[0-9]+,[0-9]+,[0-9]+$ ]] || {
+  echo "LAMBDASTORE_COMPOSE_PORTS is COORDINATOR,WORKER1,WORKER2,GATEWAY, not $ports" >&2; exit 2
+}
+IFS=, read -r LAMBDASTORE_COORDINATOR_PORT LAMBDASTORE_WORKER1_PORT LAMBDASTORE_WORKER2_PORT \
+  LAMBDASTORE_GATEWAY_PORT <<<"$ports"
+export LAMBDASTORE_COORDINATOR_PORT LAMBDASTORE_WORKER1_PORT LAMBDASTORE_WORKER2_PORT LAMBDASTORE_GATEWAY_PORT
+project=lambdastore-compose-test-$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+echo "== compose project $project: the coordinator on $LAMBDASTORE_COORDINATOR_PORT, the workers on" \
+  "$LAMBDASTORE_WORKER1_PORT and $LAMBDASTORE_WORKER2_PORT, the gateway on $LAMBDASTORE_GATEWAY_PORT"
+compose=("$docker" compose -p "$project" -f "$repo/docker-compose.yml")
 down() { "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1; }
-down # a run that was itself killed leaves its project behind
 trap down EXIT
 
 gateway=http://127.0.0.1:$LAMBDASTORE_GATEWAY_PORT

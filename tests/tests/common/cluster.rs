@@ -7,14 +7,18 @@
 //! are the same either way; each test process says once which it got.
 //!
 //! Containers share the host's network and process namespace: the nodes
-//! listen on 127.0.0.1 (ports 54370–54372) and register each other there,
-//! and a backend's `pg_backend_pid()` is a pid the test may `kill -9` from
-//! the host. A test process never drops its statics, so its containers
-//! outlive it: the next start removes them first, and e2e-citus.sh removes
-//! them after each run.
+//! listen on 127.0.0.1, on ports free when the cluster starts
+//! ([`free_ports`]), and register each other there, and a backend's
+//! `pg_backend_pid()` is a pid the test may `kill -9` from the host. Their
+//! names carry the run's name, so that two checkouts (or CI jobs) testing on
+//! one machine at once do not meet. A test process never drops its statics,
+//! so its containers outlive it: e2e-citus.sh removes its own after each
+//! test process.
 
 use crate::common::DATABASE;
+use std::hash::{BuildHasher, RandomState};
 use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -25,9 +29,12 @@ use testcontainers::{Container, GenericImage, ImageExt};
 
 pub const IMAGE: (&str, &str) = ("lambdastore/postgres", "latest");
 
-/// The containers' names are `lambdastore-citus-test-NODE`; e2e-citus.sh
-/// reads their logs and removes them by these names.
-const NODES: [(&str, u16); 3] = [("coord", 54370), ("w1", 54371), ("w2", 54372)];
+/// The containers are `lambdastore-citus-test-RUN-NODE`, RUN from
+/// `LAMBDASTORE_CITUS_RUN` (e2e-citus.sh sets it, and reads their logs and
+/// removes them by these names) or made up for this process, whose
+/// containers are then left for whoever ran it (the line it prints names
+/// them).
+const NODES: [&str; 3] = ["coord", "w1", "w2"];
 
 /// The API version bollard 0.20 (testcontainers' client) asks for.
 const CLIENT_API: &str = "1.52";
@@ -39,7 +46,10 @@ pub struct Cluster {
     /// killed, the server recovering from its WAL), given the worker's name
     /// (w1, w2) as its last argument.
     pub crash: Option<Vec<String>>,
-    containers: Vec<Container<GenericImage>>,
+    /// What the cluster is, for the line each test process prints.
+    how: String,
+    /// Held for the process's life (a static is never dropped).
+    _containers: Vec<Container<GenericImage>>,
 }
 
 /// The cluster, started on first use; None when there is none to be had.
@@ -49,12 +59,7 @@ pub fn citus() -> Option<&'static Cluster> {
         .get_or_init(|| {
             let cluster = local().or_else(containers);
             if let Some(cluster) = &cluster {
-                let how = if cluster.containers.is_empty() {
-                    "local processes (scripts/citus.sh)".to_string()
-                } else {
-                    format!("containers of {}:{} (testcontainers)", IMAGE.0, IMAGE.1)
-                };
-                eprintln!("Citus cluster: {how}, workers {}", cluster.workers.join(", "));
+                eprintln!("Citus cluster: {}, workers {}", cluster.how, cluster.workers.join(", "));
             }
             cluster
         })
@@ -68,7 +73,8 @@ fn local() -> Option<Cluster> {
     Some(Cluster {
         workers: urls.split(',').map(str::to_string).collect(),
         crash: crash.map(|command| command.split_whitespace().map(str::to_string).collect()),
-        containers: Vec::new(),
+        how: "local processes (scripts/citus.sh)".to_string(),
+        _containers: Vec::new(),
     })
 }
 
@@ -90,17 +96,28 @@ fn containers() -> Option<Cluster> {
     if version(&engine_api) < version(CLIENT_API) {
         std::env::set_var("DOCKER_HOST", relay(&engine_api));
     }
-    let names: Vec<String> = NODES.iter().map(|(node, _)| format!("lambdastore-citus-test-{node}")).collect();
+    let run = std::env::var("LAMBDASTORE_CITUS_RUN")
+        .unwrap_or_else(|_| format!("{:06x}", RandomState::new().hash_one(std::process::id()) & 0xff_ffff));
+    let prefix = format!("lambdastore-citus-test-{run}");
+    let names: Vec<String> = NODES.iter().map(|node| format!("{prefix}-{node}")).collect();
+    // This run's own, should an earlier test process of it have left them.
     let mut leftovers = vec!["rm", "-f"];
     leftovers.extend(names.iter().map(String::as_str));
     docker(&leftovers);
+    let ports = match std::env::var("LAMBDASTORE_CITUS_PORTS") {
+        Ok(ports) => {
+            ports.split(',').map(|port| port.trim().parse().expect("LAMBDASTORE_CITUS_PORTS: a port")).collect()
+        }
+        Err(_) => free_ports(NODES.len()),
+    };
+    assert_eq!(ports.len(), NODES.len(), "LAMBDASTORE_CITUS_PORTS names a port per node (coord,w1,w2)");
 
     // Started side by side: each waits for its server to be ready.
     let containers: Vec<_> = std::thread::scope(|scope| {
-        let starting: Vec<_> = NODES
+        let starting: Vec<_> = ports
             .iter()
             .zip(&names)
-            .map(|((_, port), name)| {
+            .map(|(port, name)| {
                 let request = GenericImage::new(IMAGE.0, IMAGE.1)
                     .with_wait_for(WaitFor::message_on_stderr("database system is ready to accept connections"))
                     .with_container_name(name)
@@ -111,12 +128,13 @@ fn containers() -> Option<Cluster> {
                     // A disposable cluster, as scripts/cluster.sh makes them.
                     .with_cmd(["-c", "fsync=off", "-c", "full_page_writes=off"])
                     .with_startup_timeout(Duration::from_secs(60));
-                scope.spawn(move || request.start().unwrap_or_else(|e| panic!("starting {name}: {e}")))
+                // A port taken since it was picked fails the start here.
+                scope.spawn(move || request.start().unwrap_or_else(|e| panic!("starting {name} on port {port}: {e}")))
             })
             .collect();
         starting.into_iter().map(|thread| thread.join().expect("a container did not start")).collect()
     });
-    let addresses: Vec<String> = NODES.iter().map(|(_, port)| format!("127.0.0.1:{port}")).collect();
+    let addresses: Vec<String> = ports.iter().map(|port| format!("127.0.0.1:{port}")).collect();
     let mut init = containers[0]
         .exec(
             ExecCommand::new(["lambdastore-init", "cluster"])
@@ -134,23 +152,50 @@ fn containers() -> Option<Cluster> {
 
     // The shared helpers (tests/tests/common) connect to the coordinator.
     let url = |port: u16| format!("host=127.0.0.1 port={port} user=postgres");
-    std::env::set_var("LAMBDASTORE_TEST_URL", url(NODES[0].1));
+    std::env::set_var("LAMBDASTORE_TEST_URL", url(ports[0]));
     // SIGQUIT is PostgreSQL's immediate shutdown: the postmaster kills every
     // process and exits, and with it the container; started again, the
-    // server recovers from its WAL.
-    let crash = "docker kill --signal QUIT lambdastore-citus-test-$1 >/dev/null \
-                 && docker wait lambdastore-citus-test-$1 >/dev/null \
-                 && docker start lambdastore-citus-test-$1 >/dev/null || exit 1; \
+    // server recovers from its WAL. $1 is the containers' prefix, $2 the
+    // worker; the server listens on the same port again.
+    let crash = "c=$1-$2; docker kill --signal QUIT $c >/dev/null \
+                 && docker wait $c >/dev/null \
+                 && docker start $c >/dev/null || exit 1; \
                  deadline=$(($(date +%s) + 60)); \
-                 until docker exec lambdastore-citus-test-$1 sh -c 'pg_isready -q -h 127.0.0.1 -p $LAMBDASTORE_PORT'; do \
-                   [ $(date +%s) -lt $deadline ] || { echo \"$1 is not ready 60 s after its start\" >&2; exit 1; }; \
+                 until docker exec $c sh -c 'pg_isready -q -h 127.0.0.1 -p $LAMBDASTORE_PORT'; do \
+                   [ $(date +%s) -lt $deadline ] || { echo \"$2 is not ready 60 s after its start\" >&2; exit 1; }; \
                    sleep 0.1; \
                  done";
     Some(Cluster {
-        workers: NODES[1..].iter().map(|(_, port)| url(*port)).collect(),
-        crash: Some(["sh", "-c", crash, "sh"].map(str::to_string).to_vec()),
-        containers,
+        workers: ports[1..].iter().map(|port| url(*port)).collect(),
+        crash: Some(["sh", "-c", crash, "sh", &prefix].map(str::to_string).to_vec()),
+        how: format!("containers {prefix}-{} of {}:{} (testcontainers)", NODES.join("/"), IMAGE.0, IMAGE.1),
+        _containers: containers,
     })
+}
+
+/// Where [`free_ports`] looks: below the range from which the kernel gives
+/// outgoing connections their local port (32768–60999 by default), so that
+/// no connection takes a picked port before its node listens on it, and
+/// away from the project's fixed ports (543xx, 8080–8090).
+/// scripts/e2e-compose.sh picks from the same range.
+const FREE_PORTS: std::ops::Range<u16> = 20000..32768;
+
+/// `n` ports on 127.0.0.1 that are free now: the first that bind, from a
+/// random place in [`FREE_PORTS`] on, all held until all are found. They
+/// are released on return, so a small race remains: another process may
+/// bind one before its node listens on it (another run's pick would have
+/// to start within a few ports below this one's, at that moment). The node
+/// then fails to start, with the port in the message; a rerun, or fixed
+/// ports (`LAMBDASTORE_CITUS_PORTS`), settles it.
+fn free_ports(n: usize) -> Vec<u16> {
+    let (first, len) = (FREE_PORTS.start as usize, FREE_PORTS.len());
+    let start = RandomState::new().hash_one(std::process::id()) as usize % len;
+    let held: Vec<TcpListener> = (0..len)
+        .filter_map(|i| TcpListener::bind(("127.0.0.1", (first + (start + i) % len) as u16)).ok())
+        .take(n)
+        .collect();
+    assert_eq!(held.len(), n, "{n} free ports on 127.0.0.1 in {FREE_PORTS:?}");
+    held.iter().map(|listener| listener.local_addr().unwrap().port()).collect()
 }
 
 fn version(text: &str) -> (u32, u32) {

@@ -2,7 +2,8 @@
 //! concurrency-control mode, the client retry loop a serializable database
 //! asks for, worker threads under a watchdog, and a small random generator.
 
-use super::{connect, describe};
+use super::{connect, describe, invoke};
+use serde_json::Value;
 use postgres::Client;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -133,6 +134,17 @@ pub fn retrying<T>(
         }
         backoff(attempt, rng);
     }
+}
+
+/// `call` for a test's final read, after its workers are done: retried on
+/// 40001 like any read. Sets of different objects share version counters
+/// (txn/versions.rs), so a read of thousands of sets can fail spuriously
+/// while another test of the same binary writes elsewhere.
+#[track_caller]
+pub fn call_settled(c: &mut Client, object: i64, method: &str, args: Value) -> Value {
+    let (mut tally, mut rng) = (Tally::default(), Rng::new(0));
+    retrying(Cc::Occ, &mut tally, &mut rng, || invoke(c, object, method, args.clone()))
+        .unwrap_or_else(|e| panic!("lambda_invoke({object}, {method}, {args}): {}", describe(&e)))
 }
 
 /// After the second failure in a row, a random pause of up to 20 µs × 2^n
