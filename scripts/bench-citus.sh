@@ -17,11 +17,12 @@
 #               followers, on every node): 1,000 users, one post each to start with
 #
 # gateway: on the cluster only, the bench's `http` subcommand (counter get
-# and increment, 8 connections) against two gateways, alternating ROUNDS
-# times: `--placement single` (every call to the coordinator, which
-# forwards it) and `--placement citus` (each call straight to the worker
-# holding its object); each run also makes the same calls over SQL to the
-# coordinator, for reference. Medians.
+# and increment, the cloudforum and retwis mixes above on data of their
+# own; 8 connections) against two gateways, alternating ROUNDS times:
+# `--placement single` (every call to the coordinator, which forwards it)
+# and `--placement citus` (each call straight to the worker holding its
+# object); each run also makes the same calls over SQL to the coordinator,
+# for reference. Medians (GATEWAY_WORKLOADS picks rows).
 #
 # migration: on the cluster, 30 s of pgbench (1 client reading and
 # incrementing one counter, 7 clients the others); at 10 s
@@ -39,6 +40,7 @@
 # test-compose`.
 #
 #   PARTS="table gateway migration"  ROUNDS=3  SECONDS_PER_RUN=10  WORKLOADS="read-only ..."
+#   GATEWAY_WORKLOADS=counter,cloudforum,retwis  GATEWAY_OUT=FILE (keeps the bench's own tables)
 #   MIGRATION_SECONDS=30  MIGRATION_PLOT=bench/results/citus-migration (without extension)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -263,37 +265,36 @@ start_gateway() {
 
 gateway_part() {
   # The gateway's role on every node (docker/init.sh's step, which also
-  # makes a key for the forum), and a key of `counter`, the application
-  # the http subcommand deploys and calls.
+  # makes a key for the forum); the http subcommand makes its own keys.
   LAMBDASTORE_COORDINATOR=127.0.0.1:$coordinator_port LAMBDASTORE_DATABASE=lambdastore_bench \
     LAMBDASTORE_STATE=$work "$repo/docker/init.sh" gateway >/dev/null
-  local key
-  key=$(psql "$coordinator" -X -Atq -c "SELECT api_key FROM lambdastore.create_api_key('counter', 'bench-citus')")
   start_gateway 18190 single
   start_gateway 18191 citus
   : >"$work/http"
   for _ in $(seq "$ROUNDS"); do
     for gateway in 18190:coordinator 18191:owner; do
       # Its table's rows: | get, HTTP gateway | 8 | 1234 | 0.61 ms | ...;
-      # kept as "<via> <workload> <requests/s> <p50 ms>".
+      # kept as "<via> TAB <row> TAB <requests/s> TAB <p50 ms>".
       "$bin/lambdastore-bench" --lambdas "$lambdas" --url "$coordinator" http --gateway "http://127.0.0.1:${gateway%%:*}" \
-        --key "$key" --connections 8 --duration "${SECONDS_PER_RUN}s" --warmup 2s \
-        | awk -F' *[|] *' -v gw="gateway-${gateway#*:}" '$2 ~ /, (HTTP gateway|direct SQL)$/ {
-            via = ($2 ~ /HTTP gateway$/) ? gw : "sql"; w = $2; sub(/, (HTTP gateway|direct SQL)$/, "", w); gsub(/[ ,]+/, "_", w)
+        --workloads "${GATEWAY_WORKLOADS:-counter,cloudforum,retwis}" \
+        --connections 8 --duration "${SECONDS_PER_RUN}s" --warmup 2s \
+        | tee -a "${GATEWAY_OUT:-/dev/null}" \
+        | awk -F' *[|] *' -v OFS='\t' -v gw="gateway-${gateway#*:}" '$2 ~ /, (HTTP gateway|direct SQL)$/ {
+            via = ($2 ~ /HTTP gateway$/) ? gw : "sql"; w = $2; sub(/, (HTTP gateway|direct SQL)$/, "", w)
             print via, w, $4, $5 + 0 }' >>"$work/http"
     done
   done
   echo "| calls (8 connections) | SQL to the coordinator req/s | gateway, all to the coordinator | gateway, direct to the owner | direct / coordinator (gateway) | p50 ms: SQL | gateway to coordinator | gateway direct |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-  local workload via
-  for workload in $(awk '{print $2}' "$work/http" | uniq | sort -u); do
+  local workload via sql coord owner
+  # The rows in the bench's order.
+  while IFS= read -r workload; do
     for via in sql gateway-coordinator gateway-owner; do
-      awk -v via="$via" -v w="$workload" '$1 == via && $2 == w {print $3, $4}' "$work/http" >"$work/$via"
+      awk -F'\t' -v via="$via" -v w="$workload" '$1 == via && $2 == w {print $3, $4}' "$work/http" >"$work/$via"
     done
-    local sql coord owner
     sql=$(median_of "$work/sql" 1); coord=$(median_of "$work/gateway-coordinator" 1); owner=$(median_of "$work/gateway-owner" 1)
-    echo "| ${workload//_/ } | $sql | $coord | $owner | $(ratio "$owner" "$coord") | $(median_of "$work/sql" 2) | $(median_of "$work/gateway-coordinator" 2) | $(median_of "$work/gateway-owner" 2) |"
-  done
+    echo "| $workload | $sql | $coord | $owner | $(ratio "$owner" "$coord") | $(median_of "$work/sql" 2) | $(median_of "$work/gateway-coordinator" 2) | $(median_of "$work/gateway-owner" 2) |"
+  done < <(awk -F'\t' '!seen[$2]++ {print $2}' "$work/http")
 }
 
 # At AT seconds after $moves_from, lambdastore.migrate_object($hot, NODE):

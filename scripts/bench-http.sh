@@ -5,8 +5,11 @@
 # are stopped on exit. Arguments go to the bench, e.g.
 #
 #   scripts/bench-http.sh --duration 5s --connections 32
+#   scripts/bench-http.sh --workloads counter,cloudforum,retwis
 #
-# The extension must be installed (make install) and the lambdas built.
+# The bench makes an API key for each application it loads (and revokes
+# them at the end). The extension must be installed (make install) and the
+# lambdas built.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -65,9 +68,8 @@ CREATE ROLE lambdastore_gateway LOGIN;
 GRANT USAGE ON SCHEMA lambdastore_gateway TO lambdastore_gateway;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO lambdastore_gateway;
 SQL
-key=$(sql -c "SELECT api_key FROM lambdastore.create_api_key('counter', 'bench-http')")
 
-target/release/lambdastore-gateway \
+"${CARGO_TARGET_DIR:-target}/release/lambdastore-gateway" \
   --database-url "host=$run port=$LAMBDASTORE_PORT user=lambdastore_gateway dbname=lambdastore_test" \
   --listen "$listen" --pool-size "$pool" >"$gateway_log" 2>&1 &
 gateway_pid=$!
@@ -80,4 +82,9 @@ done
 [ -n "$ready" ] || { echo "the gateway was not ready after 20 s; see $gateway_log" >&2; exit 1; }
 echo "gateway http://$listen (pid $gateway_pid, log $gateway_log)"
 
-cargo run --quiet --release -p lambdastore-bench -- --url "$db_url" http --gateway "http://$listen" --key "$key" "$@"
+# Each row also reports the CPU time per request of the bench (its HTTP or
+# SQL clients), the gateway and the server's processes (the postmaster's
+# children: backends and workers).
+postmaster=$(head -1 "$(sql -c 'SHOW data_directory')/postmaster.pid")
+cargo run --quiet --release -p lambdastore-bench -- --url "$db_url" http --gateway "http://$listen" \
+  --cpu-of "gateway=$gateway_pid" --cpu-of "server=$postmaster" "$@"

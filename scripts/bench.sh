@@ -31,4 +31,4 @@ sql -c "ALTER SYSTEM SET shared_buffers = '2GB'" -c "ALTER SYSTEM SET max_connec
 "$cluster" start "$name" >/dev/null
 echo "cluster $name: $db_url (shared_buffers $(sql -c 'SHOW shared_buffers'), max_pred_locks_per_transaction $(sql -c 'SHOW max_pred_locks_per_transaction'))"
 
-target/release/lambdastore-bench --url "$db_url" suite "$@"
+"${CARGO_TARGET_DIR:-target}/release/lambdastore-bench" --url "$db_url" suite "$@"

@@ -63,7 +63,7 @@ key=$(sql -c "SELECT api_key FROM lambdastore.create_api_key('counter')")
 
 # The gateway, logging to a file; wait (bounded) until it is ready.
 log=$repo/target/check-api-gateway.log
-target/release/lambdastore-gateway \
+"${CARGO_TARGET_DIR:-target}/release/lambdastore-gateway" \
   --database-url "host=$run port=54336 user=lambdastore_gateway dbname=lambdastore_test" \
   --listen "127.0.0.1:$port" >"$log" 2>&1 &
 gateway_pid=$!

@@ -58,20 +58,10 @@ $$;
 -- the gateway's role (which may only use lambdastore_gateway) cannot call
 -- them directly. They run with the privileges of the functions calling them.
 
--- The application of a valid, unrevoked key; 28000 otherwise.
-CREATE FUNCTION lambdastore._api_key_app(api_key text) RETURNS text
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    app text;
-BEGIN
-    SELECT k.app INTO app FROM lambdastore.api_keys k
-     WHERE k.sha256 = sha256(convert_to($1, 'UTF8')) AND k.revoked IS NULL;
-    IF app IS NULL THEN
-        RAISE EXCEPTION 'invalid or revoked API key' USING ERRCODE = '28000';
-    END IF;
-    RETURN app;
-END
-$$;
+-- The application of a valid, unrevoked key, or 28000, is
+-- lambdastore._api_key_app(api_key) (Rust, api/mod.rs: a key seen before
+-- is remembered by the backend until the catalog changes, as a revocation
+-- does).
 
 -- `app`, if the key is valid (28000) and belongs to it (42501).
 CREATE FUNCTION lambdastore._check_key_app(api_key text, app text) RETURNS text
@@ -151,7 +141,7 @@ BEGIN
         END IF;
     END IF;
     result := CASE $3->>0
-        WHEN 'invoke' THEN @extschema@.lambda_invoke(($3->>1)::bigint, $3->>2, $3->3)
+        WHEN 'invoke' THEN lambdastore._invoke_for($1, ($3->>1)::bigint, $3->>2, $3->3)
         WHEN 'create' THEN to_jsonb(lambdastore.create_object($1, $3->>1, $3->2))
         WHEN 'static' THEN lambdastore.invoke_static($1, $3->>1, $3->>2, $3->3)
     END;
@@ -175,16 +165,18 @@ CREATE SCHEMA lambdastore_gateway;
 -- was parsed and planned again on every call (a quarter of the backend's
 -- time per call under the gateway's load, docs/PERFORMANCE.md); PL/pgSQL
 -- keeps its plans for the session. Without an idempotency key the method
--- is called here, without _call's request array.
+-- is called here, without _call's request array. Whether the object is
+-- the key's application's is checked by _invoke_for (Rust, api/mod.rs)
+-- where the call reads the object anyway.
 CREATE FUNCTION lambdastore_gateway.invoke(api_key text, object_id bigint, method text, args jsonb,
                                            idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    app text := lambdastore._check_key_owns($1, 'object', $2);
+    app text := lambdastore._api_key_app($1);
 BEGIN
     IF $5 IS NULL THEN
-        result := @extschema@.lambda_invoke($2, $3, $4);
+        result := lambdastore._invoke_for(app, $2, $3, $4);
         replayed := false;
         RETURN NEXT;
         RETURN;
@@ -270,6 +262,6 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway FROM PUBLIC;
 -- The helpers above run only inside the gateway's SECURITY DEFINER
 -- functions; purging every application's idempotency keys is the
 -- gateway's (or a superuser's) business.
-REVOKE ALL ON FUNCTION lambdastore._api_key_app(text), lambdastore._check_key_app(text, text),
+REVOKE ALL ON FUNCTION lambdastore._check_key_app(text, text),
     lambdastore._check_key_owns(text, text, bigint), lambdastore._claim_idempotency_key(text, text, jsonb),
     lambdastore._call(text, text, jsonb), lambdastore.purge_idempotency_keys(interval) FROM PUBLIC;

@@ -157,3 +157,8 @@ LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._revoke($1, $2::oid, $3) $$;
 
 CREATE FUNCTION lambdastore.set_owner(app text, new_owner regrole) RETURNS void
 LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._set_owner($1, $2::oid) $$;
+
+-- The gateway's key check and its call of a key's application's object
+-- (api/mod.rs) run only inside the gateway's SECURITY DEFINER functions
+-- (sql/gateway.sql), like the helpers there.
+REVOKE ALL ON FUNCTION lambdastore._api_key_app(text), lambdastore._invoke_for(text, bigint, text, jsonb) FROM PUBLIC;

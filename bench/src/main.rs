@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod contention;
+mod cpu;
 mod http;
 mod jobs;
 mod remote;
@@ -121,17 +122,17 @@ enum Command {
         #[arg(long, default_value = "bench/results")]
         out: PathBuf,
     },
-    /// The HTTP gateway under a closed-loop load of counter.get and
-    /// counter.increment, side by side with the same calls over SQL.
-    /// Deploys `counter` and creates its objects through --url.
+    /// The HTTP gateway under a closed-loop load of counter's get and
+    /// increment, CloudForum's or Retwis' mix, side by side with the same
+    /// calls over SQL. Deploys the applications, creates their objects and
+    /// an API key each through --url (the keys are revoked at the end).
     Http {
         /// The gateway's base URL, e.g. http://127.0.0.1:8080.
         #[arg(long)]
         gateway: String,
-        /// An API key of the application `counter`
-        /// (SELECT api_key FROM lambdastore.create_api_key('counter')).
-        #[arg(long, env = "LAMBDASTORE_API_KEY", hide_env_values = true)]
-        key: String,
+        /// Workloads to run, in this order.
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "counter")]
+        workloads: Vec<http::Workload>,
         /// Concurrent connections, for the gateway and for SQL alike.
         #[arg(long, default_value_t = 64)]
         connections: usize,
@@ -141,6 +142,11 @@ enum Command {
         /// Unmeasured time before it, per row.
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         warmup: Duration,
+        /// NAME=PID: report the CPU time this process and its descendants
+        /// spend per request in each row, beside the bench's own (e.g.
+        /// gateway=PID, server=the postmaster's PID); repeatable.
+        #[arg(long = "cpu-of")]
+        cpu_of: Vec<cpu::Watched>,
     },
     /// Throughput over time from pgbench's per-transaction logs (pgbench
     /// --log --max-tries N), with spans such as a migration shaded: an SVG
@@ -198,8 +204,9 @@ fn main() -> Result<()> {
             })
         }
         Command::Report { from, out } => suite::redraw(&from, &out),
-        Command::Http { gateway, key, connections, duration, warmup } => {
-            http::run(url()?, &cli.lambdas, &http::Options { gateway, key, connections, duration, warmup })
+        Command::Http { gateway, workloads, connections, duration, warmup, cpu_of } => {
+            let cpu = cpu::with_client(&cpu_of);
+            http::run(url()?, &cli.lambdas, &http::Options { gateway, workloads, connections, duration, warmup, cpu })
         }
         Command::Timeline { series, span, start, step, duration, title, out } => {
             timeline::run(&timeline::Options { series, spans: span, start, step, duration, title, out })

@@ -70,6 +70,8 @@ pub(crate) enum LambdaError {
     UnknownJob(i64),
     #[error("API key {0} does not exist")]
     UnknownApiKey(i64),
+    #[error("invalid or revoked API key")]
+    InvalidApiKey,
     #[error("idempotency key \"{key}\" was already used for a different call (job {job})")]
     IdempotencyKeyReused { key: String, job: i64 },
     #[error("an idempotency key must be 1 to {max} bytes long, this one is {len}")]
@@ -107,6 +109,7 @@ impl LambdaError {
             UnknownApplication(_) | UnknownObject(_) | UnknownType { .. } | UnknownJob(_) | UnknownApiKey(_) => {
                 ERRCODE_UNDEFINED_OBJECT
             }
+            InvalidApiKey => ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION,
             IdempotencyKeyReused { .. } => ERRCODE_UNIQUE_VIOLATION,
             IdempotencyKeyLength { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             JobNotCommitted(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

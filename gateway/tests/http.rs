@@ -294,6 +294,12 @@ fn api_keys_are_refused_when_revoked_and_only_reach_their_application() {
 
     // b's key on a's objects, types, code and jobs.
     assert_eq!(error_of(gw.invoke(&b.key, counter_a, "increment", json!({}))).0, 403);
+    let with_key = gw
+        .post(&b.key, &format!("/v1/objects/{counter_a}/methods/increment"))
+        .header("Idempotency-Key", "b-on-a")
+        .send()
+        .unwrap();
+    assert_eq!(error_of(with_key).0, 403, "with an idempotency key");
     assert_eq!(
         error_of(gw.post(&b.key, &format!("/v1/objects/{counter_a}/methods/increment/jobs")).send().unwrap()).0,
         403
@@ -326,6 +332,25 @@ fn api_keys_are_refused_when_revoked_and_only_reach_their_application() {
     assert!(sql().query_one("SELECT lambdastore.revoke_api_key($1)", &[&a.key_id]).unwrap().get::<_, bool>(0));
     let (status, code, _, _) = error_of(gw.invoke(&a.key, counter_a, "get", json!({})));
     assert_eq!((status, code.as_str()), (401, "invalid_authorization_specification"));
+}
+
+#[test]
+fn a_revoked_key_is_refused_by_a_session_that_has_used_it() {
+    // A backend remembers the keys it has checked (catalog/cache.rs): the
+    // revocation must reach a session that saw the key before it, as the
+    // gateway's pooled connections have.
+    let app = App::deployed("gw_revoke_seen", "counter");
+    let id = app.create("Counter", json!({}));
+    let mut session = postgres::Client::connect(&url_as(ROLE), postgres::NoTls).unwrap();
+    let mut get = || {
+        session.query_one("SELECT result FROM lambdastore_gateway.invoke($1, $2, 'get', '{}', NULL)", &[&app.key, &id])
+    };
+    for _ in 0..2 {
+        assert_eq!(get().unwrap().get::<_, Value>(0), json!(0));
+    }
+    assert!(sql().query_one("SELECT lambdastore.revoke_api_key($1)", &[&app.key_id]).unwrap().get::<_, bool>(0));
+    let err = get().expect_err("a revoked key was accepted by a session that had used it");
+    assert_eq!(err.code().map(|c| c.code()), Some("28000"), "{err}");
 }
 
 #[test]

@@ -502,6 +502,35 @@ fn a_deploy_on_one_node_reaches_the_cached_sessions_of_every_node() {
     }
 }
 
+/// The gateway sends calls straight to the workers, whose backends
+/// remember the API keys they checked (catalog/cache.rs): a key revoked on
+/// the coordinator must be refused at once by every node's sessions that
+/// used it.
+#[test]
+fn a_revoked_api_key_is_refused_by_the_sessions_of_every_node_that_used_it() {
+    let Some(mut nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_key", "counter");
+    let ids: Vec<i64> = spread(&mut c, &app, "Counter", json!({}), 1).into_values().flatten().collect();
+    let row = c.query_one("SELECT key_id, api_key FROM lambdastore.create_api_key($1, 'test')", &[&app]).unwrap();
+    let (key_id, key): (i64, String) = (row.get(0), row.get(1));
+    let get = |session: &mut Client, id: i64| {
+        session
+            .query_one("SELECT result::text FROM lambdastore_gateway.invoke($1, $2, 'get', '{}', NULL)", &[&key, &id])
+    };
+    let [w1, w2] = &mut nodes[..] else { panic!("two workers") };
+    for session in [&mut c, &mut *w1, &mut *w2] {
+        for &id in &ids {
+            assert_eq!(get(session, id).unwrap().get::<_, String>(0), "0");
+        }
+    }
+    assert!(c.query_one("SELECT lambdastore.revoke_api_key($1)", &[&key_id]).unwrap().get::<_, bool>(0));
+    for session in [&mut c, &mut *w1, &mut *w2] {
+        for &id in &ids {
+            expect_sqlstate(get(session, id), "28000");
+        }
+    }
+}
+
 /// `create_object` on the coordinator, which holds no objects, sends the
 /// create to a worker. A constructor there that calls and spawns on objects
 /// of the other worker works as it does from a worker: the coordinator
@@ -513,8 +542,14 @@ fn a_constructor_run_from_the_coordinator_reaches_objects_on_other_nodes() {
     let (mut c, app) = deployed("citus_constructor", "micro");
     let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
     let mut across = 0;
+    // Each constructor also spawns a tally on its partner, which a job
+    // runner may be writing while the next constructor calls that partner:
+    // a serialization failure then, retried as a client would.
+    let (mut tally, mut rng) = (Tally::default(), Rng::new(1));
     for partner in [x, y, x, y, x, y] {
-        let id = create(&mut c, &app, "Bench", json!({"entries": 0, "partner": partner}));
+        let args = json!({"entries": 0, "partner": partner});
+        let id = retrying(Cc::Occ, &mut tally, &mut rng, || create_object(&mut c, &app, "Bench", args.clone()))
+            .unwrap_or_else(|e| panic!("create_object with partner {partner}: {}", describe(&e)));
         across += usize::from(owner(&mut c, id) != owner(&mut c, partner));
         let count = call(&mut c, id, "get", json!({"key": "partner"}));
         assert!(count.as_str().is_some_and(|n| n.parse::<i64>().is_ok()), "{id} kept its partner's count: {count}");

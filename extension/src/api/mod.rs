@@ -42,6 +42,27 @@ fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
     )
 }
 
+/// `invoke` of an object that must be `app`'s, for the gateway: checked
+/// where the object is read anyway (from the backend's cache, once seen),
+/// or, for an object of another node, by a query of its row there.
+fn invoke_for(app: &str, object_id: i64, method: &str, args: &str) -> Result<String> {
+    let owned = |owner: &str| match owner == app {
+        true => Ok(()),
+        false => Err(LambdaError::PermissionDenied(format!("object {object_id} belongs to another application"))),
+    };
+    at_owner(
+        object_id,
+        |caller| {
+            owned(&crate::catalog::objects::lookup(object_id)?.0.app)?;
+            workflow::invoke_method(caller, object_id, method, args)
+        },
+        |caller, node| {
+            owned(&crate::catalog::jobs::app_of(object_id)?.ok_or(LambdaError::UnknownObject(object_id))?)?;
+            forward::invoke(caller, object_id, node, method, args)
+        },
+    )
+}
+
 /// Runs what the caller asked about `object` where the object lives, with
 /// the tables' owner's rights (`as_storage`): `here` on this node, else
 /// `there` forwards it to the node holding it (forward.rs).
@@ -458,6 +479,29 @@ mod lambdastore {
         });
         let (id, key) = outcome.unwrap_or_else(|err| raise(err, format!("create_api_key('{app}')")));
         TableIterator::once((id, key))
+    }
+
+    /// The application of a valid, unrevoked API key; 28000 otherwise. For
+    /// the gateway's functions (sql/gateway.sql), which check every
+    /// request's key with it first; revoked from PUBLIC (sql/views.sql).
+    /// In Rust so that a key seen before costs a backend a hash and a
+    /// lookup, not a statement (docs/PERFORMANCE.md, "The gateway under
+    /// load"). Not parallel safe: it fills this backend's cache and runs
+    /// as the tables' owner, which a parallel worker must not do.
+    #[pg_extern(stable, parallel_unsafe)]
+    fn _api_key_app(api_key: &str) -> String {
+        let outcome = as_storage(|_| crate::catalog::api_keys::app_of_key(api_key)?.ok_or(LambdaError::InvalidApiKey));
+        outcome.unwrap_or_else(|err| raise(err, "checking an API key".into()))
+    }
+
+    /// `lambda_invoke` of one of `app`'s objects (42501 for another
+    /// application's), for the gateway's functions, which pass the
+    /// application of the request's key; revoked from PUBLIC.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _invoke_for(app: &str, object_id: i64, method: &str, args: JsonText) -> JsonText {
+        json_result(invoke_for(app, object_id, method, &args.0), || {
+            format!("lambda_invoke({object_id}, '{method}') for application \"{app}\"")
+        })
     }
 
     /// Revokes a key at once (the next request with it is refused); false

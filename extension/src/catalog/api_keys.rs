@@ -1,9 +1,10 @@
 //! API keys (`lambdastore.api_keys`): an application's credentials at the
 //! HTTP gateway. Only a SHA-256 of each key is kept.
 
-use super::{query, query_cluster};
+use super::{cache, query, query_cluster};
 use crate::error::{LambdaError, Result};
 use pgrx::pg_sys::{self, BuiltinOid::*};
+use sha2::{Digest, Sha256};
 
 /// Creates a key for `app`; returns its id and the key, which is shown
 /// only this once. 256 random bits, so a fast hash is enough to store.
@@ -33,8 +34,29 @@ pub(crate) fn app_of(key_id: i64) -> Result<Option<String>> {
     })
 }
 
-/// Revokes the key now; false if it was revoked already.
+/// The application of `key` if it is a valid, unrevoked key; from the
+/// backend's cache when it was seen before (catalog/cache.rs).
+pub(crate) fn app_of_key(key: &str) -> Result<Option<String>> {
+    let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+    if let Some(app) = cache::api_key(&digest) {
+        return Ok(Some(app));
+    }
+    let app = query(
+        "SELECT app FROM lambdastore.api_keys WHERE sha256 = $1 AND revoked IS NULL",
+        &[BYTEAOID],
+        &[digest.as_slice().into()],
+        |rows| Ok(rows.into_iter().next().map(|row| row.get::<String>(1)).transpose()?.flatten()),
+    )?;
+    if let Some(app) = &app {
+        cache::remember_api_key(digest, app);
+    }
+    Ok(app)
+}
+
+/// Revokes the key now; false if it was revoked already. Every backend
+/// forgets the keys it has seen once this commits.
 pub(crate) fn revoke(key_id: i64) -> Result<bool> {
+    cache::changed();
     query_cluster(
         "UPDATE lambdastore.api_keys SET revoked = now() WHERE key_id = $1 AND revoked IS NULL RETURNING 1",
         &[INT8OID],

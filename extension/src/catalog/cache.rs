@@ -70,6 +70,10 @@ struct Cached {
     modules: HashMap<String, ModuleKey>,
     /// Each object's guards, with its split count when they were read.
     guards: HashMap<i64, (u64, Guards)>,
+    /// The application of each valid API key seen, by the key's SHA-256:
+    /// `revoke_api_key` changes the catalog, so a revoked key is refused
+    /// by every backend's next call. Invalid keys are not remembered.
+    api_keys: HashMap<[u8; 32], String>,
 }
 
 thread_local! {
@@ -251,6 +255,24 @@ pub(crate) fn module(app: &str) -> Option<ModuleKey> {
 pub(crate) fn remember_module(module: &ModuleKey) {
     if may_fill() {
         with_valid(|cached| cached.modules.insert(module.app.clone(), module.clone()));
+    }
+}
+
+/// The application of the valid API key whose SHA-256 is `digest`.
+pub(crate) fn api_key(digest: &[u8; 32]) -> Option<String> {
+    with_valid(|cached| cached.api_keys.get(digest).cloned()).flatten()
+}
+
+pub(crate) fn remember_api_key(digest: [u8; 32], app: &str) {
+    if may_fill() {
+        with_valid(|cached| {
+            // Keys are few; a bound keeps a flood of distinct valid keys
+            // from growing the backend.
+            if cached.api_keys.len() >= 1024 {
+                cached.api_keys.clear();
+            }
+            cached.api_keys.insert(digest, app.to_string())
+        });
     }
 }
 
