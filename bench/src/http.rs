@@ -222,7 +222,10 @@ async fn measure(
                 }
             }
             if let Some(error) = &tally.first_error {
-                eprintln!("{}, {via}: {} errors in the measured window; first error: {error}", row.label, tally.errors);
+                eprintln!(
+                    "{}, {via}: {} errors in the measured window; the run's first error, warm-up included: {error}",
+                    row.label, tally.errors
+                );
             }
             table.push((format!("{}, {via}", row.label), tally));
         }

@@ -298,7 +298,8 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
     for round in results.iter().flat_map(|(_, r)| r) {
         said_inserted[*round] += 1;
     }
-    let listing: Vec<(String, String)> = serde_json::from_value(call_settled(&mut c, bench, "list", json!({}))).unwrap();
+    let listing: Vec<(String, String)> =
+        serde_json::from_value(call_settled(&mut c, bench, "list", json!({}))).unwrap();
     let mut present = vec![0usize; ROUNDS];
     for (key, _) in &listing {
         present[key[1..5].parse::<usize>().unwrap()] += 1;
@@ -983,7 +984,8 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
     assert_eq!(committed.len(), WRITERS * KEYS);
 
     // Every key is there, in order, through the lambda and in the table.
-    let listing: Vec<(String, String)> = serde_json::from_value(call_settled(&mut c, bench, "list", json!({}))).unwrap();
+    let listing: Vec<(String, String)> =
+        serde_json::from_value(call_settled(&mut c, bench, "list", json!({}))).unwrap();
     let expected: Vec<(String, String)> = committed.clone().into_iter().collect();
     assert_eq!(listing, expected, "the final listing");
     let stored: Vec<Vec<u8>> =

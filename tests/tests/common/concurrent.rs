@@ -3,8 +3,8 @@
 //! asks for, worker threads under a watchdog, and a small random generator.
 
 use super::{connect, describe, invoke};
-use serde_json::Value;
 use postgres::Client;
+use serde_json::Value;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
