@@ -7,6 +7,7 @@
 #   scripts/docker.sh build [node|gateway...]  fill docker/prebuilt, build the images (both by default)
 #   scripts/docker.sh compose ARGS...           docker compose (or docker-compose 1.x) with ARGS
 #   scripts/docker.sh engine                    exit 0 if a Docker engine answers
+#   scripts/docker.sh claim RUN                 remove what killed test runs left; print RUN's lock file
 #
 # The images are lambdastore/postgres:latest and lambdastore/gateway:latest,
 # the names docker-compose.yml gives them. A user with a registry at hand
@@ -111,6 +112,30 @@ build() {
   done
 }
 
+# Test runs on containers (e2e-citus.sh, e2e-compose.sh) name them after
+# the run, RUN, and hold a lock on $runs/RUN (flock) for as long as they
+# live. A file nobody holds is a run killed before its trap could clean up
+# (SIGKILL, a CI timeout): its containers and volumes go, those of the
+# Citus tests (lambdastore-citus-test-RUN-*) and of the compose project
+# (lambdastore-compose-test-RUN). Prints the file a new run RUN must hold.
+runs=${TMPDIR:-/tmp}/lambdastore-test-runs
+claim() {
+  local lock run
+  mkdir -p "$runs"
+  for lock in "$runs"/*; do
+    [ -f "$lock" ] && flock -n "$lock" true || continue
+    run=${lock##*/}
+    echo "docker.sh: removing what the killed test run $run left" >&2
+    docker ps -aq --filter "name=^lambdastore-citus-test-$run-" | xargs -r docker rm -f >/dev/null
+    docker ps -aq --filter "label=com.docker.compose.project=lambdastore-compose-test-$run" \
+      | xargs -r docker rm -f >/dev/null
+    docker volume ls -q --filter "label=com.docker.compose.project=lambdastore-compose-test-$run" \
+      | xargs -r docker volume rm >/dev/null
+    rm -f "$lock"
+  done
+  echo "$runs/$1"
+}
+
 # Compose v2 (`docker compose`) where there is one, else docker-compose 1.x.
 compose() {
   if docker compose version >/dev/null 2>&1; then
@@ -124,5 +149,6 @@ case ${1:-} in
   build) shift; build "$@" ;;
   compose) shift; compose "$@" ;;
   engine) engine ;;
-  *) echo "usage: docker.sh build [node|gateway...] | compose ARGS... | engine" >&2; exit 2 ;;
+  claim) [ $# = 2 ] || { echo "usage: docker.sh claim RUN" >&2; exit 2; }; claim "$2" ;;
+  *) echo "usage: docker.sh build [node|gateway...] | compose ARGS... | engine | claim RUN" >&2; exit 2 ;;
 esac

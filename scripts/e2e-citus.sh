@@ -65,10 +65,13 @@ if [ "$mode" = docker ]; then
   # read and removed here.
   export LAMBDASTORE_CITUS_RUN=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
   containers=(lambdastore-citus-test-$LAMBDASTORE_CITUS_RUN-{coord,w1,w2})
+  # Held while this run lives: should it be killed, the next run removes
+  # its containers (docker.sh claim).
+  lock=$("$docker" claim "$LAMBDASTORE_CITUS_RUN") && exec 8>"$lock" && flock 8 || exit 1
   echo "== Citus cluster: containers of lambdastore/postgres:latest (lambdastore-citus-test-$LAMBDASTORE_CITUS_RUN-*), started by the tests (testcontainers)"
   # The containers outlive each test process (tests/tests/common/cluster.rs).
   remove() { docker rm -f "${containers[@]}" >/dev/null 2>&1; }
-  trap remove EXIT
+  trap 'remove; rm -f "$lock"' EXIT
   # One test process, then the containers' logs checked and removed.
   run() {
     local status=0 c

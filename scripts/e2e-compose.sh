@@ -53,11 +53,15 @@ ports=${LAMBDASTORE_COMPOSE_PORTS:-$(free_ports 4)} || exit 1
 IFS=, read -r LAMBDASTORE_COORDINATOR_PORT LAMBDASTORE_WORKER1_PORT LAMBDASTORE_WORKER2_PORT \
   LAMBDASTORE_GATEWAY_PORT <<<"$ports"
 export LAMBDASTORE_COORDINATOR_PORT LAMBDASTORE_WORKER1_PORT LAMBDASTORE_WORKER2_PORT LAMBDASTORE_GATEWAY_PORT
-project=lambdastore-compose-test-$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+run=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+project=lambdastore-compose-test-$run
+# Held while this run lives: should it be killed, the next run brings its
+# project down (docker.sh claim).
+lock=$("$docker" claim "$run") && exec 8>"$lock" && flock 8 || exit 1
 echo "== compose project $project: the coordinator on $LAMBDASTORE_COORDINATOR_PORT, the workers on" \
   "$LAMBDASTORE_WORKER1_PORT and $LAMBDASTORE_WORKER2_PORT, the gateway on $LAMBDASTORE_GATEWAY_PORT"
 compose=("$docker" compose -p "$project" -f "$repo/docker-compose.yml")
-down() { "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1; }
+down() { "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1; rm -f "$lock"; }
 trap down EXIT
 
 gateway=http://127.0.0.1:$LAMBDASTORE_GATEWAY_PORT
