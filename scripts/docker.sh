@@ -8,6 +8,7 @@
 #   scripts/docker.sh compose ARGS...           docker compose (or docker-compose 1.x) with ARGS
 #   scripts/docker.sh engine                    exit 0 if a Docker engine answers
 #   scripts/docker.sh claim RUN                 remove what killed test runs left; print RUN's lock file
+#   scripts/docker.sh free-ports N              N ports free on 127.0.0.1 now, comma-separated
 #
 # The images are lambdastore/postgres:latest and lambdastore/gateway:latest,
 # the names docker-compose.yml gives them. A user with a registry at hand
@@ -136,6 +137,29 @@ claim() {
   echo "$runs/$1"
 }
 
+# N ports on 127.0.0.1 that are free now, for the test runs' containers
+# (e2e-compose.sh, tests/tests/common/cluster.rs): the first that bind, from
+# a random place in 20000–32767 on, all held until all are found. That range
+# lies below the one the kernel takes outgoing connections' local ports from
+# (32768–60999), so no connection takes a picked port before its node
+# listens on it, and away from the project's fixed ports (543xx,
+# 8080–8090). A small race remains: another run's pick, starting within a
+# few ports below, at that moment; the node then fails to start, naming
+# the port. perl-base is part of every Debian.
+free_ports() {
+  perl -MIO::Socket::INET -e '
+    my ($n, $first, $len) = ($ARGV[0], 20000, 12768);
+    my ($start, @held) = (int rand $len);
+    for my $i (0 .. $len - 1) {
+      last if @held == $n;
+      my $socket = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $first + ($start + $i) % $len,
+                                         Listen => 1);
+      push @held, $socket if $socket;
+    }
+    @held == $n or die "free_ports: not $n free ports on 127.0.0.1 in 20000-32767\n";
+    print join(",", map { $_->sockport } @held), "\n"' "$1"
+}
+
 # Compose v2 (`docker compose`) where there is one, else docker-compose 1.x.
 compose() {
   if docker compose version >/dev/null 2>&1; then
@@ -150,5 +174,6 @@ case ${1:-} in
   compose) shift; compose "$@" ;;
   engine) engine ;;
   claim) [ $# = 2 ] || { echo "usage: docker.sh claim RUN" >&2; exit 2; }; claim "$2" ;;
-  *) echo "usage: docker.sh build [node|gateway...] | compose ARGS... | engine | claim RUN" >&2; exit 2 ;;
+  free-ports) [[ ${2:-} =~ ^[1-9][0-9]?$ ]] || { echo "usage: docker.sh free-ports N" >&2; exit 2; }; free_ports "$2" ;;
+  *) echo "usage: docker.sh build [node|gateway...] | compose ARGS... | engine | claim RUN | free-ports N" >&2; exit 2 ;;
 esac

@@ -28,25 +28,7 @@ if ! "$docker" engine; then
 fi
 "$docker" build || exit 1
 
-# N ports on 127.0.0.1 that are free now: the first that bind, from a
-# random place in 20000–32767 on, all held until all are found. Why that
-# range, and the small race left (a port taken before its container listens
-# on it fails the run): free_ports in tests/tests/common/cluster.rs, the
-# same for the Citus tests' containers. perl-base is part of every Debian.
-free_ports() {
-  perl -MIO::Socket::INET -e '
-    my ($n, $first, $len) = ($ARGV[0], 20000, 12768);
-    my ($start, @held) = (int rand $len);
-    for my $i (0 .. $len - 1) {
-      last if @held == $n;
-      my $socket = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $first + ($start + $i) % $len,
-                                         Listen => 1);
-      push @held, $socket if $socket;
-    }
-    @held == $n or die "free_ports: not $n free ports on 127.0.0.1 in 20000-32767\n";
-    print join(",", map { $_->sockport } @held), "\n"' "$1"
-}
-ports=${LAMBDASTORE_COMPOSE_PORTS:-$(free_ports 4)} || exit 1
+ports=${LAMBDASTORE_COMPOSE_PORTS:-$("$docker" free-ports 4)} || exit 1
 [[ $ports =~ ^[0-9]+,[0-9]+,[0-9]+,[0-9]+$ ]] || {
   echo "LAMBDASTORE_COMPOSE_PORTS is COORDINATOR,WORKER1,WORKER2,GATEWAY, not $ports" >&2; exit 2
 }

@@ -18,7 +18,6 @@
 use crate::common::DATABASE;
 use std::hash::{BuildHasher, RandomState};
 use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -173,29 +172,14 @@ fn containers() -> Option<Cluster> {
     })
 }
 
-/// Where [`free_ports`] looks: below the range from which the kernel gives
-/// outgoing connections their local port (32768–60999 by default), so that
-/// no connection takes a picked port before its node listens on it, and
-/// away from the project's fixed ports (543xx, 8080–8090).
-/// scripts/e2e-compose.sh picks from the same range.
-const FREE_PORTS: std::ops::Range<u16> = 20000..32768;
-
-/// `n` ports on 127.0.0.1 that are free now: the first that bind, from a
-/// random place in [`FREE_PORTS`] on, all held until all are found. They
-/// are released on return, so a small race remains: another process may
-/// bind one before its node listens on it (another run's pick would have
-/// to start within a few ports below this one's, at that moment). The node
-/// then fails to start, with the port in the message; a rerun, or fixed
-/// ports (`LAMBDASTORE_CITUS_PORTS`), settles it.
+/// `n` ports free on 127.0.0.1 now, picked as the compose test picks its
+/// own (`scripts/docker.sh free-ports`, which says from where and the race
+/// that remains); `LAMBDASTORE_CITUS_PORTS` settles a lost race.
 fn free_ports(n: usize) -> Vec<u16> {
-    let (first, len) = (FREE_PORTS.start as usize, FREE_PORTS.len());
-    let start = RandomState::new().hash_one(std::process::id()) as usize % len;
-    let held: Vec<TcpListener> = (0..len)
-        .filter_map(|i| TcpListener::bind(("127.0.0.1", (first + (start + i) % len) as u16)).ok())
-        .take(n)
-        .collect();
-    assert_eq!(held.len(), n, "{n} free ports on 127.0.0.1 in {FREE_PORTS:?}");
-    held.iter().map(|listener| listener.local_addr().unwrap().port()).collect()
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/docker.sh");
+    let output = Command::new(script).args(["free-ports", &n.to_string()]).output().expect("running docker.sh");
+    assert!(output.status.success(), "docker.sh free-ports {n}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).trim().split(',').map(|port| port.parse().expect("a port")).collect()
 }
 
 fn version(text: &str) -> (u32, u32) {
