@@ -67,12 +67,28 @@ fn refuse_in_read_only_transaction(readonly: bool, type_name: &str, function: &s
 
 /// `lambda_invoke(object_id, method, args)`, for `caller`.
 pub(crate) fn invoke_method(caller: Caller, object: i64, method: &str, args: &str) -> Result<String> {
-    invoke(caller, None, object, method, args, None).map(|done| done.result)
+    invoke(caller, None, object, method, args, None, None).map(|done| done.result)
+}
+
+/// `invoke_method` for the gateway, of an object that must be `app`'s:
+/// checked on the object's row as the call reads it anyway (from the
+/// backend's cache once seen).
+pub(crate) fn invoke_method_of(caller: Caller, app: &str, object: i64, method: &str, args: &str) -> Result<String> {
+    invoke(caller, None, object, method, args, None, Some(app)).map(|done| done.result)
+}
+
+/// 42501 unless `object`, of application `owner`, is `app`'s: what a
+/// gateway key of `app` may call.
+pub(crate) fn check_of_app(app: &str, object: i64, owner: &str) -> Result<()> {
+    if owner != app {
+        return Err(LambdaError::PermissionDenied(format!("object {object} belongs to another application")));
+    }
+    Ok(())
 }
 
 /// Job `job`: its method call, for the role that submitted it.
 pub(crate) fn run_job(caller: Caller, job: i64, object: i64, method: &str, args: &str) -> Result<String> {
-    invoke(caller, Some(job), object, method, args, None).map(|done| done.result)
+    invoke(caller, Some(job), object, method, args, None, None).map(|done| done.result)
 }
 
 /// `lambda_invoke` of an object stored on `node` (forward.rs): sent there,
@@ -122,7 +138,7 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
     let outcome = match (sent.create, sent.nested) {
         (Some(create), _) => create_with(caller, &create.app, &create.type_name, args, Some(sent.tape))
             .map(|done| Finished { result: done.result.to_string(), spawned_elsewhere: done.spawned_elsewhere }),
-        (None, None) => invoke(caller, None, object, method, args, Some(sent.tape)),
+        (None, None) => invoke(caller, None, object, method, args, Some(sent.tape), None),
         (None, Some(nested)) => {
             let app = registry::load(&nested.module)?;
             let call = MethodCall {
@@ -147,7 +163,7 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
 /// (`_map_here`): run as `lambda_invoke` runs it, answered as
 /// `run_forwarded` answers.
 pub(crate) fn run_mapped(caller: Caller, object: i64, method: &str, args: &str) -> Result<Reply> {
-    match invoke(caller, None, object, method, args, Some(Vec::new())) {
+    match invoke(caller, None, object, method, args, Some(Vec::new()), None) {
         Err(LambdaError::Suspended(needs)) => serde_json::from_str(&needs)
             .map_err(|e| LambdaError::Internal(format!("a stopped run answered {needs:?}: {e}"))),
         outcome => reply(outcome),
@@ -178,9 +194,13 @@ fn invoke(
     method: &str,
     args: &str,
     tape: Option<Vec<Draw>>,
+    of_app: Option<&str>,
 ) -> Result<Finished<String>> {
     let started = Instant::now();
     let (info, module) = catalog::objects::lookup(object)?;
+    if let Some(app) = of_app {
+        check_of_app(app, object, &info.app)?;
+    }
     access::check(caller, &info.app, Privilege::Invoke)?;
     let app = registry::load(&module)?;
     // Calls refused before they run are not counted: made-up names would

@@ -334,22 +334,51 @@ fn api_keys_are_refused_when_revoked_and_only_reach_their_application() {
     assert_eq!((status, code.as_str()), (401, "invalid_authorization_specification"));
 }
 
+/// A counter of a new application, and a session of the gateway's role
+/// whose backend has checked the application's key (catalog/cache.rs
+/// remembers it), as the gateway's pooled connections have.
+struct KeySeen {
+    app: App,
+    id: i64,
+    session: postgres::Client,
+}
+
+impl KeySeen {
+    fn new(app_name: &str) -> Self {
+        let app = App::deployed(app_name, "counter");
+        let id = app.create("Counter", json!({}));
+        let session = postgres::Client::connect(&url_as(ROLE), postgres::NoTls).unwrap();
+        let mut seen = KeySeen { app, id, session };
+        assert_eq!(seen.get().unwrap().get::<_, Value>(0), json!(0));
+        seen
+    }
+
+    fn get(&mut self) -> Result<postgres::Row, postgres::Error> {
+        let sql = "SELECT result FROM lambdastore_gateway.invoke($1, $2, 'get', '{}', NULL)";
+        self.session.query_one(sql, &[&self.app.key, &self.id])
+    }
+}
+
 #[test]
 fn a_revoked_key_is_refused_by_a_session_that_has_used_it() {
-    // A backend remembers the keys it has checked (catalog/cache.rs): the
-    // revocation must reach a session that saw the key before it, as the
-    // gateway's pooled connections have.
-    let app = App::deployed("gw_revoke_seen", "counter");
-    let id = app.create("Counter", json!({}));
-    let mut session = postgres::Client::connect(&url_as(ROLE), postgres::NoTls).unwrap();
-    let mut get = || {
-        session.query_one("SELECT result FROM lambdastore_gateway.invoke($1, $2, 'get', '{}', NULL)", &[&app.key, &id])
-    };
-    for _ in 0..2 {
-        assert_eq!(get().unwrap().get::<_, Value>(0), json!(0));
-    }
-    assert!(sql().query_one("SELECT lambdastore.revoke_api_key($1)", &[&app.key_id]).unwrap().get::<_, bool>(0));
-    let err = get().expect_err("a revoked key was accepted by a session that had used it");
+    let mut seen = KeySeen::new("gw_revoke_seen");
+    assert_eq!(seen.get().unwrap().get::<_, Value>(0), json!(0));
+    assert!(sql().query_one("SELECT lambdastore.revoke_api_key($1)", &[&seen.app.key_id]).unwrap().get::<_, bool>(0));
+    let err = seen.get().expect_err("a revoked key was accepted by a session that had used it");
+    assert_eq!(err.code().map(|c| c.code()), Some("28000"), "{err}");
+}
+
+#[test]
+fn revoke_api_key_reaches_sessions_after_a_bare_update_revoked_the_key() {
+    // A bare UPDATE tells no backend (ARCHITECTURE.md, "The HTTP gateway");
+    // revoke_api_key on the key, revoked already, must still make every
+    // session that used it refuse it.
+    let mut seen = KeySeen::new("gw_revoke_update");
+    let mut admin = sql();
+    admin.execute("UPDATE lambdastore.api_keys SET revoked = now() WHERE key_id = $1", &[&seen.app.key_id]).unwrap();
+    let revoked_now = admin.query_one("SELECT lambdastore.revoke_api_key($1)", &[&seen.app.key_id]).unwrap();
+    assert!(!revoked_now.get::<_, bool>(0), "the key was revoked already");
+    let err = seen.get().expect_err("a key revoked by UPDATE, then by revoke_api_key, was accepted");
     assert_eq!(err.code().map(|c| c.code()), Some("28000"), "{err}");
 }
 

@@ -46,18 +46,12 @@ fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
 /// where the object is read anyway (from the backend's cache, once seen),
 /// or, for an object of another node, by a query of its row there.
 fn invoke_for(app: &str, object_id: i64, method: &str, args: &str) -> Result<String> {
-    let owned = |owner: &str| match owner == app {
-        true => Ok(()),
-        false => Err(LambdaError::PermissionDenied(format!("object {object_id} belongs to another application"))),
-    };
     at_owner(
         object_id,
-        |caller| {
-            owned(&crate::catalog::objects::lookup(object_id)?.0.app)?;
-            workflow::invoke_method(caller, object_id, method, args)
-        },
+        |caller| workflow::invoke_method_of(caller, app, object_id, method, args),
         |caller, node| {
-            owned(&crate::catalog::jobs::app_of(object_id)?.ok_or(LambdaError::UnknownObject(object_id))?)?;
+            let owner = crate::catalog::jobs::app_of(object_id)?.ok_or(LambdaError::UnknownObject(object_id))?;
+            workflow::check_of_app(app, object_id, &owner)?;
             forward::invoke(caller, object_id, node, method, args)
         },
     )

@@ -56,6 +56,8 @@ pub(crate) fn app_of_key(key: &str) -> Result<Option<String>> {
 /// Revokes the key now; false if it was revoked already. Every backend
 /// forgets the keys it has seen once this commits.
 pub(crate) fn revoke(key_id: i64) -> Result<bool> {
+    // Also when the key was revoked already: by a bare UPDATE, say, which
+    // no backend hears of, and this is how to make them hear of it.
     cache::changed();
     query_cluster(
         "UPDATE lambdastore.api_keys SET revoked = now() WHERE key_id = $1 AND revoked IS NULL RETURNING 1",
