@@ -531,6 +531,34 @@ fn a_revoked_api_key_is_refused_by_the_sessions_of_every_node_that_used_it() {
     }
 }
 
+/// A key reaches only its application's objects, from every node: on the
+/// node holding the object, checked on the call's own look-up of it; on
+/// the others, on its row there before the call is forwarded.
+#[test]
+fn an_api_key_reaches_only_its_applications_objects_from_every_node() {
+    let Some(mut nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_key_owned", "counter");
+    let (_, other) = deployed("citus_key_other", "counter");
+    let ids: Vec<i64> = spread(&mut c, &app, "Counter", json!({}), 1).into_values().flatten().collect();
+    let key_of = |c: &mut Client, app: &str| -> String {
+        c.query_one("SELECT api_key FROM lambdastore.create_api_key($1, 'test')", &[&app]).unwrap().get(0)
+    };
+    let (key, other_key) = (key_of(&mut c, &app), key_of(&mut c, &other));
+    let call = |session: &mut Client, key: &str, id: i64, method: &str| {
+        session.query_one(
+            "SELECT result::text FROM lambdastore_gateway.invoke($1, $2, $3, '{}', NULL)",
+            &[&key, &id, &method],
+        )
+    };
+    let [w1, w2] = &mut nodes[..] else { panic!("two workers") };
+    for session in [&mut c, &mut *w1, &mut *w2] {
+        for &id in &ids {
+            expect_sqlstate(call(session, &other_key, id, "increment"), "42501");
+            assert_eq!(call(session, &key, id, "get").unwrap().get::<_, String>(0), "0");
+        }
+    }
+}
+
 /// `create_object` on the coordinator, which holds no objects, sends the
 /// create to a worker. A constructor there that calls and spawns on objects
 /// of the other worker works as it does from a worker: the coordinator
