@@ -63,7 +63,9 @@ $$;
 -- is remembered by the backend until the catalog changes, as a revocation
 -- does).
 
--- `app`, if the key is valid (28000) and belongs to it (42501).
+-- `app`, if the key is valid (28000) and belongs to it (42501). Every
+-- comparison here fails closed: a NULL key is 28000 (_api_key_app is not
+-- strict), a NULL anywhere else 22004 (_no_nulls).
 CREATE FUNCTION lambdastore._check_key_app(api_key text, app text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
@@ -71,6 +73,17 @@ BEGIN
         RAISE EXCEPTION 'the API key does not belong to application "%"', $2 USING ERRCODE = '42501';
     END IF;
     RETURN $2;
+END
+$$;
+
+-- 22004 when `nulls` (num_nulls of a gateway function's required
+-- arguments) is not 0: a NULL must never reach a check as "unknown".
+CREATE FUNCTION lambdastore._no_nulls(function text, nulls int) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF nulls IS DISTINCT FROM 0 THEN
+        RAISE EXCEPTION 'the arguments of lambdastore_gateway.% may not be NULL', function USING ERRCODE = '22004';
+    END IF;
 END
 $$;
 
@@ -93,7 +106,7 @@ BEGIN
     IF owner IS NULL THEN
         RAISE EXCEPTION '% % does not exist', kind, id USING ERRCODE = '42704';
     END IF;
-    IF owner <> app THEN
+    IF owner IS DISTINCT FROM app THEN
         RAISE EXCEPTION '% % belongs to another application', kind, id USING ERRCODE = '42501';
     END IF;
     RETURN app;
@@ -168,6 +181,10 @@ CREATE SCHEMA lambdastore_gateway;
 -- is called here, without _call's request array. Whether the object is
 -- the key's application's is checked by _invoke_for (Rust, api/mod.rs)
 -- where the call reads the object anyway.
+--
+-- Each function checks the key first (28000 for a NULL one too), then
+-- that no required argument is NULL (22004); the idempotency key alone
+-- may be NULL.
 CREATE FUNCTION lambdastore_gateway.invoke(api_key text, object_id bigint, method text, args jsonb,
                                            idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
@@ -175,6 +192,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE
     app text := lambdastore._api_key_app($1);
 BEGIN
+    IF num_nulls($2, $3, $4) > 0 THEN  -- _no_nulls, inline on the hot path
+        RAISE EXCEPTION 'the arguments of lambdastore_gateway.invoke may not be NULL' USING ERRCODE = '22004';
+    END IF;
     IF $5 IS NULL THEN
         result := lambdastore._invoke_for(app, $2, $3, $4);
         replayed := false;
@@ -189,24 +209,37 @@ $$;
 CREATE FUNCTION lambdastore_gateway.create_object(api_key text, app text, type_name text, args jsonb,
                                                   idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT * FROM lambdastore._call(lambdastore._check_key_app($1, $2), $5, jsonb_build_array('create', $3, $4))
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('create_object', num_nulls($2, $3, $4));
+    RETURN QUERY SELECT * FROM lambdastore._call(lambdastore._check_key_app($1, $2), $5,
+                                                 jsonb_build_array('create', $3, $4));
+END
 $$;
 
 -- Runs a static function of one of the application's types.
 CREATE FUNCTION lambdastore_gateway.invoke_static(api_key text, app text, type_name text, function text,
                                                   args jsonb, idempotency_key text DEFAULT NULL)
 RETURNS TABLE (result jsonb, replayed boolean)
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT * FROM lambdastore._call(lambdastore._check_key_app($1, $2), $6, jsonb_build_array('static', $3, $4, $5))
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('invoke_static', num_nulls($2, $3, $4, $5));
+    RETURN QUERY SELECT * FROM lambdastore._call(lambdastore._check_key_app($1, $2), $6,
+                                                 jsonb_build_array('static', $3, $4, $5));
+END
 $$;
 
--- Deploys a new version of the application's code.
+-- Deploys a new version of the application's code, as the role that
+-- created the key: its right to deploy is checked as for its own deploy
+-- from SQL (api/deploy.rs, claim).
 CREATE FUNCTION lambdastore_gateway.deploy(api_key text, app text, module bytea) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM lambdastore._check_key_app($1, $2);
-    RETURN lambdastore.deploy($2, $3);
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('deploy', num_nulls($2, $3));
+    RETURN lambdastore._deploy_for_key($1, $2, $3);
 END
 $$;
 
@@ -215,6 +248,8 @@ CREATE FUNCTION lambdastore_gateway.submit(api_key text, object_id bigint, metho
                                            idempotency_key text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('submit', num_nulls($2, $3, $4));
     PERFORM lambdastore._check_key_owns($1, 'object', $2);
     RETURN lambdastore.submit($2, $3, $4, $5);
 END
@@ -224,6 +259,8 @@ $$;
 CREATE FUNCTION lambdastore_gateway.job(api_key text, job_id bigint) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('job', num_nulls($2));
     PERFORM lambdastore._check_key_owns($1, 'job', $2);
     RETURN (SELECT to_jsonb(j) FROM lambdastore.job($2) j);
 END
@@ -233,6 +270,8 @@ $$;
 CREATE FUNCTION lambdastore_gateway.wait(api_key text, job_id bigint, timeout_ms bigint) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('wait', num_nulls($2, $3));
     PERFORM lambdastore._check_key_owns($1, 'job', $2);
     RETURN (SELECT to_jsonb(j) FROM lambdastore.wait($2, make_interval(secs => greatest($3, 0) / 1000.0)) j);
 END
@@ -241,8 +280,11 @@ $$;
 -- Whether this node stores the object's shard: asked after each call the
 -- gateway routed by its copy of Citus' metadata, which a move makes stale.
 CREATE FUNCTION lambdastore_gateway.holds(object_id bigint) RETURNS boolean
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT lambdastore.holds($1)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._no_nulls('holds', num_nulls($1));
+    RETURN lambdastore.holds($1);
+END
 $$;
 
 -- For /readyz: the extension's version (the role may use the gateway's functions).
@@ -252,8 +294,11 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 CREATE FUNCTION lambdastore_gateway.purge_idempotency_keys(older_than interval) RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT lambdastore.purge_idempotency_keys($1)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._no_nulls('purge_idempotency_keys', num_nulls($1));
+    RETURN lambdastore.purge_idempotency_keys($1);
+END
 $$;
 
 -- Only roles granted it may call the gateway's functions (the README's
@@ -262,6 +307,6 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway FROM PUBLIC;
 -- The helpers above run only inside the gateway's SECURITY DEFINER
 -- functions; purging every application's idempotency keys is the
 -- gateway's (or a superuser's) business.
-REVOKE ALL ON FUNCTION lambdastore._check_key_app(text, text),
+REVOKE ALL ON FUNCTION lambdastore._check_key_app(text, text), lambdastore._no_nulls(text, int),
     lambdastore._check_key_owns(text, text, bigint), lambdastore._claim_idempotency_key(text, text, jsonb),
     lambdastore._call(text, text, jsonb), lambdastore.purge_idempotency_keys(interval) FROM PUBLIC;

@@ -33,9 +33,11 @@ $$;
 -- since the node's server started (kept across aborted transactions);
 -- empty unless lambdastore is in shared_preload_libraries. `node` is the
 -- node that ran the calls (lambdastore.node()).
-CREATE VIEW lambdastore.stats WITH (security_barrier) AS
-SELECT * FROM lambdastore._stats_everywhere() s
- WHERE lambdastore.has_app_privilege(s.app, 'invoke') OR lambdastore.has_app_privilege(s.app, 'read');
+-- Rows of the applications the querying role may invoke or read:
+-- _stats_visible (Rust) filters them for the role that calls it, which a
+-- SECURITY DEFINER function could not see.
+CREATE VIEW lambdastore.stats AS
+SELECT s.* FROM lambdastore._stats_visible() v, jsonb_populate_record(NULL::lambdastore.stats_row, v) s;
 
 -- What a role may read of the applications' data: ordinary roles have no
 -- privilege on the tables (access.rs). These views read the tables as
@@ -131,7 +133,7 @@ $$;
 -- 'running' comes from the runners' shared memory (of every node): a
 -- claimed job is only row-locked, its 'done' commits with its effects.
 CREATE VIEW lambdastore.queue AS
-WITH running AS (SELECT job_id FROM lambdastore._running_jobs_everywhere() job_id)
+WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id)
 SELECT j.app,
        j.method AS function,
        count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL) AS depth,
@@ -161,4 +163,10 @@ LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._set_owner($1, $2::oid) $$;
 -- The gateway's key check and its call of a key's application's object
 -- (api/mod.rs) run only inside the gateway's SECURITY DEFINER functions
 -- (sql/gateway.sql), like the helpers there.
-REVOKE ALL ON FUNCTION lambdastore._api_key_app(text), lambdastore._invoke_for(text, bigint, text, jsonb) FROM PUBLIC;
+-- The node-wide counters and running jobs of every application are the
+-- extension's owner's; roles see their applications' rows through the
+-- views (_stats_visible, _running_jobs_visible).
+REVOKE ALL ON FUNCTION lambdastore._stats(), lambdastore._stats_everywhere(), lambdastore._running_jobs(),
+    lambdastore._running_jobs_everywhere() FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._api_key_app(text), lambdastore._invoke_for(text, bigint, text, jsonb),
+    lambdastore._deploy_for_key(text, text, bytea) FROM PUBLIC;

@@ -167,8 +167,9 @@ pub(crate) fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<(
 
 /// Runs `body` for the current user with the privileges of the bootstrap
 /// superuser, who owns the data: `body` must check what `Caller` may do
-/// before it touches anything. An error inside restores the user as it
-/// unwinds, and PostgreSQL's (sub)transaction abort restores it too.
+/// before it touches anything. It runs under `with_fixed_search_path`. An
+/// error inside restores the user as it unwinds, and PostgreSQL's
+/// (sub)transaction abort restores it too.
 pub(crate) fn as_storage<R>(body: impl FnOnce(Caller) -> R) -> R {
     let caller = Caller::current();
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
@@ -188,5 +189,54 @@ pub(crate) fn as_storage<R>(body: impl FnOnce(Caller) -> R) -> R {
         }
     }
     let _restore = Restore(user, context);
-    body(caller)
+    with_fixed_search_path(|| body(caller))
+}
+
+/// The `search_path` of everything the extension runs with raised rights.
+/// The caller's own would let it choose what a name in our statements
+/// means: every role may create temporary objects, and PostgreSQL looks
+/// types and tables up in the session's temporary schema first unless the
+/// path names it, so a role's `CREATE DOMAIN pg_temp.text ... CHECK
+/// (f(VALUE))` ran `f` as the superuser at our first `::text`. Naming
+/// `pg_temp` last is PostgreSQL's own advice for SECURITY DEFINER code
+/// (functions and operators are never looked up there).
+pub(crate) const FIXED_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, lambdastore, pg_temp";
+
+/// Runs `body` with `search_path` set to `FIXED_SEARCH_PATH`, as a
+/// function's `SET` clause does: restored when `body` returns, and by the
+/// (sub)transaction's abort after an error. Nothing to do when the path is
+/// that already (a nested call).
+pub(crate) fn with_fixed_search_path<R>(body: impl FnOnce() -> R) -> R {
+    // SAFETY: the GUC's current value, a C string (or NULL before the GUCs
+    // are set up), read on the main thread.
+    let current = unsafe { pg_sys::namespace_search_path };
+    if !current.is_null() && unsafe { std::ffi::CStr::from_ptr(current) } == FIXED_SEARCH_PATH {
+        return body();
+    }
+    // SAFETY: opens a GUC nesting level on the main thread and saves the
+    // setting in it; `Restore` closes it, which restores the setting.
+    let level = unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            FIXED_SEARCH_PATH.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    };
+    struct Restore(i32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: closes the level opened above; levels opened inside
+            // `body` were closed by then, or by an abort.
+            unsafe { pg_sys::AtEOXact_GUC(true, self.0) };
+        }
+    }
+    let _restore = Restore(level);
+    body()
 }

@@ -58,6 +58,8 @@ pub(crate) enum LambdaError {
     Prepared(String),
     #[error("{0}")]
     InvalidParameter(String),
+    #[error("{0} may not be NULL")]
+    NullArgument(String),
     #[error("{0}")]
     ReadOnlyTransaction(String),
     #[error("{0}")]
@@ -123,6 +125,7 @@ impl LambdaError {
             MemoryLimit { .. } => ERRCODE_OUT_OF_MEMORY,
             TooLarge { .. } | TooMany { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             InvalidParameter(_) => ERRCODE_INVALID_PARAMETER_VALUE,
+            NullArgument(_) => ERRCODE_NULL_VALUE_NOT_ALLOWED,
             ReadOnlyTransaction(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
             ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,

@@ -10,19 +10,12 @@ use crate::runtime;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-/// Who may deploy is checked first, then the size, then whether these are
+/// Who may deploy is checked first (`claim`), then the size, then whether these are
 /// the bytes already running; only then is the module compiled (which
 /// cannot be interrupted) and asked to describe itself, and its compiled
 /// artifact is cached only once the version is registered.
 pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
-    check_app_name(app)?;
-    let owner = grants::create_and_lock(app, caller.0)?;
-    if !caller.acts_as(owner) {
-        return Err(LambdaError::PermissionDenied(format!(
-            "application \"{app}\" belongs to role \"{}\"",
-            access::role_name(owner)
-        )));
-    }
+    claim(caller, app)?;
     let limit = gucs::max_module_bytes();
     if wasm.len() > limit {
         return Err(LambdaError::TooLarge {
@@ -40,6 +33,31 @@ pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
     let deployed = modules::deploy(app, &sha256, wasm, &description, caller.0)?;
     runtime::cache_compiled(&sha256, &compiled, modules::shas_in_use()?);
     Ok(summary(app, &sha256, &deployed, &description))
+}
+
+/// The one check of a right to deploy, wherever a deploy comes from (SQL,
+/// or the gateway for the role that created the request's API key), and
+/// for creating an application (a first deploy, or `create_api_key`):
+/// the role holds EXECUTE on `lambdastore.deploy(text, bytea)`, which a
+/// superuser may revoke from PUBLIC and grant to the roles that may, and
+/// it owns `app`, or `app` does not exist yet and is created, owned by it.
+/// The application's row stays locked to the end of the transaction.
+pub(crate) fn claim(caller: Caller, app: &str) -> Result<()> {
+    check_app_name(app)?;
+    if !grants::may_deploy(caller.0)? {
+        return Err(LambdaError::PermissionDenied(format!(
+            "role \"{}\" may not deploy: it has no EXECUTE privilege on lambdastore.deploy(text, bytea)",
+            caller.name()
+        )));
+    }
+    let owner = grants::create_and_lock(app, caller.0)?;
+    if !caller.acts_as(owner) {
+        return Err(LambdaError::PermissionDenied(format!(
+            "application \"{app}\" belongs to role \"{}\"",
+            access::role_name(owner)
+        )));
+    }
+    Ok(())
 }
 
 fn summary(app: &str, sha256: &str, deployed: &modules::Deployed, description: &Description) -> Value {

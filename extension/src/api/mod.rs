@@ -145,19 +145,57 @@ mod lambdastore {
         lower_field: &str,
         lower_key: &[u8],
     ) -> TableIterator<'static, (name!(version, i64), name!(conflicts, i64))> {
+        // Another application's versions would show its writes as they
+        // happen: only a role that may read the object's application sees them.
+        let allowed = as_storage(|caller| {
+            let (object, _) = crate::catalog::objects::lookup(object_id)?;
+            access::check(caller, &object.app, Privilege::Read)
+        });
+        if let Err(err) = allowed {
+            raise(err, format!("entry_sets({object_id})"));
+        }
         TableIterator::once(workflow::entry_set_counters(object_id, lower_field, lower_key))
+    }
+
+    /// Behind `lambdastore.stats` (sql/views.sql): every node's counters
+    /// (`_stats_everywhere`, which only the extension's owner may call), as
+    /// JSON rows, of the applications the caller may invoke or read.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _stats_visible() -> SetOfIterator<'static, JsonB> {
+        let rows = as_storage(|caller| {
+            let rows = crate::catalog::stats_everywhere()?;
+            visible(caller, rows, |row| row.get("app").and_then(|app| app.as_str()).map(str::to_owned))
+        });
+        SetOfIterator::new(rows.unwrap_or_else(|err| raise(err, "lambdastore.stats".into())).into_iter().map(JsonB))
+    }
+
+    /// Behind `lambdastore.queue`: the jobs the runners of every node run
+    /// now (`_running_jobs_everywhere`, the extension's owner's), of the
+    /// applications the caller may invoke or read.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _running_jobs_visible() -> SetOfIterator<'static, i64> {
+        let jobs = as_storage(|caller| {
+            let jobs = crate::catalog::jobs::running_everywhere()?;
+            visible(caller, jobs, |(_, app)| Some(app.clone()))
+        });
+        let jobs = jobs.unwrap_or_else(|err| raise(err, "lambdastore.queue".into()));
+        SetOfIterator::new(jobs.into_iter().map(|(job, _)| job))
     }
 
     /// Queues a call of `method` on the object as a job that a background
     /// worker runs in a transaction of its own; returns the job id. With an
     /// idempotency key already used in this application, returns that job.
     #[pg_extern(volatile, parallel_unsafe)]
+    /// Not strict (the idempotency key may be NULL): any other NULL is 22004.
     fn submit(
-        object_id: i64,
-        method: &str,
-        args: default!(JsonText, "'{}'"),
+        object_id: Option<i64>,
+        method: Option<&str>,
+        args: default!(Option<JsonText>, "'{}'"),
         idempotency_key: default!(Option<&str>, "NULL"),
     ) -> i64 {
+        let (Some(object_id), Some(method), Some(args)) = (object_id, method, args) else {
+            raise(LambdaError::NullArgument("submit's object_id, method and args".into()), String::new())
+        };
         let outcome = submit_anywhere(object_id, method, &args.0, idempotency_key);
         match outcome {
             Ok(job) => job,
@@ -462,12 +500,16 @@ mod lambdastore {
     /// over HTTP. The application's owner only.
     #[pg_extern(volatile, parallel_unsafe)]
     fn create_api_key(
-        app: &str,
+        app: Option<&str>,
         label: default!(Option<&str>, "NULL"),
     ) -> TableIterator<'static, (name!(key_id, i64), name!(api_key, String))> {
+        let Some(app) = app else { raise(LambdaError::NullArgument("create_api_key's app".into()), String::new()) };
         let outcome = as_storage(|caller| {
             crate::api::deploy::check_app_name(app)?;
-            crate::catalog::grants::create_and_lock(app, caller.0)?;
+            if crate::catalog::grants::lock(app)?.is_none() {
+                // Creating an application is a deploy's right.
+                crate::api::deploy::claim(caller, app)?;
+            }
             access::check(caller, app, Privilege::Owner)?;
             crate::catalog::api_keys::create(app, label, caller.0)
         });
@@ -482,10 +524,44 @@ mod lambdastore {
     /// lookup, not a statement (docs/PERFORMANCE.md, "The gateway under
     /// load"). Not parallel safe: it fills this backend's cache and runs
     /// as the tables' owner, which a parallel worker must not do.
+    /// Not strict: a NULL key is refused like a wrong one (a strict
+    /// function's NULL would have passed the checks that compare with it).
     #[pg_extern(stable, parallel_unsafe)]
-    fn _api_key_app(api_key: &str) -> String {
-        let outcome = as_storage(|_| crate::catalog::api_keys::app_of_key(api_key)?.ok_or(LambdaError::InvalidApiKey));
+    fn _api_key_app(api_key: Option<&str>) -> String {
+        let outcome = as_storage(|_| {
+            let key = api_key.ok_or(LambdaError::InvalidApiKey)?;
+            crate::catalog::api_keys::app_of_key(key)?.ok_or(LambdaError::InvalidApiKey)
+        });
         outcome.unwrap_or_else(|err| raise(err, "checking an API key".into()))
+    }
+
+    /// `deploy` through the gateway (sql/gateway.sql): for the role that
+    /// created the API key, with that role's right to deploy checked now,
+    /// as its own deploy from SQL would be; revoked from PUBLIC.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _deploy_for_key(api_key: Option<&str>, app: Option<&str>, module: Option<&[u8]>) -> JsonB {
+        let outcome = as_storage(|_| {
+            let key = api_key.ok_or(LambdaError::InvalidApiKey)?;
+            let (key_app, creator) =
+                crate::catalog::api_keys::app_and_creator_of_key(key)?.ok_or(LambdaError::InvalidApiKey)?;
+            let (Some(app), Some(module)) = (app, module) else {
+                return Err(LambdaError::NullArgument("deploy's application and module".into()));
+            };
+            if key_app != app {
+                return Err(LambdaError::PermissionDenied(format!(
+                    "the API key does not belong to application \"{app}\""
+                )));
+            }
+            crate::api::deploy::deploy(Caller(creator), app, module)
+        });
+        match outcome {
+            Ok(json) => JsonB(json),
+            Err(err) => {
+                // SAFETY: as in `deploy`: the module's bytes stay out of the log.
+                unsafe { pg_sys::debug_query_string = std::ptr::null() };
+                raise(err, format!("deploy('{}')", app.unwrap_or_default()))
+            }
+        }
     }
 
     /// `lambda_invoke` of one of `app`'s objects (42501 for another
@@ -535,6 +611,26 @@ fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) 
         as_storage(|_| forward::record_job_key(&app, key, job))?;
     }
     Ok(job)
+}
+
+/// The rows of applications `caller` may invoke or read (`app_of` a row);
+/// an application dropped since shows to no one but a superuser.
+fn visible<T>(caller: Caller, rows: Vec<T>, app_of: impl Fn(&T) -> Option<String>) -> Result<Vec<T>> {
+    let may_see = |app: &str| -> Result<bool> {
+        match access::allowed(caller, app, Privilege::Invoke) {
+            Ok(true) => Ok(true),
+            Ok(false) => access::allowed(caller, app, Privilege::Read),
+            Err(LambdaError::UnknownApplication(_)) => Ok(caller.is_superuser()),
+            Err(err) => Err(err),
+        }
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        if app_of(&row).map(|app| may_see(&app)).transpose()?.unwrap_or(false) {
+            out.push(row);
+        }
+    }
+    Ok(out)
 }
 
 /// A row of `map_call`'s result.

@@ -53,6 +53,23 @@ pub(crate) fn app_of_key(key: &str) -> Result<Option<String>> {
     Ok(app)
 }
 
+/// The application of `key` and the role that created it, if it is a
+/// valid, unrevoked key: a deploy through the gateway is that role's.
+pub(crate) fn app_and_creator_of_key(key: &str) -> Result<Option<(String, pg_sys::Oid)>> {
+    let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+    query(
+        "SELECT app, created_by FROM lambdastore.api_keys WHERE sha256 = $1 AND revoked IS NULL",
+        &[BYTEAOID],
+        &[digest.as_slice().into()],
+        |rows| {
+            rows.into_iter()
+                .next()
+                .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<pg_sys::Oid>(2)?.unwrap_or_default())))
+                .transpose()
+        },
+    )
+}
+
 /// Revokes the key now; false if it was revoked already. Every backend
 /// forgets the keys it has seen once this commits.
 pub(crate) fn revoke(key_id: i64) -> Result<bool> {

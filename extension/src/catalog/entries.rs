@@ -18,7 +18,7 @@ pub(crate) fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
         &[INT8OID, TEXTOID, BYTEAOID],
         &[(*object).into(), field.as_str().into(), key.as_slice().into()],
         |rows| match rows.into_iter().next() {
-            Some(row) => row.get::<Vec<u8>>(1),
+            Some(row) => super::bytes(&row, 1),
             None => Ok(None),
         },
     )
@@ -58,8 +58,8 @@ pub(crate) fn scan(
     let mut bytes = 0usize;
     query_chunks(shards::place(object)?, sql, &types, &args, SCAN_CHUNK, |rows| {
         for row in rows {
-            let key = row.get::<Vec<u8>>(1)?.unwrap_or_default();
-            let value = row.get::<Vec<u8>>(2)?.unwrap_or_default();
+            let key = super::bytes(&row, 1)?.unwrap_or_default();
+            let value = super::bytes(&row, 2)?.unwrap_or_default();
             bytes = bytes.saturating_add(key.len() + value.len());
             if bytes > max_bytes {
                 return Ok(Err(LambdaError::TooLarge {

@@ -60,6 +60,19 @@ pub(crate) fn granted(app: &str, privilege: &str) -> Result<Vec<Oid>> {
     rows.into_iter().map(|(oid, name)| role(oid, name)).collect()
 }
 
+/// Whether `role` exists and holds EXECUTE on `lambdastore.deploy(text,
+/// bytea)`: the right to deploy (api/deploy.rs, `claim`).
+pub(crate) fn may_deploy(role: Oid) -> Result<bool> {
+    query(
+        "SELECT CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE oid = $1)
+                THEN pg_catalog.has_function_privilege($1, 'lambdastore.deploy(pg_catalog.text, pg_catalog.bytea)'::pg_catalog.regprocedure, 'EXECUTE')
+                ELSE false END",
+        &[OIDOID],
+        &[role.into()],
+        |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)),
+    )
+}
+
 /// Creates `app` owned by `owner` unless it exists; then locks its row
 /// until the transaction ends and returns its owner.
 pub(crate) fn create_and_lock(app: &str, owner: Oid) -> Result<Oid> {

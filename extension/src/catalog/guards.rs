@@ -7,7 +7,7 @@ use crate::model::Position;
 use pgrx::pg_sys::BuiltinOid::*;
 
 fn position(row: &pgrx::spi::SpiHeapTupleData<'_>, first: usize) -> pgrx::spi::Result<Position> {
-    Ok((row.get::<String>(first)?.unwrap_or_default(), row.get::<Vec<u8>>(first + 1)?.unwrap_or_default()))
+    Ok((row.get::<String>(first)?.unwrap_or_default(), super::bytes(row, first + 1)?.unwrap_or_default()))
 }
 
 /// The lower bound of the set containing (field, key) as committed now,

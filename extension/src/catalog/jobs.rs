@@ -139,6 +139,21 @@ pub(crate) fn record_key_job(app: &str, key: &str, job: i64) -> Result<()> {
 
 /// The application of `object`, read through Citus from any node (None:
 /// no such object).
+/// The jobs the runners of every node run now, with their applications.
+pub(crate) fn running_everywhere() -> Result<Vec<(i64, String)>> {
+    query_cluster(
+        "SELECT j.job_id, j.app FROM lambdastore.jobs j
+          WHERE j.job_id = ANY (ARRAY(SELECT r FROM lambdastore._running_jobs_everywhere() r))",
+        &[],
+        &[],
+        |rows| {
+            rows.into_iter()
+                .map(|row| Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<String>(2)?.unwrap_or_default())))
+                .collect()
+        },
+    )
+}
+
 pub(crate) fn app_of(object: i64) -> Result<Option<String>> {
     query_cluster("SELECT app FROM lambdastore.objects WHERE object_id = $1", &[INT8OID], &[object.into()], |rows| {
         rows.into_iter().next().map(|row| row.get::<String>(1)).transpose().map(Option::flatten)

@@ -161,6 +161,66 @@ pub(crate) fn prepared_transactions() -> Result<Vec<u32>> {
     })
 }
 
+/// A bytea column read through SPI (`row.get::<Bytes>(n)`). Not
+/// `Vec<u8>`: pgrx detoasts into the parent of SPI's context, which for
+/// our (atomic) connections is the transaction's context, and leaves the
+/// copy there, so every value read stayed in memory until the transaction
+/// ended (a call that scanned a 15 MB range again and again grew by 15 MB
+/// a scan). This conversion frees its copy at once (`bytea_bytes`).
+pub(crate) struct Bytes(pub Vec<u8>);
+
+impl pgrx::FromDatum for Bytes {
+    unsafe fn from_polymorphic_datum(datum: pgrx::pg_sys::Datum, is_null: bool, _: pgrx::pg_sys::Oid) -> Option<Self> {
+        // SAFETY: a bytea datum of a row SPI holds (the caller's promise).
+        (!is_null).then(|| Bytes(unsafe { bytea_bytes(datum) }))
+    }
+}
+
+impl pgrx::IntoDatum for Bytes {
+    fn into_datum(self) -> Option<pgrx::pg_sys::Datum> {
+        self.0.into_datum()
+    }
+
+    fn type_oid() -> pgrx::pg_sys::Oid {
+        pgrx::pg_sys::BYTEAOID
+    }
+}
+
+/// Column `ordinal` of `row`, a bytea, as bytes (see `Bytes`).
+pub(crate) fn bytes(row: &pgrx::spi::SpiHeapTupleData<'_>, ordinal: usize) -> pgrx::spi::Result<Option<Vec<u8>>> {
+    Ok(row.get::<Bytes>(ordinal)?.map(|bytes| bytes.0))
+}
+
+/// A copy of a bytea datum's bytes; the detoasted copy PostgreSQL makes
+/// of a compressed or out-of-line value is freed at once, not left in the
+/// current memory context until it is reset.
+///
+/// # Safety
+/// `datum` is a non-NULL bytea datum that stays valid during the call.
+pub(crate) unsafe fn bytea_bytes(datum: pgrx::pg_sys::Datum) -> Vec<u8> {
+    use pgrx::pg_sys;
+    // SAFETY: the caller's promise; `plain` is ours to free when it is a copy.
+    unsafe {
+        let stored = datum.cast_mut_ptr::<pg_sys::varlena>();
+        let plain = pg_sys::pg_detoast_datum_packed(stored);
+        let bytes = pgrx::varlena::varlena_to_byte_slice(plain).to_vec();
+        if plain != stored {
+            pg_sys::pfree(plain.cast());
+        }
+        bytes
+    }
+}
+
+/// Every node's rows of `lambdastore._stats_everywhere()`, as JSON.
+pub(crate) fn stats_everywhere() -> Result<Vec<serde_json::Value>> {
+    let rows = query_cluster("SELECT to_jsonb(s)::text FROM lambdastore._stats_everywhere() s", &[], &[], |rows| {
+        rows.into_iter().map(|row| Ok(row.get::<String>(1)?.unwrap_or_default())).collect::<pgrx::spi::Result<Vec<_>>>()
+    })?;
+    rows.iter()
+        .map(|row| serde_json::from_str(row).map_err(|e| LambdaError::Internal(format!("a stats row: {e}"))))
+        .collect()
+}
+
 /// Whether the current user may read relation `oid`: the check SPI makes
 /// on every statement, for the paths that skip SPI (probes, the cache).
 pub(crate) fn may_select(oid: pgrx::pg_sys::Oid) -> bool {

@@ -53,11 +53,11 @@ impl Row {
     /// Column `attno` (from 1) as bytea, detoasted and copied.
     pub(crate) fn bytes(&self, attno: usize) -> Option<Vec<u8>> {
         self.datum(attno).and_then(|(datum, is_null)| {
-            // SAFETY: the column is bytea (see the callers' tables); the
-            // slice is copied while the scan still holds the row. (pgrx's
-            // `Vec<u8>` conversion copies byte by byte: 2% of a read-only
-            // call reading 5 KiB.)
-            unsafe { <&[u8]>::from_polymorphic_datum(datum, is_null, pg_sys::BYTEAOID) }.map(<[u8]>::to_vec)
+            // SAFETY: the column is bytea (see the callers' tables); it is
+            // copied while the scan still holds the row. (pgrx's `Vec<u8>`
+            // conversion copies byte by byte: 2% of a read-only call
+            // reading 5 KiB; and its `&[u8]` leaves a detoasted copy behind.)
+            (!is_null).then(|| unsafe { super::bytea_bytes(datum) })
         })
     }
 

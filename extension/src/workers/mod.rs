@@ -240,7 +240,9 @@ fn reload_config_if_asked() {
     }
 }
 
-/// Runs `body` in a transaction of its own, with a snapshot.
+/// Runs `body` in a transaction of its own, with a snapshot, under the
+/// fixed `search_path` (a worker is a superuser, and its session's path
+/// comes from settings a database's owner may change).
 fn transaction<R>(body: impl FnOnce() -> R) -> R {
     // SAFETY: the worker is connected and between transactions.
     unsafe {
@@ -248,7 +250,7 @@ fn transaction<R>(body: impl FnOnce() -> R) -> R {
         pg_sys::StartTransactionCommand();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
-    let result = body();
+    let result = crate::access::with_fixed_search_path(body);
     // SAFETY: pairs with the calls above.
     unsafe {
         pg_sys::PopActiveSnapshot();

@@ -72,6 +72,11 @@ impl ScratchDatabase {
     pub fn connect(&self) -> Client {
         config(&self.name).connect(NoTls).expect("connect to the scratch database")
     }
+
+    /// A session of `role` (with `LOGIN`) in this database.
+    pub fn connect_as(&self, role: &str) -> Client {
+        config(&self.name).user(role).connect(NoTls).unwrap_or_else(|e| panic!("connect as {role}: {e}"))
+    }
 }
 
 impl Drop for ScratchDatabase {

@@ -1,0 +1,268 @@
+//! What a hostile user can no longer do, second pass (issue 40): each test
+//! is one finding, asserted as the user sees it. Roles are ordinary roles
+//! set up as README "Roles and privileges" says.
+
+mod common;
+
+use common::*;
+use postgres::Client;
+use serde_json::json;
+
+/// Whether `role` is a superuser now.
+fn is_superuser(admin: &mut Client, role: &str) -> bool {
+    admin.query_one("SELECT rolsuper FROM pg_roles WHERE rolname = $1", &[&role]).unwrap().get(0)
+}
+
+// 1. Raised rights run with a fixed search_path.
+
+/// A role's temporary schema is searched first for types unless the path
+/// names it: a domain `pg_temp.text` whose check calls the role's function
+/// ran that function as the tables' owner at the extension's first
+/// `::text`, and the function made the role a superuser.
+#[test]
+fn a_temporary_domain_cannot_run_code_as_the_tables_owner() {
+    let role = TestRole::new("tempdomain");
+    let (mut admin, victim) = deployed("tempdomain", "counter");
+    let counter = create(&mut admin, &victim, "Counter", json!({}));
+    grant(&mut admin, &victim, &role.name, "invoke").unwrap();
+
+    let mut c = role.connect();
+    c.batch_execute(
+        "CREATE TEMP TABLE seen (who text);
+         CREATE FUNCTION pg_temp.evil(v pg_catalog.text) RETURNS boolean LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO pg_temp.seen VALUES (current_user);
+             BEGIN
+                 EXECUTE format('ALTER ROLE %I SUPERUSER', session_user);
+             EXCEPTION WHEN insufficient_privilege THEN NULL;
+             END;
+             RETURN true;
+         END $$;
+         CREATE DOMAIN pg_temp.text AS pg_catalog.text CHECK (pg_temp.evil(VALUE));
+         CREATE DOMAIN pg_temp.bytea AS pg_catalog.bytea CHECK (pg_temp.evil(VALUE::pg_catalog.text));",
+    )
+    .unwrap();
+    // Every way in the first pass found, each in a backend that prepares
+    // its statements under this path; refusals are fine, running is not.
+    let own = app("tempdomain_own");
+    let attempts = [
+        format!("SELECT lambdastore.has_app_privilege('{victim}', 'invoke')"),
+        format!("SELECT lambda_invoke({counter}, 'increment')"),
+        format!("SELECT lambda_invoke({counter}, 'get')"),
+        format!("SELECT * FROM lambdastore.create_api_key('{own}')"),
+        format!("SELECT count(*) FROM lambdastore.app_entries WHERE object_id = {counter}"),
+        format!("SELECT lambdastore.submit({counter}, 'increment')"),
+    ];
+    for sql in &attempts {
+        let _ = c.batch_execute(sql);
+    }
+    let _ = deploy(&mut c, &own, &example("counter"));
+
+    assert!(!is_superuser(&mut admin, &role.name), "the role made itself a superuser");
+    let others: Vec<String> = c
+        .query("SELECT DISTINCT who FROM pg_temp.seen WHERE who <> current_user", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(others.is_empty(), "the role's function ran as {others:?}");
+    // The calls themselves still worked.
+    assert_eq!(call(&mut admin, counter, "get", json!({})), json!(1));
+}
+
+// 2. A NULL never passes a check.
+
+/// Each gateway function with NULL in each argument: 28000 for the key,
+/// 22004 for any other required one. A NULL key once read another
+/// application's job.
+#[test]
+fn the_gateways_functions_refuse_null_in_every_argument() {
+    let (mut admin, a) = deployed("nullkey_a", "counter");
+    let (_, b) = deployed("nullkey_b", "counter");
+    let object = create(&mut admin, &a, "Counter", json!({}));
+    let b_object = create(&mut admin, &b, "Counter", json!({}));
+    let b_job = submit(&mut admin, b_object, "increment", json!({}), None).unwrap();
+    let key: String = admin.query_one("SELECT api_key FROM lambdastore.create_api_key($1)", &[&a]).unwrap().get(0);
+    let key = format!("'{key}'::text");
+    let (app_a, obj, job) = (format!("'{a}'::text"), format!("{object}::bigint"), format!("{b_job}::bigint"));
+    let text = |s: &str| format!("'{s}'::text");
+    // (function, its required arguments); the idempotency key may be NULL.
+    let functions: Vec<(&str, Vec<String>)> = vec![
+        ("invoke", vec![key.clone(), obj.clone(), text("get"), "'{}'::jsonb".into()]),
+        ("create_object", vec![key.clone(), app_a.clone(), text("Counter"), "'{}'::jsonb".into()]),
+        ("invoke_static", vec![key.clone(), app_a.clone(), text("Counter"), text("zero"), "'{}'::jsonb".into()]),
+        ("deploy", vec![key.clone(), app_a.clone(), "'\\x00'::bytea".into()]),
+        ("submit", vec![key.clone(), obj.clone(), text("increment"), "'{}'::jsonb".into()]),
+        ("job", vec![key.clone(), job.clone()]),
+        ("wait", vec![key.clone(), job.clone(), "0::bigint".into()]),
+        ("holds", vec![obj.clone()]),
+        ("purge_idempotency_keys", vec!["'1 day'::interval".into()]),
+    ];
+    let jobs_before = count(&mut admin, &format!("SELECT count(*) FROM lambdastore.jobs WHERE app = '{a}'"));
+    for (function, args) in &functions {
+        for null in 0..args.len() {
+            let mut call = args.clone();
+            let ty = call[null].rsplit("::").next().unwrap().to_string();
+            call[null] = format!("NULL::{ty}");
+            let sql = format!("SELECT lambdastore_gateway.{function}({})", call.join(", "));
+            let keyed = !matches!(*function, "holds" | "purge_idempotency_keys");
+            let expected = if keyed && null == 0 { "28000" } else { "22004" };
+            let result = admin.batch_execute(&sql);
+            let message = expect_sqlstate(result, expected);
+            assert!(!message.is_empty(), "{sql}");
+        }
+    }
+    // Nothing was queued or created by any of them.
+    assert_eq!(count(&mut admin, &format!("SELECT count(*) FROM lambdastore.jobs WHERE app = '{a}'")), jobs_before);
+    assert_eq!(objects(&mut admin, &a), vec![object]);
+}
+
+/// NULL where `submit` and `create_api_key` need a value is 22004, not an
+/// internal error.
+#[test]
+fn null_arguments_of_submit_and_create_api_key_are_22004() {
+    let (mut c, app) = deployed("nullargs", "counter");
+    let id = create(&mut c, &app, "Counter", json!({}));
+    for sql in [
+        "SELECT lambdastore.submit(NULL, 'increment')".to_string(),
+        format!("SELECT lambdastore.submit({id}, NULL)"),
+        format!("SELECT lambdastore.submit({id}, 'increment', NULL)"),
+        "SELECT * FROM lambdastore.create_api_key(NULL)".to_string(),
+    ] {
+        expect_sqlstate(c.batch_execute(&sql), "22004");
+    }
+}
+
+// 3. One right to deploy, wherever a deploy comes from.
+
+/// README: a superuser revokes EXECUTE on `lambdastore.deploy` from PUBLIC
+/// and grants it to the roles that may deploy. That holds for creating an
+/// application through `create_api_key` and for a deploy through the
+/// gateway, which deploys as the role that created the key.
+#[test]
+fn deploy_rights_hold_wherever_a_deploy_comes_from() {
+    let db = ScratchDatabase::new("deployright");
+    let role = TestRole::new("deployright");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(&format!(
+            "CREATE EXTENSION lambdastore;
+             REVOKE EXECUTE ON FUNCTION lambdastore.deploy(text, bytea) FROM PUBLIC;
+             GRANT USAGE ON SCHEMA lambdastore TO {0};",
+            role.name
+        ))
+        .unwrap();
+    let mut c = db.connect_as(&role.name);
+    let counter = example("counter");
+
+    // Without the right: no application from SQL, nor by a key.
+    expect_sqlstate(deploy(&mut c, "mine", &counter), "42501");
+    let message = expect_sqlstate(c.query("SELECT * FROM lambdastore.create_api_key('mine')", &[]), "42501");
+    assert!(message.contains("may not deploy"), "{message}");
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM lambdastore.applications"), 0);
+
+    // An application handed to the role: it may manage keys, and the
+    // gateway's deploy with its key is still its deploy, and refused.
+    deploy(&mut admin, "given", &counter).unwrap();
+    admin.execute(&format!("SELECT lambdastore.set_owner('given', '{}')", role.name), &[]).unwrap();
+    let key: String = c.query_one("SELECT api_key FROM lambdastore.create_api_key('given')", &[]).unwrap().get(0);
+    let micro = example("micro");
+    let through_gateway = |admin: &mut Client| {
+        admin.query_one("SELECT lambdastore_gateway.deploy($1, 'given', $2)::text", &[&key, &micro])
+    };
+    let message = expect_sqlstate(through_gateway(&mut admin), "42501");
+    assert!(message.contains("may not deploy"), "{message}");
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM lambdastore.modules WHERE app = 'given'"), 1);
+
+    // Granted the right, the same request deploys, as the role.
+    admin.batch_execute(&format!("GRANT EXECUTE ON FUNCTION lambdastore.deploy(text, bytea) TO {}", role.name)).unwrap();
+    through_gateway(&mut admin).unwrap();
+    let deployed_by: u32 = admin
+        .query_one("SELECT deployed_by::oid::int8::int4 FROM lambdastore.modules WHERE app = 'given' AND version = 2", &[])
+        .map(|row| row.get::<_, i32>(0) as u32)
+        .unwrap();
+    assert_eq!(deployed_by, role.oid(&mut admin));
+}
+
+// 6. What the extension keeps for itself.
+
+/// The node-wide counters, running jobs and entry-set versions of every
+/// application: no ordinary role calls the functions behind the views, and
+/// the views show a role only its applications.
+#[test]
+fn internal_functions_show_no_other_applications_data() {
+    let role = TestRole::new("internals");
+    let (mut admin, other) = deployed("internals_other", "counter");
+    let theirs = create(&mut admin, &other, "Counter", json!({}));
+    call(&mut admin, theirs, "increment", json!({}));
+    let mut c = role.connect();
+    let own = app("internals_own");
+    deploy_example(&mut c, &own, "counter");
+    let mine = create(&mut c, &own, "Counter", json!({}));
+    call(&mut c, mine, "increment", json!({}));
+
+    for sql in [
+        "SELECT * FROM lambdastore._stats()",
+        "SELECT * FROM lambdastore._stats_everywhere()",
+        "SELECT * FROM lambdastore._running_jobs()",
+        "SELECT * FROM lambdastore._running_jobs_everywhere()",
+    ] {
+        expect_sqlstate(c.batch_execute(sql), "42501");
+    }
+    let message = expect_sqlstate(
+        c.batch_execute(&format!("SELECT * FROM lambdastore._entry_set_counters({theirs}, '', '')")),
+        "42501",
+    );
+    assert!(message.contains("may not read"), "{message}");
+    c.batch_execute(&format!("SELECT * FROM lambdastore._entry_set_counters({mine}, '', '')")).unwrap();
+
+    let apps: Vec<String> =
+        c.query("SELECT DISTINCT app FROM lambdastore.stats", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert!(!apps.contains(&other), "the role sees another application's statistics: {apps:?}");
+    let preloaded = count(&mut admin, "SELECT count(*) FROM lambdastore.stats") > 0;
+    if preloaded {
+        assert_eq!(apps, vec![own.clone()]);
+        let all = count(&mut admin, &format!("SELECT count(*) FROM lambdastore.stats WHERE app = '{other}'"));
+        assert!(all > 0, "the superuser sees every application's statistics");
+    }
+}
+
+// 5. A call's host memory is bounded.
+
+/// Every value a scan read was detoasted into the transaction's memory and
+/// stayed there: a call scanning a large range again and again grew by the
+/// range each time. Twenty scans of 4 MB in one transaction now leave the
+/// transaction's memory as small as one.
+#[test]
+fn repeated_scans_leave_no_memory_behind() {
+    let (mut c, app) = deployed("rescan", "micro");
+    let id = create(&mut c, &app, "Bench", json!({ "entries": 0 }));
+    // 200 values of 20 kB: compressed when stored, so every read detoasts.
+    call(&mut c, id, "put_many", json!({ "count": 200, "bytes": 20_000 }));
+    let transaction_memory = |c: &mut Client, scans: i32| -> i64 {
+        let mut tx = c.transaction().unwrap();
+        let bytes: i64 = tx
+            .query_one(
+                "SELECT sum((lambda_invoke($1, 'scan_count'))::text::bigint)::int8 FROM generate_series(1, $2)",
+                &[&id, &scans],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(bytes, scans as i64 * 200 * (11 + 20_002), "every scan read the whole range");
+        let memory: i64 = tx
+            .query_one(
+                "SELECT sum(total_bytes)::int8 FROM pg_backend_memory_contexts WHERE name = 'TopTransactionContext'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        tx.rollback().unwrap();
+        memory
+    };
+    let one = transaction_memory(&mut c, 1);
+    let twenty = transaction_memory(&mut c, 20);
+    assert!(
+        twenty < one + 4_000_000,
+        "20 scans of 4 MB left {twenty} bytes in the transaction's memory, one scan {one}"
+    );
+}
