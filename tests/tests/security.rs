@@ -51,7 +51,7 @@ fn a_temporary_domain_cannot_run_code_as_the_tables_owner() {
         format!("SELECT lambda_invoke({counter}, 'get')"),
         format!("SELECT * FROM lambdastore.create_api_key('{own}')"),
         format!("SELECT count(*) FROM lambdastore.app_entries WHERE object_id = {counter}"),
-        format!("SELECT lambdastore.submit({counter}, 'increment')"),
+        format!("SELECT lambdastore.submit({counter}, 'get')"),
     ];
     for sql in &attempts {
         let _ = c.batch_execute(sql);
