@@ -140,8 +140,10 @@ CREATE FUNCTION lambdastore.migrate_object(object_id bigint, node text,
                                            reason text DEFAULT 'manual')
 RETURNS jsonb LANGUAGE plpgsql AS $fn$
 DECLARE
-    target pg_dist_node;
-    source pg_dist_node;
+    -- Records, not pg_dist_node: a type that does not exist without Citus
+    -- failed (42704) before _require_coordinator could say what is wrong.
+    target record;
+    source record;
     shard bigint;
     isolated boolean := false;
 BEGIN

@@ -144,8 +144,29 @@ SELECT j.app,
   FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
  GROUP BY j.app, j.method;
 
+-- The API keys of the applications a role owns: never the hashes.
+CREATE VIEW lambdastore.app_api_keys WITH (security_barrier) AS
+SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by::regrole AS created_by, k.revoked
+  FROM lambdastore.api_keys k
+ WHERE lambdastore.has_app_privilege(k.app, 'owner');
+
 GRANT SELECT ON lambdastore.stats, lambdastore.app_objects, lambdastore.app_entries, lambdastore.app_entry_sets,
-    lambdastore.app_jobs, lambdastore.queue TO PUBLIC;
+    lambdastore.app_jobs, lambdastore.queue, lambdastore.app_api_keys TO PUBLIC;
+
+-- The prepared transactions that hold entry sets on this node, for an
+-- operator to end (README "Prepared transactions"): until one is committed
+-- or rolled back, calls that read the sets it wrote fail with 40001 naming
+-- its gid. sets_known is false for one prepared before a restart whose
+-- sets were not kept: while it lasts, every call on this node fails.
+CREATE FUNCTION lambdastore.prepared()
+RETURNS TABLE (gid text, transaction xid, owner name, database name, prepared timestamptz,
+               entry_set_locks int, sets_known boolean)
+LANGUAGE sql VOLATILE AS $$
+    SELECT p.gid, p.transaction, p.owner, p.database, p.prepared, h.entry_set_locks, h.sets_known
+      FROM lambdastore._prepared_holders() h
+      JOIN pg_catalog.pg_prepared_xacts p ON p.transaction::text = h.xid::text
+     ORDER BY p.prepared
+$$;
 
 -- An application's owner grants other roles 'invoke' (call its functions,
 -- create objects, submit jobs and see them) or 'read' (its objects' state

@@ -79,6 +79,12 @@ impl Caller {
     }
 }
 
+/// Whether role `role` exists (a job's role may have been dropped since).
+pub(crate) fn role_exists(role: Oid) -> bool {
+    // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.
+    !unsafe { pg_sys::GetUserNameFromId(role, true) }.is_null()
+}
+
 /// A role's name, or its OID in brackets once it has been dropped.
 pub(crate) fn role_name(role: Oid) -> String {
     // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.

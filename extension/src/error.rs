@@ -72,6 +72,8 @@ pub(crate) enum LambdaError {
     UnknownJob(i64),
     #[error("API key {0} does not exist")]
     UnknownApiKey(i64),
+    #[error("role with OID {0} does not exist")]
+    UnknownRole(u32),
     #[error("invalid or revoked API key")]
     InvalidApiKey,
     #[error("idempotency key \"{key}\" was already used for a different call (job {job})")]
@@ -108,9 +110,12 @@ impl LambdaError {
         use LambdaError::*;
         use PgSqlErrorCode::*;
         match self {
-            UnknownApplication(_) | UnknownObject(_) | UnknownType { .. } | UnknownJob(_) | UnknownApiKey(_) => {
-                ERRCODE_UNDEFINED_OBJECT
-            }
+            UnknownApplication(_)
+            | UnknownObject(_)
+            | UnknownType { .. }
+            | UnknownJob(_)
+            | UnknownApiKey(_)
+            | UnknownRole(_) => ERRCODE_UNDEFINED_OBJECT,
             InvalidApiKey => ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION,
             IdempotencyKeyReused { .. } => ERRCODE_UNIQUE_VIOLATION,
             IdempotencyKeyLength { .. } => ERRCODE_INVALID_PARAMETER_VALUE,

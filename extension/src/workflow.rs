@@ -87,7 +87,12 @@ pub(crate) fn check_of_app(app: &str, object: i64, owner: &str) -> Result<()> {
 }
 
 /// Job `job`: its method call, for the role that submitted it.
+/// A role dropped since it submitted the job runs nothing (its OID could
+/// still match an owner's or a grant's row).
 pub(crate) fn run_job(caller: Caller, job: i64, object: i64, method: &str, args: &str) -> Result<String> {
+    if !access::role_exists(caller.0) {
+        return Err(LambdaError::UnknownRole(caller.0.to_u32()));
+    }
     invoke(caller, Some(job), object, method, args, None, None).map(|done| done.result)
 }
 

@@ -1,5 +1,6 @@
 //! Command-line and environment configuration.
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -30,6 +31,20 @@ pub struct Config {
     /// connection included; also each connection's `statement_timeout`.
     #[arg(long, env = "LAMBDASTORE_REQUEST_TIMEOUT", default_value = "30s", value_parser = duration)]
     pub request_timeout: Duration,
+
+    /// How long a request's headers may take to arrive, and then its body:
+    /// a client sending slowly would otherwise hold its connection for as
+    /// long as it likes. A connection whose headers are late is closed (as is
+    /// a keep-alive connection idle this long); a late body is 408.
+    #[arg(long, env = "LAMBDASTORE_READ_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub read_timeout: Duration,
+
+    /// Waits (`/v1/jobs/{id}/wait`) one API key may have in flight; more are
+    /// 429. Each holds a pooled connection until the job finishes, so without
+    /// a bound one application could hold the whole pool. Default: a quarter
+    /// of `--pool-size`, at least 1.
+    #[arg(long, env = "LAMBDASTORE_MAX_WAITS_PER_KEY", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_waits_per_key: Option<usize>,
 
     /// Largest request body accepted (modules are uploaded whole).
     #[arg(long, env = "LAMBDASTORE_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
@@ -90,6 +105,10 @@ pub enum Misplace {
 }
 
 impl Config {
+    pub fn max_waits_per_key(&self) -> usize {
+        self.max_waits_per_key.unwrap_or((self.pool_size / 4).max(1))
+    }
+
     /// The longest `timeout_ms` a wait request may ask for: the request's
     /// own deadline, less a margin for the round trip around the wait.
     pub fn max_wait(&self) -> Duration {

@@ -75,6 +75,11 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
 
+    /// 429; the response says when to try again (`Retry-After`).
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message)
+    }
+
     pub fn timeout(after: std::time::Duration) -> Self {
         Self::new(
             StatusCode::GATEWAY_TIMEOUT,
@@ -123,6 +128,11 @@ impl IntoResponse for ApiError {
         let mut response = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        // What is refused now is a wait of the same key: one of those in
+        // flight may well have finished a second later.
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

@@ -1,12 +1,14 @@
 //! Request extractors whose failures use the gateway's error shape.
 
 use crate::error::ApiError;
+use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
+use std::sync::Arc;
 
 /// The caller's API key, from `Authorization: Bearer <key>`.
 pub struct ApiKey(pub String);
@@ -88,9 +90,26 @@ fn body_error(rejection: BytesRejection) -> ApiError {
     }
 }
 
-fn content_type(headers: &HeaderMap) -> Option<&str> {
+/// The body's media type without its parameters, in lower case: media
+/// types are case-insensitive, so `APPLICATION/JSON; charset=utf-8` is JSON.
+fn media_type(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::CONTENT_TYPE)?.to_str().unwrap_or("invalid");
-    Some(value.split(';').next().unwrap_or("").trim())
+    Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+}
+
+/// The whole body, if it arrives within `--read-timeout`: a client
+/// trickling its body would otherwise keep the connection for as long as
+/// it likes.
+async fn body(request: Request, state: &Arc<AppState>) -> Result<Bytes, ApiError> {
+    let limit = state.config.read_timeout;
+    match tokio::time::timeout(limit, Bytes::from_request(request, state)).await {
+        Ok(bytes) => bytes.map_err(body_error),
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!("the request body did not arrive within {}", humantime::format_duration(limit)),
+        )),
+    }
 }
 
 fn unsupported(expected: &str) -> ApiError {
@@ -104,12 +123,12 @@ fn unsupported(expected: &str) -> ApiError {
 /// A call's JSON arguments; an empty body means `{}`.
 pub struct Args(pub serde_json::Value);
 
-impl<S: Send + Sync> FromRequest<S> for Args {
+impl FromRequest<Arc<AppState>> for Args {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let json = matches!(content_type(request.headers()), None | Some("application/json"));
-        let bytes = Bytes::from_request(request, state).await.map_err(body_error)?;
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let json = matches!(media_type(request.headers()).as_deref(), None | Some("application/json"));
+        let bytes = body(request, state).await?;
         if bytes.is_empty() {
             return Ok(Args(serde_json::json!({})));
         }
@@ -125,14 +144,14 @@ impl<S: Send + Sync> FromRequest<S> for Args {
 /// A WebAssembly component, uploaded as `application/wasm` (or `application/octet-stream`).
 pub struct Module(pub Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for Module {
+impl FromRequest<Arc<AppState>> for Module {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        if !matches!(content_type(request.headers()), Some("application/wasm" | "application/octet-stream")) {
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        if !matches!(media_type(request.headers()).as_deref(), Some("application/wasm" | "application/octet-stream")) {
             return Err(unsupported("application/wasm"));
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(body_error)?;
+        let bytes = body(request, state).await?;
         if bytes.is_empty() {
             return Err(ApiError::bad_request("the request body is empty: send the component's bytes"));
         }

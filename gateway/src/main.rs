@@ -8,8 +8,10 @@ mod db;
 mod error;
 mod extract;
 mod openapi;
+mod per_key;
 mod placement;
 mod routes;
+mod server;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
@@ -19,6 +21,7 @@ use axum::Router;
 use clap::Parser;
 use config::Config;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use per_key::PerKey;
 use placement::Placement;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +33,8 @@ pub struct AppState {
     pub config: Config,
     pub placement: Arc<dyn Placement>,
     pub prometheus: PrometheusHandle,
+    /// The waits each API key has in flight.
+    pub waits: PerKey,
 }
 
 fn router(state: Arc<AppState>) -> Router {
@@ -129,16 +134,17 @@ async fn main() -> anyhow::Result<()> {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
     let placement = placement::choose(&config, db::pool(&config, None)?).await?;
-    let state = Arc::new(AppState { config: config.clone(), placement, prometheus: prometheus()? });
+    let waits = PerKey::new(config.max_waits_per_key());
+    let state = Arc::new(AppState { config: config.clone(), placement, prometheus: prometheus()?, waits });
     tokio::spawn(purge_idempotency_keys(state.clone()));
 
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, pool_size = config.pool_size, "lambdastore gateway listening");
     let stopping = Arc::new(Notify::new());
     let stopped = stopping.notified();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal(stopping.clone()));
+    let server = server::serve(listener, router(state), config.read_timeout, shutdown_signal(stopping.clone()));
     tokio::select! {
-        result = server => result?,
+        () = server => {},
         _ = async { stopped.await; tokio::time::sleep(config.shutdown_timeout).await } => {
             tracing::warn!(timeout = ?config.shutdown_timeout, "requests still in flight after the shutdown timeout; exiting");
         }

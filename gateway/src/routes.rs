@@ -322,6 +322,12 @@ pub async fn wait(
     if timeout > max {
         return Err(ApiError::bad_request(format!("timeout_ms may be at most {} on this gateway", max.as_millis())));
     }
+    let Some(_slot) = state.waits.acquire(&key) else {
+        return Err(ApiError::too_many_requests(format!(
+            "this API key has {} waits in flight already, the most this gateway allows; retry when one has finished",
+            state.waits.limit()
+        )));
+    };
     let timeout_ms = timeout.as_millis() as i64;
     let outcome =
         state.call("wait", None, "SELECT lambdastore_gateway.wait($1, $2, $3)", &[&key, &job_id, &timeout_ms]).await?;

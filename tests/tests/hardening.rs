@@ -693,7 +693,7 @@ fn a_prepared_transaction_keeps_its_entry_sets_until_it_commits() {
     c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).unwrap();
     let mut reader = connect();
     let message = expect_sqlstate(invoke(&mut reader, id, "get", json!({"key": "k"})), "40001");
-    assert!(message.contains("being written by a concurrent transaction"), "{message}");
+    assert!(message.contains(&format!("held by prepared transaction '{gid}'")), "{message}");
     c.batch_execute(&format!("COMMIT PREPARED '{gid}'")).unwrap();
     assert_eq!(call(&mut reader, id, "get", json!({"key": "k"})), json!("prepared"));
     let left: i64 = c.query_one("SELECT count(*) FROM pg_prepared_xacts WHERE gid = $1", &[&gid]).unwrap().get(0);

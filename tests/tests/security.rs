@@ -175,13 +175,51 @@ fn deploy_rights_hold_wherever_a_deploy_comes_from() {
     assert_eq!(count(&mut admin, "SELECT count(*) FROM lambdastore.modules WHERE app = 'given'"), 1);
 
     // Granted the right, the same request deploys, as the role.
-    admin.batch_execute(&format!("GRANT EXECUTE ON FUNCTION lambdastore.deploy(text, bytea) TO {}", role.name)).unwrap();
+    admin
+        .batch_execute(&format!("GRANT EXECUTE ON FUNCTION lambdastore.deploy(text, bytea) TO {}", role.name))
+        .unwrap();
     through_gateway(&mut admin).unwrap();
     let deployed_by: u32 = admin
-        .query_one("SELECT deployed_by::oid::int8::int4 FROM lambdastore.modules WHERE app = 'given' AND version = 2", &[])
+        .query_one(
+            "SELECT deployed_by::oid::int8::int4 FROM lambdastore.modules WHERE app = 'given' AND version = 2",
+            &[],
+        )
         .map(|row| row.get::<_, i32>(0) as u32)
         .unwrap();
     assert_eq!(deployed_by, role.oid(&mut admin));
+}
+
+// 4. Prepared transactions.
+
+/// A prepared transaction holds its entry sets until someone ends it, so
+/// on a server without Citus an ordinary role may not leave one behind
+/// after a writing call (0A000); nothing of it stays.
+#[test]
+fn an_ordinary_role_may_not_prepare_a_writing_transaction_without_citus() {
+    let role = TestRole::new("prepare");
+    let (mut admin, app) = deployed("prepare_role", "counter");
+    let counter = create(&mut admin, &app, "Counter", json!({}));
+    grant(&mut admin, &app, &role.name, "invoke").unwrap();
+    let max: String = admin.query_one("SHOW max_prepared_transactions", &[]).unwrap().get(0);
+    let distributed = count(&mut admin, "SELECT count(*) FROM pg_extension WHERE extname = 'citus'") > 0;
+    if max == "0" || distributed {
+        eprintln!("skipped: PREPARE TRANSACTION is off here, or Citus prepares for every role");
+        return;
+    }
+    let mut c = role.connect();
+    c.batch_execute("BEGIN").unwrap();
+    call(&mut c, counter, "increment", json!({}));
+    let gid = app.clone();
+    let message = expect_sqlstate(c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")), "0A000");
+    assert!(message.contains("only a superuser may prepare"), "{message}");
+    let _ = c.batch_execute("ROLLBACK");
+    assert_eq!(count(&mut admin, &format!("SELECT count(*) FROM pg_prepared_xacts WHERE gid = '{gid}'")), 0);
+    assert_eq!(call(&mut admin, counter, "get", json!({})), json!(0));
+    // A read-only call leaves nothing to hold: that may be prepared.
+    c.batch_execute("BEGIN").unwrap();
+    call(&mut c, counter, "get", json!({}));
+    c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).unwrap();
+    c.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).unwrap();
 }
 
 // 6. What the extension keeps for itself.
@@ -265,4 +303,81 @@ fn repeated_scans_leave_no_memory_behind() {
         twenty < one + 4_000_000,
         "20 scans of 4 MB left {twenty} bytes in the transaction's memory, one scan {one}"
     );
+}
+
+/// README's way for an owner to list its keys: a view of its applications'
+/// keys, never the hashes (the table itself is refused).
+#[test]
+fn owners_list_their_own_api_keys_and_no_hashes() {
+    let role = TestRole::new("keys");
+    let (mut admin, other) = deployed("keys_other", "counter");
+    admin.query("SELECT * FROM lambdastore.create_api_key($1, 'theirs')", &[&other]).unwrap();
+    let mut c = role.connect();
+    let own = app("keys_own");
+    deploy_example(&mut c, &own, "counter");
+    c.query("SELECT * FROM lambdastore.create_api_key($1, 'ours')", &[&own]).unwrap();
+
+    expect_sqlstate(c.query("SELECT * FROM lambdastore.api_keys", &[]), "42501");
+    let rows = c.query("SELECT app, label, created_by::text FROM lambdastore.app_api_keys", &[]).unwrap();
+    let seen: Vec<(String, String, String)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(seen, vec![(own, "ours".to_string(), role.name.clone())]);
+    let columns: Vec<String> = c
+        .query("SELECT column_name::text FROM information_schema.columns WHERE table_name = 'app_api_keys'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!columns.iter().any(|c| c == "sha256"), "{columns:?}");
+}
+
+// Weak spots: clear errors, nothing revealed, nothing run for a dropped role.
+
+/// Bad input to the operators' functions is a clear error with a stable
+/// SQLSTATE, and another application's key id reveals nothing.
+#[test]
+fn bad_input_gets_clear_errors_and_reveals_nothing() {
+    let mut admin = connect();
+    let distributed = count(&mut admin, "SELECT count(*) FROM pg_extension WHERE extname = 'citus'") > 0;
+    if !distributed {
+        let message = expect_sqlstate(admin.batch_execute("SELECT lambdastore.migrate_object(1, 'x:1')"), "55000");
+        assert!(message.contains("needs a distributed catalog"), "{message}");
+    }
+    expect_sqlstate(admin.batch_execute("SELECT lambdastore._plan_moves('[]')"), "22023");
+    let (mut admin, theirs) = deployed("badinput", "counter");
+    expect_sqlstate(
+        admin.batch_execute(&format!("SELECT lambdastore.grant('{theirs}', 0::regrole, 'invoke')")),
+        "42704",
+    );
+
+    let key_id: i64 = admin.query_one("SELECT key_id FROM lambdastore.create_api_key($1)", &[&theirs]).unwrap().get(0);
+    let role = TestRole::new("badinput");
+    let mut c = role.connect();
+    let message = expect_sqlstate(c.query_one("SELECT lambdastore.revoke_api_key($1)", &[&key_id]), "42704");
+    assert!(!message.contains(&theirs), "the refusal names another application: {message}");
+}
+
+/// A job whose role was dropped before it ran fails (42704) instead of
+/// running for an OID that may still match an owner's row.
+#[test]
+fn a_job_of_a_dropped_role_does_not_run() {
+    let role = TestRole::new("droppedjob");
+    let mut c = role.connect();
+    let app = app("droppedjob");
+    deploy_example(&mut c, &app, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+    drop(c);
+    // The job and the role's end commit together: no runner can start it before.
+    let mut admin = connect();
+    let mut tx = admin.transaction().unwrap();
+    tx.batch_execute(&format!("SET LOCAL ROLE {}", role.name)).unwrap();
+    let job: i64 = tx.query_one("SELECT lambdastore.submit($1, 'increment')", &[&counter]).unwrap().get(0);
+    tx.batch_execute(&format!(
+        "RESET ROLE; SELECT pg_advisory_xact_lock({ROLES_LOCK}); DROP OWNED BY {0}; DROP ROLE {0}",
+        role.name
+    ))
+    .unwrap();
+    tx.commit().unwrap();
+    let job = finished(&mut admin, job);
+    assert_eq!((job.state.as_str(), job.sqlstate.as_deref()), ("failed", Some("42704")), "{job:?}");
+    assert_eq!(call(&mut admin, counter, "get", json!({})), json!(0));
 }

@@ -410,12 +410,16 @@ mod lambdastore {
     #[pg_extern(stable, parallel_safe)]
     fn _plan_moves(counts: JsonB) -> JsonB {
         let mut counts = counts.0;
+        if !counts.is_object() {
+            raise(LambdaError::InvalidParameter("the counts are a JSON object".into()), "_plan_moves".into());
+        }
         if counts.get("max_moves").is_none_or(|m| m.is_null()) {
             counts["max_moves"] = crate::gucs::rebalance_max_moves().into();
         }
         counts["tolerance"] = crate::gucs::rebalance_tolerance().into();
-        let input: crate::rebalance::Input = serde_json::from_value(counts)
-            .unwrap_or_else(|err| pgrx::error!("lambdastore._plan_moves: unexpected counts: {err}"));
+        let input: crate::rebalance::Input = serde_json::from_value(counts).unwrap_or_else(|err| {
+            raise(LambdaError::InvalidParameter(format!("unexpected counts: {err}")), "_plan_moves".into())
+        });
         JsonB(serde_json::to_value(crate::rebalance::plan(&input)).expect("a plan is plain data"))
     }
 
@@ -426,6 +430,19 @@ mod lambdastore {
         if let Err(err) = as_storage(|caller| crate::jobs::wait(caller, job_id, timeout)) {
             raise(err, format!("wait({job_id})"));
         }
+    }
+
+    /// Behind `lambdastore.prepared()` (sql/views.sql): the prepared
+    /// transactions holding entry sets on this node, after a sweep of those
+    /// that ended.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _prepared_holders(
+    ) -> TableIterator<'static, (name!(xid, i64), name!(entry_set_locks, i32), name!(sets_known, bool))> {
+        if let Err(err) = as_storage(|_| crate::txn::prepared::sweep()) {
+            raise(err, "lambdastore.prepared()".into());
+        }
+        let holders = crate::txn::prepared::holders();
+        TableIterator::new(holders.into_iter().map(|(xid, locks, known)| (i64::from(xid), locks as i32, known)))
     }
 
     /// Jobs the background workers are running now (behind `lambdastore.queue`).
@@ -467,6 +484,9 @@ mod lambdastore {
         let outcome = as_storage(|caller| {
             let privilege = granted_privilege(privilege)?;
             owned(caller, app)?;
+            if !access::role_exists(grantee) {
+                return Err(LambdaError::UnknownRole(grantee.to_u32()));
+            }
             crate::catalog::grants::grant(app, grantee, privilege.name())
         });
         outcome.unwrap_or_else(|err| raise(err, format!("grant('{app}')")))
@@ -580,7 +600,11 @@ mod lambdastore {
     fn revoke_api_key(key_id: i64) -> bool {
         let outcome = as_storage(|caller| {
             let app = crate::catalog::api_keys::app_of(key_id)?.ok_or(LambdaError::UnknownApiKey(key_id))?;
-            access::check(caller, &app, Privilege::Owner)?;
+            // Another application's key looks like one that does not exist:
+            // the refusal would name its application.
+            if !access::allowed(caller, &app, Privilege::Owner)? {
+                return Err(LambdaError::UnknownApiKey(key_id));
+            }
             crate::catalog::api_keys::revoke(key_id)
         });
         outcome.unwrap_or_else(|err| raise(err, format!("revoke_api_key({key_id})")))

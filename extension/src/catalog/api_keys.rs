@@ -64,7 +64,9 @@ pub(crate) fn app_and_creator_of_key(key: &str) -> Result<Option<(String, pg_sys
         |rows| {
             rows.into_iter()
                 .next()
-                .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<pg_sys::Oid>(2)?.unwrap_or_default())))
+                .map(|row| {
+                    Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<pg_sys::Oid>(2)?.unwrap_or_default()))
+                })
                 .transpose()
         },
     )

@@ -221,6 +221,16 @@ pub(crate) fn stats_everywhere() -> Result<Vec<serde_json::Value>> {
         .collect()
 }
 
+/// The GID of prepared transaction `xid`, if it is still prepared.
+pub(crate) fn prepared_gid(xid: u32) -> Result<Option<String>> {
+    query(
+        "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE transaction::text = $1",
+        &[PgBuiltInOids::TEXTOID],
+        &[xid.to_string().into()],
+        |rows| rows.into_iter().next().map(|row| row.get::<String>(1)).transpose().map(Option::flatten),
+    )
+}
+
 /// Whether the current user may read relation `oid`: the check SPI makes
 /// on every statement, for the paths that skip SPI (probes, the cache).
 pub(crate) fn may_select(oid: pgrx::pg_sys::Oid) -> bool {

@@ -195,7 +195,11 @@ fn still_as_read<'a>(
     // Prepared transactions that survived a restart may have written any
     // set (prepared.rs).
     if let Some((set, _)) = reads.peek().filter(|_| prepared::blocked()) {
-        return Err(conflict(set, "may have been written by a transaction prepared before the server restarted"));
+        return Err(conflict(
+            set,
+            "may have been written by a transaction prepared before the server restarted whose entry sets are \
+             unknown (see lambdastore.prepared())",
+        ));
     }
     for (set, seen) in reads {
         match versions::unchanged(set, *seen) {
@@ -203,6 +207,17 @@ fn still_as_read<'a>(
             // Sets share version counters (stripes): say so, since the set
             // named may be one nobody touched.
             Err(Stale::Written) => {
+                // A prepared transaction stays until someone ends it: name
+                // it, so that an operator can (README "Prepared transactions").
+                if let Some(gid) = prepared::holder_of(set).and_then(|xid| catalog::prepared_gid(xid).ok().flatten()) {
+                    return Err(conflict(
+                        set,
+                        &format!(
+                            "is held by prepared transaction '{gid}' until it is committed or rolled back \
+                             (COMMIT PREPARED or ROLLBACK PREPARED; see lambdastore.prepared())"
+                        ),
+                    ));
+                }
                 return Err(conflict(
                     set,
                     "is being written by a concurrent transaction (or a set sharing its version counter is)",

@@ -16,13 +16,21 @@
 //! they would while the transaction ran: late sweeps cost false conflicts,
 //! never missed ones.
 //!
-//! After a crash, shared memory starts empty while prepared transactions
-//! survive with their locks but without their counts. The first sweep
-//! after startup registers every prepared transaction it finds as having
-//! written everything: until each ends, every validation on this node
-//! fails (40001); when one commits, every version moves on. Citus' 2PC
-//! recovery (`recover_prepared_transactions()`, run by its maintenance
-//! daemon every `citus.recover_2pc_interval`) ends them.
+//! After a restart, shared memory starts empty while prepared transactions
+//! survive with their locks but without their counts. So at PREPARE the
+//! slot's numbers are also written to a file of the data directory
+//! (`lambdastore/prepared/<xid>`, fsynced before the transaction is
+//! prepared), and the first sweep after startup gives each transaction
+//! still prepared its writer counts back from its file: until it ends, only
+//! the sets it wrote fail validation. A prepared transaction without a file
+//! (its file lost, or prepared by a build without them) is registered as
+//! having written everything: every validation on this node fails (40001)
+//! until it ends, and when it commits every version moves on. Files of
+//! transactions no longer prepared are removed then. Citus' 2PC recovery
+//! (`recover_prepared_transactions()`, run by its maintenance daemon every
+//! `citus.recover_2pc_interval`) ends those Citus left behind; an operator
+//! ends others with COMMIT PREPARED or ROLLBACK PREPARED, the transactions
+//! holding sets being listed by `lambdastore.prepared()`.
 
 use super::versions;
 use crate::error::{LambdaError, Result};
@@ -88,6 +96,20 @@ pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
     if len == 0 && !queued_jobs {
         return Ok(());
     }
+    // A prepared transaction holds its entry sets until someone ends it,
+    // after a restart too. Citus prepares every node's part of a
+    // distributed transaction (for any role); on a server without it,
+    // only a superuser may leave such a transaction behind.
+    if versions::prepared_len() > 0
+        && !crate::access::Caller::current().is_superuser()
+        && !crate::catalog::shards::distributed()?
+    {
+        return Err(LambdaError::Prepared(
+            "only a superuser may prepare a transaction that wrote through lambdas on a server without Citus: \
+             a prepared transaction holds its entry sets until it is committed or rolled back"
+                .into(),
+        ));
+    }
     if len > ENTRIES {
         return Err(LambdaError::Prepared(format!(
             "a prepared transaction may carry {ENTRIES} entry-set locks and version changes; this one has {len}"
@@ -101,6 +123,13 @@ pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
         )));
     };
     let entries = versions::take_for_prepare();
+    if let Err(err) = persist(xid, &entries) {
+        // Not prepared after all: the transaction aborts, and these counts
+        // are no longer the backend's to release.
+        versions::finish_prepared(&entries, false);
+        slot.state.store(FREE, SeqCst);
+        return Err(err);
+    }
     for (entry, value) in slot.entries.iter().zip(&entries) {
         entry.store(*value, SeqCst);
     }
@@ -164,31 +193,123 @@ pub(crate) fn sweep() -> Result<()> {
             }
             shared.unknown.fetch_sub(1, SeqCst);
         } else {
-            let len = slot.len.load(SeqCst) as usize;
-            let entries: Vec<u64> = slot.entries[..len].iter().map(|e| e.load(SeqCst)).collect();
-            versions::finish_prepared(&entries, committed);
+            versions::finish_prepared(&entries_of(slot), committed);
         }
         slot.state.store(FREE, SeqCst);
         shared.used.fetch_sub(1, SeqCst);
+        forget(xid.into_inner());
     }
     Ok(())
 }
 
-/// After a restart: every transaction still prepared is registered as
-/// having written every set (see the module doc). Once per startup.
+/// After a restart: every transaction still prepared gets its writer
+/// counts back from its file, or, without one, is registered as having
+/// written every set (see the module doc); files of transactions no longer
+/// prepared are removed. Once per startup.
 fn recover(shared: &Registry) -> Result<()> {
     // Two backends at it at once register the transactions twice: each
-    // slot is swept on its own, so that only costs a slot.
+    // slot is swept on its own, so that only costs a slot (and counts the
+    // sets twice until both are swept: false conflicts, never missed ones).
     let xids = crate::catalog::prepared_transactions()?;
-    for xid in xids {
+    for &xid in &xids {
         let Some(slot) = shared.slots.iter().find(|s| s.state.compare_exchange(FREE, BUSY, SeqCst, SeqCst).is_ok())
         else {
             break;
         };
-        shared.unknown.fetch_add(1, SeqCst);
         shared.used.fetch_add(1, SeqCst);
-        slot.state.store(UNKNOWN | u64::from(xid) << 2, SeqCst);
+        match read_persisted(xid).filter(|entries| entries.len() <= ENTRIES) {
+            Some(entries) => {
+                versions::hold_again(&entries);
+                for (entry, value) in slot.entries.iter().zip(&entries) {
+                    entry.store(*value, SeqCst);
+                }
+                slot.len.store(entries.len() as u32, SeqCst);
+                slot.state.store(READY | u64::from(xid) << 2, SeqCst);
+            }
+            None => {
+                shared.unknown.fetch_add(1, SeqCst);
+                slot.state.store(UNKNOWN | u64::from(xid) << 2, SeqCst);
+            }
+        }
+    }
+    if let Ok(files) = std::fs::read_dir(DIRECTORY) {
+        for file in files.flatten() {
+            let name = file.file_name();
+            let prepared = name.to_str().and_then(|n| n.parse::<u32>().ok()).is_some_and(|xid| xids.contains(&xid));
+            if !prepared {
+                let _ = std::fs::remove_file(file.path());
+            }
+        }
     }
     shared.recovered.store(true, SeqCst);
     Ok(())
+}
+
+/// Where the slots' numbers are kept on disk, relative to the data
+/// directory (every backend's working directory).
+const DIRECTORY: &str = "lambdastore/prepared";
+
+fn path(xid: u32) -> std::path::PathBuf {
+    std::path::Path::new(DIRECTORY).join(xid.to_string())
+}
+
+/// Writes `entries` for `xid` durably: a file written, flushed and renamed
+/// into place, and the directory flushed, before PREPARE writes its record.
+fn persist(xid: u32, entries: &[u64]) -> Result<()> {
+    use std::io::Write;
+    let failed = |e: std::io::Error| {
+        LambdaError::Prepared(format!("could not keep the prepared transaction's entry sets in {DIRECTORY}: {e}"))
+    };
+    std::fs::create_dir_all(DIRECTORY).map_err(failed)?;
+    let temporary = std::path::Path::new(DIRECTORY).join(format!("{xid}.tmp"));
+    let mut file = std::fs::File::create(&temporary).map_err(failed)?;
+    let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_le_bytes()).collect();
+    file.write_all(&bytes).and_then(|_| file.sync_all()).map_err(failed)?;
+    std::fs::rename(&temporary, path(xid)).map_err(failed)?;
+    std::fs::File::open(DIRECTORY).and_then(|dir| dir.sync_all()).map_err(failed)
+}
+
+/// The numbers kept for `xid`, if its file is there and whole.
+fn read_persisted(xid: u32) -> Option<Vec<u64>> {
+    let bytes = std::fs::read(path(xid)).ok()?;
+    (bytes.len() % 8 == 0).then(|| bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect())
+}
+
+/// Removes `xid`'s file once its slot is finished. A file left behind (a
+/// crash just then) is removed at the next startup.
+fn forget(xid: u32) {
+    let _ = std::fs::remove_file(path(xid));
+}
+
+/// The slots of transactions prepared now: (XID, entry-set locks held,
+/// whether its sets are known).
+pub(crate) fn holders() -> Vec<(u32, usize, bool)> {
+    let Some(shared) = shared() else { return Vec::new() };
+    shared
+        .slots
+        .iter()
+        .filter_map(|slot| {
+            let state = slot.state.load(SeqCst);
+            let xid = (state >> 2) as u32;
+            match state & 3 {
+                READY => Some((xid, versions::held_count(&entries_of(slot)), true)),
+                UNKNOWN => Some((xid, 0, false)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The XID of a prepared transaction that holds `set` for writing.
+pub(crate) fn holder_of(set: &super::entry_sets::SetId) -> Option<u32> {
+    let shared = shared()?;
+    shared.slots.iter().find_map(|slot| {
+        let state = slot.state.load(SeqCst);
+        (state & 3 == READY && versions::holds(&entries_of(slot), set)).then_some((state >> 2) as u32)
+    })
+}
+
+fn entries_of(slot: &Slot) -> Vec<u64> {
+    let len = (slot.len.load(SeqCst) as usize).min(ENTRIES);
+    slot.entries[..len].iter().map(|e| e.load(SeqCst)).collect()
 }

@@ -209,6 +209,29 @@ pub(crate) fn finish_prepared(entries: &[u64], committed: bool) {
     }
 }
 
+/// After a restart, a prepared transaction's writer counts, from the
+/// numbers `take_for_prepare` gave (prepared.rs keeps them on disk): its
+/// sets count as written again until it ends.
+pub(crate) fn hold_again(entries: &[u64]) {
+    let Some(shared) = shared() else { return };
+    for entry in entries.iter().filter(|e| *e & (3 << 62) == HELD_ENTRY) {
+        let (stripe, count) = ((entry >> 32) as usize & (STRIPES - 1), *entry as u32);
+        shared.writers[stripe].fetch_add(count, Ordering::SeqCst);
+    }
+}
+
+/// Whether `entries` (as `take_for_prepare` gave them) hold the writer
+/// count of `set`'s stripe.
+pub(crate) fn holds(entries: &[u64], set: &SetId) -> bool {
+    let stripe = stripe(set) as u64;
+    entries.iter().any(|e| e & (3 << 62) == HELD_ENTRY && (e >> 32) & (STRIPES as u64 - 1) == stripe)
+}
+
+/// How many writer counts (entry-set locks) `entries` hold.
+pub(crate) fn held_count(entries: &[u64]) -> usize {
+    entries.iter().filter(|e| *e & (3 << 62) == HELD_ENTRY).count()
+}
+
 /// A prepared transaction whose sets are unknown (it survived a restart)
 /// committed: every version and split count moves on.
 pub(crate) fn bump_everything() {
