@@ -154,7 +154,7 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
                 depth: nested.depth,
             };
             let workflow = start(caller, nested.job, Some(sent.tape))?;
-            calls::method_here(&workflow, &app, &call)
+            validated(&workflow, calls::method_here(&workflow, &app, &call))
                 .and_then(|result| Ok(Finished { result, spawned_elsewhere: commit(&workflow)? }))
         }
     };
@@ -231,8 +231,14 @@ fn run_method(
     args: &str,
 ) -> Result<Finished<String>> {
     let frame = Frame { object, type_name: info.type_name.clone(), function: method.to_string(), readonly, depth: 0 };
-    let result = registry::run(workflow, app, frame, FunctionKind::Method, args)?;
+    let result = validated(workflow, registry::run(workflow, app, frame, FunctionKind::Method, args))?;
     Ok(Finished { result, spawned_elsewhere: commit(workflow)? })
+}
+
+/// A run's outcome; a failure only once the workflow's reads are still as
+/// read (`occ::failed`: else 40001), as a success is at commit.
+fn validated<T>(workflow: &Workflow, outcome: Result<T>) -> Result<T> {
+    outcome.map_err(|failure| occ::failed(workflow, failure))
 }
 
 /// Validates and applies the workflow's writes, then queues the calls it
@@ -354,7 +360,7 @@ fn run_static(
     let workflow = start(caller, None, None)?;
     let frame =
         Frame { object: 0, type_name: type_name.to_string(), function: function.to_string(), readonly, depth: 0 };
-    let result = registry::run(&workflow, app, frame, FunctionKind::Static, args)?;
+    let result = validated(&workflow, registry::run(&workflow, app, frame, FunctionKind::Static, args))?;
     commit(&workflow)?;
     Ok(result)
 }
@@ -379,7 +385,7 @@ fn create_with(
     }
     refuse_in_read_only_transaction(false, type_name, "(create)")?;
     let workflow = start(caller, None, tape)?;
-    let outcome = create_object(&workflow, &app, type_name, args, 0, false)
+    let outcome = validated(&workflow, create_object(&workflow, &app, type_name, args, 0, false))
         .and_then(|id| Ok(Finished { result: id, spawned_elsewhere: commit(&workflow)? }));
     counted(app_name, type_name, "(create)", started, outcome)
 }

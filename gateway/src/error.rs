@@ -129,8 +129,7 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        // What is refused now is a wait of the same key: one of those in
-        // flight may well have finished a second later.
+        // The key's requests in flight may well have finished a second later.
         if self.status == StatusCode::TOO_MANY_REQUESTS {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

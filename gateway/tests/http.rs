@@ -8,8 +8,9 @@ mod harness;
 
 use harness::*;
 use serde_json::{json, Value};
-use std::io::Write;
-use std::time::Duration;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 #[test]
 fn deploy_create_invoke_and_static_over_http() {
@@ -586,6 +587,140 @@ fn body_size_and_request_time_are_limited() {
 }
 
 #[test]
+fn media_types_are_case_insensitive_and_may_carry_parameters() {
+    let gw = Gateway::start();
+    let app = App::new("gw_media");
+    let deployed = gw
+        .http
+        .put(gw.url(&format!("/v1/apps/{}/module", app.name)))
+        .bearer_auth(&app.key)
+        .header("content-type", "Application/WASM")
+        .body(component("counter"))
+        .send()
+        .unwrap();
+    assert_eq!(deployed.status(), 200, "{}", deployed.text().unwrap());
+    let created = gw
+        .post(&app.key, &format!("/v1/apps/{}/types/Counter/objects", app.name))
+        .header("content-type", "APPLICATION/JSON; charset=UTF-8")
+        .body(r#"{"initial": 2}"#)
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let id = created.json::<Value>().unwrap()["object_id"].as_i64().unwrap();
+    let added = gw
+        .post(&app.key, &format!("/v1/objects/{id}/methods/add"))
+        .header("content-type", "application/Json;charset=utf-8")
+        .body(r#"{"n": 3}"#)
+        .send()
+        .unwrap();
+    assert_eq!(result_of(added), json!(5));
+}
+
+/// One key long-polls a job with more waits than --max-waits-per-key: the
+/// extra waits are refused at once, the others keep waiting, and another
+/// application's call is served meanwhile. Unbounded, the waits took every
+/// pooled connection and that call queued behind them.
+#[test]
+fn one_keys_waits_are_bounded_and_leave_the_pool_to_other_applications() {
+    let gw = Gateway::start_with(ROLE, &["--max-waits-per-key", "2"]); // of a pool of 8
+    let polling = App::deployed("gw_waits", "counter");
+    let id = polling.create("Counter", json!({}));
+    let other = App::deployed("gw_waits_other", "counter");
+    let other_id = other.create("Counter", json!({}));
+
+    // The job's write waits for this row lock, so the job stays queued
+    // until the transaction ends.
+    let mut locker = sql();
+    let mut txn = locker.transaction().unwrap();
+    txn.execute("SELECT 1 FROM lambdastore.entries WHERE object_id = $1 FOR UPDATE", &[&id]).unwrap();
+    let job: i64 = sql().query_one("SELECT lambdastore.submit($1, 'increment')", &[&id]).unwrap().get(0);
+
+    std::thread::scope(|s| {
+        let waits: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| gw.get(&polling.key, &format!("/v1/jobs/{job}/wait?timeout_ms=25000")).send().unwrap()))
+            .collect();
+        let answered = || waits.iter().filter(|w| w.is_finished()).count();
+        eventually("the waits over the bound are answered", || answered() >= 6);
+        assert_eq!(result_of(gw.invoke(&other.key, other_id, "increment", json!({}))), json!(1));
+        assert_eq!(answered(), 6, "the waits within the bound should still be waiting for the job");
+
+        txn.commit().unwrap();
+        let mut statuses = Vec::new();
+        for wait in waits {
+            let response = wait.join().unwrap();
+            statuses.push(response.status().as_u16());
+            if response.status() == 429 {
+                assert_eq!(response.headers()["retry-after"], "1");
+                assert_eq!(error_of(response).1, "too_many_requests");
+            } else {
+                let job: Value = response.json().unwrap();
+                assert_eq!(job["state"], "done", "{job}");
+            }
+        }
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429, 429]);
+    });
+    assert_eq!(counter_value(id), 1);
+}
+
+/// A client sending its body a byte at a time gets 408 once --read-timeout
+/// has passed, and one sending its headers so is disconnected (hyper has no
+/// request to answer yet). Unbounded, either kept its connection as long as
+/// it kept sending.
+#[test]
+fn slow_headers_and_bodies_are_cut_off_after_the_read_timeout() {
+    let gw = Gateway::start_with(ROLE, &["--read-timeout", "500ms"]);
+    let app = App::deployed("gw_slow", "counter");
+    let id = app.create("Counter", json!({}));
+
+    let headers = format!(
+        "POST /v1/objects/{id}/methods/increment HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+        app.key
+    );
+    let answer = trickle(&gw, &headers, b' ');
+    let (status, body) = split_answer(&answer);
+    assert_eq!(status, 408, "{answer}");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!((&body["error"]["status"], &body["error"]["code"]), (&json!(408), &json!("request_timeout")));
+
+    let unfinished = format!("POST /v1/objects/{id}/methods/increment HTTP/1.1\r\nHost: gw\r\nX-Slow: ");
+    assert_eq!(trickle(&gw, &unfinished, b'a'), "", "the gateway answered unfinished headers");
+    assert_eq!(counter_value(id), 0);
+}
+
+/// hyper parses a request's head before the gateway sees it and refuses
+/// what it cannot frame safely with a bare 400 of its own: two different
+/// Content-Lengths (request smuggling), or a control character such as DEL
+/// in a header value. hyper has no hook for that answer's body; its one
+/// alternative, `ignore_invalid_headers`, would drop the header and run the
+/// call without it. So the status is pinned here, with nothing run.
+#[test]
+fn requests_hyper_refuses_are_400_and_run_nothing() {
+    let gw = Gateway::start();
+    let app = App::deployed("gw_malformed", "counter");
+    let id = app.create("Counter", json!({}));
+    let increment = |extra_header: &str| {
+        let request = format!(
+            "POST /v1/objects/{id}/methods/increment HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\n\
+             Content-Length: 2\r\n{extra_header}Connection: close\r\n\r\n{{}}",
+            app.key
+        );
+        exchange(&gw, request.as_bytes())
+    };
+    for (what, header) in
+        [("conflicting Content-Lengths", "Content-Length: 3\r\n"), ("DEL in a header value", "X-Note: a\x7fb\r\n")]
+    {
+        let answer = increment(header);
+        assert_eq!(split_answer(&answer).0, 400, "{what}: {answer}");
+    }
+    assert_eq!(counter_value(id), 0, "a refused request ran");
+    // The same length twice is one length: served as usual.
+    let answer = increment("Content-Length: 2\r\n");
+    assert_eq!(split_answer(&answer), (200, r#"{"result":1}"#), "{answer}");
+}
+
+#[test]
 fn health_readiness_metrics_and_the_openapi_document() {
     let gw = Gateway::start();
     assert_eq!(gw.http.get(gw.url("/healthz")).send().unwrap().status(), 200);
@@ -662,4 +797,48 @@ fn requests_waiting_on_a_lock() -> i64 {
         .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", &[&ROLE])
         .unwrap()
         .get(0)
+}
+
+/// Sends `request` on a connection of its own (it should say
+/// `Connection: close`) and returns all the gateway answered.
+fn exchange(gw: &Gateway, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(gw.base.trim_start_matches("http://")).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream.write_all(request).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("the gateway answered and closed the connection");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Sends `start`, then `byte` every 100 ms until the gateway answers or
+/// closes the connection; returns what it answered (empty if nothing).
+fn trickle(gw: &Gateway, start: &str, byte: u8) -> String {
+    let mut stream = TcpStream::connect(gw.base.trim_start_matches("http://")).unwrap();
+    stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    stream.write_all(start.as_bytes()).unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let mut buffer = [0; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                assert!(started.elapsed() < Duration::from_secs(20), "the gateway still waits for the slow client");
+                if answer.is_empty() && stream.write_all(&[byte]).is_err() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("reading the answer: {e}"),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The status and the body of a raw HTTP/1.1 answer.
+fn split_answer(answer: &str) -> (u16, &str) {
+    let status =
+        answer.get(9..12).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("no status: {answer:?}"));
+    (status, answer.split_once("\r\n\r\n").map_or("", |(_, body)| body))
 }

@@ -418,6 +418,156 @@ fn read_skew_off() {
 }
 
 // ---------------------------------------------------------------------------
+// Errors are answers too
+
+/// Accounts a = 100 and b = 0; one writer moves the 100 back and forth, so
+/// a + b = 100 in every committed state. Readers ask
+/// `withdraw_if_covered(me, other, 100)` in a transaction they roll back:
+/// always covered in a serial order, so "not covered" (P0001) is an answer
+/// no serial execution gives. It was given under occ too, until a failure
+/// was validated like a success (occ::failed): the error was computed from
+/// two balances read at different moments.
+fn impossible_errors(cc: Cc) -> Outcome {
+    impossible_errors_via(cc, false)
+}
+
+/// The same with the error handled one level down: a third account's
+/// `try_withdraw` calls `withdraw_if_covered` and returns false on its
+/// error, committing its workflow. The callee's reads stay in the caller's
+/// read set, so a false answer must be one a serial order gives too.
+fn impossible_errors_nested(cc: Cc) -> Outcome {
+    impossible_errors_via(cc, true)
+}
+
+fn impossible_errors_via(cc: Cc, nested: bool) -> Outcome {
+    const READS: usize = 2000;
+    const TOTAL: i64 = 100;
+    let mut c = connect();
+    let bank = app(&format!("impossible_errors_{cc}"));
+    deploy_example(&mut c, &bank, "bank");
+    let a = create(&mut c, &bank, "Account", json!({"owner": "a", "initial": TOTAL}));
+    let b = create(&mut c, &bank, "Account", json!({"owner": "b", "initial": 0}));
+    let auditor = create(&mut c, &bank, "Account", json!({"owner": "auditor", "initial": 0}));
+    let writing = Arc::new(AtomicBool::new(true));
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let readers = THREADS - 1;
+
+    let results = run_workers("impossible_errors", THREADS, WATCHDOG, move |i| {
+        let mut c = connect_cc(cc);
+        let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+        let mut impossible = 0u64;
+        barrier.wait();
+        if i == 0 {
+            let mut from_a = true;
+            while writing.load(Ordering::SeqCst) {
+                let (from, to) = if from_a { (a, b) } else { (b, a) };
+                let result = retrying(cc, &mut tally, &mut rng, || {
+                    invoke(&mut c, from, "transfer", json!({"to": to, "amount": TOTAL}))
+                });
+                ok(result, "transfer");
+                from_a = !from_a;
+            }
+        } else {
+            for n in 0..READS.div_ceil(readers) {
+                let (me, other) = if n % 2 == 0 { (a, b) } else { (b, a) };
+                let result = retrying(cc, &mut tally, &mut rng, || {
+                    let mut tx = c.transaction()?;
+                    let outcome = if nested {
+                        let args = json!({"account": me, "other": other, "amount": TOTAL});
+                        invoke(&mut tx, auditor, "try_withdraw", args)
+                    } else {
+                        invoke(&mut tx, me, "withdraw_if_covered", json!({"other": other, "amount": TOTAL}))
+                    };
+                    tx.rollback()?;
+                    outcome
+                });
+                let refusal = match nested {
+                    true => ok(result, "try_withdraw") == json!(false),
+                    false => refused(&result, "not covered", "withdraw_if_covered"),
+                };
+                if refusal {
+                    impossible += 1;
+                }
+                tally.committed += 1;
+            }
+            if i == 1 {
+                writing.store(false, Ordering::SeqCst);
+            }
+        }
+        (tally, impossible)
+    });
+    let impossible: u64 = results.iter().map(|(_, n)| n).sum();
+    let reads: u64 = results[1..].iter().map(|(t, _)| t.committed).sum();
+    Outcome {
+        anomalies: impossible,
+        details: format!("{impossible} of {reads} withdrawals were refused as not covered"),
+        tally: Tally::sum(results.iter().map(|(t, _)| t)),
+    }
+}
+
+#[test]
+fn impossible_errors_occ() {
+    prove("impossible_errors", Cc::Occ, impossible_errors);
+}
+
+#[test]
+fn impossible_errors_off() {
+    prove("impossible_errors", Cc::Off, impossible_errors);
+}
+
+#[test]
+fn impossible_errors_handled_by_a_caller_occ() {
+    prove("impossible_errors_nested", Cc::Occ, impossible_errors_nested);
+}
+
+#[test]
+fn impossible_errors_handled_by_a_caller_off() {
+    prove("impossible_errors_nested", Cc::Off, impossible_errors_nested);
+}
+
+/// The same check run as jobs: a job that ends `failed` records an error,
+/// which must be one a serial order gives (a stale one is retried as a
+/// 40001 instead). Jobs run with the server's `occ`.
+#[test]
+fn a_failed_job_records_no_impossible_error() {
+    const JOBS: i64 = 1000;
+    const TOTAL: i64 = 100;
+    let mut c = connect();
+    let bank = app("impossible_job_errors");
+    deploy_example(&mut c, &bank, "bank");
+    let a = create(&mut c, &bank, "Account", json!({"owner": "a", "initial": TOTAL}));
+    let b = create(&mut c, &bank, "Account", json!({"owner": "b", "initial": 0}));
+    c.execute(
+        "SELECT lambdastore.submit(CASE WHEN g % 2 = 0 THEN $1::int8 ELSE $2::int8 END, 'covered',
+                                   jsonb_build_object('other', CASE WHEN g % 2 = 0 THEN $2::int8 ELSE $1::int8 END, 'amount', $3::int8))
+           FROM generate_series(1, $4::int8) g",
+        &[&a, &b, &TOTAL, &JOBS],
+    )
+    .unwrap();
+    // Money moves back and forth until the jobs are done.
+    let (mut tally, mut rng) = (Tally::default(), Rng::new(7));
+    let mut w = connect_cc(Cc::Occ);
+    let mut from_a = true;
+    let queued = |c: &mut Client| jobs_in_state(c, &bank, "queued").unwrap_or(0);
+    while queued(&mut c) > 0 {
+        let (from, to) = if from_a { (a, b) } else { (b, a) };
+        let transfer = retrying(Cc::Occ, &mut tally, &mut rng, || {
+            invoke(&mut w, from, "transfer", json!({"to": to, "amount": TOTAL}))
+        });
+        ok(transfer, "transfer");
+        from_a = !from_a;
+    }
+    let failed: Vec<(String, i32)> = c
+        .query("SELECT error, attempts FROM lambdastore.jobs WHERE app = $1 AND state = 'failed'", &[&bank])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert!(failed.is_empty(), "{} of {JOBS} jobs failed, e.g. {:?}", failed.len(), failed.first());
+    assert_eq!(jobs_in_state(&mut c, &bank, "done"), Some(JOBS));
+}
+
+// ---------------------------------------------------------------------------
 // Bank invariant
 
 /// Random transfers among 100 accounts: the total (summed with `balance`

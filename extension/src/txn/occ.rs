@@ -239,6 +239,52 @@ fn still_as_read<'a>(
     Ok(())
 }
 
+/// A workflow's failure, as the caller may see it: a lambda's `Err`, a
+/// trap or a limit reached after reads is an answer computed from those
+/// reads, and is given only if they are still as read (with the
+/// transaction's earlier reads); else the failure becomes 40001, which the
+/// client retries. Without this, an error could come from values read at
+/// two different moments, an answer no serial order gives (the property
+/// the TM literature calls opacity); the bank's `withdraw_if_covered` said
+/// "not covered: balance 0 + 0 < 100" while every committed state held
+/// 100. Nothing is locked: a failed workflow writes nothing.
+pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
+    if !gucs::occ() || !versions::available() || !computed_from_reads(&failure) {
+        return failure;
+    }
+    let reads = workflow.reads.borrow();
+    let splits = workflow.splits_seen();
+    let now = versions::mark();
+    let valid = versions::validated(|earlier| {
+        let recheck = earlier.may_have_changed(now);
+        let earlier_reads = recheck.then(|| earlier.reads.iter()).into_iter().flatten();
+        let earlier_splits = recheck.then(|| earlier.splits.iter()).into_iter().flatten();
+        still_as_read(reads.iter().chain(earlier_reads), splits.iter().map(|(o, s)| (o, s)).chain(earlier_splits))
+    });
+    match valid {
+        Ok(()) => failure,
+        Err(LambdaError::SerializationFailure(why)) => LambdaError::SerializationFailure(format!(
+            "{why}; the call's failure, computed from what it read, is not an answer: {failure}"
+        )),
+        Err(other) => other,
+    }
+}
+
+/// Whether a failure is one a lambda's run computed (so its reads decide
+/// whether it stands): not a cancel, a conflict already, an object that
+/// moved, a run stopped for another node, or an internal error.
+fn computed_from_reads(failure: &LambdaError) -> bool {
+    use LambdaError::*;
+    match failure {
+        Canceled | SerializationFailure(_) | Moved { .. } | Suspended(_) | Internal(_) => false,
+        Remote { code, .. } => !matches!(
+            code,
+            pgrx::PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE | pgrx::PgSqlErrorCode::ERRCODE_QUERY_CANCELED
+        ),
+        _ => true,
+    }
+}
+
 /// At PREPARE (and, on the node that commits a distributed transaction,
 /// at its commit): validates again everything this transaction's
 /// workflows read. By now every node's part has taken its write locks;

@@ -11,6 +11,8 @@ pub struct Account {
     balance: Cell<i64>,
     /// Both sides of every transfer, keyed by a per-account sequence number.
     audit: Map<u64, AuditEntry>,
+    /// Withdrawals `try_withdraw` asked for here and saw refused.
+    refusals: Cell<u64>,
 }
 
 /// Which side of a transfer an audit entry records.
@@ -126,6 +128,37 @@ impl Account {
         }
         self.balance.set(&(balance - amount));
         Ok(balance - amount)
+    }
+
+    /// Asks `account` to withdraw `amount` covered by `other`; a refusal is
+    /// handled here (counted in `refusals`) instead of failing the call:
+    /// returns whether the withdrawal went through. A caller that commits
+    /// on a callee's error must have been given an error some serial order
+    /// gives.
+    fn try_withdraw(&self, account: AccountRef, other: AccountRef, amount: i64) -> bool {
+        if account.withdraw_if_covered(other, amount).is_ok() {
+            return true;
+        }
+        self.refusals.set(&(self.refusals.get_or_default() + 1));
+        false
+    }
+
+    /// This account's and `other`'s balances together, if they cover
+    /// `amount`; else fails "not covered", as `withdraw_if_covered` would,
+    /// without writing anything (a check a job can run again and again).
+    #[readonly]
+    fn covered(&self, other: AccountRef, amount: i64) -> Result<i64> {
+        let (balance, covering) = (self.balance.get_or_default(), other.balance()?);
+        if balance + covering < amount {
+            bail!("not covered: balance {balance} + {covering} < {amount}");
+        }
+        Ok(balance + covering)
+    }
+
+    /// How many withdrawals `try_withdraw` saw refused.
+    #[readonly]
+    fn refusals(&self) -> u64 {
+        self.refusals.get_or_default()
     }
 
     /// This account's balance plus `other`'s: two reads that must see the
@@ -278,6 +311,27 @@ mod tests {
         let err = host.invoke(a, "withdraw_if_covered", json!([999, 10])).unwrap_err();
         assert!(matches!(err, CallError::Application(ref m) if m.contains("999")), "{err}");
         assert_eq!(balance(&host, a), 100);
+    }
+
+    #[test]
+    fn try_withdraw_handles_a_refusal_and_counts_it() {
+        let host = MockHost::for_app::<App>();
+        let (a, b, c) = (open(&host, "ada", 100), open(&host, "bob", 0), open(&host, "cy", 0));
+        let ask = |amount: i64| host.invoke(c, "try_withdraw", json!({"account": a, "other": b, "amount": amount}));
+        assert_eq!(ask(150).unwrap(), json!(false));
+        assert_eq!(host.invoke(c, "refusals", Value::Null).unwrap(), json!(1));
+        assert_eq!(ask(60).unwrap(), json!(true));
+        assert_eq!((balance(&host, a), host.invoke(c, "refusals", Value::Null).unwrap()), (40, json!(1)));
+    }
+
+    #[test]
+    fn covered_checks_both_balances_and_writes_nothing() {
+        let host = MockHost::for_app::<App>();
+        let (a, b) = (open(&host, "ada", 70), open(&host, "bob", 30));
+        assert_eq!(host.invoke(a, "covered", json!({"other": b, "amount": 100})).unwrap(), json!(100));
+        let err = host.invoke(a, "covered", json!({"other": b, "amount": 101})).unwrap_err();
+        assert_eq!(err, CallError::Application("not covered: balance 70 + 30 < 101".into()));
+        assert_eq!((balance(&host, a), balance(&host, b)), (70, 30));
     }
 
     #[test]
