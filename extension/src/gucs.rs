@@ -45,6 +45,10 @@ static MAX_SCAN_KB: GucSetting<i32> = GucSetting::<i32>::new(16 * 1024);
 /// the code's size (the examples are 100-300 kB).
 static MAX_MODULE_KB: GucSetting<i32> = GucSetting::<i32>::new(16 * 1024);
 
+/// `lambdastore.max_log_rate` (kB per second, default 64 kB): what the
+/// lambdas of one backend may write to the server log per second, over all
+/// its workflows (each is also capped on its own: host/mod.rs).
+static MAX_LOG_RATE_KB: GucSetting<i32> = GucSetting::<i32>::new(64);
 /// `lambdastore.max_spawns` (default 1000): jobs one workflow may spawn.
 static MAX_SPAWNS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
@@ -253,6 +257,16 @@ pub(crate) fn define() {
         GucRegistry::define_int_guc(name, description, c"", setting, 1, max, GucContext::Suset, GucFlags::UNIT_KB);
     }
     GucRegistry::define_int_guc(
+        c"lambdastore.max_log_rate",
+        c"Bytes of lambda log messages one backend may write per second.",
+        c"Messages past it are dropped; a line says how many once the second is over.",
+        &MAX_LOG_RATE_KB,
+        1,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_int_guc(
         c"lambdastore.max_spawns",
         c"Jobs one workflow may spawn.",
         c"",
@@ -334,6 +348,10 @@ pub(crate) fn max_scan_bytes() -> usize {
 
 pub(crate) fn max_module_bytes() -> usize {
     MAX_MODULE_KB.get() as usize * 1024
+}
+
+pub(crate) fn max_log_bytes_per_second() -> usize {
+    MAX_LOG_RATE_KB.get().max(1) as usize * 1024
 }
 
 pub(crate) fn max_spawns() -> usize {

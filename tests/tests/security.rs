@@ -381,3 +381,38 @@ fn a_job_of_a_dropped_role_does_not_run() {
     assert_eq!((job.state.as_str(), job.sqlstate.as_deref()), ("failed", Some("42704")), "{job:?}");
     assert_eq!(call(&mut admin, counter, "get", json!({})), json!(0));
 }
+
+/// `submit` in a READ ONLY transaction is 25006 and says why.
+#[test]
+fn submit_in_a_read_only_transaction_is_25006() {
+    let (mut c, app) = deployed("submit_read_only", "counter");
+    let id = create(&mut c, &app, "Counter", json!({}));
+    let mut tx = c.build_transaction().read_only(true).start().unwrap();
+    let message = expect_sqlstate(tx.query_one("SELECT lambdastore.submit($1, 'increment')", &[&id]), "25006");
+    assert!(message.contains("READ ONLY"), "{message}");
+}
+
+/// Each workflow may log 64 KiB, but a session of many calls could fill
+/// the server log (27 MB in 10 s): a backend's lambdas write at most
+/// `lambdastore.max_log_rate` per second, and a line says what was dropped.
+#[test]
+fn a_backends_lambda_log_is_bounded_per_second() {
+    let (_, _, id) = micro_object("log_rate");
+    let (mut c, notices) = connect_keeping_notices();
+    let message = "x".repeat(1000);
+    let started = std::time::Instant::now();
+    // 50 workflows of 100 messages of 1 kB: 5 MB without the bound.
+    c.execute(
+        "SELECT lambda_invoke($1, 'log_many', jsonb_build_object('count', 100, 'message', $2::text))
+           FROM generate_series(1, 50)",
+        &[&id, &message],
+    )
+    .unwrap();
+    let seconds = started.elapsed().as_secs() + 1;
+    let delivered: usize = notices.lock().unwrap().iter().map(|n| n.message().len()).sum();
+    let rate: String = c.query_one("SHOW lambdastore.max_log_rate", &[]).unwrap().get(0);
+    assert_eq!(rate, "64kB");
+    // Every second the bound's worth and the lines' prefixes, at the most.
+    let most = (seconds as usize + 1) * (64 * 1024 + 64 * 200);
+    assert!(delivered > 0 && delivered <= most, "{delivered} bytes of log in {seconds} s (at most {most})");
+}

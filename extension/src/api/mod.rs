@@ -615,6 +615,12 @@ mod lambdastore {
 /// cluster with its idempotency key claimed cluster-wide first.
 fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) -> Result<i64> {
     use forward::KeyClaim;
+    // SAFETY: a plain bool of the current transaction, read on the main thread.
+    if unsafe { pg_sys::XactReadOnly } {
+        return Err(LambdaError::ReadOnlyTransaction(
+            "submit queues a job, which is a write: the transaction is READ ONLY".into(),
+        ));
+    }
     let claim = match key {
         Some(key) => as_storage(|caller| forward::claim_job_key(caller, object_id, key, method, args))?,
         None => KeyClaim::NotNeeded,

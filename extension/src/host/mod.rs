@@ -142,6 +142,9 @@ impl lambdastore::lambda::host::Host for HostState {
         let app = &self.app.app;
         let Frame { object, type_name, function, .. } = &self.frame;
         let message = escaped(&message, MAX_LOG_MESSAGE);
+        if !LOG_RATE.with(|rate| rate.borrow_mut().admit(message.len())) {
+            return Ok(());
+        }
         let (count, bytes) = (count + 1, bytes + message.len());
         self.workflow.logged.set((count, bytes));
         let line = if count >= MAX_LOG_MESSAGES || bytes >= MAX_LOG_BYTES {
@@ -161,6 +164,43 @@ impl lambdastore::lambda::host::Host for HostState {
             LogLevel::Warning => pgrx::warning!("{line}"),
         }
         Ok(())
+    }
+}
+
+thread_local! {
+    /// This backend's lambda log, per second (`lambdastore.max_log_rate`).
+    static LOG_RATE: std::cell::RefCell<LogRate> = const { std::cell::RefCell::new(LogRate { second: None, bytes: 0, dropped: 0 }) };
+}
+
+/// What a backend's lambdas logged in the current second. The per-workflow
+/// caps alone let a session of many short calls write 27 MB of log in 10 s.
+struct LogRate {
+    second: Option<std::time::Instant>,
+    bytes: usize,
+    dropped: usize,
+}
+
+impl LogRate {
+    /// Whether a message of `len` bytes may be written now; when a new
+    /// second starts, first says how many the last one dropped.
+    fn admit(&mut self, len: usize) -> bool {
+        let now = std::time::Instant::now();
+        if self.second.is_none_or(|start| now.duration_since(start) >= std::time::Duration::from_secs(1)) {
+            if self.dropped > 0 {
+                pgrx::log!(
+                    "lambdastore: {} lambda log messages of this backend were dropped \
+                     (lambdastore.max_log_rate)",
+                    self.dropped
+                );
+            }
+            *self = LogRate { second: Some(now), bytes: 0, dropped: 0 };
+        }
+        if self.bytes + len > crate::gucs::max_log_bytes_per_second() {
+            self.dropped += 1;
+            return false;
+        }
+        self.bytes += len;
+        true
     }
 }
 
