@@ -17,6 +17,7 @@ CREATE TABLE lambdastore.migrations (
     isolated   boolean NOT NULL,     -- whether it was split off into that shard first
     reason     text NOT NULL         -- 'manual' or what lambdastore.rebalance() planned
 );
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.migrations', '');  -- kept by pg_dump (schema.sql)
 
 -- Distributes the catalog, on the coordinator of a Citus cluster whose
 -- workers have been added: the per-object tables (objects, entries,

@@ -34,6 +34,11 @@ CREATE TABLE lambdastore.idempotency_keys (
 );
 CREATE INDEX idempotency_keys_by_age ON lambdastore.idempotency_keys (created);
 
+-- Kept by pg_dump (see schema.sql).
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.api_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.api_keys_key_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.idempotency_keys', '');
+
 -- lambdastore.create_api_key(app, label) and lambdastore.revoke_api_key(key_id)
 -- are in Rust (api/mod.rs): they check the caller against the
 -- application's owner, which a SECURITY DEFINER function here could not see.

@@ -28,8 +28,11 @@ CREATE TABLE lambdastore.modules (
     UNIQUE (app, version)
 );
 
-ALTER TABLE lambdastore.applications
-    ADD FOREIGN KEY (module_id) REFERENCES lambdastore.modules(module_id) DEFERRABLE INITIALLY DEFERRED;
+-- No foreign key from applications.module_id to modules: with modules.app
+-- the two would reference each other, and pg_restore loads each table's
+-- rows in a transaction of its own, so that restoring a dump failed on
+-- whichever came first. A deploy inserts the module, then points the
+-- application at it, in one transaction (catalog/modules.rs).
 
 -- Privileges an application's owner granted to other roles (access.rs):
 -- 'invoke' (call its functions, create objects, submit jobs) and 'read'
@@ -140,6 +143,25 @@ CREATE TABLE lambdastore.job_keys (
     job_id           bigint,
     PRIMARY KEY (idempotency_key, app)
 );
+
+-- What pg_dump keeps: the tables of an extension are its members, and a
+-- dump skips their rows unless marked (a logical backup held none of the
+-- applications, modules or objects). Every table and sequence here is
+-- data; caches and counters live outside tables (shared memory, the
+-- compiled-module cache on disk). gateway.sql and citus.sql mark theirs.
+-- (One statement each: two in one statement update one catalog row twice.)
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.applications', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.modules', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.modules_module_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.grants', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.object_types', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.object_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.objects', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.entries', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.entry_sets', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_keys', '');
 
 -- Ordinary roles get no privilege on any of these: every change and every
 -- read of application data goes through the extension's functions, which
