@@ -40,6 +40,7 @@ test-sdk: lambdas ## SDK, macro and example-app unit tests on the mock host (no 
 test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL
 	scripts/e2e.sh
 	scripts/faults.sh
+	scripts/basebackup.sh
 
 .PHONY: test-citus
 test-citus: lambdas ## The Citus tests on a fresh Citus cluster: containers with a Docker engine, else local processes (skipped without Citus unless LAMBDASTORE_REQUIRE_CITUS=1)

@@ -27,8 +27,17 @@ fn engine_suffix(engine: &Engine) -> String {
     format!("-{:016x}.cwasm", hasher.finish())
 }
 
+/// The part of a module's SHA-256 (hex) that names its artifact: 128 bits
+/// are plenty to tell a database's modules apart, and the whole hash made
+/// names that `pg_basebackup` refuses ("file name too long for tar
+/// format": the protocol's tar takes at most 99 bytes of path, and
+/// `lambdastore/cache/<database oid>/` already takes up to 29).
+fn artifact_key(sha256: &str) -> &str {
+    &sha256[..sha256.len().min(32)]
+}
+
 fn artifact_path(engine: &Engine, sha256: &str) -> PathBuf {
-    cache_dir().join(format!("{sha256}{}", engine_suffix(engine)))
+    cache_dir().join(format!("{}{}", artifact_key(sha256), engine_suffix(engine)))
 }
 
 /// Compiles `wasm`, validating it.
@@ -55,7 +64,9 @@ pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Compon
     let Ok(files) = std::fs::read_dir(cache_dir()) else { return };
     for file in files.flatten() {
         let name = file.file_name().to_string_lossy().into_owned();
-        let wanted = name.strip_suffix(&suffix).is_some_and(|sha| sha == sha256 || in_use.contains(sha));
+        let wanted = name
+            .strip_suffix(&suffix)
+            .is_some_and(|key| key == artifact_key(sha256) || in_use.iter().any(|sha| artifact_key(sha) == key));
         if !wanted && !name.contains(".tmp") {
             let _ = std::fs::remove_file(file.path());
         }

@@ -209,14 +209,8 @@ fn still_as_read<'a>(
             Err(Stale::Written) => {
                 // A prepared transaction stays until someone ends it: name
                 // it, so that an operator can (README "Prepared transactions").
-                if let Some(gid) = prepared::holder_of(set).and_then(|xid| catalog::prepared_gid(xid).ok().flatten()) {
-                    return Err(conflict(
-                        set,
-                        &format!(
-                            "is held by prepared transaction '{gid}' until it is committed or rolled back \
-                             (COMMIT PREPARED or ROLLBACK PREPARED; see lambdastore.prepared())"
-                        ),
-                    ));
+                if let Some(xid) = prepared::holder_of(set) {
+                    return Err(conflict(set, &held_by_prepared(xid)));
                 }
                 return Err(conflict(
                     set,
@@ -283,6 +277,20 @@ fn computed_from_reads(failure: &LambdaError) -> bool {
         ),
         _ => true,
     }
+}
+
+/// Why a set held by prepared transaction `xid` fails validation: its gid
+/// when a statement runs (a snapshot is needed to ask `pg_prepared_xacts`;
+/// at PREPARE and COMMIT, where validation runs again, there is none, and
+/// a query there failed with XX000 instead of 40001), else its XID.
+fn held_by_prepared(xid: u32) -> String {
+    // SAFETY: reads this backend's snapshot stack on the main thread.
+    let gid = unsafe { pg_sys::ActiveSnapshotSet() }.then(|| catalog::prepared_gid(xid).ok().flatten()).flatten();
+    let which = gid.map_or(format!("with XID {xid}"), |gid| format!("'{gid}'"));
+    format!(
+        "is held by prepared transaction {which} until it is committed or rolled back \
+         (COMMIT PREPARED or ROLLBACK PREPARED; see lambdastore.prepared())"
+    )
 }
 
 /// At PREPARE (and, on the node that commits a distributed transaction,

@@ -100,10 +100,7 @@ pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
     // after a restart too. Citus prepares every node's part of a
     // distributed transaction (for any role); on a server without it,
     // only a superuser may leave such a transaction behind.
-    if versions::prepared_len() > 0
-        && !crate::access::Caller::current().is_superuser()
-        && !crate::catalog::shards::distributed()?
-    {
+    if versions::prepared_len() > 0 && !crate::access::Caller::current().is_superuser() && !distributed()? {
         return Err(LambdaError::Prepared(
             "only a superuser may prepare a transaction that wrote through lambdas on a server without Citus: \
              a prepared transaction holds its entry sets until it is committed or rolled back"
@@ -140,6 +137,23 @@ pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
 }
 
 use Ordering::SeqCst;
+
+/// Whether the catalog is distributed, asked at PREPARE: no statement runs
+/// then, so the layout's query (when the backend has none cached) gets a
+/// snapshot of its own.
+fn distributed() -> Result<bool> {
+    // SAFETY: snapshot stack calls on the main thread, inside the
+    // transaction being prepared; an error's abort pops what was pushed.
+    unsafe {
+        if pg_sys::ActiveSnapshotSet() {
+            return crate::catalog::shards::distributed();
+        }
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        let distributed = crate::catalog::shards::distributed();
+        pg_sys::PopActiveSnapshot();
+        distributed
+    }
+}
 
 /// Whether prepared transactions still hold entry sets here.
 pub(crate) fn pending() -> bool {
