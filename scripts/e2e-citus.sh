@@ -28,6 +28,10 @@
 #   a_workflow_whose_guards_a_split_made_stale_fails
 #                                 they read pg_locks, pg_stat_activity and the
 #                                 entry-set counters of the coordinator
+#   impossible_errors_*           2,000 withdrawals contending for two objects
+#                                 on two nodes did not finish within their
+#                                 180 s there: contended calls on a cluster
+#                                 starve (issue 41, item 3)
 #
 # Without Citus installed (local processes), citus.sh says so in one line
 # and this passes, unless LAMBDASTORE_REQUIRE_CITUS=1 (a machine that must
@@ -110,7 +114,7 @@ if [ -n "$suites" ]; then
   LAMBDASTORE_TEST_URL="$url" cargo test -p lambdastore-tests --test apps --test deploy --test errors \
     --test limits --test jobs --test serializable --no-fail-fast -- \
     --skip pg_cancel_backend_stops_ --skip a_transaction_holds_its_write_locks_ --skip adaptive_splitting_ \
-    --skip a_workflow_whose_guards_a_split_made_stale_fails "$@"
+    --skip a_workflow_whose_guards_a_split_made_stale_fails --skip impossible_errors_ "$@"
   status=$?
 else
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \

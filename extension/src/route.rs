@@ -99,9 +99,19 @@ pub(crate) fn spread() -> bool {
 /// serializable transaction only if they all still hold at one moment;
 /// now, after the last read, is that moment if they all still hold.
 pub(crate) fn validate_elsewhere() -> Result<()> {
+    if REACH.with(|r| r.borrow().two_phase) {
+        return Ok(());
+    }
+    validate_reached()
+}
+
+/// Every other node this transaction ran calls on validates its reads
+/// now, whether or not it will prepare: before a failure computed here
+/// from what calls there read leaves as an answer (txn/occ.rs, `failed`).
+pub(crate) fn validate_reached() -> Result<()> {
     let objects: Vec<(i64, String)> = REACH.with(|r| {
         let reach = r.borrow();
-        if reach.two_phase || !reach.spread() {
+        if !reach.spread() {
             return Vec::new();
         }
         reach.forwarded.iter().map(|(object, node, _)| (*object, node.clone())).collect()

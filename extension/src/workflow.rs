@@ -128,7 +128,7 @@ fn drive_from_sql(
     drive: impl FnOnce(&Rc<Workflow>) -> Result<Result<String, String>>,
 ) -> Result<String> {
     let workflow = start(caller, None, None)?;
-    let result = drive(&workflow)?.map_err(|message| LambdaError::Application { message })?;
+    let result = validated(&workflow, drive(&workflow)?.map_err(|message| LambdaError::Application { message }))?;
     if !workflow.touched().is_empty() {
         commit(&workflow)?;
         route::ran_here()?;

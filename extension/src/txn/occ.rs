@@ -255,6 +255,10 @@ pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
         let earlier_splits = recheck.then(|| earlier.splits.iter()).into_iter().flatten();
         still_as_read(reads.iter().chain(earlier_reads), splits.iter().map(|(o, s)| (o, s)).chain(earlier_splits))
     });
+    // On a Citus node that drives the transaction, what its calls read on
+    // other nodes counts too (a nested call's answer came from there).
+    drop(reads);
+    let valid = valid.and_then(|_| if crate::route::arrived() { Ok(()) } else { crate::route::validate_reached() });
     match valid {
         Ok(()) => failure,
         Err(LambdaError::SerializationFailure(why)) => LambdaError::SerializationFailure(format!(
