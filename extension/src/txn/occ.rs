@@ -130,15 +130,10 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     //    seen; and no object whose sets were loaded has been split since
     //    (its keys may have moved to a set not recorded). A split holds the
     //    split set as a writer until it has bumped the counter.
-    let reads = workflow.reads.borrow();
     let splits = workflow.splits_seen();
     let now = versions::mark();
-    versions::validated(|earlier| {
-        let recheck = earlier.may_have_changed(now);
-        let earlier_reads = recheck.then(|| earlier.reads.iter()).into_iter().flatten();
-        let earlier_splits = recheck.then(|| earlier.splits.iter()).into_iter().flatten();
-        still_as_read(reads.iter().chain(earlier_reads), splits.iter().map(|(o, s)| (o, s)).chain(earlier_splits))
-    })?;
+    workflow_still_as_read(workflow, &splits, now)?;
+    let reads = workflow.reads.borrow();
 
     // 3. Apply; the written sets' versions go up once this commits.
     apply(&writes, workflow)?;
@@ -246,18 +241,9 @@ pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
     if !gucs::occ() || !versions::available() || !computed_from_reads(&failure) {
         return failure;
     }
-    let reads = workflow.reads.borrow();
-    let splits = workflow.splits_seen();
-    let now = versions::mark();
-    let valid = versions::validated(|earlier| {
-        let recheck = earlier.may_have_changed(now);
-        let earlier_reads = recheck.then(|| earlier.reads.iter()).into_iter().flatten();
-        let earlier_splits = recheck.then(|| earlier.splits.iter()).into_iter().flatten();
-        still_as_read(reads.iter().chain(earlier_reads), splits.iter().map(|(o, s)| (o, s)).chain(earlier_splits))
-    });
+    let valid = workflow_still_as_read(workflow, &workflow.splits_seen(), versions::mark());
     // On a Citus node that drives the transaction, what its calls read on
     // other nodes counts too (a nested call's answer came from there).
-    drop(reads);
     let valid = valid.and_then(|_| if crate::route::arrived() { Ok(()) } else { crate::route::validate_reached() });
     match valid {
         Ok(()) => failure,
@@ -266,6 +252,19 @@ pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
         )),
         Err(other) => other,
     }
+}
+
+/// Checks, at `now`, what `workflow` read (`splits`: the split counts of
+/// the objects whose sets it loaded) and what the transaction's earlier
+/// workflows read: at commit and before a failure leaves.
+fn workflow_still_as_read(workflow: &Workflow, splits: &[(i64, u64)], now: versions::Mark) -> Result<()> {
+    let reads = workflow.reads.borrow();
+    versions::validated(|earlier| {
+        let recheck = earlier.may_have_changed(now);
+        let earlier_reads = recheck.then(|| earlier.reads.iter()).into_iter().flatten();
+        let earlier_splits = recheck.then(|| earlier.splits.iter()).into_iter().flatten();
+        still_as_read(reads.iter().chain(earlier_reads), splits.iter().map(|(o, s)| (o, s)).chain(earlier_splits))
+    })
 }
 
 /// Whether a failure is one a lambda's run computed (so its reads decide
