@@ -41,6 +41,7 @@ test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL
 	scripts/e2e.sh
 	scripts/faults.sh
 	scripts/basebackup.sh
+	scripts/upgrade.sh
 
 .PHONY: test-citus
 test-citus: lambdas ## The Citus tests on a fresh Citus cluster: containers with a Docker engine, else local processes (skipped without Citus unless LAMBDASTORE_REQUIRE_CITUS=1)

@@ -16,20 +16,31 @@ sql() { psql -d "$url" -v ON_ERROR_STOP=1 -X -q "$@"; }
 if [ -z "$url" ]; then
   "$cluster" start demo >/dev/null
 
-  # A running server keeps the library it loaded, and the extension has no
-  # upgrade scripts yet: after a new `make install`, restart the demo server
-  # and recreate its database, or the demo would mix two versions.
-  pkglib=$(pg_config --pkglibdir)
-  sharedir=$(pg_config --sharedir)
-  installed=$(cat "$pkglib/lambdastore.so" "$sharedir"/extension/lambdastore--*.sql | sha256sum | cut -c1-16)
+  # A running server keeps the library it loaded: after a new `make
+  # install`, restart the demo server, then move its database to the
+  # installed version with the upgrade scripts (extension/sql). Only a
+  # build of the same version with other SQL (between two releases) has no
+  # script from the database's schema: then the database is recreated.
+  library=$(sha256sum <"$(pg_config --pkglibdir)/lambdastore.so" | cut -c1-16)
+  schema=$(cat "$(pg_config --sharedir)"/extension/lambdastore--*.sql | sha256sum | cut -c1-16)
   stamp=$("$cluster" dir demo)/extension.sha256
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$installed" ]; then
-    echo "== the installed extension changed since the last demo: restarting the server, recreating lambdastore_demo"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$library $schema" ]; then
+    echo "== the installed extension changed since the last demo: restarting the server"
     "$cluster" stop demo
     "$cluster" start demo >/dev/null
-    "$cluster" psql demo -d postgres -qc "DROP DATABASE IF EXISTS lambdastore_demo WITH (FORCE)"
+    demo_sql() { "$cluster" psql demo -d lambdastore_demo -X -Atq -v ON_ERROR_STOP=1 "$@"; }
+    versions=$(demo_sql -c "SELECT e.extversion || ' ' || a.default_version FROM pg_extension e
+                              JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'lambdastore'" \
+                 2>/dev/null || true)
+    if [ -n "$versions" ] && [ "${versions% *}" != "${versions#* }" ]; then
+      echo "== ALTER EXTENSION lambdastore UPDATE: ${versions% *} -> ${versions#* }"
+      demo_sql -c "ALTER EXTENSION lambdastore UPDATE"
+    elif [ -n "$versions" ] && [ "$(cut -d' ' -f2 "$stamp")" != "$schema" ]; then
+      echo "== a build of the same version (${versions% *}) with other SQL: recreating lambdastore_demo"
+      "$cluster" psql demo -d postgres -qc "DROP DATABASE IF EXISTS lambdastore_demo WITH (FORCE)"
+    fi
   fi
-  echo "$installed" > "$stamp"
+  echo "$library $schema" > "$stamp"
 
   "$cluster" psql demo -d postgres -Atqc "SELECT 1 FROM pg_database WHERE datname = 'lambdastore_demo'" | grep -q 1 \
     || "$cluster" psql demo -d postgres -qc "CREATE DATABASE lambdastore_demo"

@@ -55,7 +55,7 @@ pub fn run(url: &str, lambdas: &Path, jobs: i64, objects: i64, latency_samples: 
 
     // Through the pool: all submitted in one transaction, timed from its
     // commit to the last job done. Starts from a vacuumed queue, as
-    // autovacuum keeps it in a steady state (see sql/schema.sql): earlier
+    // autovacuum keeps it in a steady state (see extension/sql/schema.sql): earlier
     // runs' dead index entries would slow every claim.
     client.batch_execute("VACUUM lambdastore.jobs")?;
     let mut tx = client.transaction()?;

@@ -33,10 +33,10 @@ mod xact;
 pgrx::pg_module_magic!(name, version);
 
 // The catalog (tables, sequences, grants) is plain SQL, shipped in sql/.
-pgrx::extension_sql_file!("../../sql/schema.sql", name = "schema", bootstrap);
-pgrx::extension_sql_file!("../../sql/views.sql", name = "views", finalize);
-pgrx::extension_sql_file!("../../sql/gateway.sql", name = "gateway", requires = ["schema"]);
-pgrx::extension_sql_file!("../../sql/citus.sql", name = "citus", requires = ["views"]);
+pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+pgrx::extension_sql_file!("../sql/views.sql", name = "views", finalize);
+pgrx::extension_sql_file!("../sql/gateway.sql", name = "gateway", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/citus.sql", name = "citus", requires = ["views"]);
 
 /// Runs in the postmaster when preloaded, or in a backend at first use, in
 /// this order: settings; then, only when preloaded, all shared memory and

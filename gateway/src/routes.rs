@@ -1,5 +1,5 @@
 //! The versioned API. Each handler is one call of a `lambdastore_gateway`
-//! SQL function (sql/gateway.sql), which checks the API key itself.
+//! SQL function (extension/sql/gateway.sql), which checks the API key itself.
 
 use crate::db::Outcome;
 use crate::error::ApiError;

@@ -1,6 +1,6 @@
 //! Nothing lost across a logical backup (issue 42): `pg_dump` keeps every
 //! row of the extension's tables (they are marked with
-//! `pg_extension_config_dump`, sql/schema.sql), and `pg_restore` (custom
+//! `pg_extension_config_dump`, extension/sql/schema.sql), and `pg_restore` (custom
 //! format) or `psql` (plain) gives back a database that works.
 
 mod common;

@@ -595,8 +595,8 @@ mod tests {
     #[test]
     fn static_version() {
         let host = MockHost::for_app::<App>();
-        assert_eq!(host.invoke_static("Bench", "version", json!(null)).unwrap(), json!("0.1.0"));
-        assert_eq!(BenchRef::version().unwrap(), "0.1.0");
+        assert_eq!(host.invoke_static("Bench", "version", json!(null)).unwrap(), json!(env!("CARGO_PKG_VERSION")));
+        assert_eq!(BenchRef::version().unwrap(), env!("CARGO_PKG_VERSION"));
     }
 
     #[test]

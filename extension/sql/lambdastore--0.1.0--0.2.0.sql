@@ -1,0 +1,290 @@
+-- lambdastore 0.1.0 -> 0.2.0 (ALTER EXTENSION lambdastore UPDATE TO '0.2.0').
+-- What changed since 0.1.0 (v0.1.0): NULL arguments fail closed, the
+-- gateway deploys as the key's creator, the stats and queue views show a
+-- role only its applications, pg_dump keeps the tables' rows, and the
+-- catalog lost the foreign key that made restores fail. The end state is
+-- what lambdastore--0.2.0.sql creates: scripts/upgrade.sh compares the two.
+\echo Use "ALTER EXTENSION lambdastore UPDATE" to load this file. \quit
+
+-- The catalog (schema.sql): no foreign key from applications to modules,
+-- and every table and sequence kept by pg_dump.
+ALTER TABLE lambdastore.applications DROP CONSTRAINT applications_module_id_fkey;
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.applications', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.modules', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.modules_module_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.grants', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.object_types', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.object_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.objects', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.entries', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.entry_sets', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.api_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.api_keys_key_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.idempotency_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.migrations', '');
+
+-- Functions in Rust (api/): NULL arguments fail closed inside them now,
+-- and the functions behind the views and the gateway's deploy.
+CREATE OR REPLACE FUNCTION lambdastore."_api_key_app"(
+	"api_key" TEXT /* Option < & str > */
+) RETURNS TEXT /* String */
+STABLE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_api_key_app_wrapper';
+CREATE OR REPLACE FUNCTION lambdastore."create_api_key"(
+	"app" TEXT, /* Option < & str > */
+	"label" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS TABLE (
+	"key_id" bigint,  /* i64 */
+	"api_key" TEXT  /* String */
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'create_api_key_wrapper';
+CREATE OR REPLACE FUNCTION lambdastore."submit"(
+	"object_id" bigint, /* Option < i64 > */
+	"method" TEXT, /* Option < & str > */
+	"args" jsonb DEFAULT '{}', /* Option < JsonText > */
+	"idempotency_key" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS bigint /* i64 */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'submit_wrapper';
+CREATE  FUNCTION lambdastore."_deploy_for_key"(
+	"api_key" TEXT, /* Option < & str > */
+	"app" TEXT, /* Option < & str > */
+	"module" bytea /* Option < & [u8] > */
+) RETURNS jsonb /* JsonB */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_deploy_for_key_wrapper';
+CREATE  FUNCTION lambdastore."_prepared_holders"() RETURNS TABLE (
+	"xid" bigint,  /* i64 */
+	"entry_set_locks" INT,  /* i32 */
+	"sets_known" bool  /* bool */
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_prepared_holders_wrapper';
+CREATE  FUNCTION lambdastore."_running_jobs_visible"() RETURNS SETOF bigint /* i64 */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_running_jobs_visible_wrapper';
+CREATE  FUNCTION lambdastore."_stats_visible"() RETURNS SETOF jsonb /* JsonB */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_stats_visible_wrapper';
+
+-- The gateway (gateway.sql).
+CREATE OR REPLACE FUNCTION lambdastore._check_key_app(api_key text, app text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF lambdastore._api_key_app($1) IS DISTINCT FROM $2 THEN
+        RAISE EXCEPTION 'the API key does not belong to application "%"', $2 USING ERRCODE = '42501';
+    END IF;
+    RETURN $2;
+END
+$$;
+CREATE FUNCTION lambdastore._no_nulls(function text, nulls int) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF nulls IS DISTINCT FROM 0 THEN
+        RAISE EXCEPTION 'the arguments of lambdastore_gateway.% may not be NULL', function USING ERRCODE = '22004';
+    END IF;
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore._check_key_owns(api_key text, kind text, id bigint) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    app text := lambdastore._api_key_app($1);
+    owner text;
+BEGIN
+    IF kind = 'object' THEN
+        SELECT o.app INTO owner FROM lambdastore.objects o WHERE o.object_id = id;
+    ELSE
+        SELECT j.app INTO owner FROM lambdastore.jobs j WHERE j.job_id = id;
+    END IF;
+    IF owner IS NULL THEN
+        RAISE EXCEPTION '% % does not exist', kind, id USING ERRCODE = '42704';
+    END IF;
+    IF owner IS DISTINCT FROM app THEN
+        RAISE EXCEPTION '% % belongs to another application', kind, id USING ERRCODE = '42501';
+    END IF;
+    RETURN app;
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.invoke(api_key text, object_id bigint, method text, args jsonb,
+                                           idempotency_key text DEFAULT NULL)
+RETURNS TABLE (result jsonb, replayed boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    app text := lambdastore._api_key_app($1);
+BEGIN
+    IF num_nulls($2, $3, $4) > 0 THEN  -- _no_nulls, inline on the hot path
+        RAISE EXCEPTION 'the arguments of lambdastore_gateway.invoke may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF $5 IS NULL THEN
+        result := lambdastore._invoke_for(app, $2, $3, $4);
+        replayed := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM lambdastore._call(app, $5, jsonb_build_array('invoke', $2, $3, $4));
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.create_object(api_key text, app text, type_name text, args jsonb,
+                                                  idempotency_key text DEFAULT NULL)
+RETURNS TABLE (result jsonb, replayed boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('create_object', num_nulls($2, $3, $4));
+    RETURN QUERY SELECT * FROM lambdastore._call(lambdastore._check_key_app($1, $2), $5,
+                                                 jsonb_build_array('create', $3, $4));
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.invoke_static(api_key text, app text, type_name text, function text,
+                                                  args jsonb, idempotency_key text DEFAULT NULL)
+RETURNS TABLE (result jsonb, replayed boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('invoke_static', num_nulls($2, $3, $4, $5));
+    RETURN QUERY SELECT * FROM lambdastore._call(lambdastore._check_key_app($1, $2), $6,
+                                                 jsonb_build_array('static', $3, $4, $5));
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.deploy(api_key text, app text, module bytea) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('deploy', num_nulls($2, $3));
+    RETURN lambdastore._deploy_for_key($1, $2, $3);
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.submit(api_key text, object_id bigint, method text, args jsonb,
+                                           idempotency_key text DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('submit', num_nulls($2, $3, $4));
+    PERFORM lambdastore._check_key_owns($1, 'object', $2);
+    RETURN lambdastore.submit($2, $3, $4, $5);
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.job(api_key text, job_id bigint) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('job', num_nulls($2));
+    PERFORM lambdastore._check_key_owns($1, 'job', $2);
+    RETURN (SELECT to_jsonb(j) FROM lambdastore.job($2) j);
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.wait(api_key text, job_id bigint, timeout_ms bigint) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+    PERFORM lambdastore._no_nulls('wait', num_nulls($2, $3));
+    PERFORM lambdastore._check_key_owns($1, 'job', $2);
+    RETURN (SELECT to_jsonb(j) FROM lambdastore.wait($2, make_interval(secs => greatest($3, 0) / 1000.0)) j);
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.holds(object_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._no_nulls('holds', num_nulls($1));
+    RETURN lambdastore.holds($1);
+END
+$$;
+CREATE OR REPLACE FUNCTION lambdastore_gateway.purge_idempotency_keys(older_than interval) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._no_nulls('purge_idempotency_keys', num_nulls($1));
+    RETURN lambdastore.purge_idempotency_keys($1);
+END
+$$;
+REVOKE ALL ON FUNCTION lambdastore._no_nulls(text, int) FROM PUBLIC;
+
+-- The views (views.sql): rows of what the querying role may see.
+CREATE OR REPLACE VIEW lambdastore.stats AS
+SELECT s.* FROM lambdastore._stats_visible() v, jsonb_populate_record(NULL::lambdastore.stats_row, v) s;
+CREATE OR REPLACE VIEW lambdastore.queue AS
+WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id)
+SELECT j.app,
+       j.method AS function,
+       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL) AS depth,
+       count(r.job_id) AS running,
+       count(*) FILTER (WHERE j.state = 'done') AS done,
+       count(*) FILTER (WHERE j.state = 'failed') AS failed,
+       now() - min(j.submitted_at) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL) AS oldest_waiting
+  FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
+ GROUP BY j.app, j.method;
+CREATE VIEW lambdastore.app_api_keys WITH (security_barrier) AS
+SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by::regrole AS created_by, k.revoked
+  FROM lambdastore.api_keys k
+ WHERE lambdastore.has_app_privilege(k.app, 'owner');
+GRANT SELECT ON lambdastore.app_api_keys TO PUBLIC;
+CREATE FUNCTION lambdastore.prepared()
+RETURNS TABLE (gid text, transaction xid, owner name, database name, prepared timestamptz,
+               entry_set_locks int, sets_known boolean)
+LANGUAGE sql VOLATILE AS $$
+    SELECT p.gid, p.transaction, p.owner, p.database, p.prepared, h.entry_set_locks, h.sets_known
+      FROM lambdastore._prepared_holders() h
+      JOIN pg_catalog.pg_prepared_xacts p ON p.transaction::text = h.xid::text
+     ORDER BY p.prepared
+$$;
+REVOKE ALL ON FUNCTION lambdastore._stats(), lambdastore._stats_everywhere(), lambdastore._running_jobs(),
+    lambdastore._running_jobs_everywhere() FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._deploy_for_key(text, text, bytea) FROM PUBLIC;
+
+-- Citus (citus.sql).
+CREATE OR REPLACE FUNCTION lambdastore.migrate_object(object_id bigint, node text,
+                                           transfer_mode text DEFAULT 'block_writes',
+                                           reason text DEFAULT 'manual')
+RETURNS jsonb LANGUAGE plpgsql AS $fn$
+DECLARE
+    -- Records, not pg_dist_node: a type that does not exist without Citus
+    -- failed (42704) before _require_coordinator could say what is wrong.
+    target record;
+    source record;
+    shard bigint;
+    isolated boolean := false;
+BEGIN
+    PERFORM lambdastore._require_coordinator('migrate_object');
+    SELECT * INTO target FROM pg_dist_node n
+     WHERE n.nodename || ':' || n.nodeport = node AND n.noderole = 'primary' AND n.isactive;
+    IF NOT FOUND OR NOT target.shouldhaveshards THEN
+        RAISE EXCEPTION 'no node % holds shards in this cluster', node USING ERRCODE = '22023',
+            HINT = 'The nodes: SELECT nodename || '':'' || nodeport FROM pg_dist_node WHERE shouldhaveshards.';
+    END IF;
+    PERFORM lambdastore._hold_shard_operations();
+    -- The fence, on every node (see lambdastore.migrations).
+    LOCK TABLE lambdastore.migrations IN EXCLUSIVE MODE;
+    IF NOT EXISTS (SELECT 1 FROM lambdastore.objects o WHERE o.object_id = migrate_object.object_id) THEN
+        RAISE EXCEPTION 'no object %', object_id USING ERRCODE = '42704';
+    END IF;
+    shard := get_shard_id_for_distribution_column('lambdastore.objects', object_id);
+    IF (SELECT shardminvalue <> shardmaxvalue FROM pg_dist_shard WHERE shardid = shard) THEN
+        PERFORM isolate_tenant_to_new_shard('lambdastore.objects', object_id, 'CASCADE',
+                                            shard_transfer_mode => transfer_mode::citus.shard_transfer_mode);
+        shard := get_shard_id_for_distribution_column('lambdastore.objects', object_id);
+        isolated := true;
+    END IF;
+    SELECT n.* INTO source FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+     WHERE p.shardid = shard AND n.noderole = 'primary';
+    IF source.groupid <> target.groupid THEN
+        PERFORM citus_move_shard_placement(shard, source.nodename, source.nodeport,
+                                           target.nodename, target.nodeport,
+                                           shard_transfer_mode => transfer_mode::citus.shard_transfer_mode);
+        INSERT INTO lambdastore.migrations (object_id, shard, source, target, isolated, reason)
+        VALUES (object_id, shard, source.nodename || ':' || source.nodeport, node, isolated, reason);
+    END IF;
+    RETURN jsonb_build_object('object_id', object_id, 'shard', shard, 'isolated', isolated,
+                              'from', source.nodename || ':' || source.nodeport, 'to', node,
+                              'moved', source.groupid <> target.groupid);
+END
+$fn$;
