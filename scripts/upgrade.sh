@@ -27,8 +27,12 @@ db=lambdastore_test
 
 [ -f "$new_package$("$pg_config" --pkglibdir)/lambdastore.so" ] \
   || { echo "no build in $new_package: run make install (scripts/install.sh) first" >&2; exit 1; }
-git -C "$repo" rev-parse -q --verify "$from_tag^{commit}" >/dev/null \
-  || { echo "FAIL: no git tag $from_tag in $repo (a shallow clone? git fetch --tags)" >&2; exit 1; }
+# A clone made without tags still has the commit (5467e01 is v0.1.0).
+if ! git -C "$repo" rev-parse -q --verify "$from_tag^{commit}" >/dev/null; then
+  [ "$from_tag" = v0.1.0 ] && from_tag=5467e01a2a365c158566771bfcd20442bda03bdd
+  git -C "$repo" rev-parse -q --verify "$from_tag^{commit}" >/dev/null \
+    || { echo "FAIL: no git tag $from_tag in $repo (a shallow clone? git fetch --tags --unshallow)" >&2; exit 1; }
+fi
 new_version=$(sed -n 's/^default_version = .\(.*\).$/\1/p' "$new_package$("$pg_config" --sharedir)/extension/lambdastore.control")
 
 # The previous release's package, built once per tag commit.
@@ -36,10 +40,22 @@ old_package=$target/upgrade/$(git -C "$repo" rev-parse "$from_tag^{commit}")
 if [ ! -f "$old_package/done" ]; then
   echo "== building $from_tag"
   rm -rf "$old_package" && mkdir -p "$old_package/src"
-  git -C "$repo" archive "$from_tag" | tar -x -C "$old_package/src"
+  # -m: the files are new, so Cargo compiles them even if its fingerprint
+  # of an earlier build of the tag looks fresh. A cdylib's file name has no
+  # hash: both versions build target/release/{,deps/}liblambdastore.so, and
+  # a build whose fingerprint is fresh packages whatever library is there
+  # (pgrx reads the SQL from it too). This version's is kept aside and put
+  # back for the same reason.
+  git -C "$repo" archive "$from_tag" | tar -x -m -C "$old_package/src"
+  for library in "$target/release/liblambdastore.so" "$target/release/deps/liblambdastore.so"; do
+    if [ -f "$library" ]; then cp -p "$library" "$library.kept"; fi
+  done
   (cd "$old_package/src/extension" && CARGO_TARGET_DIR=$target \
     cargo pgrx package --pg-config "$pg_config" --out-dir "$old_package/package" >"$old_package/build.log" 2>&1) \
     || { tail -20 "$old_package/build.log" >&2; exit 1; }
+  for library in "$target/release/liblambdastore.so" "$target/release/deps/liblambdastore.so"; do
+    if [ -f "$library.kept" ]; then mv -f "$library.kept" "$library"; else rm -f "$library"; fi
+  done
   touch "$old_package/done"
 fi
 old_version=$(sed -n 's/^default_version = .\(.*\).$/\1/p' "$old_package/package$("$pg_config" --sharedir)/extension/lambdastore.control")
