@@ -18,7 +18,6 @@ use crate::access::Caller;
 use crate::catalog::jobs::{self, Claimed};
 use crate::error::LambdaError;
 use crate::{gucs, route, workflow};
-use pgrx::bgworkers::BackgroundWorker;
 use pgrx::pg_sys::{self, panic::CaughtError};
 use pgrx::{pg_guard, PgSqlErrorCode, PgTryBuilder};
 use std::panic::AssertUnwindSafe;
@@ -36,7 +35,7 @@ const PREPARED_POLL: Duration = Duration::from_millis(100);
 pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     let index = arg.value();
     super::handle_signals();
-    BackgroundWorker::connect_worker_to_spi(Some(&gucs::database()), None);
+    super::connect_to_database(index == 0);
     // OCC needs READ COMMITTED, whatever the server's default is.
     // SAFETY: C strings that outlive the call.
     unsafe {

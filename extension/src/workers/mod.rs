@@ -13,7 +13,7 @@ pub(crate) mod job_runner;
 pub(crate) mod rebalancer;
 
 use crate::gucs::MAX_WORKERS;
-use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::lwlock::PgLwLock;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -38,15 +38,34 @@ impl Slot {
     const FREE: Slot = Slot { procno: -1, job: 0 };
 }
 
+/// What the workers know of `lambdastore.database` (`Registry::database`).
+#[derive(Clone, Copy, PartialEq)]
+enum Database {
+    /// No worker has tried it since the server started, or it was just created.
+    Unknown,
+    Connected,
+    /// A worker's connection failed: the others wait for the database to
+    /// exist instead of failing in turn.
+    Missing,
+}
+
 #[derive(Clone, Copy)]
 pub(crate) struct Registry {
     workers: [Slot; MAX_WORKERS],
     waiters: [Slot; MAX_WAITERS],
+    database: Database,
+    /// Whether a worker said it waits for the missing database: once.
+    announced: bool,
 }
 
 impl Default for Registry {
     fn default() -> Self {
-        Registry { workers: [Slot::FREE; MAX_WORKERS], waiters: [Slot::FREE; MAX_WAITERS] }
+        Registry {
+            workers: [Slot::FREE; MAX_WORKERS],
+            waiters: [Slot::FREE; MAX_WAITERS],
+            database: Database::Unknown,
+            announced: false,
+        }
     }
 }
 
@@ -90,6 +109,84 @@ pub(crate) fn register() {
         .set_start_time(BgWorkerStartTime::RecoveryFinished)
         .set_restart_time(Some(Duration::from_secs(5)))
         .load();
+}
+
+/// How long a worker waits for the first one's connection before trying its own.
+const FIRST_CONNECTION: Duration = Duration::from_secs(10);
+/// How often workers look for a missing `lambdastore.database`. Nothing
+/// signals a CREATE DATABASE; this is the only wait that polls.
+const DATABASE_POLL: Duration = Duration::from_secs(1);
+/// Whether this process got its connection (read when it exits).
+static CONNECTED_HERE: AtomicBool = AtomicBool::new(false);
+
+/// Connects this worker to `lambdastore.database`. A database that does
+/// not exist ends the connecting process with a FATAL error, and the
+/// postmaster starts it again every few seconds: with every worker doing
+/// so, the log filled with one FATAL line per worker per restart until
+/// the database was created. Now the first worker (`first`: job runner 0,
+/// or the rebalancer when there are no runners) connects alone, the others
+/// wait for how that went, and after a failure every worker waits for the
+/// database without a connection (reading the shared catalog
+/// pg_database), says so once, and restarts when it exists.
+fn connect_to_database(first: bool) {
+    let database = crate::gucs::database();
+    let started = std::time::Instant::now();
+    loop {
+        let known = REGISTRY.share().database; // the lock is released here, not after the match
+        match known {
+            Database::Missing => wait_for_database(&database),
+            Database::Connected => break,
+            Database::Unknown if first || started.elapsed() >= FIRST_CONNECTION => break,
+            Database::Unknown => wait_latch(POLL),
+        }
+    }
+    // SAFETY: registers a plain function; it runs when a failed
+    // connection ends this process (a FATAL error exits through it).
+    unsafe { pg_sys::before_shmem_exit(Some(note_failed_connection), pg_sys::Datum::from(0)) };
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    CONNECTED_HERE.store(true, Ordering::Relaxed);
+    let mut registry = REGISTRY.exclusive();
+    registry.database = Database::Connected;
+    registry.announced = false;
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn note_failed_connection(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
+    if !CONNECTED_HERE.load(Ordering::Relaxed) {
+        REGISTRY.exclusive().database = Database::Missing;
+    }
+}
+
+/// Waits until `database` exists, then exits so that the postmaster
+/// starts this worker again (a process connects to one database once).
+fn wait_for_database(database: &str) -> ! {
+    BackgroundWorker::connect_worker_to_spi(None, None); // shared catalogs only
+    {
+        let mut registry = REGISTRY.exclusive();
+        if !registry.announced {
+            registry.announced = true;
+            pgrx::warning!(
+                "lambdastore: database \"{database}\" (lambdastore.database) does not exist: the background workers wait for it to be created"
+            );
+        }
+    }
+    let name = std::ffi::CString::new(database).unwrap_or_default();
+    loop {
+        // SAFETY: a transaction of its own around a catalog lookup that
+        // does not fail on a missing name (missing_ok).
+        let exists = unsafe {
+            pg_sys::StartTransactionCommand();
+            let oid = pg_sys::get_database_oid(name.as_ptr(), true);
+            pg_sys::CommitTransactionCommand();
+            oid != pg_sys::InvalidOid
+        };
+        if exists {
+            REGISTRY.exclusive().database = Database::Unknown;
+            // SAFETY: exit code 1: restarted after the worker's restart time.
+            unsafe { pg_sys::proc_exit(1) };
+        }
+        wait_latch(DATABASE_POLL);
+    }
 }
 
 /// Whether job runners serve `database` (by configuration: they may be

@@ -8,7 +8,6 @@
 use super::job_runner::{in_subtransaction, Failure};
 use super::{reload_config_if_asked, transaction, wait_latch};
 use crate::{catalog, gucs};
-use pgrx::bgworkers::BackgroundWorker;
 use pgrx::pg_guard;
 use pgrx::pg_sys::{self, BuiltinOid::TEXTOID};
 use std::time::{Duration, Instant};
@@ -27,7 +26,7 @@ const MOVE: &str = "SELECT lambdastore._rebalance_move($1::jsonb)";
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn lambdastore_rebalancer_main(_arg: pg_sys::Datum) {
     super::handle_signals();
-    BackgroundWorker::connect_worker_to_spi(Some(&gucs::database()), None);
+    super::connect_to_database(gucs::workers() == 0);
     let mut last = Instant::now();
     loop {
         let left = gucs::rebalance_interval().map_or(OFF, |interval| interval.saturating_sub(last.elapsed()));
