@@ -39,6 +39,10 @@
 # had (not with --suites, which uses local processes).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# e2e.sh's packages: built together, their dependencies get the same
+# features, and the test binaries here reuse that build (alone, the tests
+# package rebuilt some thirty crates: more than a minute in CI).
+packages=(-p lambdastore-tests -p lambdastore-gateway -p lambdastore-bench)
 citus=$repo/scripts/citus.sh
 docker=$repo/scripts/docker.sh
 mode=${LAMBDASTORE_CITUS_CLUSTER:-}
@@ -79,7 +83,7 @@ if [ "$mode" = docker ]; then
   # One test process, then the containers' logs checked and removed.
   run() {
     local status=0 c
-    LAMBDASTORE_CITUS_CLUSTER=docker cargo test -p lambdastore-tests --test citus "$@" || status=1
+    LAMBDASTORE_CITUS_CLUSTER=docker cargo test "${packages[@]}" --test citus "$@" || status=1
     for c in "${containers[@]}"; do
       if docker logs "$c" 2>&1 | crashed; then
         echo "FAIL: a server process of $c crashed during the tests" >&2; status=1
@@ -111,7 +115,7 @@ workers=$(for node in $("$citus" nodes citus-test | grep -v coord); do "$citus" 
 # shared with the other tests (tests/tests/common).
 if [ -n "$suites" ]; then
   echo "== the single-node suites against the coordinator of citus-test"
-  LAMBDASTORE_TEST_URL="$url" cargo test -p lambdastore-tests --test apps --test deploy --test errors \
+  LAMBDASTORE_TEST_URL="$url" cargo test "${packages[@]}" --test apps --test deploy --test errors \
     --test limits --test jobs --test serializable --no-fail-fast -- \
     --skip pg_cancel_backend_stops_ --skip a_transaction_holds_its_write_locks_ --skip adaptive_splitting_ \
     --skip a_workflow_whose_guards_a_split_made_stale_fails --skip impossible_errors_ "$@"
@@ -119,13 +123,13 @@ if [ -n "$suites" ]; then
 else
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \
     LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
-    cargo test -p lambdastore-tests --test citus --no-fail-fast -- --skip survive --skip background_ "$@"
+    cargo test "${packages[@]}" --test citus --no-fail-fast -- --skip survive --skip background_ "$@"
   status=$?
   # The fault tests kill and restart workers, and the background rebalancer
   # moves every test's objects: alone, one at a time, after the others.
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \
     LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
-    cargo test -p lambdastore-tests --test citus -- survive background_ --test-threads=1 "$@" || status=1
+    cargo test "${packages[@]}" --test citus -- survive background_ --test-threads=1 "$@" || status=1
 fi
 
 # After the stop, so that each log is complete.
