@@ -80,10 +80,43 @@ BEGIN
     FOR fk IN SELECT * FROM lambdastore_fks LOOP
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fk.rel, fk.conname, fk.def);
     END LOOP;
+    PERFORM lambdastore._advance_sequences();
     RETURN format('distributed over %s shards', shard_count);
 END
 $fn$;
 REVOKE ALL ON FUNCTION lambdastore.distribute(int) FROM PUBLIC;
+
+-- Every node's copy of the extension's sequences past the ids the tables
+-- hold, for distribute() after a restore (README "Backup and restore"):
+-- the restored rows carry ids drawn on the old cluster's nodes, where an
+-- object or job id has the drawing node's group in its top 16 bits
+-- (catalog/shards.rs, unique), while every node's copy of a sequence in a
+-- new database starts at 1, so a worker's first new object collided with
+-- a restored one (23505). Past the largest id of any group: the new
+-- cluster's groups need not be the old one's.
+CREATE FUNCTION lambdastore._advance_sequences() RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    seq record;
+    advance text;
+BEGIN
+    FOR seq IN
+        SELECT * FROM (VALUES
+            ('lambdastore.object_id_seq', (SELECT max(object_id & 281474976710655) FROM lambdastore.objects)),
+            ('lambdastore.job_id_seq', (SELECT max(job_id & 281474976710655) FROM lambdastore.jobs)),
+            ('lambdastore.modules_module_id_seq', (SELECT max(module_id) FROM lambdastore.modules)),
+            ('lambdastore.api_keys_key_id_seq', (SELECT max(key_id) FROM lambdastore.api_keys))) s(name, used)
+         WHERE used IS NOT NULL
+    LOOP
+        advance := format('SELECT setval(%L, %s) WHERE coalesce(pg_sequence_last_value(%L), 0) < %s',
+                          seq.name, seq.used, seq.name, seq.used);
+        EXECUTE advance;
+        IF EXISTS (SELECT FROM run_command_on_workers(advance) WHERE NOT success) THEN
+            RAISE EXCEPTION 'could not advance % on every worker', seq.name USING ERRCODE = '55000';
+        END IF;
+    END LOOP;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._advance_sequences() FROM PUBLIC;
 
 -- Run on the node holding the object, for a call forwarded by another
 -- node (forward.rs): they trust the role they are given, so only

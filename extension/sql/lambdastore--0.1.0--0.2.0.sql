@@ -2,7 +2,8 @@
 -- What changed since 0.1.0 (v0.1.0): NULL arguments fail closed, the
 -- gateway deploys as the key's creator, the stats and queue views show a
 -- role only its applications, pg_dump keeps the tables' rows, and the
--- catalog lost the foreign key that made restores fail. The end state is
+-- catalog lost the foreign key that made restores fail; distribute()
+-- moves every node's sequences past restored ids. The end state is
 -- what lambdastore--0.2.0.sql creates: scripts/upgrade.sh compares the two.
 \echo Use "ALTER EXTENSION lambdastore UPDATE" to load this file. \quit
 
@@ -288,3 +289,86 @@ BEGIN
                               'moved', source.groupid <> target.groupid);
 END
 $fn$;
+CREATE OR REPLACE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RETURNS text
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    fk record;
+    reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations'];
+    colocated text[] := ARRAY['entries', 'entry_sets', 'jobs'];
+    t text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'lambdastore.distribute() needs the citus extension in this database'
+            USING ERRCODE = '55000',
+                  HINT = 'Install Citus 13, CREATE EXTENSION citus, add the workers (citus_add_node), then call it again.';
+    END IF;
+    IF (SELECT groupid FROM pg_dist_local_group) <> 0 THEN
+        RAISE EXCEPTION 'lambdastore.distribute() runs on the coordinator' USING ERRCODE = '55000';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
+        RETURN 'already distributed';
+    END IF;
+    IF shard_count < 1 THEN
+        RAISE EXCEPTION 'shard_count must be positive, not %', shard_count USING ERRCODE = '22023';
+    END IF;
+    -- Foreign keys to reference tables need one connection per node.
+    SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+    -- Citus converts a table's whole foreign-key graph at once, and would
+    -- create the extension's tables again on the workers, where CREATE
+    -- EXTENSION made them already: drop the keys (everywhere), distribute
+    -- table by table, then add the keys back (Citus adds them to the
+    -- shards too).
+    CREATE TEMP TABLE lambdastore_fks ON COMMIT DROP AS
+        SELECT conrelid::regclass AS rel, conname, pg_get_constraintdef(oid) AS def
+          FROM pg_constraint WHERE contype = 'f' AND connamespace = 'lambdastore'::regnamespace;
+    FOR fk IN SELECT * FROM lambdastore_fks LOOP
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', fk.rel, fk.conname);
+        PERFORM run_command_on_workers(format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I', fk.rel, fk.conname));
+    END LOOP;
+    FOREACH t IN ARRAY reference LOOP
+        PERFORM create_reference_table(format('lambdastore.%I', t));
+    END LOOP;
+    -- A sequence that a distributed table's default uses is distributed
+    -- with it: each node draws from its own range, so object ids stay
+    -- unique across the cluster.
+    ALTER TABLE lambdastore.objects ALTER object_id SET DEFAULT nextval('lambdastore.object_id_seq');
+    PERFORM create_distributed_table('lambdastore.objects', 'object_id', shard_count => shard_count);
+    -- A unique index of a distributed table must include its distribution
+    -- column: job_keys, distributed by key, holds the keys' uniqueness.
+    DROP INDEX IF EXISTS lambdastore.jobs_idempotency;
+    FOREACH t IN ARRAY colocated LOOP
+        PERFORM create_distributed_table(format('lambdastore.%I', t), 'object_id',
+                                         colocate_with => 'lambdastore.objects');
+    END LOOP;
+    PERFORM create_distributed_table('lambdastore.idempotency_keys', 'key', shard_count => shard_count);
+    PERFORM create_distributed_table('lambdastore.job_keys', 'idempotency_key', shard_count => shard_count);
+    FOR fk IN SELECT * FROM lambdastore_fks LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fk.rel, fk.conname, fk.def);
+    END LOOP;
+    PERFORM lambdastore._advance_sequences();
+    RETURN format('distributed over %s shards', shard_count);
+END
+$fn$;
+CREATE FUNCTION lambdastore._advance_sequences() RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    seq record;
+    advance text;
+BEGIN
+    FOR seq IN
+        SELECT * FROM (VALUES
+            ('lambdastore.object_id_seq', (SELECT max(object_id & 281474976710655) FROM lambdastore.objects)),
+            ('lambdastore.job_id_seq', (SELECT max(job_id & 281474976710655) FROM lambdastore.jobs)),
+            ('lambdastore.modules_module_id_seq', (SELECT max(module_id) FROM lambdastore.modules)),
+            ('lambdastore.api_keys_key_id_seq', (SELECT max(key_id) FROM lambdastore.api_keys))) s(name, used)
+         WHERE used IS NOT NULL
+    LOOP
+        advance := format('SELECT setval(%L, %s) WHERE coalesce(pg_sequence_last_value(%L), 0) < %s',
+                          seq.name, seq.used, seq.name, seq.used);
+        EXECUTE advance;
+        IF EXISTS (SELECT FROM run_command_on_workers(advance) WHERE NOT success) THEN
+            RAISE EXCEPTION 'could not advance % on every worker', seq.name USING ERRCODE = '55000';
+        END IF;
+    END LOOP;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._advance_sequences() FROM PUBLIC;

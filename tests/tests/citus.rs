@@ -1034,6 +1034,8 @@ fn jobs_across_nodes_survive_killed_runners_and_restarted_workers() {
     assert_tallied_once(&mut c, y, JOBS);
 }
 
+#[path = "citus/backup.rs"]
+mod backup;
 #[path = "citus/gateway.rs"]
 mod gateway;
 #[path = "citus/map.rs"]
