@@ -6,6 +6,7 @@
 //! correctly (40001 is retried, 57014 is a cancel, 53200 is out of memory).
 //! The table is part of the public contract: see README "Errors".
 
+use crate::model::CallFailure;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
@@ -31,6 +32,11 @@ pub(crate) enum LambdaError {
     BadArguments { ty: String, function: String, message: String },
     #[error("{message}")]
     Application { message: String },
+    /// A refusal a callee (on another node, or through a guest that passed
+    /// it on) returned as a value, raised again as it was said
+    /// (`model::CallFailure`).
+    #[error("{message}")]
+    Refused { refusal: Refusal, message: String },
     /// `backtrace` (the wasm frames) goes to the DETAIL, not the message.
     #[error("lambda trapped: {message}")]
     Trap { message: String, backtrace: String },
@@ -105,6 +111,52 @@ pub(crate) enum LambdaError {
 
 pub(crate) type Result<T, E = LambdaError> = std::result::Result<T, E>;
 
+/// A callee's failure as its caller receives it (`model::CallFailure`).
+impl LambdaError {
+    /// The failure a caller may handle, if this is one.
+    pub(crate) fn call_failure(&self) -> Option<CallFailure> {
+        use LambdaError as E;
+        Some(match self {
+            E::Application { message } => CallFailure::Application(message.clone()),
+            E::UnknownObject(object) => CallFailure::UnknownObject(*object),
+            E::BadArguments { .. } | E::Refused { refusal: Refusal::BadArguments, .. } => {
+                CallFailure::BadArguments(self.to_string())
+            }
+            E::UnknownType { .. }
+            | E::UnknownFunction { .. }
+            | E::Refused { refusal: Refusal::UnknownFunction, .. } => CallFailure::UnknownFunction(self.to_string()),
+            E::Protected { .. }
+            | E::CrossApplication { .. }
+            | E::PermissionDenied(_)
+            | E::Refused { refusal: Refusal::NotAllowed, .. } => CallFailure::NotAllowed(self.to_string()),
+            _ => return None,
+        })
+    }
+}
+
+/// A failure where nothing handles it (a call from SQL): the error, with
+/// the message and SQLSTATE it had.
+impl From<CallFailure> for LambdaError {
+    fn from(failure: CallFailure) -> LambdaError {
+        let refused = |refusal, message| LambdaError::Refused { refusal, message };
+        match failure {
+            CallFailure::Application(message) => LambdaError::Application { message },
+            CallFailure::UnknownObject(object) => LambdaError::UnknownObject(object),
+            CallFailure::BadArguments(message) => refused(Refusal::BadArguments, message),
+            CallFailure::UnknownFunction(message) => refused(Refusal::UnknownFunction, message),
+            CallFailure::NotAllowed(message) => refused(Refusal::NotAllowed, message),
+        }
+    }
+}
+
+/// What kind of refusal a `Refused` is: its SQLSTATE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    BadArguments,
+    UnknownFunction,
+    NotAllowed,
+}
+
 impl LambdaError {
     pub(crate) fn sqlstate(&self) -> PgSqlErrorCode {
         use LambdaError::*;
@@ -123,7 +175,9 @@ impl LambdaError {
             UnknownFunction { .. } => ERRCODE_UNDEFINED_FUNCTION,
             UnknownField { .. } => ERRCODE_UNDEFINED_COLUMN,
             Protected { .. } | CrossApplication { .. } | PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
-            BadArguments { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            BadArguments { .. } | Refused { refusal: Refusal::BadArguments, .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            Refused { refusal: Refusal::UnknownFunction, .. } => ERRCODE_UNDEFINED_FUNCTION,
+            Refused { refusal: Refusal::NotAllowed, .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,
             Application { .. } => ERRCODE_RAISE_EXCEPTION,
             Trap { .. } => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
             Timeout(_) | Canceled => ERRCODE_QUERY_CANCELED,

@@ -131,7 +131,7 @@ fn on_other_nodes(
                 spawned.extend(more);
                 Ok(result)
             }
-            Answer::Reply(Reply::Failed { message }) => Err(Failure::of(&LambdaError::Application { message })),
+            Answer::Reply(Reply::Failed { failure }) => Err(Failure::of(&LambdaError::from(failure))),
             Answer::Reply(Reply::Needs { .. }) => {
                 let node = layout.owner(object).1.unwrap_or_default().to_string();
                 alone(|| as_jsonb(workflow::invoke_elsewhere(caller, object, &node, method, args)?))?

@@ -76,7 +76,7 @@ pub(crate) enum Draw {
     Random(u64),
     Now(i64),
     ObjectId(i64),
-    Call { call: MethodCall, outcome: Result<String, String> },
+    Call { call: MethodCall, outcome: Result<String, CallFailure> },
 }
 
 /// The value of a draw of each kind (`Workflow::draw` takes the kind as
@@ -138,6 +138,23 @@ pub(crate) struct Nested {
     pub(crate) job: Option<i64>,
 }
 
+/// A call's failure that its caller receives as a value (the WIT
+/// `call-error`), from this node or another: the callee's own error, or a
+/// refusal before it ran (no such object or function, arguments that do
+/// not fit, not allowed). The mock host returns the same ones
+/// (guest-sdk/sdk/src/mock.rs). Everything else (a trap, a limit, a
+/// conflict, the depth) aborts the whole workflow: the caller could not
+/// go on consistently.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum CallFailure {
+    Application(String),
+    BadArguments(String),
+    UnknownObject(i64),
+    UnknownFunction(String),
+    NotAllowed(String),
+}
+
 /// What a node answers to a call forwarded to it.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -146,9 +163,9 @@ pub(crate) enum Reply {
     /// its result, and the calls it spawned on objects stored on other
     /// nodes, for the sending node to queue there.
     Done { result: String, spawned: Vec<Spawned> },
-    /// The call returned its own error (its caller may handle it); its
-    /// workflow wrote nothing.
-    Failed { message: String },
+    /// The call failed in a way its caller may handle; its workflow wrote
+    /// nothing.
+    Failed { failure: CallFailure },
     /// The call needs `call`, on an object of another node, first: what it
     /// drew until then, the objects it touched (no call may come back to
     /// them before it ends) and its code version. Nothing of the run

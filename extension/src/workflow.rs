@@ -14,7 +14,9 @@ use crate::gucs;
 use crate::host::calls::{self, create_object};
 use crate::host::registry::{self, AppVersion};
 use crate::host::{remote, Frame};
-use crate::model::{Create, Draw, FnDesc, Forwarded, FunctionKind, MethodCall, ObjectInfo, Reply, Spawned};
+use crate::model::{
+    CallFailure, Create, Draw, FnDesc, Forwarded, FunctionKind, MethodCall, ObjectInfo, Reply, Spawned,
+};
 use crate::route;
 use crate::stats;
 use crate::txn::{occ, Workflow};
@@ -125,10 +127,10 @@ pub(crate) fn create_elsewhere(
 /// node that commits the calls it needed here.
 fn drive_from_sql(
     caller: Caller,
-    drive: impl FnOnce(&Rc<Workflow>) -> Result<Result<String, String>>,
+    drive: impl FnOnce(&Rc<Workflow>) -> Result<Result<String, CallFailure>>,
 ) -> Result<String> {
     let workflow = start(caller, None, None)?;
-    let result = validated(&workflow, drive(&workflow)?.map_err(|message| LambdaError::Application { message }))?;
+    let result = validated(&workflow, drive(&workflow)?.map_err(LambdaError::from))?;
     if !workflow.touched().is_empty() {
         commit(&workflow)?;
         route::ran_here()?;
@@ -180,8 +182,10 @@ pub(crate) fn run_mapped(caller: Caller, object: i64, method: &str, args: &str) 
 fn reply(outcome: Result<Finished<String>>) -> Result<Reply> {
     match outcome {
         Ok(done) => Ok(Reply::Done { result: done.result, spawned: done.spawned_elsewhere }),
-        Err(LambdaError::Application { message }) => Ok(Reply::Failed { message }),
-        Err(failed) => Err(failed),
+        Err(failed) => match failed.call_failure() {
+            Some(failure) => Ok(Reply::Failed { failure }),
+            None => Err(failed),
+        },
     }
 }
 

@@ -436,11 +436,11 @@ fn a_lambdas_map_call_reports_each_object_and_rolls_back_only_the_failed_call() 
     for (id, value) in [(a, 3), (b, 12), (full, i64::MAX), (me, 2)] {
         assert_eq!(call(&mut c, id, "get", json!({})), json!(value), "object {id}");
     }
-    // An unknown object ends the workflow, as a single nested call does:
-    // nothing of it stays.
-    let err = invoke(&mut c, me, "add_to_each", json!({"counters": [a, -1], "n": 2})).unwrap_err();
-    assert_eq!(err.code().map(|s| s.code()), Some("42704"), "{}", describe(&err));
-    assert_eq!(call(&mut c, a, "get", json!({})), json!(3));
+    // An unknown object is that object's failure, as for a single nested
+    // call (and on the mock host): the others' calls stay.
+    let outcomes = call(&mut c, me, "add_to_each", json!({"counters": [a, -1], "n": 2}));
+    assert_eq!(outcomes, json!([[a, {"Ok": 5}], [-1, {"Err": "unknown object -1"}]]));
+    assert_eq!(call(&mut c, a, "get", json!({})), json!(5));
 }
 
 #[test]

@@ -18,6 +18,33 @@ fn rogue(test: &str) -> (Client, String, i64) {
     (c, app, id)
 }
 
+/// A nested call's failures that its caller may handle come back to it as
+/// values, as on the mock host: the same probes give the same kinds
+/// (micro's `probe_failures`, whose unit test checks the mock against the
+/// same file). Before, every refusal aborted the whole workflow on the
+/// server (42704, 42883, 22023) while the mock returned it.
+#[test]
+fn a_callee_refusal_reaches_its_caller_as_on_the_mock_host() {
+    let (mut c, app) = deployed("probe_failures", "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    let expected: Value =
+        serde_json::from_str(include_str!("../../guest-sdk/examples/micro/probed_failures.json")).unwrap();
+    assert_eq!(call(&mut c, id, "probe_failures", json!({"missing": -42})), expected);
+
+    // The server alone has other applications: their objects are refused.
+    let (_, other_app) = deployed("probe_other", "micro");
+    let foreign = create(&mut c, &other_app, "Bench", json!({}));
+    let mut with_foreign = expected.as_array().unwrap().clone();
+    with_foreign.push(json!("not-allowed"));
+    assert_eq!(call(&mut c, id, "probe_failures", json!({"missing": -42, "foreign": foreign})), json!(with_foreign));
+
+    // Passed on with `?` (into the SDK's error), a refusal is the caller's
+    // own error, as on the mock.
+    let passed_on =
+        expect_sqlstate(invoke(&mut c, id, "relay", json!({"target": -42, "method": "get", "args": {}})), "P0001");
+    assert!(passed_on.contains("unknown object -42"), "{passed_on}");
+}
+
 #[test]
 fn an_unknown_object_is_42704() {
     let mut c = connect();
@@ -188,27 +215,31 @@ fn a_callee_error_is_rolled_back_and_the_caller_goes_on() {
 }
 
 #[test]
-fn a_refused_nested_call_aborts_the_whole_workflow() {
-    // Unlike a callee's own error, a refusal (here: the target belongs to
-    // another application) is not handed back to the caller to recover from.
-    let (mut c, _, caller) = micro_object("refusal_aborts");
-    let other_app = app("refusal_aborts_other");
+fn a_refused_nested_call_comes_back_to_its_caller() {
+    // Like a callee's own error, a refusal (here: the target belongs to
+    // another application) is handed back to the caller, which recovers;
+    // the refused object is untouched. (It aborted the whole workflow
+    // before, unlike on the mock host.)
+    let (mut c, _, caller) = micro_object("refusal_returns");
+    let other_app = app("refusal_returns_other");
     deploy_example(&mut c, &other_app, "micro");
     let foreign = create(&mut c, &other_app, "Bench", json!({}));
     let foreign_before = entries(&mut c, foreign);
 
-    fails_cleanly(&mut c, caller, "call_and_recover", json!({"target": foreign, "key": "k", "value": "v"}), "42501");
+    let saw_error = call(&mut c, caller, "call_and_recover", json!({"target": foreign, "key": "k", "value": "v"}));
+    assert_eq!(saw_error, json!(true));
     assert_eq!(entries(&mut c, foreign), foreign_before);
 }
 
 #[test]
-fn a_nested_call_to_an_unknown_object_aborts_with_42704() {
+fn a_nested_call_to_an_unknown_object_comes_back_to_its_caller() {
     let (mut c, _, caller) = micro_object("nested_unknown");
-    fails_cleanly(&mut c, caller, "call_and_recover", json!({"target": -42, "key": "k", "value": "v"}), "42704");
+    let saw_error = call(&mut c, caller, "call_and_recover", json!({"target": -42, "key": "k", "value": "v"}));
+    assert_eq!(saw_error, json!(true));
 }
 
 #[test]
-fn a_transfer_to_another_applications_account_is_42501() {
+fn a_transfer_to_another_applications_account_is_refused_and_moves_nothing() {
     let mut c = connect();
     let (bank_a, bank_b) = (app("bank_a"), app("bank_b"));
     deploy_example(&mut c, &bank_a, "bank");
@@ -217,7 +248,9 @@ fn a_transfer_to_another_applications_account_is_42501() {
     let bob = create(&mut c, &bank_b, "Account", json!({"owner": "bob", "initial": 5}));
     let (alice_before, bob_before) = (entries(&mut c, alice), entries(&mut c, bob));
 
-    expect_sqlstate(invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 30})), "42501");
+    // The refusal comes back to `transfer`, which fails with it (its own error).
+    let refused = expect_sqlstate(invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 30})), "P0001");
+    assert!(refused.contains("calls across applications are not allowed"), "{refused}");
 
     assert_eq!(call(&mut c, alice, "balance", json!({})), json!(100));
     assert_eq!(call(&mut c, bob, "balance", json!({})), json!(5));
@@ -264,9 +297,11 @@ fn a_failed_workflow_creates_no_objects() {
     let rust = create(&mut c, &forum, "Community", json!({"name": "rust"}));
     let before = objects(&mut c, &forum);
 
-    // The community does not exist: a refusal, the whole workflow aborts.
+    // The community does not exist: the refusal comes back to
+    // create_thread, which fails with it after creating the Thread.
     let args = json!({"community": -42, "title": "t", "text": ""});
-    expect_sqlstate(invoke(&mut c, ada, "create_thread", args), "42704");
+    let refused = expect_sqlstate(invoke(&mut c, ada, "create_thread", args), "P0001");
+    assert!(refused.contains("unknown object -42"), "{refused}");
     // The Thread constructor refuses an empty title: an application error.
     let args = json!({"community": rust, "title": " ", "text": ""});
     expect_sqlstate(invoke(&mut c, ada, "create_thread", args), "P0001");

@@ -11,8 +11,8 @@ mod entries;
 pub(crate) mod registry;
 pub(crate) mod remote;
 
-use crate::error::{LambdaError, Result};
-use crate::model::Draw;
+use crate::error::Result;
+use crate::model::{CallFailure, Draw};
 use crate::txn::Workflow;
 use registry::AppVersion;
 use std::rc::Rc;
@@ -44,13 +44,26 @@ pub(crate) struct HostState {
     pub(crate) frame: Frame,
 }
 
-/// A callee's own error goes back to its caller; anything else traps, which
-/// unwinds the caller too and aborts the workflow.
+/// A callee's own error and a refusal before it ran go back to its caller
+/// (`CallFailure`); anything else traps, which unwinds the caller too and
+/// aborts the workflow.
 fn recoverable<T>(outcome: Result<T>) -> wasmtime::Result<std::result::Result<T, CallError>> {
     match outcome {
         Ok(value) => Ok(Ok(value)),
-        Err(LambdaError::Application { message }) => Ok(Err(CallError::Application(message))),
-        Err(fatal) => Err(fatal.into()),
+        Err(failed) => match failed.call_failure() {
+            Some(failure) => Ok(Err(call_error(failure))),
+            None => Err(failed.into()),
+        },
+    }
+}
+
+fn call_error(failure: CallFailure) -> CallError {
+    match failure {
+        CallFailure::Application(message) => CallError::Application(message),
+        CallFailure::BadArguments(message) => CallError::BadArguments(message),
+        CallFailure::UnknownObject(object) => CallError::UnknownObject(object),
+        CallFailure::UnknownFunction(message) => CallError::UnknownFunction(message),
+        CallFailure::NotAllowed(message) => CallError::NotAllowed(message),
     }
 }
 

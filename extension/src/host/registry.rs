@@ -7,7 +7,7 @@ use super::lambdastore::lambda::types as wit;
 use super::{CallError, Frame, HostState, Lambda, LambdaPre};
 use crate::access::Caller;
 use crate::catalog;
-use crate::error::{LambdaError, Result};
+use crate::error::{LambdaError, Refusal, Result};
 use crate::gucs;
 use crate::model::{Description, FieldDesc, FnDesc, FunctionKind, ModuleKey, TypeDesc};
 use crate::runtime::{self, Component, Sandboxed};
@@ -258,20 +258,29 @@ pub(crate) fn run(
     }
 }
 
-/// What a guest's `call-error` means for the workflow.
+/// What a guest's `call-error` means for the workflow. It is either the
+/// guest's own (its dispatcher found no such function, the arguments did
+/// not decode) or a callee's failure the guest passed on with `?`, which
+/// keeps the callee's message (the host wrote it: `CallFailure`).
 fn guest_error(err: CallError, ty: &str, function: &str) -> LambdaError {
+    let passed_on = |refusal, message| LambdaError::Refused { refusal, message };
     match err {
         CallError::Application(message) => LambdaError::Application { message },
+        CallError::BadArguments(message) if message.starts_with("bad arguments for ") => {
+            passed_on(Refusal::BadArguments, message)
+        }
         CallError::BadArguments(message) => {
             LambdaError::BadArguments { ty: ty.into(), function: function.into(), message }
         }
         CallError::UnknownObject(id) => LambdaError::UnknownObject(id),
-        CallError::UnknownFunction(why) => LambdaError::UnknownFunction {
+        // The SDK's dispatcher names the function it was asked for.
+        CallError::UnknownFunction(why) if why == format!("{ty}.{function}") => LambdaError::UnknownFunction {
             ty: ty.into(),
             function: function.into(),
             why: format!(" in the module ({why})"),
         },
-        CallError::NotAllowed(message) => LambdaError::PermissionDenied(message),
+        CallError::UnknownFunction(message) => passed_on(Refusal::UnknownFunction, message),
+        CallError::NotAllowed(message) => passed_on(Refusal::NotAllowed, message),
     }
 }
 

@@ -25,7 +25,7 @@ use super::calls;
 use super::registry::{self, AppVersion};
 use super::HostState;
 use crate::error::{LambdaError, Result};
-use crate::model::{Create, Draw, Forwarded, MethodCall, Nested, Reply, Spawned};
+use crate::model::{CallFailure, Create, Draw, Forwarded, MethodCall, Nested, Reply, Spawned};
 use crate::route::{self, Subtransaction};
 use crate::txn::Workflow;
 use std::rc::Rc;
@@ -44,7 +44,7 @@ pub(crate) fn call(caller: &HostState, node: &str, call: MethodCall) -> Result<S
     } else {
         drive(&caller.workflow, Some(&caller.app), node, call, &[])?
     };
-    outcome.map_err(|message| LambdaError::Application { message })
+    outcome.map_err(LambdaError::from)
 }
 
 /// Runs `call` on `node`, and every call it needs on other nodes first,
@@ -58,7 +58,7 @@ pub(crate) fn drive(
     node: &str,
     call: MethodCall,
     busy: &[i64],
-) -> Result<Result<String, String>> {
+) -> Result<Result<String, CallFailure>> {
     let nested = app.map(|app| Nested {
         module: app.key.clone(),
         readonly: call.readonly,
@@ -76,7 +76,7 @@ pub(crate) fn drive_create(
     route: i64,
     create: Create,
     args: &str,
-) -> Result<Result<String, String>> {
+) -> Result<Result<String, CallFailure>> {
     let call = MethodCall { object: route, method: CREATE.into(), args: args.into(), readonly: false, depth: 0 };
     drive_with(workflow, node, call, Forwarded { nested: None, tape: Vec::new(), create: Some(create) }, &[])
 }
@@ -91,7 +91,7 @@ fn drive_with(
     call: MethodCall,
     mut forwarded: Forwarded,
     busy: &[i64],
-) -> Result<Result<String, String>> {
+) -> Result<Result<String, CallFailure>> {
     let savepoint = workflow.savepoint();
     let mut hops: Option<Subtransaction> = None;
     let outcome = loop {
@@ -101,7 +101,7 @@ fn drive_with(
         };
         match reply {
             Reply::Done { result, spawned } => break queue(workflow, &spawned).map(|_| Ok(result)),
-            Reply::Failed { message } => break Ok(Err(message)),
+            Reply::Failed { failure } => break Ok(Err(failure)),
             Reply::Needs { call: needed, mut tape, touched, module } => {
                 hops.get_or_insert_with(Subtransaction::begin);
                 let busy: Vec<i64> = busy.iter().copied().chain(touched).collect();
@@ -132,7 +132,7 @@ fn run_needed(
     module: &crate::model::ModuleKey,
     call: MethodCall,
     busy: &[i64],
-) -> Result<Result<String, String>> {
+) -> Result<Result<String, CallFailure>> {
     if busy.contains(&call.object) {
         return Err(LambdaError::CallBack(call.object));
     }
@@ -141,8 +141,7 @@ fn run_needed(
         Some(node) => drive(workflow, Some(&app), &node, call, busy),
         None => match calls::method_here(workflow, &app, &call) {
             Ok(result) => Ok(Ok(result)),
-            Err(LambdaError::Application { message }) => Ok(Err(message)),
-            Err(failed) => Err(failed),
+            Err(failed) => failed.call_failure().map(Err).ok_or(failed),
         },
     }
 }

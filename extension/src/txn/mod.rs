@@ -14,7 +14,7 @@ pub(crate) mod prepared;
 pub(crate) mod tape;
 pub(crate) mod versions;
 
-use crate::model::{Draw, MethodCall, ModuleKey, Reply};
+use crate::model::{CallFailure, Draw, MethodCall, ModuleKey, Reply};
 pub(crate) use crate::model::{EntryKey, ObjectInfo, Slot, Spawned};
 pub(crate) use buffer::WriteBuffer;
 
@@ -119,7 +119,7 @@ impl Workflow {
     /// node) as an earlier run got it; when no run got this far, the
     /// workflow suspends: `Suspended` carries what to tell the node that
     /// drives the transaction (`module`: the workflow's code version).
-    pub(crate) fn replay_call(&self, call: MethodCall, module: &ModuleKey) -> Result<Result<String, String>> {
+    pub(crate) fn replay_call(&self, call: MethodCall, module: &ModuleKey) -> Result<Result<String, CallFailure>> {
         let Some(tape) = &self.tape else {
             return Err(LambdaError::Internal("a call to another node from a node that cannot send it".into()));
         };

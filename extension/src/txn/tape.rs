@@ -10,7 +10,7 @@
 //! something else than the tape holds at that point went another way (a
 //! concurrent commit changed what it read): the transaction must retry.
 
-use crate::model::{Draw, MethodCall};
+use crate::model::{CallFailure, Draw, MethodCall};
 
 /// A forwarded call's run went another way than an earlier run of it.
 #[derive(Debug, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl Tape {
 
     /// The outcome of `call` as an earlier run got it at this point; None
     /// past what they drew (the call is needed).
-    pub(crate) fn replay_call(&mut self, call: &MethodCall) -> Result<Option<Result<String, String>>, Diverged> {
+    pub(crate) fn replay_call(&mut self, call: &MethodCall) -> Result<Option<Result<String, CallFailure>>, Diverged> {
         let same = |draw: &Draw| matches!(draw, Draw::Call { call: earlier, .. } if earlier == call);
         Ok(self.replay(same)?.map(|draw| match draw {
             Draw::Call { outcome, .. } => outcome,
@@ -90,7 +90,10 @@ mod tests {
 
     #[test]
     fn a_run_that_asks_for_something_else_diverged() {
-        let mut tape = Tape::new(vec![Draw::Call { call: call(2, r#"{"n":1}"#), outcome: Err("no".into()) }]);
+        let mut tape = Tape::new(vec![Draw::Call {
+            call: call(2, r#"{"n":1}"#),
+            outcome: Err(CallFailure::Application("no".into())),
+        }]);
         assert_eq!(tape.replay_call(&call(2, r#"{"n":2}"#)), Err(Diverged), "other arguments");
         let mut tape = Tape::new(vec![Draw::Now(5)]);
         assert_eq!(tape.replay(is_random), Err(Diverged), "another kind of draw");
@@ -98,7 +101,10 @@ mod tests {
 
     #[test]
     fn a_callees_own_error_is_replayed_as_such() {
-        let mut tape = Tape::new(vec![Draw::Call { call: call(2, "{}"), outcome: Err("insufficient".into()) }]);
-        assert_eq!(tape.replay_call(&call(2, "{}")), Ok(Some(Err("insufficient".into()))));
+        let mut tape = Tape::new(vec![Draw::Call {
+            call: call(2, "{}"),
+            outcome: Err(CallFailure::Application("insufficient".into())),
+        }]);
+        assert_eq!(tape.replay_call(&call(2, "{}")), Ok(Some(Err(CallFailure::Application("insufficient".into())))));
     }
 }

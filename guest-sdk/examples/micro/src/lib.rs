@@ -443,6 +443,42 @@ impl Bench {
         Ok(target.secret()?)
     }
 
+    /// What a caller receives from each failure it may handle, as the
+    /// kind of `CallError` of each probe: calls on a missing object and
+    /// function, arguments that do not fit, a missing type (call and
+    /// create), the callee's own error, and a success. The mock host and
+    /// the server give the same (the unit test below, and
+    /// tests/tests/errors.rs against the server).
+    /// `foreign`, an object of another application (the server only: the
+    /// mock holds one application), adds a call the server refuses.
+    #[readonly]
+    fn probe_failures(&self, missing: ObjectId, foreign: Option<ObjectId>) -> Vec<String> {
+        use lambdastore_sdk::host::{call, call_static, create};
+        let me = lambdastore_sdk::self_id();
+        let kind = |outcome: std::result::Result<String, CallError>| {
+            match outcome {
+                Ok(_) => "ok",
+                Err(CallError::Application(_)) => "application",
+                Err(CallError::BadArguments(_)) => "bad-arguments",
+                Err(CallError::UnknownObject(_)) => "unknown-object",
+                Err(CallError::UnknownFunction(_)) => "unknown-function",
+                Err(CallError::NotAllowed(_)) => "not-allowed",
+            }
+            .to_string()
+        };
+        let mut probed = vec![
+            kind(call(missing, "get", r#"{"key": "k"}"#)),
+            kind(call(me, "no_such_method", "{}")),
+            kind(call(me, "get", r#"{"key": 5}"#)),
+            kind(call_static("NoSuchType", "version", "null")),
+            kind(create("NoSuchType", "{}").map(|id| id.to_string())),
+            kind(call(me, "fail", r#"{"message": "no"}"#)),
+            kind(call(me, "get", r#"{"key": "k"}"#)),
+        ];
+        probed.extend(foreign.map(|other| kind(call(other, "get", r#"{"key": "k"}"#))));
+        probed
+    }
+
     /// A static function: this application's version.
     fn version() -> String {
         env!("CARGO_PKG_VERSION").to_string()
@@ -590,6 +626,14 @@ mod tests {
         let b = host.create("Bench", json!(null)).unwrap();
         assert!(matches!(host.invoke(b, "secret", json!(null)), Err(CallError::NotAllowed(_))));
         assert_eq!(host.invoke(a, "ask_secret", json!([b])).unwrap(), json!("the secret"));
+    }
+
+    /// What the server must answer too (tests/tests/errors.rs reads the file).
+    #[test]
+    fn failures_a_caller_may_handle() {
+        let (host, id) = bench();
+        let expected: serde_json::Value = serde_json::from_str(include_str!("../probed_failures.json")).unwrap();
+        assert_eq!(host.invoke(id, "probe_failures", json!({"missing": 999_999})).unwrap(), expected);
     }
 
     #[test]
