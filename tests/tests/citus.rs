@@ -468,14 +468,17 @@ fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(finished(&mut c, jobs[0]).result, Some(json!(1)));
     // A spawn to a method the object does not have, or to an object of
-    // another application, fails the parent.
+    // another application, is refused: spawn_then passes the refusal on
+    // with `?` (its own error now), which fails the parent.
     let bad = json!({"target": y, "method": "nope", "args": {}, "fail": false});
-    expect_sqlstate(invoke(&mut c, x, "spawn_then", bad), "42883");
+    let refused = expect_sqlstate(invoke(&mut c, x, "spawn_then", bad), "P0001");
+    assert!(refused.contains("unknown function"), "{refused}");
     let (_, other) = deployed("citus_spawn_other", "micro");
     let (_, foreign) = on_two_nodes(&mut c, &other, "Bench", json!({"entries": 0}));
     assert_ne!(owner(&mut c, foreign), owner(&mut c, x));
     let foreign_spawn = json!({"target": foreign, "method": "tally", "args": {"tag": 3}, "fail": false});
-    expect_sqlstate(invoke(&mut c, x, "spawn_then", foreign_spawn), "42501");
+    let refused = expect_sqlstate(invoke(&mut c, x, "spawn_then", foreign_spawn), "P0001");
+    assert!(refused.contains("not allowed"), "{refused}");
 }
 
 /// The backend caches stay on on a cluster: a deploy made on one node
@@ -602,7 +605,9 @@ fn a_constructor_run_from_the_coordinator_reaches_objects_on_other_nodes() {
     let (_, other) = deployed("citus_constructor_other", "micro");
     let foreign = create(&mut c, &other, "Bench", json!({"entries": 0}));
     let before = count(&mut c, &format!("SELECT count(*) FROM lambdastore.objects WHERE app = '{app}'"));
-    expect_sqlstate(create_object(&mut c, &app, "Bench", json!({"entries": 0, "partner": foreign})), "42501");
+    let refused =
+        expect_sqlstate(create_object(&mut c, &app, "Bench", json!({"entries": 0, "partner": foreign})), "P0001");
+    assert!(refused.contains("not allowed"), "{refused}");
     let after = count(&mut c, &format!("SELECT count(*) FROM lambdastore.objects WHERE app = '{app}'"));
     assert_eq!(after, before, "a failed constructor left its object");
 }

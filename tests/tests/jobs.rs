@@ -237,8 +237,11 @@ fn spawn_is_refused_across_applications_and_to_unknown_objects() {
     let (mut c, _, id) = micro_object("job_spawn_refused");
     let (_, _, foreign) = micro_object("job_spawn_refused_other");
     let to = |target: i64| json!({"target": target, "method": "tally", "args": {"tag": 1}, "fail": false});
-    expect_sqlstate(invoke(&mut c, id, "spawn_then", to(foreign)), "42501");
-    expect_sqlstate(invoke(&mut c, id, "spawn_then", to(-7)), "42704");
+    // The refusal comes back to spawn_then, which passes it on with `?`.
+    let refused = expect_sqlstate(invoke(&mut c, id, "spawn_then", to(foreign)), "P0001");
+    assert!(refused.contains("not allowed"), "{refused}");
+    let refused = expect_sqlstate(invoke(&mut c, id, "spawn_then", to(-7)), "P0001");
+    assert!(refused.contains("unknown object -7"), "{refused}");
     assert!(spawned(&mut c, foreign).is_empty() && spawned(&mut c, id).is_empty());
 }
 
