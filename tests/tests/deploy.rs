@@ -412,3 +412,60 @@ fn only_the_owner_may_redeploy() {
     assert_eq!(module_rows(&mut tx, &app), 1);
     tx.rollback().unwrap();
 }
+
+/// Redeploying while jobs are queued and clients call (issue 42): the rule
+/// is that a workflow (a call from SQL, a job's run) runs on the version
+/// that is current when it starts and keeps it to its end, so a redeploy
+/// never fails a call or a job; queued jobs run on whatever version is
+/// current when they run. Here 200 queued jobs and 8 clients tally four
+/// objects while the application is redeployed five times: every job runs
+/// once, every client call commits (after retried 40001s at most), and
+/// each object counts each tag exactly once.
+#[test]
+fn a_redeploy_under_load_fails_no_call_and_runs_every_job_once() {
+    use common::concurrent::{retrying, Cc, Rng, Tally};
+    const JOBS: i64 = 200;
+    const CLIENTS: usize = 8;
+    const CALLS: i64 = 25;
+    let (mut c, app) = deployed("redeploy_load", "micro");
+    let objects: Vec<i64> = (0..4).map(|_| create(&mut c, &app, "Bench", json!({"entries": 0}))).collect();
+    let jobs: Vec<i64> = (0..JOBS)
+        .map(|tag| submit(&mut c, objects[tag as usize % 4], "tally", json!({"tag": tag}), None).unwrap())
+        .collect();
+
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let objects = objects.clone();
+            std::thread::spawn(move || {
+                let mut c = connect();
+                let (mut tally, mut rng) = (Tally::default(), Rng::new(client as u64));
+                for call in 0..CALLS {
+                    let tag = 1_000_000 + (client as i64) * 1000 + call;
+                    let object = objects[(call as usize + client) % 4];
+                    retrying(Cc::Occ, &mut tally, &mut rng, || invoke(&mut c, object, "tally", json!({"tag": tag})))
+                        .unwrap_or_else(|e| {
+                            panic!("client {client}: a call failed during the redeploys: {}", describe(&e))
+                        });
+                }
+                tally.retries
+            })
+        })
+        .collect();
+    let micro = example("micro");
+    let mut versions = Vec::new();
+    for round in 0..5 {
+        let deployed = deploy(&mut c, &app, &with_custom_section(micro.clone(), "round", &[round])).unwrap();
+        versions.push(deployed["version"].as_i64().unwrap());
+    }
+    let retries: u64 = clients.into_iter().map(|client| client.join().expect("a client panicked")).sum();
+    for job in jobs {
+        let job = finished(&mut c, job);
+        assert_eq!(job.state, "done", "{job:?}");
+    }
+    let per_object = (JOBS + CLIENTS as i64 * CALLS) / 4;
+    for object in objects {
+        assert_tallied_once(&mut c, object, per_object);
+    }
+    assert!(versions.windows(2).all(|pair| pair[1] == pair[0] + 1), "each redeploy is a new version: {versions:?}");
+    eprintln!("200 jobs and {} calls across 5 redeploys, {retries} retried 40001s", CLIENTS as i64 * CALLS);
+}
