@@ -122,9 +122,12 @@ impl LambdaError {
             E::BadArguments { .. } | E::Refused { refusal: Refusal::BadArguments, .. } => {
                 CallFailure::BadArguments(self.to_string())
             }
-            E::UnknownType { .. }
-            | E::UnknownFunction { .. }
-            | E::Refused { refusal: Refusal::UnknownFunction, .. } => CallFailure::UnknownFunction(self.to_string()),
+            E::UnknownType { .. } | E::Refused { refusal: Refusal::UnknownType, .. } => {
+                CallFailure::UnknownType(self.to_string())
+            }
+            E::UnknownFunction { .. } | E::Refused { refusal: Refusal::UnknownFunction, .. } => {
+                CallFailure::UnknownFunction(self.to_string())
+            }
             E::Protected { .. }
             | E::CrossApplication { .. }
             | E::PermissionDenied(_)
@@ -143,6 +146,7 @@ impl From<CallFailure> for LambdaError {
             CallFailure::Application(message) => LambdaError::Application { message },
             CallFailure::UnknownObject(object) => LambdaError::UnknownObject(object),
             CallFailure::BadArguments(message) => refused(Refusal::BadArguments, message),
+            CallFailure::UnknownType(message) => refused(Refusal::UnknownType, message),
             CallFailure::UnknownFunction(message) => refused(Refusal::UnknownFunction, message),
             CallFailure::NotAllowed(message) => refused(Refusal::NotAllowed, message),
         }
@@ -153,6 +157,7 @@ impl From<CallFailure> for LambdaError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Refusal {
     BadArguments,
+    UnknownType,
     UnknownFunction,
     NotAllowed,
 }
@@ -177,6 +182,7 @@ impl LambdaError {
             Protected { .. } | CrossApplication { .. } | PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             BadArguments { .. } | Refused { refusal: Refusal::BadArguments, .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             Refused { refusal: Refusal::UnknownFunction, .. } => ERRCODE_UNDEFINED_FUNCTION,
+            Refused { refusal: Refusal::UnknownType, .. } => ERRCODE_UNDEFINED_OBJECT,
             Refused { refusal: Refusal::NotAllowed, .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,
             Application { .. } => ERRCODE_RAISE_EXCEPTION,
             Trap { .. } => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,

@@ -151,6 +151,8 @@ pub(crate) enum CallFailure {
     Application(String),
     BadArguments(String),
     UnknownObject(i64),
+    /// No such type: `unknown-function` to a guest, 42704 at the top.
+    UnknownType(String),
     UnknownFunction(String),
     NotAllowed(String),
 }

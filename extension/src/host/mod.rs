@@ -62,7 +62,9 @@ fn call_error(failure: CallFailure) -> CallError {
         CallFailure::Application(message) => CallError::Application(message),
         CallFailure::BadArguments(message) => CallError::BadArguments(message),
         CallFailure::UnknownObject(object) => CallError::UnknownObject(object),
-        CallFailure::UnknownFunction(message) => CallError::UnknownFunction(message),
+        CallFailure::UnknownType(message) | CallFailure::UnknownFunction(message) => {
+            CallError::UnknownFunction(message)
+        }
         CallFailure::NotAllowed(message) => CallError::NotAllowed(message),
     }
 }
