@@ -21,7 +21,7 @@ cluster=$repo/scripts/cluster.sh
 pg_config=$(command -v "${PG_CONFIG:-pg_config}")
 new_package=$repo/target/package
 target=${CARGO_TARGET_DIR:-$repo/target}
-export LAMBDASTORE_PORT=${LAMBDASTORE_UPGRADE_PORT:-54339}
+export LAMBDASTORE_PORT=${LAMBDASTORE_UPGRADE_PORT:-54333} # and the next one, for pg_upgrade
 name=upgrade
 db=lambdastore_test
 
