@@ -50,12 +50,14 @@ if [ ! -f "$old_package/done" ]; then
   for library in "$target/release/liblambdastore.so" "$target/release/deps/liblambdastore.so"; do
     if [ -f "$library" ]; then cp -p "$library" "$library.kept"; fi
   done
+  built=0
   (cd "$old_package/src/extension" && CARGO_TARGET_DIR=$target \
     cargo pgrx package --pg-config "$pg_config" --out-dir "$old_package/package" >"$old_package/build.log" 2>&1) \
-    || { tail -20 "$old_package/build.log" >&2; exit 1; }
+    || built=$?
   for library in "$target/release/liblambdastore.so" "$target/release/deps/liblambdastore.so"; do
     if [ -f "$library.kept" ]; then mv -f "$library.kept" "$library"; else rm -f "$library"; fi
   done
+  [ "$built" = 0 ] || { tail -20 "$old_package/build.log" >&2; exit 1; }
   touch "$old_package/done"
 fi
 old_version=$(sed -n 's/^default_version = .\(.*\).$/\1/p' "$old_package/package$("$pg_config" --sharedir)/extension/lambdastore.control")
