@@ -117,8 +117,16 @@ CONF
       fi
     fi
     if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-      # Without RUST_BACKTRACE, pgrx does not append Rust backtraces to errors.
-      without_fds as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null
+      # The ports are in Linux's ephemeral range: a client connection that
+      # was given the port as its local one makes the bind fail until it
+      # closes (seen once in CI). Such a start is tried again, a few times.
+      for attempt in 1 2 3 4 5; do
+        # Without RUST_BACKTRACE, pgrx does not append Rust backtraces to errors.
+        without_fds as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null && break
+        if [ "$attempt" = 5 ] || ! tail -n 5 "$log" | grep -q "could not create any TCP/IP sockets"; then exit 1; fi
+        echo "port $port is taken for now: starting $name again" >&2
+        sleep 1 # waiting out another process's connection, which nothing signals
+      done
     fi
     # The workers' database, so that they can connect from the start.
     pg_psql() { "$bindir/psql" -h "$run" -p "$port" -U postgres -d postgres -X -Atq "$@"; }

@@ -170,23 +170,49 @@ fn wait_for_database(database: &str) -> ! {
             );
         }
     }
-    let name = std::ffi::CString::new(database).unwrap_or_default();
     loop {
-        // SAFETY: a transaction of its own around a catalog lookup that
-        // does not fail on a missing name (missing_ok).
-        let exists = unsafe {
-            pg_sys::StartTransactionCommand();
-            let oid = pg_sys::get_database_oid(name.as_ptr(), true);
-            pg_sys::CommitTransactionCommand();
-            oid != pg_sys::InvalidOid
-        };
-        if exists {
+        if database_exists(database) {
             REGISTRY.exclusive().database = Database::Unknown;
             // SAFETY: exit code 1: restarted after the worker's restart time.
             unsafe { pg_sys::proc_exit(1) };
         }
         wait_latch(DATABASE_POLL);
     }
+}
+
+/// Whether `database` is in pg_database, read by a sequential scan as the
+/// autovacuum launcher reads it: a process connected to no database cannot
+/// open pg_database's indexes until a backend has written the shared
+/// relcache init file, which a fresh cluster lacks (`get_database_oid`
+/// failed there with "cannot read pg_class without having selected a
+/// database").
+fn database_exists(database: &str) -> bool {
+    let mut found = false;
+    // SAFETY: a transaction of its own with a snapshot around a catalog
+    // heap scan; each tuple's data is read while the scan holds its page,
+    // as GETSTRUCT does.
+    unsafe {
+        pg_sys::StartTransactionCommand();
+        pg_sys::GetTransactionSnapshot();
+        let relation = pg_sys::table_open(pg_sys::DatabaseRelationId, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let scan = pg_sys::table_beginscan_catalog(relation, 0, std::ptr::null_mut());
+        loop {
+            let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if tuple.is_null() {
+                break;
+            }
+            let header = (*tuple).t_data;
+            let row = (header as *const u8).add((*header).t_hoff as usize) as *const pg_sys::FormData_pg_database;
+            if std::ffi::CStr::from_ptr((*row).datname.data.as_ptr()).to_bytes() == database.as_bytes() {
+                found = true;
+                break;
+            }
+        }
+        pg_sys::heap_endscan(scan);
+        pg_sys::table_close(relation, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        pg_sys::CommitTransactionCommand();
+    }
+    found
 }
 
 /// Whether job runners serve `database` (by configuration: they may be
