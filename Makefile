@@ -72,7 +72,7 @@ bench: lambdas install ## The benchmark suite on its own cluster, every system s
 	scripts/bench.sh $(BENCH_ARGS)
 
 .PHONY: bench-citus
-bench-citus: lambdas install ## One node against a local Citus cluster (citus-bench): pgbench workloads (Retwis and CloudForum too), the gateway via the coordinator vs direct to the owner, a migration under load (bench/results/citus-migration.svg)
+bench-citus: lambdas install ## One node against a local Citus cluster (citus-bench): pgbench workloads (Retwis and CloudForum too), the gateway via the coordinator vs direct to the owner, a migration under load (bench/results/citus-migration.svg), contended calls (16 clients on 3 hot accounts, retries per operation)
 	scripts/bench-citus.sh
 
 .PHONY: bench-quick

@@ -31,6 +31,19 @@
 # and .png (the bench's `timeline` subcommand), with a table of the dips;
 # 40001s are retried, any other error fails the run.
 #
+# contended: the issue-41 workload. 3 hot bank accounts ("hotels") and 100
+# others ("customers"); 16 clients, each CONTENDED_OPS operations: 40% a
+# customer's `transfer` of 1 to a hot account (a booking), 40% a hot
+# account's `transfer` of 1 back (a cancellation), 20% `total_with` audits
+# of a hot account and a customer. On the cluster the hot accounts are on
+# one worker and the customers on the other, so every workflow crosses
+# nodes, and the clients are spread over the coordinator and both workers;
+# on the single node all 16 are on it. pgbench retries 40001 and 40P01 up
+# to 100 tries. Each runs with lambdastore.commit_wait at 0 (a reader fails
+# at once on a set being committed) and at its default, alternating ROUNDS
+# times: retries per committed operation, operations that gave up after
+# 100 tries, p50 and p99 latency; medians.
+#
 # The single node is a project cluster ("bench-single", port 54339); the
 # cluster is citus-bench (a coordinator and two workers, ports 54360-54362),
 # started fresh; the gateways listen on 127.0.0.1:18190 and 18191. In the
@@ -39,7 +52,7 @@
 # cluster's ports are docker-compose.yml's defaults too: not beside `make
 # test-compose`.
 #
-#   PARTS="table gateway migration"  ROUNDS=3  SECONDS_PER_RUN=10  WORKLOADS="read-only ..."
+#   PARTS="table gateway migration contended"  ROUNDS=3  CONTENDED_OPS=300  CONTENDED_WAITS="0 default"  SECONDS_PER_RUN=10  WORKLOADS="read-only ..."
 #   GATEWAY_WORKLOADS=counter,cloudforum,retwis  GATEWAY_OUT=FILE (keeps the bench's own tables)
 #   MIGRATION_SECONDS=30  MIGRATION_PLOT=bench/results/citus-migration (without extension)
 set -euo pipefail
@@ -50,11 +63,11 @@ bin=${CARGO_TARGET_DIR:-$repo/target}/release
 lambdas=$repo/target/lambdas
 ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
-PARTS=${PARTS:-table gateway migration}
+PARTS=${PARTS:-table gateway migration contended}
 MIGRATION_SECONDS=${MIGRATION_SECONDS:-30}
 COUNTERS=1000
 for part in $PARTS; do
-  case $part in table|gateway|migration) ;; *) echo "PARTS: table, gateway or migration, not $part" >&2; exit 2 ;; esac
+  case $part in table|gateway|migration|contended) ;; *) echo "PARTS: table, gateway, migration or contended, not $part" >&2; exit 2 ;; esac
 done
 [ -f "$lambdas/retwis.wasm" ] || { echo "no $lambdas/retwis.wasm: make lambdas first" >&2; exit 1; }
 # Built first, so that no cluster idles meanwhile.
@@ -79,7 +92,7 @@ cleanup() {
 trap cleanup EXIT
 
 case $PARTS in
-  *table*)
+  *table*|*contended*)
     single=$(LAMBDASTORE_PORT=54339 "$cluster" fresh bench-single)
     single=${single/dbname=postgres/dbname=lambdastore_test}
     psql "$single" -X -q -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
@@ -362,9 +375,102 @@ migration_part() {
   fi
 }
 
+# h: a hot account (hot_1..hot_3), u: a customer (customer_1..customer_100).
+cat >"$work/contended.sql" <<'SQL'
+\set h random(1, 3)
+\set u random(1, 100)
+\set op random(1, 100)
+SELECT id AS hot FROM contended WHERE role = 'hot' AND k = :h \gset
+SELECT id AS customer FROM contended WHERE role = 'customer' AND k = :u \gset
+\if :op <= 40
+SELECT lambda_invoke(:customer, 'transfer', jsonb_build_object('to', :hot, 'amount', 1));
+\elif :op <= 80
+SELECT lambda_invoke(:hot, 'transfer', jsonb_build_object('to', :customer, 'amount', 1));
+\else
+SELECT lambda_invoke(:hot, 'total_with', jsonb_build_object('other', :customer));
+\endif
+SQL
+
+# pgbench on URL with CLIENTS clients, lambdastore.commit_wait = WAIT (empty:
+# the default), logging each transaction to $work/LOG.*.
+contend() {
+  local url=$1 clients=$2 wait=$3 log=$4
+  PGOPTIONS=${wait:+-c lambdastore.commit_wait=$wait} \
+    pgbench "$url" -n -c "$clients" -j 1 -t "${CONTENDED_OPS:-300}" --max-tries=100 -l --log-prefix "$work/$log" \
+      -f "$work/contended.sql" >"$work/$log.out" 2>&1 \
+    || { cat "$work/$log.out" >&2; return 1; }
+}
+
+# One row of the contended table from the logs LOG*.*: operations committed,
+# retries per committed operation, operations that gave up, p50 and p99 ms.
+# A log line is: client, transaction, time (µs, or "failed"), script, epoch
+# s, epoch µs, retries.
+contended_row() {
+  cat "$work/$1"*.[0-9]* | awk '
+    $3 == "failed" { gave_up++; next }
+    { ok++; retries += $NF; print $3 > "/dev/stderr" }
+    END { printf "%d %.2f %d", ok, retries / (ok ? ok : 1), gave_up }' 2>"$work/$1.latencies"
+  sort -n "$work/$1.latencies" | awk '{v[NR] = $1} END {printf " %.1f %.1f\n", v[int(NR * 0.5) + 1] / 1000, v[int(NR * 0.99) + 1] / 1000}'
+  rm -f "$work/$1"*.[0-9]*
+}
+
+contended_part() {
+  # The accounts in a table on every node (the clients on the workers look
+  # them up there too): on the cluster, 3 on one worker, 100 on the other.
+  local table="CREATE TABLE contended (role text, k int, id bigint, PRIMARY KEY (role, k))"
+  psql "$coordinator" -X -q -v ON_ERROR_STOP=1 <<SQL
+$table;
+CREATE TEMP TABLE placed AS
+SELECT a.k, a.id, p.groupid FROM accounts a
+  JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', a.id);
+INSERT INTO contended
+SELECT 'hot', row_number() OVER (ORDER BY k), id FROM placed
+ WHERE groupid = (SELECT min(groupid) FROM placed) ORDER BY k LIMIT 3;
+INSERT INTO contended
+SELECT 'customer', row_number() OVER (ORDER BY k), id FROM placed
+ WHERE groupid <> (SELECT min(groupid) FROM placed) ORDER BY k LIMIT 100;
+SQL
+  local rows w1 w2
+  rows=$(psql "$coordinator" -X -Atq -c "COPY contended TO STDOUT")
+  w1=$("$citus" url citus-bench w1)
+  w2=$("$citus" url citus-bench w2)
+  for url in "$w1" "$w2"; do
+    psql "$url" -X -q -v ON_ERROR_STOP=1 -c "$table" -c "COPY contended FROM STDIN" <<<"$rows"
+  done
+  psql "$single" -X -q -v ON_ERROR_STOP=1 -c "$table" \
+    -c "INSERT INTO contended SELECT 'hot', k, id FROM accounts WHERE k <= 3 UNION ALL SELECT 'customer', k - 3, id FROM accounts WHERE k BETWEEN 4 AND 103"
+  : >"$work/contended-rows"
+  local round wait label
+  for round in $(seq "$ROUNDS"); do
+    for label in ${CONTENDED_WAITS:-0 default}; do
+      wait=${label#default}
+      contend "$coordinator" 6 "$wait" cluster &
+      local c=$!
+      contend "$w1" 5 "$wait" cluster-w1 &
+      local x=$!
+      contend "$w2" 5 "$wait" cluster-w2
+      wait "$c" "$x"
+      echo "cluster $label $(contended_row cluster)" >>"$work/contended-rows"
+      contend "$single" 16 "$wait" single
+      echo "single $label $(contended_row single)" >>"$work/contended-rows"
+    done
+  done
+  echo "| 16 clients, 3 hot accounts, 100 others | commit_wait | ops committed | retries / op | gave up (100 tries) | p50 ms | p99 ms |"
+  echo "|---|---|---:|---:|---:|---:|---:|"
+  local where
+  for where in single cluster; do
+    for label in ${CONTENDED_WAITS:-0 default}; do
+      awk -v w="$where" -v l="$label" '$1 == w && $2 == l' "$work/contended-rows" >"$work/rows"
+      echo "| $where | $label | $(median_of "$work/rows" 3) | $(median_of "$work/rows" 4) | $(median_of "$work/rows" 5) | $(median_of "$work/rows" 6) | $(median_of "$work/rows" 7) |"
+    done
+  done
+  echo "runs (where, commit_wait, ops, retries/op, gave up, p50, p99):"
+  cat "$work/contended-rows"
+}
+
 # The gateway part makes its own data (lambdastore-bench http).
-case $PARTS in *table*|*migration*) setup "$coordinator" ;; esac
-case $PARTS in *table*) setup "$single" ;; esac
+case $PARTS in *table*|*migration*|*contended*) setup "$coordinator" ;; esac
+case $PARTS in *table*|*contended*) setup "$single" ;; esac
 for part in $PARTS; do
   echo
   "${part}_part"

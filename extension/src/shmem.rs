@@ -1,5 +1,6 @@
 //! Shared memory that starts as zeros: what the atomics of OCC's versions
-//! and of the statistics live in.
+//! and of the statistics live in (and, set up once, PostgreSQL structures
+//! whose empty state is not all zeros).
 
 use pgrx::prelude::*;
 use pgrx::shmem::PgSharedMemoryInitialization;
@@ -13,6 +14,8 @@ use std::ffi::CStr;
 pub(crate) struct Zeroed<T> {
     name: &'static CStr,
     shared: UnsafeCell<*const T>,
+    /// Run once on the zeroed struct, when the server starts.
+    init: Option<fn(&T)>,
 }
 
 // SAFETY: written once, by the shared-memory startup hook before any
@@ -21,7 +24,12 @@ unsafe impl<T> Sync for Zeroed<T> {}
 
 impl<T> Zeroed<T> {
     pub(crate) const fn new(name: &'static CStr) -> Self {
-        Zeroed { name, shared: UnsafeCell::new(std::ptr::null()) }
+        Zeroed { name, shared: UnsafeCell::new(std::ptr::null()), init: None }
+    }
+
+    /// Zeroed, then `init` once (before any backend exists).
+    pub(crate) const fn then(name: &'static CStr, init: fn(&T)) -> Self {
+        Zeroed { name, shared: UnsafeCell::new(std::ptr::null()), init: Some(init) }
     }
 
     pub(crate) fn get(&self) -> &T {
@@ -51,6 +59,9 @@ impl<T> PgSharedMemoryInitialization for Zeroed<T> {
             assert!(shared.is_aligned(), "shared memory is not aligned");
             if !found {
                 shared.cast::<u8>().write_bytes(0, size_of::<T>());
+                if let Some(init) = self.init {
+                    init(&*shared);
+                }
             }
             *self.shared.get() = shared;
             pg_sys::LWLockRelease(lock);

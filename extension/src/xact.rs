@@ -41,10 +41,17 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         // commits it validates its own reads again, as the prepared nodes
         // do, and (if it wrote nothing, so nothing is prepared) has the
         // others validate theirs (route.rs).
-        XACT_EVENT_PRE_COMMIT if route::spread() => {
-            if let Err(failed) = txn::occ::validate_again().and_then(|_| route::validate_elsewhere()) {
-                failed.report("COMMIT");
+        XACT_EVENT_PRE_COMMIT => {
+            if route::spread() {
+                if let Err(failed) = txn::occ::validate_again().and_then(|_| route::validate_elsewhere()) {
+                    failed.report("COMMIT");
+                }
             }
+            // After COMMIT PREPARED (which Citus sends to each node of a
+            // distributed transaction): the prepared transaction's sets are
+            // let go of now, and the readers waiting for them woken, rather
+            // than at the next sweep (txn/prepared.rs).
+            txn::prepared::finish_ended();
         }
         // Nothing here may fail. Versions first, before the writer counts
         // drop; then the catalog generation; then the workers are woken, so

@@ -708,11 +708,126 @@ fn a_transaction_holds_its_write_locks_and_revalidates_its_reads_until_it_ends()
     assert_eq!(call(&mut second, counter, "increment", json!({})), json!(7));
 }
 
+/// A reader that meets a transaction committing a set it reads waits for
+/// that transaction to end (`lambdastore.commit_wait`) and reads what it
+/// committed, instead of failing with 40001: after a write in an open
+/// transaction and after PREPARE TRANSACTION (a Citus node's part waiting
+/// for COMMIT PREPARED). With the wait off, the same read fails at once.
+#[test]
+fn a_reader_waits_for_a_committing_writer_and_reads_what_it_committed() {
+    let (mut c, app) = deployed("commit_wait", "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+    let mut writer = connect_cc(Cc::Occ);
+    let reader_pid = |reader: &mut Client| backend_pid(reader);
+    // The reader's call, in a thread of its own; the writer ends as soon as
+    // the reader is seen waiting.
+    let read_while_held = |end_writer: &dyn Fn(), wait: &str| {
+        let mut reader = connect_cc(Cc::Occ);
+        reader.batch_execute(&format!("SET lambdastore.commit_wait = '{wait}'")).unwrap();
+        let pid = reader_pid(&mut reader);
+        let read = std::thread::spawn(move || invoke(&mut reader, counter, "get", json!({})).map_err(|e| describe(&e)));
+        wait_until_waiting_for_a_writer(&mut connect(), pid);
+        end_writer();
+        read.join().unwrap()
+    };
+
+    // A write held open: the reader waits, then reads the committed value.
+    writer.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut writer, counter, "increment", json!({})), json!(1));
+    let writer = Mutex::new(writer);
+    let commit = || writer.lock().unwrap().batch_execute("COMMIT").unwrap();
+    assert_eq!(read_while_held(&commit, "1min"), Ok(json!(1)), "the reader reads what the writer committed");
+
+    // A write rolled back: the reader reads the value from before it.
+    let mut w = writer.into_inner().unwrap();
+    w.batch_execute("BEGIN").unwrap();
+    call(&mut w, counter, "increment", json!({}));
+    let writer = Mutex::new(w);
+    let rollback = || writer.lock().unwrap().batch_execute("ROLLBACK").unwrap();
+    assert_eq!(read_while_held(&rollback, "1min"), Ok(json!(1)));
+
+    // A prepared transaction (as Citus leaves each node's part until
+    // COMMIT PREPARED, sent from another connection): the reader waits for
+    // it as well.
+    let mut w = writer.into_inner().unwrap();
+    let max: String = w.query_one("SHOW max_prepared_transactions", &[]).unwrap().get(0);
+    assert_ne!(max, "0", "the test cluster allows prepared transactions (scripts/cluster.sh)");
+    w.batch_execute("BEGIN").unwrap();
+    call(&mut w, counter, "increment", json!({}));
+    w.batch_execute("PREPARE TRANSACTION 'commit_wait_test'").unwrap();
+    let commit_prepared = || connect().batch_execute("COMMIT PREPARED 'commit_wait_test'").unwrap();
+    assert_eq!(read_while_held(&commit_prepared, "1min"), Ok(json!(2)));
+
+    // The protection off: the same read fails at once, and a bounded wait
+    // fails when its bound passes.
+    for wait in ["0", "100ms"] {
+        w.batch_execute("BEGIN").unwrap();
+        call(&mut w, counter, "increment", json!({}));
+        let mut reader = connect_cc(Cc::Occ);
+        reader.batch_execute(&format!("SET lambdastore.commit_wait = '{wait}'")).unwrap();
+        expect_sqlstate(invoke(&mut reader, counter, "get", json!({})), "40001");
+        w.batch_execute("ROLLBACK").unwrap();
+    }
+    // A transaction that holds a set itself does not wait (two of them
+    // could wait for each other): it fails at once whatever the setting.
+    let mut other = connect_cc(Cc::Occ);
+    let second = create(&mut c, &app, "Counter", json!({}));
+    other.batch_execute("SET lambdastore.commit_wait = '1min'; BEGIN").unwrap();
+    call(&mut other, second, "increment", json!({}));
+    w.batch_execute("BEGIN").unwrap();
+    call(&mut w, counter, "increment", json!({}));
+    let started = Instant::now();
+    expect_sqlstate(invoke(&mut other, counter, "get", json!({})), "40001");
+    assert!(started.elapsed() < Duration::from_secs(30), "a transaction holding a set waited {:?}", started.elapsed());
+    w.batch_execute("ROLLBACK").unwrap();
+}
+
+/// On an object that has met conflicts lately, a function that may write
+/// takes its set's write lock before it reads: two writers waiting for a
+/// third queue for the lock one after the other, and both commit. (Waiting
+/// only to read, both would read the third's value and one would fail.)
+#[test]
+fn writers_of_a_contended_object_queue_instead_of_failing_each_other() {
+    let (mut c, app) = deployed("commit_wait_queue", "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+    let mut holder = connect_cc(Cc::Occ);
+    // One conflict makes the object contended.
+    holder.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut holder, counter, "increment", json!({})), json!(1));
+    let mut impatient = connect_cc(Cc::Occ);
+    impatient.batch_execute("SET lambdastore.commit_wait = 0").unwrap();
+    expect_sqlstate(invoke(&mut impatient, counter, "increment", json!({})), "40001");
+    holder.batch_execute("COMMIT").unwrap();
+
+    holder.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut holder, counter, "increment", json!({})), json!(2));
+    let mut observer = connect();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let mut writer = connect_cc(Cc::Occ);
+            writer.batch_execute("SET lambdastore.commit_wait = '1min'").unwrap();
+            let pid = backend_pid(&mut writer);
+            let run = std::thread::spawn(move || {
+                invoke(&mut writer, counter, "increment", json!({})).map_err(|e| describe(&e))
+            });
+            wait_until_waiting_for_a_writer(&mut observer, pid);
+            run
+        })
+        .collect();
+    holder.batch_execute("COMMIT").unwrap();
+    let mut results: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    results.sort_by_key(|r| format!("{r:?}"));
+    assert_eq!(results, [Ok(json!(3)), Ok(json!(4))], "both waiting writers commit, one after the other");
+    assert_eq!(call(&mut c, counter, "get", json!({})), json!(4));
+}
+
 /// Transactions that take the same entry sets in opposite orders (several
 /// invocations each, plus single-call transfers that lock two accounts
-/// through a nested call) must all finish: OCC try-locks and aborts instead
-/// of waiting, so there is nothing to deadlock on. A monitor also checks
-/// that no backend of the test ever waits for another's row or advisory lock.
+/// through a nested call) must all finish: OCC try-locks, and waits for a
+/// writer only while its own transaction holds no set on the node and at
+/// most `lambdastore.commit_wait`, so nothing deadlocks. A monitor also
+/// checks that no backend of the test ever waits in PostgreSQL's lock
+/// manager for another's row or advisory lock.
 #[test]
 fn transactions_locking_in_opposite_orders_never_hang() {
     const PER_THREAD: usize = 60;

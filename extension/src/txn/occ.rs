@@ -4,7 +4,9 @@
 //! During a workflow reads take no locks: they record each entry set they
 //! touch with the version seen when the object's sets were loaded, *before*
 //! any value was read (so a version never describes a newer value than the
-//! one read). Versions live in shared memory (`versions`). At the end of
+//! one read), after waiting a little for a writer that is committing the
+//! set (and, on a hot object, a function that may write locks the set
+//! then: `version_at_first_touch`). Versions live in shared memory (`versions`). At the end of
 //! the workflow `commit`:
 //! 1. try-locks the written sets exclusively, as transaction-level advisory
 //!    locks, in one global order, never waiting; while it holds a set the
@@ -100,6 +102,74 @@ fn try_lock(set: &SetId) -> bool {
     }
 }
 
+/// The version of `set` to record at its first touch, before any value in
+/// it is read (`write_intent`: by a function that may write).
+///
+/// A set another transaction holds for writing is one that transaction is
+/// committing (on a Citus cluster, usually prepared and waiting for COMMIT
+/// PREPARED, a window of a few milliseconds): recording its version now
+/// fails validation for certain, and the client's retry is likely to meet
+/// the next writer. So the reader waits for it to end, as PostgreSQL waits
+/// for a transaction holding a row it updates, bounded by
+/// `lambdastore.commit_wait` and half the call's time left, then reads
+/// what it committed. After the bound the version is recorded all the same, and
+/// validation fails as before; an interrupt is noticed at `keep_going`.
+///
+/// Waiting alone still lets every waiter read the same new version and all
+/// but one fail at commit. So a function that may write takes the set's
+/// write lock at once, before reading, when the set's object has met
+/// conflicts lately (mostly-optimistic concurrency control, after Wang and
+/// Kimura's MOCC: pessimistic on hot data only), and waiters queue for it
+/// instead; it holds the lock to the end of its transaction, as a commit's
+/// would. A transaction that holds sets on this node never waits (two of
+/// them could wait for each other): it tries once.
+pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow, write_intent: bool) -> i64 {
+    if write_intent && versions::contended(set) && wait_for(workflow, || try_lock(set), set) {
+        // A prepared transaction whose lock was just let go of has ended,
+        // and its bump must be in before the version is read.
+        prepared::finish_ended();
+    } else if versions::written_by_others(set) {
+        wait_for(workflow, || !versions::written_by_others(set), set);
+    }
+    versions::version(set)
+}
+
+/// Whether `done` holds, at once or within `lambdastore.commit_wait` (and
+/// half the workflow's time left) of waiting for the writers of `set` to
+/// let go. A transaction holding any set on this node does not wait.
+fn wait_for(workflow: &Workflow, mut done: impl FnMut() -> bool, set: &SetId) -> bool {
+    if done() {
+        return true;
+    }
+    if versions::holding_any() {
+        return false;
+    }
+    // At most half the time left: a call that waited must still have time
+    // to run, else a long wait would end as a timeout instead of a 40001.
+    let until = std::time::Instant::now() + gucs::commit_wait().min(workflow.time_left() / 2);
+    let finished = loop {
+        // A prepared transaction that has ended lets go only when a sweep
+        // finishes it (prepared.rs).
+        prepared::finish_ended();
+        if done() {
+            break true;
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || workflow.keep_going().is_err() {
+            break false;
+        }
+        // Woken by the writer; a prepared one is finished by the backend
+        // running COMMIT PREPARED, or by the sweep above.
+        versions::wait_for_writers(set, left.min(PREPARED_SWEEP));
+    };
+    versions::stop_waiting();
+    finished
+}
+
+/// How often a waiting reader sweeps for ended prepared transactions
+/// itself, should no one else finish them.
+const PREPARED_SWEEP: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Validates the workflow and applies its writes (see the module doc).
 pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     let writes = workflow.writes.borrow();
@@ -187,6 +257,9 @@ fn still_as_read<'a>(
     splits: impl Iterator<Item = (&'a i64, &'a u64)>,
 ) -> Result<()> {
     let mut reads = reads.peekable();
+    // A prepared transaction still counts as the writer of its sets after
+    // COMMIT PREPARED until a sweep finishes it.
+    prepared::finish_ended();
     // Prepared transactions that survived a restart may have written any
     // set (prepared.rs).
     if let Some((set, _)) = reads.peek().filter(|_| prepared::blocked()) {

@@ -174,8 +174,18 @@ pub(crate) fn sweep() -> Result<()> {
     if !shared.recovered.load(SeqCst) {
         recover(shared)?;
     }
+    finish_ended();
+    Ok(())
+}
+
+/// The part of `sweep` that needs no query, so that it may run where no
+/// statement can (at PREPARE and COMMIT): the slots of prepared
+/// transactions that have ended, finished. Readers waiting for their sets
+/// are woken (versions.rs).
+pub(crate) fn finish_ended() {
+    let Some(shared) = shared() else { return };
     if shared.used.load(SeqCst) == 0 {
-        return Ok(());
+        return;
     }
     for slot in &shared.slots {
         let state = slot.state.load(SeqCst);
@@ -213,7 +223,6 @@ pub(crate) fn sweep() -> Result<()> {
         shared.used.fetch_sub(1, SeqCst);
         forget(xid.into_inner());
     }
-    Ok(())
 }
 
 /// After a restart: every transaction still prepared gets its writer

@@ -24,12 +24,16 @@
 //! old set. Each object has a split counter, read before its guards and
 //! bumped after a split commits, that validation checks as well.
 //!
+//! A reader about to read a set that another transaction holds for writing
+//! waits for it (occ.rs, `version_at_first_touch`) on one of `WAKEUPS` condition
+//! variables, which every writer broadcasts as it lets go of a stripe.
+//!
 //! Counters reset when the server restarts, with no transaction in flight.
 
 use super::entry_sets::{lock_key, SetId};
 use crate::shmem::Zeroed;
 use pgrx::prelude::*;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -37,6 +41,13 @@ const STRIPES: usize = 1 << 20;
 
 /// Splits are rare: fewer stripes for the objects' split counts.
 const OBJECT_STRIPES: usize = 1 << 16;
+
+/// Condition variables readers wait on for a stripe's writers (stripe mod
+/// `WAKEUPS`): a waiter woken for another stripe checks again and sleeps on.
+const WAKEUPS: usize = 1024;
+
+/// A PostgreSQL condition variable in shared memory.
+struct Wakeup(UnsafeCell<pg_sys::ConditionVariable>);
 
 /// All zeros at server start (see `Zeroed`).
 pub(crate) struct Stripes {
@@ -53,10 +64,26 @@ pub(crate) struct Stripes {
     /// database: what tells a transaction of many calls that its earlier
     /// reads need no second check (see `Validated`).
     changes: AtomicU64,
+    wakeups: [Wakeup; WAKEUPS],
+}
+
+// SAFETY: a condition variable is PostgreSQL's to share between processes
+// (its own spinlock guards it); Rust only passes its address.
+unsafe impl Sync for Wakeup {}
+
+impl Wakeup {
+    fn get(&self) -> *mut pg_sys::ConditionVariable {
+        self.0.get()
+    }
 }
 
 // SAFETY: the name is unique to this extension.
-static SHARED: Zeroed<Stripes> = Zeroed::new(c"lambdastore_entry_set_versions");
+static SHARED: Zeroed<Stripes> = Zeroed::then(c"lambdastore_entry_set_versions", |stripes| {
+    for wakeup in &stripes.wakeups {
+        // SAFETY: at server start, before any backend can wait on it.
+        unsafe { pg_sys::ConditionVariableInit(wakeup.get()) };
+    }
+});
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 enum Pending {
@@ -206,6 +233,7 @@ pub(crate) fn finish_prepared(entries: &[u64], committed: bool) {
     for entry in entries.iter().filter(|e| *e & (3 << 62) == HELD_ENTRY) {
         let (stripe, count) = ((entry >> 32) as usize & (STRIPES - 1), *entry as u32);
         shared.writers[stripe].fetch_sub(count, Ordering::SeqCst);
+        wake(shared, stripe);
     }
 }
 
@@ -258,9 +286,17 @@ fn release() {
     if let Some(shared) = shared() {
         for (stripe, count) in held {
             shared.writers[stripe].fetch_sub(count, Ordering::SeqCst);
+            wake(shared, stripe);
         }
     }
     VALIDATED.with(|v| *v.borrow_mut() = Validated::default());
+}
+
+/// Wakes the readers waiting for a writer of `stripe` to let go. Must not
+/// fail (it runs at commit): a spinlock and setting latches.
+fn wake(shared: &Stripes, stripe: usize) {
+    // SAFETY: initialized at server start.
+    unsafe { pg_sys::ConditionVariableBroadcast(shared.wakeups[stripe % WAKEUPS].get()) };
 }
 
 fn shared() -> Option<&'static Stripes> {
@@ -340,6 +376,47 @@ pub(crate) fn hold(set: &SetId) {
     }
 }
 
+/// Whether a transaction other than this one holds the set for writing.
+pub(crate) fn written_by_others(set: &SetId) -> bool {
+    let Some(shared) = shared() else { return false };
+    let stripe = stripe(set);
+    let ours = HELD.with(|h| h.borrow().get(&stripe).copied().unwrap_or(0));
+    shared.writers[stripe].load(Ordering::SeqCst) > ours
+}
+
+/// Whether the set's object, or the set itself, has met conflicts lately.
+pub(crate) fn contended(set: &SetId) -> bool {
+    shared().is_some_and(|s| {
+        s.object_conflicts[object_stripe(set.0)].load(Ordering::Relaxed) > 0
+            || s.conflicts[stripe(set)].load(Ordering::Relaxed) > 0
+    })
+}
+
+/// Whether this transaction holds any entry set for writing on this node.
+pub(crate) fn holding_any() -> bool {
+    HELD.with(|h| !h.borrow().is_empty())
+}
+
+/// Sleeps until a writer of the set's stripe (or of one sharing its
+/// condition variable) lets go, or `timeout` passes. The first call only
+/// prepares to sleep, so that a wake-up between the caller's check and the
+/// sleep is not lost: call it in a loop that checks first, then
+/// `stop_waiting`. Shown in `pg_stat_activity` as wait event `Extension`.
+pub(crate) fn wait_for_writers(set: &SetId, timeout: std::time::Duration) {
+    let Some(shared) = shared() else { return };
+    let millis = timeout.as_millis().clamp(1, i64::MAX as u128) as std::ffi::c_long;
+    let wakeup = shared.wakeups[stripe(set) % WAKEUPS].get();
+    // SAFETY: initialized at server start; interrupts are checked inside
+    // (an error cancels the sleep as the transaction aborts).
+    unsafe { pg_sys::ConditionVariableTimedSleep(wakeup, millis, pg_sys::PG_WAIT_EXTENSION) };
+}
+
+/// Ends the waiting `wait_for_writers` began.
+pub(crate) fn stop_waiting() {
+    // SAFETY: a no-op when this backend is not prepared to sleep.
+    unsafe { pg_sys::ConditionVariableCancelSleep() };
+}
+
 /// Why a read set is no longer as read.
 pub(crate) enum Stale {
     /// Another transaction holds it for writing.
@@ -353,12 +430,10 @@ pub(crate) enum Stale {
 /// and it stops counting only after its bump.
 pub(crate) fn unchanged(set: &SetId, seen: i64) -> std::result::Result<(), Stale> {
     let Some(shared) = shared() else { return Ok(()) };
-    let stripe = stripe(set);
-    let ours = HELD.with(|h| h.borrow().get(&stripe).copied().unwrap_or(0));
-    if shared.writers[stripe].load(Ordering::SeqCst) > ours {
+    if written_by_others(set) {
         return Err(Stale::Written);
     }
-    match shared.versions[stripe].load(Ordering::SeqCst) as i64 {
+    match shared.versions[stripe(set)].load(Ordering::SeqCst) as i64 {
         now if now == seen => Ok(()),
         now => Err(Stale::Changed(now)),
     }

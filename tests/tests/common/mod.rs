@@ -280,6 +280,13 @@ pub fn wait_until_waiting_for_a_lock(observer: &mut Client, pid: i32) {
     wait_for_backend(observer, pid, "wait_event_type = 'Lock'", None, "waited for a lock");
 }
 
+/// Polls from `observer` until backend `pid` waits for a transaction that
+/// holds an entry set it reads (`lambdastore.commit_wait`).
+#[track_caller]
+pub fn wait_until_waiting_for_a_writer(observer: &mut Client, pid: i32) {
+    wait_for_backend(observer, pid, "wait_event_type = 'Extension'", None, "waited for a writer");
+}
+
 /// Polls `pg_stat_activity` until backend `pid`'s row meets `condition`
 /// (SQL over its columns, with `$2` bound to `needle` if given), for at
 /// most 30 s.
