@@ -782,45 +782,6 @@ fn a_reader_waits_for_a_committing_writer_and_reads_what_it_committed() {
     w.batch_execute("ROLLBACK").unwrap();
 }
 
-/// On an object that has met conflicts lately, a function that may write
-/// takes its set's write lock before it reads: two writers waiting for a
-/// third queue for the lock one after the other, and both commit. (Waiting
-/// only to read, both would read the third's value and one would fail.)
-#[test]
-fn writers_of_a_contended_object_queue_instead_of_failing_each_other() {
-    let (mut c, app) = deployed("commit_wait_queue", "counter");
-    let counter = create(&mut c, &app, "Counter", json!({}));
-    let mut holder = connect_cc(Cc::Occ);
-    // One conflict makes the object contended.
-    holder.batch_execute("BEGIN").unwrap();
-    assert_eq!(call(&mut holder, counter, "increment", json!({})), json!(1));
-    let mut impatient = connect_cc(Cc::Occ);
-    impatient.batch_execute("SET lambdastore.commit_wait = 0").unwrap();
-    expect_sqlstate(invoke(&mut impatient, counter, "increment", json!({})), "40001");
-    holder.batch_execute("COMMIT").unwrap();
-
-    holder.batch_execute("BEGIN").unwrap();
-    assert_eq!(call(&mut holder, counter, "increment", json!({})), json!(2));
-    let mut observer = connect();
-    let waiters: Vec<_> = (0..2)
-        .map(|_| {
-            let mut writer = connect_cc(Cc::Occ);
-            writer.batch_execute("SET lambdastore.commit_wait = '1min'").unwrap();
-            let pid = backend_pid(&mut writer);
-            let run = std::thread::spawn(move || {
-                invoke(&mut writer, counter, "increment", json!({})).map_err(|e| describe(&e))
-            });
-            wait_until_waiting_for_a_writer(&mut observer, pid);
-            run
-        })
-        .collect();
-    holder.batch_execute("COMMIT").unwrap();
-    let mut results: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
-    results.sort_by_key(|r| format!("{r:?}"));
-    assert_eq!(results, [Ok(json!(3)), Ok(json!(4))], "both waiting writers commit, one after the other");
-    assert_eq!(call(&mut c, counter, "get", json!({})), json!(4));
-}
-
 /// Transactions that take the same entry sets in opposite orders (several
 /// invocations each, plus single-call transfers that lock two accounts
 /// through a nested call) must all finish: OCC try-locks, and waits for a

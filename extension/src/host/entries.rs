@@ -40,7 +40,7 @@ fn check_writable(state: &HostState) -> Result<()> {
 
 pub(crate) fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
     let key = key_of(state, field, key, "read")?;
-    state.workflow.record_read(key.0, &key.1, &key.2, !state.frame.readonly)?;
+    state.workflow.record_read(key.0, &key.1, &key.2)?;
     if let Some(buffered) = state.workflow.buffered(&key) {
         return Ok(buffered);
     }
@@ -58,7 +58,7 @@ pub(crate) fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>
 pub(crate) fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<bool> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
-    state.workflow.record_read(key.0, &key.1, &key.2, true)?;
+    state.workflow.record_read(key.0, &key.1, &key.2)?;
     let existed = match state.workflow.buffered(&key) {
         Some(buffered) => buffered.is_some(),
         None => table::get(&key)?.is_some(),

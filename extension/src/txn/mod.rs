@@ -230,21 +230,13 @@ impl Workflow {
     /// The entry set containing (field, key) of `object`, as of its first
     /// touch in this workflow.
     pub(crate) fn containing(&self, object: i64, field: &str, key: &[u8]) -> Result<EntrySet> {
-        self.with_set(object, field, key, false, |touched| touched.set.clone())
+        self.with_set(object, field, key, |touched| touched.set.clone())
     }
 
     /// Runs `f` on the set containing (field, key) of `object`, loading the
-    /// object's sets at its first touch (`write_intent`: for a function
-    /// that may write, see `occ::version_at_first_touch`).
-    fn with_set<R>(
-        &self,
-        object: i64,
-        field: &str,
-        key: &[u8],
-        write_intent: bool,
-        f: impl FnOnce(&mut Touched) -> R,
-    ) -> Result<R> {
-        let version = |lower: &Position| occ::version_at_first_touch(&(object, lower.clone()), self, write_intent);
+    /// object's sets at its first touch.
+    fn with_set<R>(&self, object: i64, field: &str, key: &[u8], f: impl FnOnce(&mut Touched) -> R) -> Result<R> {
+        let version = |lower: &Position| occ::version_at_first_touch(&(object, lower.clone()), self);
         let mut sets = self.sets.borrow_mut();
         let known = match sets.entry(object) {
             Entry::Occupied(known) => known.into_mut(),
@@ -280,14 +272,13 @@ impl Workflow {
         sets.iter().filter(|(id, _)| !self.is_created(**id)).map(|(id, known)| (*id, known.splits)).collect()
     }
 
-    /// Records a point read (or an existence check) of (field, key), by a
-    /// function that may write (`write_intent`) or not. Must run before
-    /// the value is read: see `occ`.
-    pub(crate) fn record_read(&self, object: i64, field: &str, key: &[u8], write_intent: bool) -> Result<()> {
+    /// Records a point read (or an existence check) of (field, key). Must
+    /// run before the value is read: see `occ`.
+    pub(crate) fn record_read(&self, object: i64, field: &str, key: &[u8]) -> Result<()> {
         if !gucs::occ() || self.is_created(object) {
             return Ok(());
         }
-        let first = self.with_set(object, field, key, write_intent, |touched| {
+        let first = self.with_set(object, field, key, |touched| {
             (!std::mem::replace(&mut touched.read, true)).then(|| touched.set.clone())
         })?;
         if let Some(set) = first {
@@ -303,7 +294,7 @@ impl Workflow {
             return Ok(());
         }
         let first = self.containing(object, field, start)?;
-        let version = |lower: &Position| occ::version_at_first_touch(&(object, lower.clone()), self, false);
+        let version = |lower: &Position| occ::version_at_first_touch(&(object, lower.clone()), self);
         let known = self.sets.borrow_mut().get_mut(&object).and_then(|known| known.inside(field, start, end, version));
         let inside = match known {
             Some(sets) => sets,

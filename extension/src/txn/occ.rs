@@ -5,8 +5,7 @@
 //! touch with the version seen when the object's sets were loaded, *before*
 //! any value was read (so a version never describes a newer value than the
 //! one read), after waiting a little for a writer that is committing the
-//! set (and, on a hot object, a function that may write locks the set
-//! then: `version_at_first_touch`). Versions live in shared memory (`versions`). At the end of
+//! set (`version_at_first_touch`). Versions live in shared memory (`versions`). At the end of
 //! the workflow `commit`:
 //! 1. try-locks the written sets exclusively, as transaction-level advisory
 //!    locks, in one global order, never waiting; while it holds a set the
@@ -103,7 +102,7 @@ fn try_lock(set: &SetId) -> bool {
 }
 
 /// The version of `set` to record at its first touch, before any value in
-/// it is read (`write_intent`: by a function that may write).
+/// it is read.
 ///
 /// A set another transaction holds for writing is one that transaction is
 /// committing (on a Citus cluster, usually prepared and waiting for COMMIT
@@ -112,23 +111,12 @@ fn try_lock(set: &SetId) -> bool {
 /// the next writer. So the reader waits for it to end, as PostgreSQL waits
 /// for a transaction holding a row it updates, bounded by
 /// `lambdastore.commit_wait` and half the call's time left, then reads
-/// what it committed. After the bound the version is recorded all the same, and
-/// validation fails as before; an interrupt is noticed at `keep_going`.
-///
-/// Waiting alone still lets every waiter read the same new version and all
-/// but one fail at commit. So a function that may write takes the set's
-/// write lock at once, before reading, when the set's object has met
-/// conflicts lately (mostly-optimistic concurrency control, after Wang and
-/// Kimura's MOCC: pessimistic on hot data only), and waiters queue for it
-/// instead; it holds the lock to the end of its transaction, as a commit's
-/// would. A transaction that holds sets on this node never waits (two of
-/// them could wait for each other): it tries once.
-pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow, write_intent: bool) -> i64 {
-    if write_intent && versions::contended(set) && wait_for(workflow, || try_lock(set), set) {
-        // A prepared transaction whose lock was just let go of has ended,
-        // and its bump must be in before the version is read.
-        prepared::finish_ended();
-    } else if versions::written_by_others(set) {
+/// what it committed. After the bound the version is recorded all the
+/// same, and validation fails as before; an interrupt is noticed at
+/// `keep_going`. A transaction that holds sets on this node never waits
+/// (two of them could wait for each other).
+pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow) -> i64 {
+    if versions::written_by_others(set) {
         wait_for(workflow, || !versions::written_by_others(set), set);
     }
     versions::version(set)

@@ -384,14 +384,6 @@ pub(crate) fn written_by_others(set: &SetId) -> bool {
     shared.writers[stripe].load(Ordering::SeqCst) > ours
 }
 
-/// Whether the set's object, or the set itself, has met conflicts lately.
-pub(crate) fn contended(set: &SetId) -> bool {
-    shared().is_some_and(|s| {
-        s.object_conflicts[object_stripe(set.0)].load(Ordering::Relaxed) > 0
-            || s.conflicts[stripe(set)].load(Ordering::Relaxed) > 0
-    })
-}
-
 /// Whether this transaction holds any entry set for writing on this node.
 pub(crate) fn holding_any() -> bool {
     HELD.with(|h| !h.borrow().is_empty())
