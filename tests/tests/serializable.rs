@@ -723,7 +723,10 @@ fn a_reader_waits_for_a_committing_writer_and_reads_what_it_committed() {
     // the reader is seen waiting.
     let read_while_held = |end_writer: &dyn Fn(), wait: &str| {
         let mut reader = connect_cc(Cc::Occ);
-        reader.batch_execute(&format!("SET lambdastore.commit_wait = '{wait}'")).unwrap();
+        // A long timeout: the wait is capped at half the call's time left.
+        reader
+            .batch_execute(&format!("SET lambdastore.timeout = '10min'; SET lambdastore.commit_wait = '{wait}'"))
+            .unwrap();
         let pid = reader_pid(&mut reader);
         let read = std::thread::spawn(move || invoke(&mut reader, counter, "get", json!({})).map_err(|e| describe(&e)));
         wait_until_waiting_for_a_writer(&mut connect(), pid);
@@ -772,7 +775,7 @@ fn a_reader_waits_for_a_committing_writer_and_reads_what_it_committed() {
     // could wait for each other): it fails at once whatever the setting.
     let mut other = connect_cc(Cc::Occ);
     let second = create(&mut c, &app, "Counter", json!({}));
-    other.batch_execute("SET lambdastore.commit_wait = '1min'; BEGIN").unwrap();
+    other.batch_execute("SET lambdastore.timeout = '10min'; SET lambdastore.commit_wait = '1min'; BEGIN").unwrap();
     call(&mut other, second, "increment", json!({}));
     w.batch_execute("BEGIN").unwrap();
     call(&mut w, counter, "increment", json!({}));

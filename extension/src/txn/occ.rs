@@ -116,42 +116,31 @@ fn try_lock(set: &SetId) -> bool {
 /// `keep_going`. A transaction that holds sets on this node never waits
 /// (two of them could wait for each other).
 pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow) -> i64 {
-    if versions::written_by_others(set) {
-        wait_for(workflow, || !versions::written_by_others(set), set);
+    if versions::written_by_others(set) && !versions::holding_any() {
+        wait_for_writers(workflow, set);
     }
     versions::version(set)
 }
 
-/// Whether `done` holds, at once or within `lambdastore.commit_wait` (and
-/// half the workflow's time left) of waiting for the writers of `set` to
-/// let go. A transaction holding any set on this node does not wait.
-fn wait_for(workflow: &Workflow, mut done: impl FnMut() -> bool, set: &SetId) -> bool {
-    if done() {
-        return true;
-    }
-    if versions::holding_any() {
-        return false;
-    }
-    // At most half the time left: a call that waited must still have time
-    // to run, else a long wait would end as a timeout instead of a 40001.
+/// Waits until no other transaction holds `set` for writing, at most
+/// `lambdastore.commit_wait` and half the workflow's time left: a call that
+/// waited must still have time to run, else a long wait would end as a
+/// timeout instead of a 40001.
+fn wait_for_writers(workflow: &Workflow, set: &SetId) {
     let until = std::time::Instant::now() + gucs::commit_wait().min(workflow.time_left() / 2);
-    let finished = loop {
+    loop {
         // A prepared transaction that has ended lets go only when a sweep
         // finishes it (prepared.rs).
         prepared::finish_ended();
-        if done() {
-            break true;
-        }
         let left = until.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() || workflow.keep_going().is_err() {
-            break false;
+        if !versions::written_by_others(set) || left.is_zero() || workflow.keep_going().is_err() {
+            break;
         }
         // Woken by the writer; a prepared one is finished by the backend
         // running COMMIT PREPARED, or by the sweep above.
         versions::wait_for_writers(set, left.min(PREPARED_SWEEP));
-    };
+    }
     versions::stop_waiting();
-    finished
 }
 
 /// How often a waiting reader sweeps for ended prepared transactions
