@@ -1,7 +1,7 @@
 # LambdaStore on PostgreSQL — build, demo and test entry points.
 # See README.md for the user view and docs/ARCHITECTURE.md for the design.
 
-LAMBDAS      := counter bank forum micro retwis
+LAMBDAS      := counter counter_v2 bank forum micro retwis
 WASM_TARGET  := wasm32-unknown-unknown
 LAMBDA_DIR   := target/lambdas
 # Cargo's output: CARGO_TARGET_DIR when set (e.g. shared by worktrees).

@@ -28,11 +28,6 @@
 #   a_workflow_whose_guards_a_split_made_stale_fails
 #                                 they read pg_locks, pg_stat_activity and the
 #                                 entry-set counters of the coordinator
-#   impossible_errors_*           2,000 withdrawals contending for two objects
-#                                 on two nodes did not finish within their
-#                                 180 s there (issue 41, item 3; not tried
-#                                 again since readers wait for committing
-#                                 writers)
 #   a_reader_waits_for_a_committing_writer_*
 #                                 it waits for the caller's backend to show
 #                                 the wait in pg_stat_activity: on a cluster it
@@ -124,7 +119,7 @@ if [ -n "$suites" ]; then
     --test limits --test jobs --test serializable --no-fail-fast -- \
     --skip pg_cancel_backend_stops_ --skip a_transaction_holds_its_write_locks_ --skip adaptive_splitting_ \
     --skip a_workflow_whose_guards_a_split_made_stale_fails --skip a_reader_waits_for_a_committing_writer_ \
-    --skip impossible_errors_ "$@"
+    "$@"
   status=$?
 else
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \

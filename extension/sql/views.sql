@@ -168,6 +168,108 @@ LANGUAGE sql VOLATILE AS $$
      ORDER BY p.prepared
 $$;
 
+-- An application's deployed versions (every one is kept): when and by whom,
+-- the module's digest and size, its types and those that migrate their
+-- objects' fields (the SDK's #[migrate(N)]). A workflow, and each run of a
+-- job, keeps the version current when it starts; every object and every
+-- queued job runs on the current one (README, "Redeploying"), so only it
+-- counts objects and queued jobs.
+CREATE VIEW lambdastore.app_versions WITH (security_barrier) AS
+SELECT m.app, m.version, m.module_id = a.module_id AS current, m.deployed, m.deployed_by::regrole AS deployed_by,
+       m.sha256, octet_length(m.wasm) AS bytes,
+       ARRAY(SELECT t.type_name FROM lambdastore.object_types t
+              WHERE t.module_id = m.module_id ORDER BY t.type_name) AS types,
+       ARRAY(SELECT t.type_name FROM lambdastore.object_types t
+              WHERE t.module_id = m.module_id AND t.functions @> '[{"name": "migrate", "kind": "method"}]'
+              ORDER BY t.type_name) AS migrating_types,
+       CASE WHEN m.module_id = a.module_id THEN coalesce(o.n, 0) ELSE 0 END AS objects,
+       CASE WHEN m.module_id = a.module_id THEN coalesce(j.n, 0) ELSE 0 END AS queued_jobs
+  FROM lambdastore.modules m
+  JOIN lambdastore.applications a ON a.name = m.app
+  -- Joined, not correlated: on Citus these tables are distributed.
+  LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.objects GROUP BY app) o ON o.app = m.app
+  LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.jobs WHERE state = 'queued' GROUP BY app) j ON j.app = m.app
+ WHERE lambdastore.has_app_privilege(m.app, 'read') OR lambdastore.has_app_privilege(m.app, 'invoke');
+GRANT SELECT ON lambdastore.app_versions TO PUBLIC;
+
+CREATE FUNCTION lambdastore.versions(app text) RETURNS SETOF lambdastore.app_versions
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'the application of lambdastore.versions may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY SELECT * FROM lambdastore.app_versions v WHERE v.app = $1 ORDER BY v.version;
+END
+$$;
+
+-- The objects of `app` whose type has a migration in the current version:
+-- what migrate_objects calls. By the application's owner.
+CREATE FUNCTION lambdastore._objects_to_migrate(app text) RETURNS SETOF bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'the application of lambdastore.migrate_objects may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT lambdastore.has_app_privilege($1, 'owner') THEN
+        RAISE EXCEPTION 'only the owner of application "%" may migrate its objects', $1 USING ERRCODE = '42501';
+    END IF;
+    RETURN QUERY
+    SELECT o.object_id
+      FROM lambdastore.app_objects o
+     WHERE o.app = $1
+       AND o.type_name IN (SELECT v.type_name FROM lambdastore._migrating_types($1) v(type_name))
+     ORDER BY o.object_id;
+END
+$$;
+
+CREATE FUNCTION lambdastore._migrating_types(app text) RETURNS SETOF text
+LANGUAGE sql STABLE AS $$
+    SELECT unnest(v.migrating_types) FROM lambdastore.app_versions v WHERE v.app = $1 AND v.current
+$$;
+
+-- Migrates every object of `app` whose type has a migration (#[migrate(N)])
+-- by calling its `migrate` function: a call migrates an object that is
+-- behind anyway, so this only does ahead of time what calls would. One
+-- transaction per object, so that it runs beside live traffic and a
+-- failure keeps what was done; a 40001 is tried again (up to 100 times).
+-- `migrated`: how many objects were behind. CALL it outside BEGIN … COMMIT.
+-- No SET search_path: a procedure with one cannot COMMIT; it runs with the
+-- caller's rights, and names its objects in full.
+CREATE PROCEDURE lambdastore.migrate_objects(app text, INOUT migrated bigint DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+DECLARE
+    object bigint;
+    outcome jsonb;
+    tries int;
+    conflicted boolean;
+BEGIN
+    migrated := 0;
+    FOR object IN SELECT o FROM lambdastore._objects_to_migrate(app) o LOOP
+        tries := 0;
+        LOOP
+            conflicted := false;
+            BEGIN
+                outcome := @extschema@.lambda_invoke(object, 'migrate');
+            EXCEPTION
+                WHEN serialization_failure THEN
+                    conflicted := true;
+                    tries := tries + 1;
+                    IF tries >= 100 THEN
+                        RAISE;
+                    END IF;
+                WHEN undefined_object THEN
+                    outcome := NULL; -- deleted since it was listed
+            END;
+            COMMIT;
+            EXIT WHEN NOT conflicted;
+        END LOOP;
+        IF (outcome ->> 'from')::int < (outcome ->> 'to')::int THEN
+            migrated := migrated + 1;
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- An application's owner grants other roles 'invoke' (call its functions,
 -- create objects, submit jobs and see them) or 'read' (its objects' state
 -- through the app_* views above), takes them back, or hands the

@@ -252,6 +252,13 @@ fn validated<T>(workflow: &Workflow, outcome: Result<T>) -> Result<T> {
 /// when this node cannot send them (a call another node sent runs here).
 fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     occ::commit(workflow)?;
+    // Inside BEGIN … COMMIT the answer reaches the client now, not after a
+    // COMMIT that validates every node: what calls read on other nodes
+    // must hold now too, as on one node (issue 41; in autocommit the
+    // COMMIT right after does it, and an error there replaces the answer).
+    if !route::arrived() && in_transaction_block() {
+        occ::reads_elsewhere_hold()?;
+    }
     let writes = workflow.writes();
     if writes.spawned().is_empty() {
         return Ok(Vec::new());
@@ -267,6 +274,11 @@ fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     }
     remote::queue(workflow, &elsewhere)?;
     Ok(Vec::new())
+}
+
+fn in_transaction_block() -> bool {
+    // SAFETY: reads the transaction state of this backend, inside a transaction.
+    unsafe { pgrx::pg_sys::IsTransactionBlock() }
 }
 
 /// What `lambdastore.submit` checks before queueing a job, so that a typo

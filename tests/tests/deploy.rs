@@ -469,3 +469,73 @@ fn a_redeploy_under_load_fails_no_call_and_runs_every_job_once() {
     assert!(versions.windows(2).all(|pair| pair[1] == pair[0] + 1), "each redeploy is a new version: {versions:?}");
     eprintln!("200 jobs and {} calls across 5 redeploys, {retries} retried 40001s", CLIENTS as i64 * CALLS);
 }
+
+/// The fields each object has, by name (entries of cells have the empty key).
+fn field_names(c: &mut postgres::Client, object: i64) -> Vec<String> {
+    let mut names: Vec<String> = entries(c, object).into_iter().map(|(field, _, _)| field).collect();
+    names.dedup();
+    names
+}
+
+/// A redeploy that changes a type's fields (issue 42): `counter` keeps its
+/// count in `value`, `counter_v2` in `count` (and `changed`), with
+/// `#[migrate(2)]` moving one to the other. Old objects are migrated by
+/// their first call under the new code, a readonly one included, in that
+/// call's transaction; `lambdastore.migrate_objects` migrates the rest; no
+/// call ever reads the old layout as the new one.
+#[test]
+fn a_field_changing_redeploy_migrates_old_objects_on_their_first_call_or_ahead() {
+    let (mut c, app) = deployed("migrate_fields", "counter");
+    let old: Vec<i64> = (0..5).map(|i| create(&mut c, &app, "Counter", json!({"initial": i * 10}))).collect();
+    assert_eq!(call(&mut c, old[0], "increment", json!(null)), json!(1));
+    let v2 = deploy(&mut c, &app, &example("counter_v2")).unwrap();
+
+    let versions =
+        c.query("SELECT version, current, migrating_types, objects FROM lambdastore.versions($1)", &[&app]).unwrap();
+    let listed: Vec<(i32, bool, Vec<String>, i64)> =
+        versions.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    let (first, second) = (v2["version"].as_i64().unwrap() as i32 - 1, v2["version"].as_i64().unwrap() as i32);
+    assert_eq!(listed, vec![(first, false, vec![], 0), (second, true, vec!["Counter".to_string()], 5)]);
+
+    // A readonly function on an old object: migrated first, then read.
+    assert_eq!(field_names(&mut c, old[0]), ["value"]);
+    assert_eq!(call(&mut c, old[0], "get", json!(null)), json!(1));
+    assert_eq!(field_names(&mut c, old[0]), ["changed", "count", "lambdastore.version"]);
+    assert_eq!(call(&mut c, old[1], "increment", json!(null)), json!(11));
+    // The migration is part of the call: rolled back with it.
+    let mut tx = c.transaction().unwrap();
+    assert_eq!(call(&mut tx, old[2], "get", json!(null)), json!(20));
+    tx.rollback().unwrap();
+    assert_eq!(field_names(&mut c, old[2]), ["value"]);
+    // A READ ONLY transaction cannot store the migration.
+    let mut tx = c.build_transaction().read_only(true).start().unwrap();
+    expect_sqlstate(invoke(&mut tx, old[2], "get", json!(null)), "25006");
+    tx.rollback().unwrap();
+
+    let migrated: i64 = c.query_one("CALL lambdastore.migrate_objects($1)", &[&app]).unwrap().get(0);
+    assert_eq!(migrated, 3, "objects 2, 3 and 4 were behind");
+    let again: i64 = c.query_one("CALL lambdastore.migrate_objects($1)", &[&app]).unwrap().get(0);
+    assert_eq!(again, 0);
+    for (i, object) in old.iter().enumerate() {
+        let expected = i as i64 * 10 + i64::from(i < 2);
+        assert_eq!(call(&mut c, *object, "get", json!(null)), json!(expected), "object {i}");
+        assert_eq!(field_names(&mut c, *object), ["changed", "count", "lambdastore.version"], "object {i}");
+    }
+    let new = create(&mut c, &app, "Counter", json!({"initial": 7}));
+    assert_eq!(call(&mut c, new, "migrate", json!(null)), json!({"from": 2, "to": 2}));
+
+    // Only the application's owner migrates its objects ahead of their calls
+    // (in a transaction rolled back, so the role disappears).
+    let mut tx = c.transaction().unwrap();
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&ROLES_LOCK]).unwrap();
+    let role = app.replace("migrate_fields", "migrate_stranger");
+    tx.batch_execute(&format!(
+        "CREATE ROLE {role} NOSUPERUSER; GRANT USAGE ON SCHEMA lambdastore TO {role}; SET LOCAL ROLE {role};"
+    ))
+    .unwrap();
+    let message = expect_sqlstate(tx.query_one("CALL lambdastore.migrate_objects($1)", &[&app]), "42501");
+    assert!(message.contains("only the owner"), "{message}");
+    tx.rollback().unwrap();
+    expect_sqlstate(c.query("SELECT * FROM lambdastore.versions(NULL)", &[]), "22004");
+    expect_sqlstate(c.query("CALL lambdastore.migrate_objects(NULL)", &[]), "22004");
+}

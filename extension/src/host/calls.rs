@@ -121,7 +121,7 @@ pub(crate) fn call(caller: &HostState, target: i64, function: &str, args: &str) 
         object: target,
         method: function.to_string(),
         args: args.to_string(),
-        readonly: caller.frame.readonly,
+        readonly: caller.frame.readonly && !migrates_itself(caller, target, function),
         depth,
     };
     let owner = route::owner_elsewhere(target)?;
@@ -135,6 +135,17 @@ pub(crate) fn call(caller: &HostState, target: i64, function: &str, args: &str) 
     }
     outcome
 }
+
+/// Whether a method calls its own object's migration, which the SDK does
+/// before any method on an object whose fields are behind its code
+/// (`#[migrate(N)]`): that call may write even when the method is
+/// readonly, or a readonly function could never run on an old object.
+fn migrates_itself(caller: &HostState, target: i64, function: &str) -> bool {
+    target == caller.frame.object && function == MIGRATE
+}
+
+/// The method name of an object's migration (the SDK's `desc::MIGRATE`).
+pub(crate) const MIGRATE: &str = "migrate";
 
 /// A nested method call on an object stored on this node, in `workflow`
 /// (run by `app`): from a lambda here, or needed by one on another node.

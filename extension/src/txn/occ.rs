@@ -193,15 +193,7 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     // both (both were just validated). Inserted one by one: `append`
     // rebuilds the whole map, every call of a long transaction.
     drop(reads);
-    versions::validated(|earlier| {
-        for (set, seen) in std::mem::take(&mut *workflow.reads.borrow_mut()) {
-            earlier.reads.entry(set).or_insert(seen);
-        }
-        for (object, seen) in splits {
-            earlier.splits.entry(object).or_insert(seen);
-        }
-        earlier.checked = Some(now);
-    });
+    keep_for_later(workflow, splits, now);
 
     // 4. Maybe split: only sets of an object that has met conflicts lately
     //    (an uncontended object stays one set, however often it is
@@ -278,6 +270,21 @@ fn still_as_read<'a>(
     Ok(())
 }
 
+/// What later workflows of this transaction (and on Citus, the rounds
+/// that validate every node before an answer or the commit) must validate
+/// again: `workflow`'s reads, all found as read at `now`.
+fn keep_for_later(workflow: &Workflow, splits: Vec<(i64, u64)>, now: versions::Mark) {
+    versions::validated(|earlier| {
+        for (set, seen) in std::mem::take(&mut *workflow.reads.borrow_mut()) {
+            earlier.reads.entry(set).or_insert(seen);
+        }
+        for (object, seen) in splits {
+            earlier.splits.entry(object).or_insert(seen);
+        }
+        earlier.checked = Some(now);
+    });
+}
+
 /// A workflow's failure, as the caller may see it: a lambda's `Err`, a
 /// trap or a limit reached after reads is an answer computed from those
 /// reads, and is given only if they are still as read (with the
@@ -291,17 +298,34 @@ pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
     if !gucs::occ() || !versions::available() || !computed_from_reads(&failure) {
         return failure;
     }
-    let valid = workflow_still_as_read(workflow, &workflow.splits_seen(), versions::mark());
+    let (splits, now) = (workflow.splits_seen(), versions::mark());
+    let valid = workflow_still_as_read(workflow, &splits, now);
     // On a Citus node that drives the transaction, what its calls read on
     // other nodes counts too (a nested call's answer came from there).
     let valid = valid.and_then(|_| if crate::route::arrived() { Ok(()) } else { crate::route::validate_reached() });
     match valid {
-        Ok(()) => failure,
+        Ok(()) => {
+            // The failure is an answer the transaction goes on from (a
+            // caller on the node that sent this call may handle it and
+            // commit): what it was computed from must hold at the end too.
+            keep_for_later(workflow, splits, now);
+            failure
+        }
         Err(LambdaError::SerializationFailure(why)) => LambdaError::SerializationFailure(format!(
             "{why}; the call's failure, computed from what it read, is not an answer: {failure}"
         )),
         Err(other) => other,
     }
+}
+
+/// On the node driving a Citus transaction: every other node it ran calls
+/// on checks what they read, now (an answer is about to leave); 40001 if
+/// something changed.
+pub(crate) fn reads_elsewhere_hold() -> Result<()> {
+    if !gucs::occ() || !versions::available() {
+        return Ok(());
+    }
+    crate::route::validate_reached()
 }
 
 /// Checks, at `now`, what `workflow` read (`splits`: the split counts of

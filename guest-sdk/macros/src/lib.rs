@@ -3,7 +3,7 @@
 //! where they are documented.
 //!
 //! Both macros leave the author's item as written (minus the helper
-//! attributes `#[constructor]`, `#[protected]`, `#[readonly]`) and add
+//! attributes `#[constructor]`, `#[protected]`, `#[readonly]`, `#[migrate(N)]`) and add
 //! implementations next to it. Mistakes are `syn::Error`s pointing at the
 //! offending tokens.
 
@@ -11,6 +11,10 @@ use proc_macro::TokenStream;
 
 mod functions;
 mod object;
+
+/// The migration's name; `lambdastore_sdk::desc::MIGRATE` (a proc-macro
+/// crate cannot depend on the crate it serves).
+const MIGRATE: &str = "migrate";
 
 /// Marks a struct of typed fields as an object type. See `lambdastore_sdk::lambda_object`.
 #[proc_macro_attribute]
@@ -121,6 +125,16 @@ mod tests {
             (quote!(impl S { #[readonly] #[readonly] fn f(&self) {} }), "duplicate attribute"),
             (quote!(impl S { #[readonly(yes)] fn f(&self) {} }), "unexpected token"),
             (quote!(impl S { fn id(&self) {} }), "reserved"),
+            (quote!(impl S { #[migrate] fn migrate(&self, from: u32) {} }), "write `#[migrate(N)]`"),
+            (quote!(impl S { #[migrate(1)] fn migrate(&self, from: u32) {} }), "a migration goes to 2 or later"),
+            (quote!(impl S { #[migrate(2)] fn upgrade(&self, from: u32) {} }), "is called `migrate`"),
+            (quote!(impl S { #[migrate(2)] fn migrate(&self) {} }), "takes `(&self, from: u32)`"),
+            (quote!(impl S { #[migrate(2)] #[readonly] fn migrate(&self, from: u32) {} }), "not protected or readonly"),
+            (
+                quote!(impl S { #[migrate(2)] fn migrate(&self, from: u32) -> u32 { 2 } }),
+                "returns nothing or `Result<(), E>`",
+            ),
+            (quote!(impl S { #[migrate(2)] fn migrate(&self, from: u32) {} }), "needs a #[constructor]"),
         ];
         for (input, expected) in cases {
             let message = error(functions, input.clone());

@@ -3,6 +3,11 @@
 
 use crate::{CallError, ObjectId};
 
+/// The name of the method that migrates an object's fields
+/// (`#[migrate(N)]`): the host lets it write even under a readonly caller
+/// on the same object, and `lambdastore.migrate_objects` calls it.
+pub const MIGRATE: &str = "migrate";
+
 /// How a function is invoked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FunctionKind {

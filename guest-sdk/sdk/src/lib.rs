@@ -328,8 +328,8 @@ pub mod log {
 /// What a lambda module usually needs: `use lambdastore_sdk::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        bail, lambda_functions, lambda_object, now_micros, random_u64, self_id, CallError, Cell, Error, LambdaObject,
-        Map, MultiMap, ObjectId, Result, Set,
+        bail, lambda_functions, lambda_object, now_micros, random_u64, self_id, CallError, Cell, Error, Field,
+        LambdaObject, Map, MultiMap, ObjectId, Result, Set,
     };
 }
 

@@ -120,6 +120,9 @@ struct Frame {
     type_name: String,
     function: String,
     readonly: bool,
+    /// An object's migration called by a method on it: it writes even
+    /// under a readonly caller, as on the server.
+    migration: bool,
 }
 
 struct State {
@@ -201,6 +204,7 @@ impl MockHost {
             type_name: "Standalone".into(),
             function: "standalone".into(),
             readonly: false,
+            migration: false,
         });
         host
     }
@@ -254,7 +258,13 @@ impl MockHost {
     /// ```
     pub fn with_object<T>(&self, object: ObjectId, f: impl FnOnce() -> T) -> T {
         let type_name = self.object_type(object).unwrap_or_default();
-        let _frame = self.state.enter(Frame { object, type_name, function: "with_object".into(), readonly: false });
+        let _frame = self.state.enter(Frame {
+            object,
+            type_name,
+            function: "with_object".into(),
+            readonly: false,
+            migration: false,
+        });
         f()
     }
 
@@ -452,16 +462,28 @@ impl State {
         let type_name = self.store.borrow().objects.get(&object).cloned().ok_or(CallError::UnknownObject(object))?;
         let f = self.function(&type_name, function, FunctionKind::Method)?;
         self.check_visibility(&type_name, f)?;
-        let frame =
-            Frame { object, type_name: type_name.clone(), function: function.to_string(), readonly: f.readonly };
+        let migration = function == crate::desc::MIGRATE
+            && self.stack.borrow().last().is_some_and(|caller| caller.object == object);
+        let frame = Frame {
+            object,
+            type_name: type_name.clone(),
+            function: function.to_string(),
+            readonly: f.readonly,
+            migration,
+        };
         self.run(frame, || (self.dispatch)(FunctionKind::Method, &type_name, function, object, args))
     }
 
     fn call_static(&self, type_name: &str, function: &str, args: &str) -> Result<String, CallError> {
         let f = self.function(type_name, function, FunctionKind::Static)?;
         self.check_visibility(type_name, f)?;
-        let frame =
-            Frame { object: 0, type_name: type_name.to_string(), function: function.to_string(), readonly: f.readonly };
+        let frame = Frame {
+            object: 0,
+            type_name: type_name.to_string(),
+            function: function.to_string(),
+            readonly: f.readonly,
+            migration: false,
+        };
         self.run(frame, || (self.dispatch)(FunctionKind::Static, type_name, function, 0, args))
     }
 
@@ -485,8 +507,13 @@ impl State {
             return Ok(id);
         };
         self.check_visibility(type_name, ctor)?;
-        let frame =
-            Frame { object: id, type_name: type_name.to_string(), function: ctor.name.clone(), readonly: false };
+        let frame = Frame {
+            object: id,
+            type_name: type_name.to_string(),
+            function: ctor.name.clone(),
+            readonly: false,
+            migration: false,
+        };
         self.run(frame, || {
             // Inside the savepoint: a failed constructor leaves no object.
             self.store.borrow_mut().objects.insert(id, type_name.to_string());
@@ -521,11 +548,11 @@ impl State {
         }
     }
 
-    /// Writes inside a readonly function (or its callees) trap on the real
-    /// host, which aborts the workflow.
+    /// Writes inside a readonly function (or its callees, up to an
+    /// object's migration) trap on the real host, which aborts the workflow.
     fn check_write(&self, what: &str) {
         let stack = self.stack.borrow();
-        if let Some(frame) = stack.iter().rev().find(|f| f.readonly) {
+        if let Some(frame) = stack.iter().rev().take_while(|f| !f.migration).find(|f| f.readonly) {
             panic!("readonly function {}.{} may not write (tried to {what})", frame.type_name, frame.function);
         }
     }

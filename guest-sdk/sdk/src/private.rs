@@ -7,7 +7,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::CallError;
+use crate::fields::Field;
+use crate::{CallError, Cell};
 
 pub use serde;
 pub use serde_json;
@@ -148,6 +149,72 @@ pub fn encode_constructor_result<E: Display>(result: Result<(), E>) -> Result<St
         Ok(()) => Ok("null".to_string()),
         Err(e) => Err(CallError::Application(e.to_string())),
     }
+}
+
+/// The cell holding the version of an object's fields, for types with a
+/// `#[migrate(N)]` function; no Rust field can have this name. Absent: 1.
+const FIELDS_VERSION: &str = "lambdastore.version";
+
+fn fields_version() -> Cell<u32> {
+    Cell::bind(FIELDS_VERSION)
+}
+
+/// What a constructor of a type with a migration records: the new object's
+/// fields are at `version`.
+pub fn record_fields_version(version: u32) {
+    fields_version().set(&version)
+}
+
+/// The version an object's fields are at, which this code (at `version`)
+/// can use or migrate from; never a newer one, which it would misread.
+fn stored_fields_version(type_name: &str, version: u32) -> Result<u32, CallError> {
+    let stored = fields_version().get().unwrap_or(1);
+    if stored > version {
+        return Err(CallError::Application(format!(
+            "the fields of {type_name} object {} are at version {stored}, newer than this code's {version}: \
+             deploy the code that wrote them",
+            crate::self_id()
+        )));
+    }
+    Ok(stored)
+}
+
+/// Before any method of a type whose fields are at `version`: an object
+/// still at an older one is migrated first, by its `migrate` function as a
+/// nested call (which may write even when the method is readonly). Every
+/// call on a behind object migrates it, so no call ever sees old fields.
+pub fn ensure_migrated(type_name: &str, version: u32) -> Result<(), CallError> {
+    if stored_fields_version(type_name, version)? == version {
+        return Ok(());
+    }
+    match crate::host::call(crate::self_id(), crate::desc::MIGRATE, "null") {
+        Ok(_) => Ok(()),
+        Err(CallError::Application(message)) => Err(CallError::Application(message)),
+        Err(other) => {
+            Err(CallError::Application(format!("migrating {type_name} object {}: {other}", crate::self_id())))
+        }
+    }
+}
+
+/// The exported `migrate` function: runs the author's `migrate(from)` if
+/// the object is behind `version`, then records `version`. Its result says
+/// what it did: `{"from": 1, "to": 2}` (equal when there was nothing to do).
+pub fn run_migration<E: Display>(
+    type_name: &str,
+    version: u32,
+    migrate: impl FnOnce(u32) -> Result<(), E>,
+) -> Result<String, CallError> {
+    let from = stored_fields_version(type_name, version)?;
+    if from < version {
+        migrate(from).map_err(|e| {
+            CallError::Application(format!(
+                "migrating {type_name} object {} from version {from} to {version}: {e}",
+                crate::self_id()
+            ))
+        })?;
+        record_fields_version(version);
+    }
+    Ok(serde_json::json!({"from": from, "to": version}).to_string())
 }
 
 /// Arguments of a call through a generated `…Ref`, by name.
