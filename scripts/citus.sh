@@ -3,7 +3,8 @@
 # workers NAME-w1..wN, each a scripts/cluster.sh node on 127.0.0.1. Used by
 # `make test-citus` ("citus-test", ports 54340, 54341, ...),
 # `make demo-citus` ("citus-demo", ports 54350, 54351, ...) and
-# `make bench-citus` ("citus-bench", ports 54360, 54361, ...).
+# `make bench-citus` ("citus-bench", ports 54360, 54361, ...) and
+# scripts/upgrade.sh ("citus-upgrade", ports 54370, 54371, ...).
 #
 #   scripts/citus.sh start|fresh|stop|status|nodes NAME
 #   scripts/citus.sh url NAME [NODE]            # libpq conninfo of the database on NODE
@@ -29,7 +30,8 @@ case $name in
   citus-test) db=lambdastore_test ;;
   citus-demo) db=lambdastore_demo ;;
   citus-bench) db=lambdastore_bench ;;
-  *) echo "unknown Citus cluster $name: citus-test, citus-demo or citus-bench" >&2; exit 2 ;;
+  citus-upgrade) db=lambdastore_test ;;
+  *) echo "unknown Citus cluster $name: citus-test, citus-demo, citus-bench or citus-upgrade" >&2; exit 2 ;;
 esac
 node=
 case ${1:-} in coord|w[1-9]) node=$1; shift ;; esac

@@ -32,6 +32,7 @@ case $name in
   citus-demo-coord|citus-demo-w[1-9]) citus=54350; db=lambdastore_demo ;;
   citus-test-coord|citus-test-w[1-9]) citus=54340; db=lambdastore_test ;;
   citus-bench-coord|citus-bench-w[1-9]) citus=54360; db=lambdastore_bench ;;
+  citus-upgrade-coord|citus-upgrade-w[1-9]) citus=54370; db=lambdastore_test ;;
   *)    port=${LAMBDASTORE_PORT:-54331}; db=lambdastore_test ;;
 esac
 if [ -n "$citus" ]; then

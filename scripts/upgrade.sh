@@ -215,4 +215,90 @@ rm -rf "$new_cluster"
 if grep -E "terminated by signal|PANIC" "$("$cluster" log "$name")"; then
   echo "FAIL: a server process crashed" >&2; exit 1
 fi
-echo "upgrade from $from_tag ($old_version) to $new_version: passed"
+"$cluster" stop "$name"
+
+# The same on a Citus cluster (coordinator and two workers, "citus-upgrade"):
+# the update runs on the coordinator, and Citus runs it on every worker.
+citus=$repo/scripts/citus.sh
+if [ ! -f "$root$("$pg_config" --pkglibdir)/citus.so" ]; then
+  [ "${LAMBDASTORE_REQUIRE_CITUS:-}" = 1 ] && { echo "FAIL: Citus is not installed" >&2; exit 1; }
+  echo "upgrade from $from_tag ($old_version) to $new_version: passed (not on Citus: it is not installed)"
+  exit 0
+fi
+echo "== on a Citus cluster: $old_version, distributed"
+csql() { "$citus" psql citus-upgrade "${NODE:-coord}" -v ON_ERROR_STOP=1 -X -Atq "$@"; }
+nodes() { "$citus" nodes citus-upgrade; }
+stop_citus() {
+  "$citus" stop citus-upgrade >/dev/null 2>&1 || true
+  for n in $(nodes); do rm -rf "$("$cluster" dir "citus-upgrade-$n")"; done
+}
+trap 'stop_citus; stop_all' EXIT
+install_package "$old_package/package"
+"$citus" fresh citus-upgrade >/dev/null
+sql() { csql "$@"; }
+# The node holding an object's shard.
+node_of() {
+  sql -c "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+           WHERE p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', $1::bigint)"
+}
+deploy counter counter
+deploy micro micro
+counters=$(for _ in 1 2 3 4 5 6; do sql -c "SELECT lambdastore.create_object('counter', 'Counter')"; done)
+n=0
+for counter in $counters; do
+  n=$((n + 1))
+  for _ in $(seq "$n"); do sql -c "SELECT lambda_invoke($counter, 'increment')" >/dev/null; done
+done
+check "counters on both workers" 2 "$(for counter in $counters; do node_of "$counter"; done | sort -u | wc -l)"
+bench=$(sql -c "SELECT lambdastore.create_object('micro', 'Bench', '{\"entries\": 0}')")
+for key in a b c; do sql -c "SELECT lambda_invoke($bench, 'put', '{\"key\": \"$key\", \"value\": \"$key$key\"}')" >/dev/null; done
+sql -c "SELECT lambdastore.split($bench, 'kv', convert_to('b', 'UTF8'))" >/dev/null
+key=$(sql -c "SELECT api_key FROM lambdastore.create_api_key('counter', 'upgrade')")
+first=$(echo "$counters" | head -1)
+done_job=$(sql -c "SELECT lambdastore.submit($first, 'increment', '{}', 'done-job')")
+check "a job run by $old_version on a worker" done "$(sql -c "SELECT state FROM lambdastore.wait($done_job, '60 seconds')")"
+# applications' placements, and those with a foreign key (to modules).
+placement_keys() {
+  sql -c "SELECT count(*), count(*) FILTER (WHERE success AND result::int > 0)
+            FROM run_command_on_placements('lambdastore.applications',
+                   \$\$SELECT count(*) FROM pg_constraint WHERE conrelid = '%s'::regclass AND contype = 'f'\$\$)"
+}
+placements=$(placement_keys | cut -d'|' -f1)
+check "$old_version's foreign key on each placement of applications" "$placements|$placements" "$(placement_keys)"
+before=$(contents)
+
+echo "== on a Citus cluster: $old_version -> $new_version"
+"$citus" stop citus-upgrade
+install_package "$new_package"
+for n in $(nodes); do "$cluster" start "citus-upgrade-$n" >/dev/null; done
+sql -c "ALTER EXTENSION lambdastore UPDATE"
+for n in $(nodes); do
+  check "the new version on $n" "$new_version" "$(NODE=$n csql -c "SELECT extversion FROM pg_extension WHERE extname = 'lambdastore'")"
+done
+after=$(contents)
+if [ "$before" != "$after" ]; then
+  diff <(echo "$before") <(echo "$after") >&2 || true
+  echo "FAIL: the update changed rows on the cluster" >&2; exit 1
+fi
+echo "ok: every row of every table kept on the cluster"
+n=0
+for counter in $counters; do
+  n=$((n + 1))
+  expected=$((n + 1)); [ "$counter" = "$first" ] && expected=$((n + 2)) # and the job's
+  check "a write on counter $counter (node port $(node_of "$counter"))" "$expected" \
+    "$(sql -c "SELECT lambda_invoke($counter, 'increment')")"
+done
+check "entries kept on the cluster" '"bb"' "$(sql -c "SELECT lambda_invoke($bench, 'get', '{\"key\": \"b\"}')")"
+check "the API key on the cluster" counter "$(sql -c "SELECT lambdastore._api_key_app('$key')")"
+new_object=$(sql -c "SELECT lambdastore.create_object('counter', 'Counter')")
+[ "$new_object" -gt "$bench" ] || { echo "FAIL: a new object got id $new_object, not after $bench" >&2; exit 1; }
+echo "ok: a new object after the old ids on the cluster"
+# What the update changed in the catalog holds on the workers' shards too.
+check "no foreign key on any placement of applications" "$placements|0" "$(placement_keys)"
+"$citus" stop citus-upgrade
+for n in $(nodes); do
+  if grep -E "terminated by signal|PANIC" "$("$cluster" log "citus-upgrade-$n")"; then
+    echo "FAIL: a server process crashed on $n" >&2; exit 1
+  fi
+done
+echo "upgrade from $from_tag ($old_version) to $new_version: passed, on one server and on Citus"

@@ -9,8 +9,10 @@
 \echo Use "ALTER EXTENSION lambdastore UPDATE" to load this file. \quit
 
 -- The catalog (schema.sql): no foreign key from applications to modules,
--- and every table and sequence kept by pg_dump.
-ALTER TABLE lambdastore.applications DROP CONSTRAINT applications_module_id_fkey;
+-- and every table and sequence kept by pg_dump. On a Citus cluster
+-- distribute() dropped it already, and the workers run this script too
+-- (Citus sends them the update): IF EXISTS.
+ALTER TABLE lambdastore.applications DROP CONSTRAINT IF EXISTS applications_module_id_fkey;
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.applications', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.modules', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.modules_module_id_seq', '');
@@ -414,6 +416,8 @@ $$;
 -- what migrate_objects calls. By the application's owner.
 CREATE FUNCTION lambdastore._objects_to_migrate(app text) RETURNS SETOF bigint
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    migrating text[];
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'the application of lambdastore.migrate_objects may not be NULL' USING ERRCODE = '22004';
@@ -421,18 +425,12 @@ BEGIN
     IF NOT lambdastore.has_app_privilege($1, 'owner') THEN
         RAISE EXCEPTION 'only the owner of application "%" may migrate its objects', $1 USING ERRCODE = '42501';
     END IF;
+    SELECT v.migrating_types INTO migrating FROM lambdastore.app_versions v WHERE v.app = $1 AND v.current;
     RETURN QUERY
-    SELECT o.object_id
-      FROM lambdastore.app_objects o
-     WHERE o.app = $1
-       AND o.type_name IN (SELECT v.type_name FROM lambdastore._migrating_types($1) v(type_name))
+    SELECT o.object_id FROM lambdastore.app_objects o
+     WHERE o.app = $1 AND o.type_name = ANY (migrating)
      ORDER BY o.object_id;
 END
-$$;
-
-CREATE FUNCTION lambdastore._migrating_types(app text) RETURNS SETOF text
-LANGUAGE sql STABLE AS $$
-    SELECT unnest(v.migrating_types) FROM lambdastore.app_versions v WHERE v.app = $1 AND v.current
 $$;
 
 -- Migrates every object of `app` whose type has a migration (#[migrate(N)])

@@ -206,6 +206,8 @@ $$;
 -- what migrate_objects calls. By the application's owner.
 CREATE FUNCTION lambdastore._objects_to_migrate(app text) RETURNS SETOF bigint
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    migrating text[];
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'the application of lambdastore.migrate_objects may not be NULL' USING ERRCODE = '22004';
@@ -213,18 +215,12 @@ BEGIN
     IF NOT lambdastore.has_app_privilege($1, 'owner') THEN
         RAISE EXCEPTION 'only the owner of application "%" may migrate its objects', $1 USING ERRCODE = '42501';
     END IF;
+    SELECT v.migrating_types INTO migrating FROM lambdastore.app_versions v WHERE v.app = $1 AND v.current;
     RETURN QUERY
-    SELECT o.object_id
-      FROM lambdastore.app_objects o
-     WHERE o.app = $1
-       AND o.type_name IN (SELECT v.type_name FROM lambdastore._migrating_types($1) v(type_name))
+    SELECT o.object_id FROM lambdastore.app_objects o
+     WHERE o.app = $1 AND o.type_name = ANY (migrating)
      ORDER BY o.object_id;
 END
-$$;
-
-CREATE FUNCTION lambdastore._migrating_types(app text) RETURNS SETOF text
-LANGUAGE sql STABLE AS $$
-    SELECT unnest(v.migrating_types) FROM lambdastore.app_versions v WHERE v.app = $1 AND v.current
 $$;
 
 -- Migrates every object of `app` whose type has a migration (#[migrate(N)])
