@@ -187,13 +187,11 @@ pub fn ensure_migrated(type_name: &str, version: u32) -> Result<(), CallError> {
     if stored_fields_version(type_name, version)? == version {
         return Ok(());
     }
-    match crate::host::call(crate::self_id(), crate::desc::MIGRATE, "null") {
-        Ok(_) => Ok(()),
-        Err(CallError::Application(message)) => Err(CallError::Application(message)),
-        Err(other) => {
-            Err(CallError::Application(format!("migrating {type_name} object {}: {other}", crate::self_id())))
-        }
-    }
+    // The migration's own error says what failed; any other is the call's.
+    crate::host::call(crate::self_id(), crate::desc::MIGRATE, "null").map(|_| ()).map_err(|e| match e {
+        CallError::Application(_) => e,
+        other => CallError::Application(format!("migrating {type_name} object {}: {other}", crate::self_id())),
+    })
 }
 
 /// The exported `migrate` function: runs the author's `migrate(from)` if
