@@ -84,7 +84,8 @@ check-format: setup ## The workspace is formatted as rustfmt.toml says
 	cargo fmt --all -- --check
 
 .PHONY: test
-test: check-format lambdas install test-sdk test-e2e test-citus test-citus-suites test-compose ## Everything CI runs (the Citus and compose tests skip without Citus or Docker)
+test: check-format lambdas install test-sdk ## Everything CI runs: the suites of test-e2e, test-citus, test-citus-suites and test-compose in two lanes at once, each suite's time at the end (the Citus and compose tests skip without Citus or Docker)
+	PG_CONFIG=$(PG_CONFIG) scripts/test-lanes.sh
 
 .PHONY: demo
 demo: lambdas install ## Start the embedded single-node PostgreSQL, run the CloudForum demo and its HTTP gateway

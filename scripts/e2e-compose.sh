@@ -26,7 +26,8 @@ if ! "$docker" engine; then
   echo "skipped: the compose test needs a Docker engine, and none answers (docker info)"
   exit 0
 fi
-"$docker" build || exit 1
+# LAMBDASTORE_IMAGES_BUILT=1: scripts/test-lanes.sh built the images already.
+[ "${LAMBDASTORE_IMAGES_BUILT:-}" = 1 ] || "$docker" build || exit 1
 
 ports=${LAMBDASTORE_COMPOSE_PORTS:-$("$docker" free-ports 4)} || exit 1
 [[ $ports =~ ^[0-9]+,[0-9]+,[0-9]+,[0-9]+$ ]] || {
@@ -68,7 +69,7 @@ LAMBDASTORE_COMPOSE_GATEWAY=$gateway LAMBDASTORE_COMPOSE_KEY=$key \
   LAMBDASTORE_COMPOSE_URL=$(url "$LAMBDASTORE_COORDINATOR_PORT") \
   LAMBDASTORE_COMPOSE_WORKER_URLS="$(url "$LAMBDASTORE_WORKER1_PORT"),$(url "$LAMBDASTORE_WORKER2_PORT")" \
   LAMBDASTORE_COMPOSE="${compose[*]}" \
-  cargo test -p lambdastore-tests --test compose -- --test-threads=1 "$@"
+  cargo test -p lambdastore-tests -p lambdastore-gateway -p lambdastore-bench --test compose -- --test-threads=1 "$@"
 status=$?
 
 # A crash can hide behind a failing test. The killed worker's processes all
