@@ -357,10 +357,11 @@ fn every_relative_link_in_the_docs_resolves() {
             let name = document.strip_prefix(&root).unwrap().display().to_string();
             if !target.exists() {
                 wrong.push(format!("{name}: ({link}): no such file"));
-            } else if !anchor.is_empty() && target.extension().is_some_and(|e| e == "md") {
-                if !anchors(&read(&target)).contains(anchor) {
-                    wrong.push(format!("{name}: ({link}): no such heading"));
-                }
+            } else if !anchor.is_empty()
+                && target.extension().is_some_and(|e| e == "md")
+                && !anchors(&read(&target)).contains(anchor)
+            {
+                wrong.push(format!("{name}: ({link}): no such heading"));
             }
         }
     }
