@@ -1,5 +1,5 @@
 # LambdaStore on PostgreSQL — build, demo and test entry points.
-# See README.md for the user view and docs/ARCHITECTURE.md for the design.
+# See README.md and docs/ for the user view, docs/ARCHITECTURE.md for the design.
 
 LAMBDAS      := counter counter_v2 bank forum micro retwis
 WASM_TARGET  := wasm32-unknown-unknown

@@ -73,7 +73,7 @@ SQL
 }
 
 gateway() {
-  # The README's least-privilege role for the gateway, without a password:
+  # docs/gateway.md's least-privilege role for the gateway, without a password:
   # the nodes trust 127.0.0.1.
   sql "$coordinator" <<'SQL'
 SELECT 'CREATE ROLE lambdastore_gateway LOGIN'

@@ -261,7 +261,7 @@ table_part() {
   done
 }
 
-# A gateway on 127.0.0.1:PORT with --placement PLACEMENT, as the README's
+# A gateway on 127.0.0.1:PORT with --placement PLACEMENT, as docs/gateway.md's
 # least-privilege role; returns once /readyz answers.
 start_gateway() {
   local log=$work/gateway-$2.log

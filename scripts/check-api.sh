@@ -51,7 +51,7 @@ url=$(LAMBDASTORE_PORT=54336 "$cluster" fresh api)
 run=$(sed -n 's/.*host=\([^ ]*\).*/\1/p' <<<"$url")
 sql() { psql -h "$run" -p 54336 -U postgres -d lambdastore_test -X -Atq -v ON_ERROR_STOP=1 "$@"; }
 
-# The extension, the gateway's least-privilege role (as in the README), and
+# The extension, the gateway's least-privilege role (as in docs/gateway.md), and
 # an API key for the counter app.
 sql <<'SQL'
 CREATE EXTENSION lambdastore;

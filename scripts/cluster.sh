@@ -90,7 +90,7 @@ log_min_messages = warning
 # PREPARE TRANSACTION reaches the extension's checks (and Citus' 2PC needs it).
 max_prepared_transactions = 10
 # Loaded once in the postmaster and inherited by every backend, so a new
-# connection does not pay for loading the library (see README).
+# connection does not pay for loading the library (see docs/operations.md).
 shared_preload_libraries = 'lambdastore'
 # The background job runners serve one database.
 lambdastore.database = '$db'

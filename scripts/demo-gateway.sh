@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The HTTP side of `make demo`: builds the gateway, gives it its role and
-# the forum app an API key (as the README's "HTTP gateway" section does),
+# the forum app an API key (as docs/gateway.md, "Setting it up", does),
 # starts it in the background in front of the demo database and makes one
 # call with curl. `make stop` stops it.
 #
@@ -50,7 +50,7 @@ esac
 cargo build --release -p lambdastore-gateway
 bin=${CARGO_TARGET_DIR:-target}/release/lambdastore-gateway
 
-# The README's least-privilege role, and an API key for forum kept in the
+# docs/gateway.md's least-privilege role, and an API key for forum kept in the
 # demo cluster's directory while it is valid: the containers' init step.
 LAMBDASTORE_COORDINATOR=127.0.0.1:$("$cluster" port demo) LAMBDASTORE_DATABASE=lambdastore_demo \
   LAMBDASTORE_STATE=$dir "$repo/docker/init.sh" gateway

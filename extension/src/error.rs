@@ -4,7 +4,8 @@
 //!
 //! SQLSTATEs are PostgreSQL's standard codes so that generic clients react
 //! correctly (40001 is retried, 57014 is a cancel, 53200 is out of memory).
-//! The table is part of the public contract: see README "Errors".
+//! The table is part of the public contract: docs/errors.md, which
+//! tests/tests/docs.rs keeps listing exactly the codes `sqlstate` returns.
 
 use crate::model::CallFailure;
 use pgrx::pg_sys::panic::ErrorReport;

@@ -5,6 +5,10 @@
 //! wall-clock timeout is `USERSET` like PostgreSQL's own
 //! `statement_timeout`, but an ordinary role's is capped at
 //! `max_timeout`: a lambda holds its write locks while it runs.
+//!
+//! The doc comments say why; the table users read is docs/settings.md,
+//! which tests/tests/docs.rs checks against `define()`: every name, its
+//! default, unit and context.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::PostgresGucEnum;

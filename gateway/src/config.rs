@@ -15,7 +15,7 @@ fn duration(text: &str) -> Result<Duration, humantime::DurationError> {
 #[command(version, about)]
 pub struct Config {
     /// PostgreSQL connection string (URL or `key=value` form) of the
-    /// gateway's least-privilege role; see the README.
+    /// gateway's least-privilege role; see docs/gateway.md.
     #[arg(long, env = "LAMBDASTORE_DATABASE_URL")]
     pub database_url: String,
 

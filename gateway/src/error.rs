@@ -1,5 +1,5 @@
 //! One JSON error shape for every failure, and the SQLSTATE → HTTP status
-//! table (documented in the README's "HTTP gateway" section).
+//! table (documented in docs/gateway.md, "Errors").
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -1,7 +1,7 @@
 //! The LambdaStore HTTP gateway: a stateless axum service that turns HTTP
 //! requests into calls of the `lambdastore_gateway` SQL functions, over a
-//! pool of connections per database node. See the README's "HTTP gateway"
-//! section for the API and docs/ARCHITECTURE.md for the design.
+//! pool of connections per database node. See docs/gateway.md for the
+//! API and docs/ARCHITECTURE.md for the design.
 
 mod config;
 mod db;

@@ -108,8 +108,8 @@ fn submit_get_and_wait_for_jobs() {
     assert_eq!((too_long.0, too_long.1.as_str()), (400, "bad_request"));
 }
 
-/// Every SQLSTATE of the README's error table that an HTTP request can
-/// cause, with the status the README gives it; none leaves an effect.
+/// Every SQLSTATE of docs/gateway.md's error table that an HTTP request
+/// can cause, with the status it gives it; none leaves an effect.
 #[test]
 fn each_error_maps_to_its_status_and_changes_nothing() {
     let gw = Gateway::start();

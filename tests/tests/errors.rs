@@ -1,4 +1,4 @@
-//! Every error a user can cause has its SQLSTATE (README "Errors") and
+//! Every error a user can cause has its SQLSTATE (docs/errors.md) and
 //! leaves nothing of the failed workflow behind.
 
 mod common;

@@ -1,6 +1,6 @@
 //! What a hostile user of a shared server can no longer do (issue 23): each
 //! test is one finding of the review, asserted as the user sees it. Roles
-//! here are ordinary roles set up as README "Roles and privileges" says:
+//! here are ordinary roles set up as docs/sql-api.md, "Roles and privileges", says:
 //! `USAGE` on the schema, and what an application's owner grants them.
 
 mod common;
@@ -737,7 +737,7 @@ fn incrementing_past_i64_max_is_p0001_and_keeps_the_value() {
 
 // 11. Readers beside an idle writer.
 
-/// Pinned, documented behaviour (README "Readers beside an idle writer"):
+/// Pinned, documented behaviour (docs/sql-api.md, "Readers beside an idle writer"):
 /// a transaction that ran a writing call holds its entry sets until it
 /// ends, and a workflow reading them meanwhile fails with 40001, even a
 /// read-only one and even while the writer sits idle, because the writer's

@@ -1,6 +1,6 @@
 //! What a hostile user can no longer do, second pass (issue 40): each test
 //! is one finding, asserted as the user sees it. Roles are ordinary roles
-//! set up as README "Roles and privileges" says.
+//! set up as docs/sql-api.md, "Roles and privileges", says.
 
 mod common;
 
@@ -135,7 +135,7 @@ fn null_arguments_of_submit_and_create_api_key_are_22004() {
 
 // 3. One right to deploy, wherever a deploy comes from.
 
-/// README: a superuser revokes EXECUTE on `lambdastore.deploy` from PUBLIC
+/// docs/sql-api.md: a superuser revokes EXECUTE on `lambdastore.deploy` from PUBLIC
 /// and grants it to the roles that may deploy. That holds for creating an
 /// application through `create_api_key` and for a deploy through the
 /// gateway, which deploys as the role that created the key.
@@ -305,7 +305,7 @@ fn repeated_scans_leave_no_memory_behind() {
     );
 }
 
-/// README's way for an owner to list its keys: a view of its applications'
+/// docs/gateway.md's way for an owner to list its keys: a view of its applications'
 /// keys, never the hashes (the table itself is refused).
 #[test]
 fn owners_list_their_own_api_keys_and_no_hashes() {

@@ -2,7 +2,7 @@
 //!
 //! `scripts/e2e.sh` starts the server and sets `LAMBDASTORE_TEST_URL` (a
 //! superuser libpq URL). Each test starts its own gateway (the binary cargo
-//! built, on a free port, connecting as the least-privilege role the README
+//! built, on a free port, connecting as the least-privilege role docs/gateway.md
 //! describes) and works on applications of its own, so tests run in parallel.
 #![allow(dead_code)]
 
@@ -36,7 +36,7 @@ pub fn url_as(role: &str) -> String {
     format!("{} user={role} dbname={DATABASE}", kept.join(" "))
 }
 
-/// The README's least-privilege role, created once per server.
+/// docs/gateway.md's least-privilege role, created once per server.
 fn setup() {
     static SETUP: Once = Once::new();
     SETUP.call_once(|| {

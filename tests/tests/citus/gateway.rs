@@ -1,6 +1,6 @@
 //! The HTTP gateway on the cluster: a real gateway process (the binary
 //! cargo builds for `lambdastore-gateway`), over real HTTP, connecting to
-//! the coordinator as the README's least-privilege role, routing each call
+//! the coordinator as docs/gateway.md's least-privilege role, routing each call
 //! on an object to the node holding it (`X-Lambdastore-Node` names the node
 //! a call was sent to). The tests that move shards move only shards they
 //! made for an object of their own (`lambdastore.migrate_object`), so the
@@ -17,7 +17,7 @@ use std::sync::Once;
 
 const ROLE: &str = "lambdastore_gateway";
 
-/// The README's role for the gateway, on every node: Citus creates the
+/// docs/gateway.md's role for the gateway, on every node: Citus creates the
 /// role on the workers but does not repeat grants on an extension's schema
 /// and functions there, so they are run on each node.
 fn setup_role(c: &mut Client) {
@@ -67,7 +67,7 @@ fn binary() -> PathBuf {
 mod process;
 use process::Gateway;
 
-/// Gateways in front of the coordinator, as the README's role.
+/// Gateways in front of the coordinator, as docs/gateway.md's role.
 impl Gateway {
     fn start(c: &mut Client, flags: &[&str]) -> Gateway {
         setup_role(c);

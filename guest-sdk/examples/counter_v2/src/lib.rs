@@ -6,7 +6,7 @@
 //!
 //! Every call on a version-1 object first runs `migrate(1)` on it, in the
 //! same transaction (a readonly `get` too); `lambdastore.migrate_objects`
-//! migrates the rest ahead of their calls. docs: the README, "Redeploying".
+//! migrates the rest ahead of their calls. docs: docs/sql-api.md, "Redeploying".
 
 use lambdastore_sdk::prelude::*;
 
