@@ -7,8 +7,9 @@
 //! calls.
 
 use crate::access::{self, Caller, Privilege};
-use crate::affinity;
 use crate::catalog;
+use crate::cluster::affinity;
+use crate::cluster::route;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::calls::{self, create_object};
@@ -17,7 +18,6 @@ use crate::host::{remote, Frame};
 use crate::model::{
     CallFailure, Create, Draw, FnDesc, Forwarded, FunctionKind, MethodCall, ObjectInfo, Reply, Spawned,
 };
-use crate::route;
 use crate::stats;
 use crate::txn::{occ, Workflow};
 use std::rc::Rc;
@@ -193,7 +193,7 @@ fn reply(outcome: Result<Finished<String>>) -> Result<Reply> {
 /// (`_spawn_here`): queued as a job of `caller`, child of `parent`.
 pub(crate) fn queue_spawned(caller: Caller, spawned: &Spawned, parent: Option<i64>) -> Result<()> {
     calls::check_spawned_here(spawned)?;
-    catalog::jobs::insert_spawned(std::slice::from_ref(spawned), caller.0, parent)
+    crate::jobs::queue::insert_spawned(std::slice::from_ref(spawned), caller.0, parent)
 }
 
 fn invoke(
@@ -268,7 +268,7 @@ fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
         let list = if route::owner_elsewhere(call.object)?.is_some() { &mut elsewhere } else { &mut here };
         list.push(call.clone());
     }
-    catalog::jobs::insert_spawned(&here, workflow.caller.0, workflow.parent_job)?;
+    crate::jobs::queue::insert_spawned(&here, workflow.caller.0, workflow.parent_job)?;
     if route::arrived() {
         return Ok(elsewhere);
     }

@@ -4,10 +4,11 @@
 //! application's owner and grants, with the tables' owner's privileges.
 
 use crate::access::{self, as_storage, Caller, Privilege};
+use crate::cluster::{forward, map, route};
 use crate::error::{LambdaError, Result};
 use crate::jsonb::JsonText;
 use crate::model::{Forwarded, Spawned};
-use crate::{forward, map, route, workflow};
+use crate::workflow;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -50,7 +51,7 @@ fn invoke_for(app: &str, object_id: i64, method: &str, args: &str) -> Result<Str
         object_id,
         |caller| workflow::invoke_method_of(caller, app, object_id, method, args),
         |caller, node| {
-            let owner = crate::catalog::jobs::app_of(object_id)?.ok_or(LambdaError::UnknownObject(object_id))?;
+            let owner = crate::jobs::queue::app_of(object_id)?.ok_or(LambdaError::UnknownObject(object_id))?;
             workflow::check_of_app(app, object_id, &owner)?;
             forward::invoke(caller, object_id, node, method, args)
         },
@@ -175,7 +176,7 @@ mod lambdastore {
     #[pg_extern(volatile, parallel_unsafe)]
     fn _running_jobs_visible() -> SetOfIterator<'static, i64> {
         let jobs = as_storage(|caller| {
-            let jobs = crate::catalog::jobs::running_everywhere()?;
+            let jobs = crate::jobs::queue::running_everywhere()?;
             visible(caller, jobs, |(_, app)| Some(app.clone()))
         });
         let jobs = jobs.unwrap_or_else(|err| raise(err, "lambdastore.queue".into()));
@@ -417,10 +418,10 @@ mod lambdastore {
             counts["max_moves"] = crate::gucs::rebalance_max_moves().into();
         }
         counts["tolerance"] = crate::gucs::rebalance_tolerance().into();
-        let input: crate::rebalance::Input = serde_json::from_value(counts).unwrap_or_else(|err| {
+        let input: crate::cluster::rebalance::Input = serde_json::from_value(counts).unwrap_or_else(|err| {
             raise(LambdaError::InvalidParameter(format!("unexpected counts: {err}")), "_plan_moves".into())
         });
-        JsonB(serde_json::to_value(crate::rebalance::plan(&input)).expect("a plan is plain data"))
+        JsonB(serde_json::to_value(crate::cluster::rebalance::plan(&input)).expect("a plan is plain data"))
     }
 
     /// Behind `lambdastore.wait` (sql/views.sql), which then returns the job.
@@ -448,7 +449,7 @@ mod lambdastore {
     /// Jobs the background workers are running now (behind `lambdastore.queue`).
     #[pg_extern(volatile, parallel_unsafe)]
     fn _running_jobs() -> TableIterator<'static, (name!(job_id, i64),)> {
-        TableIterator::new(crate::workers::running_jobs().into_iter().map(|job| (job,)))
+        TableIterator::new(crate::jobs::workers::running_jobs().into_iter().map(|job| (job,)))
     }
 
     /// Deletes an object and all its entries (its application's owner only).

@@ -10,7 +10,6 @@ pub(crate) mod cache;
 pub(crate) mod entries;
 pub(crate) mod grants;
 pub(crate) mod guards;
-pub(crate) mod jobs;
 pub(crate) mod modules;
 pub(crate) mod objects;
 mod probe;
@@ -47,7 +46,7 @@ thread_local! {
 }
 
 /// Notes that the current transaction writes object data.
-fn note_write() {
+pub(crate) fn note_write() {
     WROTE.set(true);
 }
 

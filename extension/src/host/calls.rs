@@ -7,12 +7,12 @@
 
 use super::registry::{self, AppVersion};
 use super::{remote, Frame, HostState};
-use crate::affinity;
 use crate::catalog;
+use crate::cluster::affinity;
+use crate::cluster::route;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::model::{Draw, FunctionKind, MethodCall, ObjectInfo, Spawned};
-use crate::route;
 use crate::txn::Workflow;
 use std::rc::Rc;
 

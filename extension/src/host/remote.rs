@@ -24,9 +24,9 @@
 use super::calls;
 use super::registry::{self, AppVersion};
 use super::HostState;
+use crate::cluster::route::{self, Subtransaction};
 use crate::error::{LambdaError, Result};
 use crate::model::{CallFailure, Create, Draw, Forwarded, MethodCall, Nested, Reply, Spawned};
-use crate::route::{self, Subtransaction};
 use crate::txn::Workflow;
 use std::rc::Rc;
 

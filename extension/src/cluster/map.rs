@@ -21,10 +21,10 @@
 
 use crate::access::Caller;
 use crate::catalog::{self, shards};
+use crate::cluster::route::{self, Subtransaction};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::model::{Reply, Spawned};
-use crate::route::{self, Subtransaction};
 use crate::workflow;
 use pgrx::pg_sys::BuiltinOid::*;
 use serde::{Deserialize, Serialize};

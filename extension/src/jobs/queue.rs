@@ -2,7 +2,7 @@
 //! outcome. The worker's claim and its outcome run in one transaction; see
 //! `workers::job_runner`.
 
-use super::{query_at, query_cluster, shards, Place};
+use crate::catalog::{query_at, query_cluster, shards, Place};
 use crate::error::{LambdaError, Result};
 use crate::model::Spawned;
 use pgrx::pg_sys::{self, BuiltinOid::*};
@@ -38,7 +38,7 @@ pub(crate) fn take_inserted() -> bool {
 /// object's shard must be here (`forward` sends submissions there), and
 /// the key was claimed in `job_keys` first (`claim_key`).
 pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
-    super::note_write();
+    crate::catalog::note_write();
     let place = shards::place(job.object)?;
     // Without a key there is no conflict to infer, and on a Citus node no
     // index to infer it from.
@@ -162,7 +162,7 @@ pub(crate) fn app_of(object: i64) -> Result<Option<String>> {
 
 /// A new job id, unique across a Citus cluster.
 fn next_job_id() -> Result<i64> {
-    super::unique_id(c"lambdastore.job_id_seq")
+    crate::catalog::unique_id(c"lambdastore.job_id_seq")
 }
 
 /// Inserts the calls a workflow spawned, in spawn order, to run as `role`.

@@ -6,9 +6,9 @@
 
 use crate::access::Caller;
 use crate::catalog::{self, shards};
+use crate::cluster::route::{self, owner_elsewhere};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use crate::route::{self, owner_elsewhere};
 use crate::workflow;
 
 /// Sends one of the `_here` functions for `caller`, with the session's
@@ -61,10 +61,10 @@ pub(crate) fn claim_job_key(caller: Caller, object: i64, key: &str, method: &str
     if !shards::distributed()? {
         return Ok(KeyClaim::NotNeeded);
     }
-    let Some(app) = catalog::jobs::app_of(object)? else { return Ok(KeyClaim::NotNeeded) };
+    let Some(app) = crate::jobs::queue::app_of(object)? else { return Ok(KeyClaim::NotNeeded) };
     crate::access::check(caller, &app, crate::access::Privilege::Invoke)?;
     crate::jobs::check_key_length(key)?;
-    Ok(match catalog::jobs::claim_key(&app, key, object, method, args)? {
+    Ok(match crate::jobs::queue::claim_key(&app, key, object, method, args)? {
         Some(job) => KeyClaim::Existing(job),
         None => KeyClaim::Claimed(app),
     })
@@ -72,7 +72,7 @@ pub(crate) fn claim_job_key(caller: Caller, object: i64, key: &str, method: &str
 
 /// The job queued under a key `claim_job_key` claimed.
 pub(crate) fn record_job_key(app: &str, key: &str, job: i64) -> Result<()> {
-    catalog::jobs::record_key_job(app, key, job)
+    crate::jobs::queue::record_key_job(app, key, job)
 }
 
 /// `lambdastore.delete_object` of an object stored on `node`: whether it
