@@ -9,12 +9,12 @@
 use crate::access::{self, Caller, Privilege};
 use crate::catalog;
 use crate::cluster::affinity;
-use crate::cluster::route;
+use crate::cluster::{remote, route};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::calls::{self, create_object};
 use crate::host::registry::{self, AppVersion};
-use crate::host::{remote, Frame};
+use crate::host::Frame;
 use crate::model::{
     CallFailure, Create, Draw, FnDesc, Forwarded, FunctionKind, MethodCall, ObjectInfo, Reply, Spawned,
 };
@@ -103,7 +103,7 @@ pub(crate) fn run_job(caller: Caller, job: i64, object: i64, method: &str, args:
 /// objects of this node run in a workflow of this node, committed after it.
 pub(crate) fn invoke_elsewhere(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<String> {
     let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
-    drive_from_sql(caller, |workflow| remote::drive(workflow, None, node, call, &[]))
+    drive_from_sql(caller, |workflow| remote::drive(workflow, None, node, call, &[], calls::run_needed))
 }
 
 /// `create_object` on a node that holds no objects (forward.rs): sent to
@@ -119,7 +119,9 @@ pub(crate) fn create_elsewhere(
     args: &str,
 ) -> Result<i64> {
     let create = Create { app: app.into(), type_name: type_name.into() };
-    let id = drive_from_sql(caller, |workflow| remote::drive_create(workflow, node, route, create, args))?;
+    let id = drive_from_sql(caller, |workflow| {
+        remote::drive_create(workflow, node, route, create, args, calls::run_needed)
+    })?;
     id.parse().map_err(|_| LambdaError::Internal(format!("a forwarded create returned {id:?}")))
 }
 

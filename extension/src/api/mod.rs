@@ -379,7 +379,7 @@ mod lambdastore {
     /// 'local' when the tables are not distributed): which node ran a call.
     #[pg_extern(volatile, parallel_unsafe)]
     fn node() -> String {
-        as_storage(|_| crate::catalog::shards::this_node()).unwrap_or_else(|err| raise(err, "node()".into()))
+        as_storage(|_| crate::cluster::layout::this_node()).unwrap_or_else(|err| raise(err, "node()".into()))
     }
 
     /// Whether this node stores `object_id`'s shard (true when the tables
@@ -400,7 +400,7 @@ mod lambdastore {
     /// it or waits for it; holding it first makes migrations queue.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _hold_shard_operations() {
-        if let Err(err) = crate::catalog::shards::hold_shard_operations() {
+        if let Err(err) = crate::cluster::layout::hold_shard_operations() {
             raise(err, "migrate_object".into());
         }
     }

@@ -5,7 +5,8 @@
 //! this node drives them (host/remote.rs).
 
 use crate::access::Caller;
-use crate::catalog::{self, shards};
+use crate::catalog;
+use crate::cluster::layout;
 use crate::cluster::route::{self, owner_elsewhere};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
@@ -58,7 +59,7 @@ pub(crate) enum KeyClaim {
 /// to a caller that may not invoke the object's application, as the
 /// submission would be.
 pub(crate) fn claim_job_key(caller: Caller, object: i64, key: &str, method: &str, args: &str) -> Result<KeyClaim> {
-    if !shards::distributed()? {
+    if !layout::distributed()? {
         return Ok(KeyClaim::NotNeeded);
     }
     let Some(app) = crate::jobs::queue::app_of(object)? else { return Ok(KeyClaim::NotNeeded) };
@@ -114,5 +115,5 @@ pub(crate) fn create(caller: Caller, app: &str, type_name: &str, args: &str) -> 
 /// Whether `create_object` must be forwarded: the tables are distributed
 /// and this node holds none of their shards (a coordinator).
 pub(crate) fn create_elsewhere() -> Result<bool> {
-    Ok(shards::layout()?.is_some_and(|layout| !layout.holds_shards()))
+    Ok(layout::layout()?.is_some_and(|layout| !layout.holds_shards()))
 }

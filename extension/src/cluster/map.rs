@@ -20,7 +20,8 @@
 //! (`workflow::invoke_elsewhere`). The objects on this node run here.
 
 use crate::access::Caller;
-use crate::catalog::{self, shards};
+use crate::catalog;
+use crate::cluster::layout;
 use crate::cluster::route::{self, Subtransaction};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
@@ -71,7 +72,7 @@ pub(crate) fn map_call(caller: Caller, targets: Targets<'_>, method: &str, args:
     if let Targets::Type { app, type_name } = &targets {
         workflow::check_method(caller, app, type_name, method)?;
     }
-    let layout = shards::fenced_layout(|| "objects may be moving".into())?;
+    let layout = layout::fenced_layout(|| "objects may be moving".into())?;
     let (here, elsewhere) = split(layout.as_deref(), targets)?;
     let mut outcomes = Vec::new();
     // Here first: subtransactions begun once other nodes have been
@@ -88,7 +89,7 @@ pub(crate) fn map_call(caller: Caller, targets: Targets<'_>, method: &str, args:
 
 /// The objects of `targets` that run on this node, and those on other
 /// nodes (`layout`, None when the tables are not distributed).
-fn split<'a>(layout: Option<&shards::Layout>, targets: Targets<'a>) -> Result<(Vec<i64>, Option<Targets<'a>>)> {
+fn split<'a>(layout: Option<&layout::Layout>, targets: Targets<'a>) -> Result<(Vec<i64>, Option<Targets<'a>>)> {
     Ok(match (layout, targets) {
         (None, Targets::Type { app, type_name }) => (list(app, type_name, false)?, None),
         (None, Targets::Ids(ids)) => (ids, None),
@@ -110,7 +111,7 @@ fn split<'a>(layout: Option<&shards::Layout>, targets: Targets<'a>) -> Result<(V
 /// again from here the runs that need a call on a third node, and queues
 /// the calls the runs spawned there.
 fn on_other_nodes(
-    layout: &shards::Layout,
+    layout: &layout::Layout,
     targets: Targets<'_>,
     caller: Caller,
     method: &str,
@@ -175,7 +176,7 @@ fn as_jsonb(result: String) -> Result<String> {
 
 /// Sends the map call to the shards holding `targets`.
 fn send(
-    layout: &shards::Layout,
+    layout: &layout::Layout,
     targets: &Targets<'_>,
     caller: Caller,
     method: &str,

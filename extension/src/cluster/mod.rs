@@ -6,7 +6,9 @@
 
 pub(crate) mod affinity;
 pub(crate) mod forward;
+pub(crate) mod layout;
 pub(crate) mod map;
 pub(crate) mod rebalance;
 pub(crate) mod rebalancer;
+pub(crate) mod remote;
 pub(crate) mod route;

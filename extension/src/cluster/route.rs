@@ -38,7 +38,8 @@
 //! crash left prepared.
 
 use crate::access::{as_storage, Caller};
-use crate::catalog::{self, shards};
+use crate::catalog;
+use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use pgrx::pg_sys::panic::CaughtError;
@@ -84,7 +85,7 @@ pub(crate) fn at_transaction_end() {
 /// Whether this backend runs a part of a transaction driven by another
 /// node: calls for objects elsewhere cannot be sent from here.
 pub(crate) fn arrived() -> bool {
-    shards::arrived()
+    layout::arrived()
 }
 
 /// Whether the current transaction ran calls on more than one node.
@@ -135,12 +136,12 @@ pub(crate) fn validate_reached() -> Result<()> {
 
 /// The node holding `object`'s shard when it is not this one (None when
 /// the tables are not distributed). From now on the transaction holds
-/// this node's fence (`shards::locate`): a migration waits for the
+/// this node's fence (`layout::locate`): a migration waits for the
 /// transaction's end, and one under way is waited for and then followed.
 pub(crate) fn owner_elsewhere(object: i64) -> Result<Option<String>> {
-    Ok(match shards::locate(object)? {
-        shards::Located::Here(_) => None,
-        shards::Located::There(node) => Some(node),
+    Ok(match layout::locate(object)? {
+        layout::Located::Here(_) => None,
+        layout::Located::There(node) => Some(node),
     })
 }
 
@@ -287,7 +288,7 @@ pub(crate) fn caught<T>(run: impl FnOnce() -> Result<T> + std::panic::UnwindSafe
 /// `send` does, by `layout` (read under the fence): one object stands for
 /// each shard, the connection that ran the shard's task.
 pub(crate) fn send_to_shards(
-    layout: &shards::Layout,
+    layout: &layout::Layout,
     sql: &str,
     texts: [&str; 2],
     more: &[&str],
@@ -381,7 +382,7 @@ pub(crate) fn arrive(role: &str, timeout_ms: i64, settings: &str) -> Result<Call
     });
     gucs::set_local("lambdastore.timeout", &timeout_ms.to_string());
     gucs::arrive(settings);
-    shards::arrive();
+    layout::arrive();
     Ok(caller)
 }
 

@@ -12,7 +12,6 @@ pub(crate) mod runner;
 pub(crate) mod workers;
 
 use crate::access::{self, Caller, Privilege};
-use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::{gucs, workflow};
 use pgrx::pg_sys;
@@ -130,7 +129,7 @@ pub(crate) fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
     // after that look still sets our latch. On a Citus cluster the job may
     // run on another node, whose workers cannot set it: look again often.
     let waiter = workers::Waiter::register(job);
-    let nap = if catalog::shards::distributed()? { CLUSTER_WAIT_POLL } else { Duration::MAX };
+    let nap = if crate::cluster::layout::distributed()? { CLUSTER_WAIT_POLL } else { Duration::MAX };
     loop {
         let Some((app, state)) = queue::state(job)? else { return Err(LambdaError::UnknownJob(job)) };
         if !access::allowed(caller, &app, Privilege::Invoke)? && !access::allowed(caller, &app, Privilege::Read)? {
