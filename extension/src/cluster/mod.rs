@@ -5,6 +5,7 @@
 //! each at the level of the single-node modules it sits between.
 
 pub(crate) mod affinity;
+pub(crate) mod api;
 pub(crate) mod forward;
 pub(crate) mod layout;
 pub(crate) mod map;

@@ -134,6 +134,28 @@ fn send(workflow: &Workflow, node: &str, call: &MethodCall, forwarded: &Forwarde
     serde_json::from_str(&reply).map_err(|e| LambdaError::Internal(format!("a forwarded call answered {reply:?}: {e}")))
 }
 
+/// The calls a committed workflow spawned, by where their objects are:
+/// on this node (queued here), on others.
+pub(crate) fn by_node(spawned: &[Spawned]) -> Result<(Vec<Spawned>, Vec<Spawned>)> {
+    let (mut here, mut elsewhere) = (Vec::new(), Vec::new());
+    for call in spawned {
+        let list = if route::owner_elsewhere(call.object)?.is_some() { &mut elsewhere } else { &mut here };
+        list.push(call.clone());
+    }
+    Ok((here, elsewhere))
+}
+
+/// Queues the calls a committed workflow spawned on objects of other
+/// nodes there (`queue`); returns them instead when this node cannot send
+/// them (it runs a call another node sent: that node queues them).
+pub(crate) fn queue_or_return(workflow: &Workflow, elsewhere: Vec<Spawned>) -> Result<Vec<Spawned>> {
+    if route::arrived() {
+        return Ok(elsewhere);
+    }
+    queue(workflow, &elsewhere)?;
+    Ok(Vec::new())
+}
+
 /// Queues calls a committed workflow spawned on objects of other nodes
 /// there, in this transaction, as jobs of `workflow`'s role and job.
 pub(crate) fn queue(workflow: &Workflow, spawned: &[Spawned]) -> Result<()> {

@@ -145,6 +145,24 @@ pub(crate) fn owner_elsewhere(object: i64) -> Result<Option<String>> {
     })
 }
 
+/// Runs what the caller asked about `object` where the object lives, with
+/// the tables' owner's rights (`as_storage`): `here` on this node, else
+/// `there` forwards it to the node holding it (cluster/forward.rs).
+pub(crate) fn at_owner<T>(
+    object: i64,
+    here: impl FnOnce(Caller) -> Result<T>,
+    there: impl FnOnce(Caller, &str) -> Result<T>,
+) -> Result<T> {
+    as_storage(|caller| match owner_elsewhere(object)? {
+        Some(node) => there(caller, &node),
+        None => {
+            let out = here(caller)?;
+            ran_here()?;
+            Ok(out)
+        }
+    })
+}
+
 /// Whether this transaction has written object data on this node (not
 /// whether it has an XID: `nextval` takes one).
 fn wrote_here() -> bool {
