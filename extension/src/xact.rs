@@ -42,7 +42,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         // A transaction that ran calls on several nodes: the node that
         // commits it validates its own reads again, as the prepared nodes
         // do, and (if it wrote nothing, so nothing is prepared) has the
-        // others validate theirs (route.rs).
+        // others validate theirs (cluster/route.rs).
         XACT_EVENT_PRE_COMMIT => {
             if route::spread() {
                 if let Err(failed) = txn::occ::validate_again().and_then(|_| route::validate_elsewhere()) {

@@ -28,7 +28,7 @@ fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> Json
 
 /// Runs a method of an object inside the caller's transaction, on the
 /// node that holds the object (this backend, unless Citus distributes the
-/// objects: forward.rs), and returns its JSON result.
+/// objects: cluster/forward.rs), and returns its JSON result.
 #[pg_extern(volatile, parallel_unsafe)]
 fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonText, "'{}'")) -> JsonText {
     json_result(invoke(object_id, method, &args.0), || format!("lambda_invoke({object_id}, '{method}')"))
@@ -187,7 +187,7 @@ mod lambdastore {
 
     /// Runs `method` with `args` on every object of `app`'s type
     /// `type_name`, each call a workflow of its own in the caller's
-    /// transaction (map.rs); a row per object, by object id: its result,
+    /// transaction (cluster/map.rs); a row per object, by object id: its result,
     /// or the SQLSTATE and message of its failure (that call rolled back
     /// alone). On a Citus cluster, one task per shard on the shard's
     /// node, the nodes in parallel.

@@ -2,7 +2,7 @@
 //! the caller's transaction, and where the transaction has reached.
 //!
 //! A call for an object stored on another node (from SQL: forward.rs; from
-//! a lambda: host/remote.rs) is one statement routed by the object id to
+//! a lambda: remote.rs) is one statement routed by the object id to
 //! the shard's node: `SELECT lambdastore._call_here(...) FROM (SELECT
 //! count(*) FROM lambdastore.objects WHERE object_id = $1) routed`. Citus
 //! sends a query whose tables all fall in one shard to that shard's node as
@@ -23,7 +23,7 @@
 //! A node that received such a statement is inside a Citus task for the
 //! rest of the transaction (`arrived`): Citus refuses distributed queries
 //! there, so it sends nothing further itself; the node that sent it drives
-//! every hop (host/remote.rs).
+//! every hop (remote.rs).
 //!
 //! Citus takes a call for a SELECT, so a call that wrote marks its node as
 //! written with a no-op UPDATE routed there (`engage`): Citus then commits

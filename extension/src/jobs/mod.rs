@@ -76,7 +76,7 @@ pub(crate) fn submit(
     Ok(id)
 }
 
-/// A job this transaction queued on another node (forward.rs): waiting for
+/// A job this transaction queued on another node (cluster/forward.rs): waiting for
 /// it before the commit could only time out, as for one queued here.
 pub(crate) fn queued_elsewhere(job: i64) {
     UNCOMMITTED.with(|jobs| jobs.borrow_mut().push(job));

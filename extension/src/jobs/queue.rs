@@ -1,6 +1,6 @@
 //! Job rows (`lambdastore.jobs`): submitting, claiming, and recording an
 //! outcome. The worker's claim and its outcome run in one transaction; see
-//! `workers::job_runner`.
+//! the job runner (runner.rs).
 
 use crate::catalog::{query_at, query_cluster, Place};
 use crate::cluster::layout;
@@ -25,7 +25,7 @@ pub(crate) struct NewJob<'a> {
 
 thread_local! {
     /// Whether this transaction inserted jobs: the workers are woken when
-    /// it commits (jobs.rs).
+    /// it commits (jobs/mod.rs).
     static INSERTED: Cell<bool> = const { Cell::new(false) };
 }
 

@@ -30,7 +30,7 @@ const MAX_IDLE: Duration = Duration::from_secs(60);
 /// How often an idle worker looks for prepared transactions that ended.
 const PREPARED_POLL: Duration = Duration::from_millis(100);
 
-/// Entry point, named in the worker's registration (`workers::init`).
+/// Entry point, named in the worker's registration (`workers::register`).
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
