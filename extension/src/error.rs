@@ -102,7 +102,7 @@ pub(crate) enum LambdaError {
     /// what to answer the node that drives the transaction. Never reaches a client.
     #[error("a call forwarded to this node needs a call on another node first")]
     Suspended(String),
-    /// Raised on the node a call was forwarded to (forward.rs): its code
+    /// Raised on the node a call was forwarded to (cluster/forward.rs): its code
     /// and words, without what the forwarding node's SPI call added.
     #[error("{message}")]
     Remote { code: PgSqlErrorCode, message: String, detail: String },

@@ -432,7 +432,7 @@ pub(crate) fn job_max_attempts() -> i32 {
 }
 
 /// The settings a call runs with, which travel with it to the node that
-/// runs it on a Citus cluster (forward.rs): all but the node's own
+/// runs it on a Citus cluster (cluster/forward.rs): all but the node's own
 /// (workers, database, job_max_attempts) and `timeout`, which travels as
 /// the caller's capped value; and whether the transaction is READ ONLY
 /// (Citus does not say so to the nodes it reaches).
@@ -491,7 +491,7 @@ pub(crate) fn arrive(settings: &str) {
 
 /// Sets one of our settings for the rest of the transaction, as
 /// `SET LOCAL` would with a superuser's rights: a call forwarded to another
-/// Citus node takes its caller's settings along (forward.rs).
+/// Citus node takes its caller's settings along (cluster/forward.rs).
 pub(crate) fn set_local(name: &str, value: &str) {
     let (name, value) = (std::ffi::CString::new(name), std::ffi::CString::new(value));
     let (Ok(name), Ok(value)) = (name, value) else { return };

@@ -9,24 +9,19 @@
 use pgrx::prelude::*;
 
 mod access;
-mod affinity;
 mod api;
 mod catalog;
+mod cluster;
 mod error;
-mod forward;
 mod gucs;
 mod host;
 mod jobs;
 mod jsonb;
-mod map;
 mod model;
-mod rebalance;
-mod route;
 mod runtime;
 mod shmem;
 mod stats;
 mod txn;
-mod workers;
 mod workflow;
 mod xact;
 
@@ -53,9 +48,9 @@ pub extern "C-unwind" fn _PG_init() {
         txn::versions::request_shared_memory();
         txn::prepared::request_shared_memory();
         stats::request_shared_memory();
-        affinity::request_shared_memory();
-        workers::request_shared_memory();
-        workers::register();
+        cluster::affinity::request_shared_memory();
+        jobs::workers::request_shared_memory();
+        jobs::workers::register();
     }
     access::init();
     catalog::init();

@@ -52,7 +52,7 @@ pub(crate) struct ModuleKey {
 }
 
 /// A nested method call, as the caller makes it (host/calls.rs); sent to
-/// another Citus node when the object is stored there (host/remote.rs).
+/// another Citus node when the object is stored there (cluster/remote.rs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct MethodCall {
     pub(crate) object: i64,
@@ -66,7 +66,7 @@ pub(crate) struct MethodCall {
 }
 
 /// What a run of a call forwarded to another node got from the host, in
-/// order, which a later run of the same call must get again (host/remote.rs):
+/// order, which a later run of the same call must get again (cluster/remote.rs):
 /// random numbers, clock readings, ids of objects it created, and the
 /// outcome of each call it needed on a third node (`Err`: the callee's own
 /// error, for the caller to handle).

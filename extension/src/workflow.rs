@@ -7,17 +7,15 @@
 //! calls.
 
 use crate::access::{self, Caller, Privilege};
-use crate::affinity;
 use crate::catalog;
+use crate::cluster::affinity;
+use crate::cluster::{remote, route};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use crate::host::calls::{self, create_object};
+use crate::host::calls::create_object;
 use crate::host::registry::{self, AppVersion};
-use crate::host::{remote, Frame};
-use crate::model::{
-    CallFailure, Create, Draw, FnDesc, Forwarded, FunctionKind, MethodCall, ObjectInfo, Reply, Spawned,
-};
-use crate::route;
+use crate::host::Frame;
+use crate::model::{Draw, FnDesc, FunctionKind, ObjectInfo, Spawned};
 use crate::stats;
 use crate::txn::{occ, Workflow};
 use std::rc::Rc;
@@ -38,7 +36,7 @@ fn counted<T>(app: &str, ty: &str, function: &str, started: Instant, outcome: Re
 /// snapshot isolation levels and finishes the prepared transactions that
 /// have ended, whose writer counts this workflow's validation must not meet
 /// (an entry point that skipped it failed with 40001 on a cluster).
-fn start(caller: Caller, job: Option<i64>, tape: Option<Vec<Draw>>) -> Result<Rc<Workflow>> {
+pub(crate) fn start(caller: Caller, job: Option<i64>, tape: Option<Vec<Draw>>) -> Result<Rc<Workflow>> {
     occ::check_isolation()?;
     let workflow = Workflow::new(caller, job, gucs::timeout(caller.is_superuser()));
     Ok(Rc::new(match tape {
@@ -50,9 +48,9 @@ fn start(caller: Caller, job: Option<i64>, tape: Option<Vec<Draw>>) -> Result<Rc
 /// A call that returned, and the calls its workflow spawned on objects of
 /// other nodes that this node could not queue (it runs a call another node
 /// sent: that node queues them).
-struct Finished<T> {
-    result: T,
-    spawned_elsewhere: Vec<Spawned>,
+pub(crate) struct Finished<T> {
+    pub(crate) result: T,
+    pub(crate) spawned_elsewhere: Vec<Spawned>,
 }
 
 /// A workflow that writes cannot run in a READ ONLY transaction: refused
@@ -98,102 +96,15 @@ pub(crate) fn run_job(caller: Caller, job: i64, object: i64, method: &str, args:
     invoke(caller, Some(job), object, method, args, None, None).map(|done| done.result)
 }
 
-/// `lambda_invoke` of an object stored on `node` (forward.rs): sent there,
-/// with the calls its lambda needs on other nodes made from here; those on
-/// objects of this node run in a workflow of this node, committed after it.
-pub(crate) fn invoke_elsewhere(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<String> {
-    let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
-    drive_from_sql(caller, |workflow| remote::drive(workflow, None, node, call, &[]))
-}
-
-/// `create_object` on a node that holds no objects (forward.rs): sent to
-/// `node`, the node of `route`, which creates the object there; driven as
-/// `invoke_elsewhere` drives a call, so that its constructor may reach any
-/// node.
-pub(crate) fn create_elsewhere(
+/// A call another node sent here (cluster/forward.rs), replaying `tape`.
+pub(crate) fn invoke_replaying(
     caller: Caller,
-    route: i64,
-    node: &str,
-    app: &str,
-    type_name: &str,
+    object: i64,
+    method: &str,
     args: &str,
-) -> Result<i64> {
-    let create = Create { app: app.into(), type_name: type_name.into() };
-    let id = drive_from_sql(caller, |workflow| remote::drive_create(workflow, node, route, create, args))?;
-    id.parse().map_err(|_| LambdaError::Internal(format!("a forwarded create returned {id:?}")))
-}
-
-/// A call from SQL sent to another node by `drive`, in a workflow of this
-/// node that commits the calls it needed here.
-fn drive_from_sql(
-    caller: Caller,
-    drive: impl FnOnce(&Rc<Workflow>) -> Result<Result<String, CallFailure>>,
-) -> Result<String> {
-    let workflow = start(caller, None, None)?;
-    let result = validated(&workflow, drive(&workflow)?.map_err(LambdaError::from))?;
-    if !workflow.touched().is_empty() {
-        commit(&workflow)?;
-        route::ran_here()?;
-    }
-    Ok(result)
-}
-
-/// A call another node sent to this one (`_call_here`), whose object is
-/// stored here: from SQL (checked as `lambda_invoke` is) or nested (run as
-/// a callee of the sender's workflow). Its answer as JSON: `Reply`.
-pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &str, sent: Forwarded) -> Result<String> {
-    let outcome = match (sent.create, sent.nested) {
-        (Some(create), _) => create_with(caller, &create.app, &create.type_name, args, Some(sent.tape))
-            .map(|done| Finished { result: done.result.to_string(), spawned_elsewhere: done.spawned_elsewhere }),
-        (None, None) => invoke(caller, None, object, method, args, Some(sent.tape), None),
-        (None, Some(nested)) => {
-            let app = registry::load(&nested.module)?;
-            let call = MethodCall {
-                object,
-                method: method.into(),
-                args: args.into(),
-                readonly: nested.readonly,
-                depth: nested.depth,
-            };
-            let workflow = start(caller, nested.job, Some(sent.tape))?;
-            validated(&workflow, calls::method_here(&workflow, &app, &call))
-                .and_then(|result| Ok(Finished { result, spawned_elsewhere: commit(&workflow)? }))
-        }
-    };
-    if let Err(LambdaError::Suspended(needs)) = outcome {
-        return Ok(needs);
-    }
-    serde_json::to_string(&reply(outcome)?).map_err(|e| LambdaError::Internal(e.to_string()))
-}
-
-/// One object's call of a map call another node sent here
-/// (`_map_here`): run as `lambda_invoke` runs it, answered as
-/// `run_forwarded` answers.
-pub(crate) fn run_mapped(caller: Caller, object: i64, method: &str, args: &str) -> Result<Reply> {
-    match invoke(caller, None, object, method, args, Some(Vec::new()), None) {
-        Err(LambdaError::Suspended(needs)) => serde_json::from_str(&needs)
-            .map_err(|e| LambdaError::Internal(format!("a stopped run answered {needs:?}: {e}"))),
-        outcome => reply(outcome),
-    }
-}
-
-/// What a forwarded call answers (a run that stopped for a call on
-/// another node answers that: `Suspended`).
-fn reply(outcome: Result<Finished<String>>) -> Result<Reply> {
-    match outcome {
-        Ok(done) => Ok(Reply::Done { result: done.result, spawned: done.spawned_elsewhere }),
-        Err(failed) => match failed.call_failure() {
-            Some(failure) => Ok(Reply::Failed { failure }),
-            None => Err(failed),
-        },
-    }
-}
-
-/// A call a lambda on another node spawned on an object stored here
-/// (`_spawn_here`): queued as a job of `caller`, child of `parent`.
-pub(crate) fn queue_spawned(caller: Caller, spawned: &Spawned, parent: Option<i64>) -> Result<()> {
-    calls::check_spawned_here(spawned)?;
-    catalog::jobs::insert_spawned(std::slice::from_ref(spawned), caller.0, parent)
+    tape: Vec<Draw>,
+) -> Result<Finished<String>> {
+    invoke(caller, None, object, method, args, Some(tape), None)
 }
 
 fn invoke(
@@ -241,7 +152,7 @@ fn run_method(
 
 /// A run's outcome; a failure only once the workflow's reads are still as
 /// read (`occ::failed`: else 40001), as a success is at commit.
-fn validated<T>(workflow: &Workflow, outcome: Result<T>) -> Result<T> {
+pub(crate) fn validated<T>(workflow: &Workflow, outcome: Result<T>) -> Result<T> {
     outcome.map_err(|failure| occ::failed(workflow, failure))
 }
 
@@ -250,7 +161,7 @@ fn validated<T>(workflow: &Workflow, outcome: Result<T>) -> Result<T> {
 /// running as the workflow's role, children of the job it runs in if any.
 /// Calls spawned on objects of other nodes are queued there; returned
 /// when this node cannot send them (a call another node sent runs here).
-fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
+pub(crate) fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     occ::commit(workflow)?;
     // Inside BEGIN … COMMIT the answer reaches the client now, not after a
     // COMMIT that validates every node: what calls read on other nodes
@@ -263,17 +174,9 @@ fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     if writes.spawned().is_empty() {
         return Ok(Vec::new());
     }
-    let (mut here, mut elsewhere) = (Vec::new(), Vec::new());
-    for call in writes.spawned() {
-        let list = if route::owner_elsewhere(call.object)?.is_some() { &mut elsewhere } else { &mut here };
-        list.push(call.clone());
-    }
-    catalog::jobs::insert_spawned(&here, workflow.caller.0, workflow.parent_job)?;
-    if route::arrived() {
-        return Ok(elsewhere);
-    }
-    remote::queue(workflow, &elsewhere)?;
-    Ok(Vec::new())
+    let (here, elsewhere) = remote::by_node(writes.spawned())?;
+    crate::jobs::queue::insert_spawned(&here, workflow.caller.0, workflow.parent_job)?;
+    remote::queue_or_return(workflow, elsewhere)
 }
 
 fn in_transaction_block() -> bool {
@@ -329,16 +232,6 @@ pub(crate) fn check_method(caller: Caller, app_name: &str, type_name: &str, meth
     refuse_in_read_only_transaction(readonly, type_name, method)
 }
 
-/// Queues, from the node driving a map call, the calls its runs on other
-/// nodes spawned on objects of yet other nodes (as `invoke_elsewhere`
-/// queues those of one call).
-pub(crate) fn queue_spawned_elsewhere(caller: Caller, spawned: &[Spawned]) -> Result<()> {
-    if spawned.is_empty() {
-        return Ok(());
-    }
-    remote::queue(&*start(caller, None, None)?, spawned)
-}
-
 /// Whether `method` of `type_name` is a method SQL may call (not
 /// protected), and if so whether it is readonly.
 fn method_callable_from_sql(app: &AppVersion, type_name: &str, method: &str) -> Result<bool> {
@@ -387,7 +280,7 @@ pub(crate) fn create(caller: Caller, app_name: &str, type_name: &str, args: &str
 }
 
 /// The same, replaying `tape` for a create another node sent.
-fn create_with(
+pub(crate) fn create_with(
     caller: Caller,
     app_name: &str,
     type_name: &str,

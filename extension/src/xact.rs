@@ -5,7 +5,9 @@
 //! released; the pre-commit and pre-prepare parts before either, where an
 //! error still aborts the transaction.
 
-use crate::{catalog, jobs, route, txn, workers};
+use crate::cluster::route;
+use crate::jobs::{self, workers};
+use crate::{catalog, txn};
 use pgrx::pg_sys;
 
 /// Registers the callback; once per process, from `_PG_init`.
@@ -27,7 +29,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         XACT_EVENT_PRE_PREPARE => {
             let prepared = catalog::cache::at_prepare()
                 .and_then(|_| txn::occ::validate_again())
-                .and_then(|_| txn::prepared::at_prepare(catalog::jobs::take_inserted()));
+                .and_then(|_| txn::prepared::at_prepare(jobs::queue::take_inserted()));
             if let Err(refused) = prepared {
                 refused.report("PREPARE TRANSACTION");
             }
@@ -40,7 +42,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         // A transaction that ran calls on several nodes: the node that
         // commits it validates its own reads again, as the prepared nodes
         // do, and (if it wrote nothing, so nothing is prepared) has the
-        // others validate theirs (route.rs).
+        // others validate theirs (cluster/route.rs).
         XACT_EVENT_PRE_COMMIT => {
             if route::spread() {
                 if let Err(failed) = txn::occ::validate_again().and_then(|_| route::validate_elsewhere()) {

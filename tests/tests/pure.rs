@@ -17,5 +17,5 @@ mod entry_sets;
 #[path = "../../extension/src/txn/tape.rs"]
 mod tape;
 
-#[path = "../../extension/src/rebalance.rs"]
+#[path = "../../extension/src/cluster/rebalance.rs"]
 mod rebalance;

@@ -4,17 +4,17 @@
 //! application's owner and grants, with the tables' owner's privileges.
 
 use crate::access::{self, as_storage, Caller, Privilege};
+use crate::cluster::{forward, map, route};
 use crate::error::{LambdaError, Result};
 use crate::jsonb::JsonText;
-use crate::model::{Forwarded, Spawned};
-use crate::{forward, map, route, workflow};
+use crate::workflow;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
 /// Raises `err` once every wasm frame is gone. A cancel or termination is
 /// handed back to PostgreSQL so that it reports it its own way (57014
 /// "canceling statement due to ...", or FATAL for a terminated backend).
-fn raise(err: LambdaError, context: String) -> ! {
+pub(crate) fn raise(err: LambdaError, context: String) -> ! {
     if matches!(err, LambdaError::Canceled) {
         pgrx::check_for_interrupts!();
     }
@@ -28,14 +28,14 @@ fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> Json
 
 /// Runs a method of an object inside the caller's transaction, on the
 /// node that holds the object (this backend, unless Citus distributes the
-/// objects: forward.rs), and returns its JSON result.
+/// objects: cluster/forward.rs), and returns its JSON result.
 #[pg_extern(volatile, parallel_unsafe)]
 fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonText, "'{}'")) -> JsonText {
     json_result(invoke(object_id, method, &args.0), || format!("lambda_invoke({object_id}, '{method}')"))
 }
 
 fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
-    at_owner(
+    route::at_owner(
         object_id,
         |caller| workflow::invoke_method(caller, object_id, method, args),
         |caller, node| forward::invoke(caller, object_id, node, method, args),
@@ -46,33 +46,15 @@ fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
 /// where the object is read anyway (from the backend's cache, once seen),
 /// or, for an object of another node, by a query of its row there.
 fn invoke_for(app: &str, object_id: i64, method: &str, args: &str) -> Result<String> {
-    at_owner(
+    route::at_owner(
         object_id,
         |caller| workflow::invoke_method_of(caller, app, object_id, method, args),
         |caller, node| {
-            let owner = crate::catalog::jobs::app_of(object_id)?.ok_or(LambdaError::UnknownObject(object_id))?;
+            let owner = crate::jobs::queue::app_of(object_id)?.ok_or(LambdaError::UnknownObject(object_id))?;
             workflow::check_of_app(app, object_id, &owner)?;
             forward::invoke(caller, object_id, node, method, args)
         },
     )
-}
-
-/// Runs what the caller asked about `object` where the object lives, with
-/// the tables' owner's rights (`as_storage`): `here` on this node, else
-/// `there` forwards it to the node holding it (forward.rs).
-fn at_owner<T>(
-    object: i64,
-    here: impl FnOnce(Caller) -> Result<T>,
-    there: impl FnOnce(Caller, &str) -> Result<T>,
-) -> Result<T> {
-    as_storage(|caller| match route::owner_elsewhere(object)? {
-        Some(node) => there(caller, &node),
-        None => {
-            let out = here(caller)?;
-            route::ran_here()?;
-            Ok(out)
-        }
-    })
 }
 
 #[pg_schema]
@@ -126,7 +108,7 @@ mod lambdastore {
     /// at commit, hot sets are split automatically. False if already a guard.
     #[pg_extern(volatile, parallel_unsafe)]
     fn split(object_id: i64, field: &str, key: &[u8]) -> bool {
-        let outcome = at_owner(
+        let outcome = route::at_owner(
             object_id,
             |caller| workflow::split(caller, object_id, field, key),
             |caller, node| forward::split(caller, object_id, node, field, key),
@@ -175,7 +157,7 @@ mod lambdastore {
     #[pg_extern(volatile, parallel_unsafe)]
     fn _running_jobs_visible() -> SetOfIterator<'static, i64> {
         let jobs = as_storage(|caller| {
-            let jobs = crate::catalog::jobs::running_everywhere()?;
+            let jobs = crate::jobs::queue::running_everywhere()?;
             visible(caller, jobs, |(_, app)| Some(app.clone()))
         });
         let jobs = jobs.unwrap_or_else(|err| raise(err, "lambdastore.queue".into()));
@@ -205,7 +187,7 @@ mod lambdastore {
 
     /// Runs `method` with `args` on every object of `app`'s type
     /// `type_name`, each call a workflow of its own in the caller's
-    /// transaction (map.rs); a row per object, by object id: its result,
+    /// transaction (cluster/map.rs); a row per object, by object id: its result,
     /// or the SQLSTATE and message of its failure (that call rolled back
     /// alone). On a Citus cluster, one task per shard on the shard's
     /// node, the nodes in parallel.
@@ -259,170 +241,6 @@ mod lambdastore {
         mapped(outcome, || format!("map_call(object_ids, '{method}')"))
     }
 
-    /// On a Citus node a map call reached (map.rs): one object's call, as
-    /// `_call_here` runs a call, rolled back alone if it fails. Superusers
-    /// only (sql/citus.sql); returns "w" or "r", then `map::Answer`.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _map_here(object_id: i64, method: &str, args: &str, role: &str, timeout_ms: i64, settings: &str) -> String {
-        let run = |caller| {
-            let answer = map::run_here(caller, object_id, method, args)?;
-            serde_json::to_string(&answer).map_err(|e| LambdaError::Internal(e.to_string()))
-        };
-        here(role, timeout_ms, settings, run, || format!("map_call({object_id}, '{method}')"))
-    }
-
-    /// On the Citus node holding the object: a call sent by another node
-    /// (route.rs), from SQL or from a lambda there, for `role` with its
-    /// settings; `context` is what travels with it (`model::Forwarded`).
-    /// Superusers only (sql/citus.sql); returns "w" or "r" (whether this
-    /// node's part of the transaction wrote), then the answer
-    /// (`model::Reply`).
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _call_here(
-        object_id: i64,
-        method: &str,
-        args: &str,
-        context: &str,
-        role: &str,
-        timeout_ms: i64,
-        settings: &str,
-    ) -> String {
-        let call = |caller| workflow::run_forwarded(caller, object_id, method, args, sent_context(context)?);
-        let describe = || match sent_context::<Forwarded>(context).ok().and_then(|sent| sent.create) {
-            Some(create) => format!("create_object('{}', '{}')", create.app, create.type_name),
-            None => format!("lambda_invoke({object_id}, '{method}')"),
-        };
-        here(role, timeout_ms, settings, call, describe)
-    }
-
-    /// The same for a call a lambda on another node spawned on an object
-    /// stored here; `context` is `[application, parent job]`.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _spawn_here(
-        object_id: i64,
-        method: &str,
-        args: &str,
-        context: &str,
-        role: &str,
-        timeout_ms: i64,
-        settings: &str,
-    ) -> String {
-        let spawn = |caller| {
-            let (app, parent): (String, Option<i64>) = sent_context(context)?;
-            let spawned = Spawned { object: object_id, app, method: method.into(), args: args.into() };
-            workflow::queue_spawned(caller, &spawned, parent).map(|_| String::new())
-        };
-        here(role, timeout_ms, settings, spawn, || format!("spawn({object_id}, '{method}')"))
-    }
-
-    /// The same for `lambdastore.submit` (its key claimed by the sending
-    /// node, '' for none); the result is the job id.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _submit_here(
-        object_id: i64,
-        method: &str,
-        args: &str,
-        idempotency_key: &str,
-        role: &str,
-        timeout_ms: i64,
-        settings: &str,
-    ) -> String {
-        let key = Some(idempotency_key).filter(|key| !key.is_empty());
-        let submit = |caller| crate::jobs::submit(caller, object_id, method, args, key).map(|job| job.to_string());
-        here(role, timeout_ms, settings, submit, || format!("submit({object_id}, '{method}')"))
-    }
-
-    /// The same for `lambdastore.delete_object`: "true" if it existed.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _delete_here(
-        object_id: i64,
-        _a: &str,
-        _b: &str,
-        _c: &str,
-        role: &str,
-        timeout_ms: i64,
-        settings: &str,
-    ) -> String {
-        let delete = |caller| workflow::delete_object(caller, object_id).map(|existed| existed.to_string());
-        here(role, timeout_ms, settings, delete, || format!("delete_object({object_id})"))
-    }
-
-    /// The same for `lambdastore.split` (the key in hex): "true" if split.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _split_here(
-        object_id: i64,
-        field: &str,
-        key: &str,
-        _c: &str,
-        role: &str,
-        timeout_ms: i64,
-        settings: &str,
-    ) -> String {
-        let split = |caller| {
-            let key = hex::decode(key).map_err(|e| LambdaError::InvalidParameter(format!("a hex key: {e}")))?;
-            workflow::split(caller, object_id, field, &key).map(|split| split.to_string())
-        };
-        here(role, timeout_ms, settings, split, || format!("split({object_id})"))
-    }
-
-    /// On a node a read-only transaction spanning several nodes ran calls
-    /// on, before it commits (forward.rs): validates this node's reads
-    /// again (40001 if one changed). Superusers only (sql/citus.sql).
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _validate_here() -> String {
-        crate::txn::occ::validate_again().unwrap_or_else(|err| raise(err, "COMMIT".into()));
-        "r".into()
-    }
-
-    /// The node this session runs on, as host:port in Citus' metadata (or
-    /// 'local' when the tables are not distributed): which node ran a call.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn node() -> String {
-        as_storage(|_| crate::catalog::shards::this_node()).unwrap_or_else(|err| raise(err, "node()".into()))
-    }
-
-    /// Whether this node stores `object_id`'s shard (true when the tables
-    /// are not distributed), from the backend's copy of Citus' metadata,
-    /// re-read after every shard move: the gateway asks it after each call
-    /// it routed by its own copy (gateway/src/placement/citus.rs).
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn holds(object_id: i64) -> bool {
-        as_storage(|_| route::owner_elsewhere(object_id))
-            .map(|elsewhere| elsewhere.is_none())
-            .unwrap_or_else(|err| raise(err, format!("holds({object_id})")))
-    }
-
-    /// Behind `lambdastore.migrate_object` (sql/citus.sql): waits for and
-    /// holds, to the end of the transaction, the lock with which Citus
-    /// keeps one split or move at a time in the objects' colocation group.
-    /// Citus only tries it, and fails at once while another operation holds
-    /// it or waits for it; holding it first makes migrations queue.
-    #[pg_extern(volatile, parallel_unsafe)]
-    fn _hold_shard_operations() {
-        if let Err(err) = crate::catalog::shards::hold_shard_operations() {
-            raise(err, "migrate_object".into());
-        }
-    }
-
-    /// Behind `lambdastore.rebalance` (sql/citus.sql): the plan from the
-    /// counts every node gathered (rebalance.rs), with the settings'
-    /// tolerance, and their bound on moves unless `max_moves` is given.
-    #[pg_extern(stable, parallel_safe)]
-    fn _plan_moves(counts: JsonB) -> JsonB {
-        let mut counts = counts.0;
-        if !counts.is_object() {
-            raise(LambdaError::InvalidParameter("the counts are a JSON object".into()), "_plan_moves".into());
-        }
-        if counts.get("max_moves").is_none_or(|m| m.is_null()) {
-            counts["max_moves"] = crate::gucs::rebalance_max_moves().into();
-        }
-        counts["tolerance"] = crate::gucs::rebalance_tolerance().into();
-        let input: crate::rebalance::Input = serde_json::from_value(counts).unwrap_or_else(|err| {
-            raise(LambdaError::InvalidParameter(format!("unexpected counts: {err}")), "_plan_moves".into())
-        });
-        JsonB(serde_json::to_value(crate::rebalance::plan(&input)).expect("a plan is plain data"))
-    }
-
     /// Behind `lambdastore.wait` (sql/views.sql), which then returns the job.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _wait_for_job(job_id: i64, timeout_ms: i64) {
@@ -448,13 +266,13 @@ mod lambdastore {
     /// Jobs the background workers are running now (behind `lambdastore.queue`).
     #[pg_extern(volatile, parallel_unsafe)]
     fn _running_jobs() -> TableIterator<'static, (name!(job_id, i64),)> {
-        TableIterator::new(crate::workers::running_jobs().into_iter().map(|job| (job,)))
+        TableIterator::new(crate::jobs::workers::running_jobs().into_iter().map(|job| (job,)))
     }
 
     /// Deletes an object and all its entries (its application's owner only).
     #[pg_extern(volatile, parallel_unsafe)]
     fn delete_object(object_id: i64) {
-        let outcome = at_owner(
+        let outcome = route::at_owner(
             object_id,
             |caller| workflow::delete_object(caller, object_id),
             |caller, node| forward::delete(caller, object_id, node),
@@ -628,7 +446,7 @@ fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) 
     if let KeyClaim::Existing(job) = claim {
         return Ok(job);
     }
-    let job = at_owner(
+    let job = route::at_owner(
         object_id,
         |caller| crate::jobs::submit(caller, object_id, method, args, key),
         |caller, node| {
@@ -676,26 +494,6 @@ fn mapped(
         Ok(result) => (object, Some(JsonText(result)), None, None),
         Err(failure) => (object, None, Some(failure.sqlstate), Some(failure.message)),
     }))
-}
-
-/// The body of a call forwarded here (`_invoke_here` and its kind): the
-/// caller and its settings, the work as storage, the result for
-/// `route::here_result`.
-fn here(
-    role: &str,
-    timeout_ms: i64,
-    settings: &str,
-    work: impl FnOnce(Caller) -> Result<String>,
-    context: impl FnOnce() -> String,
-) -> String {
-    let outcome = route::arrive(role, timeout_ms, settings).and_then(|caller| as_storage(|_| work(caller)));
-    route::here_result(outcome.unwrap_or_else(|err| raise(err, context())))
-}
-
-/// What travels with a call another node sent (`_call_here`, `_spawn_here`).
-fn sent_context<T: serde::de::DeserializeOwned>(context: &str) -> Result<T> {
-    serde_json::from_str(context)
-        .map_err(|e| LambdaError::InvalidParameter(format!("the context of a call from another node: {e}")))
 }
 
 /// 'invoke' or 'read': what `grant` and `revoke` take.

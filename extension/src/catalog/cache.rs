@@ -20,7 +20,7 @@
 //! may run in any backend, or after a crash). A deploy or grant made on
 //! another node does not even run this extension's code here: Citus writes
 //! this node's copy of the reference tables itself, which the transaction's
-//! statistics tell (`shards::wrote_reference_tables`). So at PREPARE the
+//! statistics tell (`cluster::layout::wrote_reference_tables`). So at PREPARE the
 //! transaction leaves its XID in shared memory instead, and whoever looks
 //! at the generation next first finishes the XIDs whose transactions have
 //! ended: a committed one bumps the generation, before its XID is cleared,
@@ -93,7 +93,7 @@ pub(crate) fn request_shared_memory() {
 /// its XID goes to shared memory, for the next look at the generation
 /// after it ends (see the module doc). Refused when every slot is taken.
 pub(crate) fn at_prepare() -> Result<(), LambdaError> {
-    let changed = BUMP_AT_COMMIT.replace(false) || super::shards::wrote_reference_tables();
+    let changed = BUMP_AT_COMMIT.replace(false) || crate::cluster::layout::wrote_reference_tables();
     if !changed || !ENABLED.load(Ordering::Relaxed) {
         return Ok(());
     }

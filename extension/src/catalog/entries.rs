@@ -1,13 +1,14 @@
 //! Entry rows: point reads, ordered range scans, and applying a workflow's
 //! buffered writes in a few set-based statements.
 
-use super::{probe, query_at, query_chunks, shards};
+use super::{probe, query_at, query_chunks};
+use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
 use crate::model::{EntryKey, Slot};
 use pgrx::pg_sys::BuiltinOid::*;
 
 pub(crate) fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
-    let place = shards::place(*object)?;
+    let place = layout::place(*object)?;
     if probe::usable() {
         let key = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
         return Ok(probe::by_key(place, c"entries", c"entries_pkey", &key, |row| row.bytes(4))?.flatten());
@@ -56,7 +57,7 @@ pub(crate) fn scan(
     }
     let mut out = Vec::new();
     let mut bytes = 0usize;
-    query_chunks(shards::place(object)?, sql, &types, &args, SCAN_CHUNK, |rows| {
+    query_chunks(layout::place(object)?, sql, &types, &args, SCAN_CHUNK, |rows| {
         for row in rows {
             let key = super::bytes(&row, 1)?.unwrap_or_default();
             let value = super::bytes(&row, 2)?.unwrap_or_default();
@@ -93,7 +94,7 @@ pub(crate) fn apply<'a>(
     for (id, app, type_name) in created {
         super::note_write();
         query_at(
-            shards::place(*id)?,
+            layout::place(*id)?,
             "WITH o AS (INSERT INTO lambdastore.objects (object_id, app, type_name) VALUES ($1, $2, $3))
              INSERT INTO lambdastore.entry_sets (object_id) VALUES ($1)",
             &[INT8OID, TEXTOID, TEXTOID],
@@ -106,7 +107,7 @@ pub(crate) fn apply<'a>(
             keep_going()?;
         }
         super::note_write();
-        let place = shards::place(*object)?;
+        let place = layout::place(*object)?;
         match slot {
             Some(value) => query_at(
                 place,

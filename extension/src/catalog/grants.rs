@@ -15,7 +15,7 @@ use pgrx::pg_sys::{BuiltinOid::*, Oid};
 /// The role stored as (`oid`, `name`), as an OID of this node (InvalidOid:
 /// no such role here).
 fn role(oid: Option<Oid>, name: Option<String>) -> Result<Oid> {
-    if !super::shards::distributed()? {
+    if !crate::cluster::layout::distributed()? {
         return Ok(oid.unwrap_or(pgrx::pg_sys::InvalidOid));
     }
     let Some(name) = name.and_then(|n| std::ffi::CString::new(n).ok()) else { return Ok(pgrx::pg_sys::InvalidOid) };

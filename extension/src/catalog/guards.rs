@@ -1,7 +1,8 @@
 //! Entry-set rows: an object's guards, the lower bounds of its sets. Their
 //! versions and conflict counts live in shared memory (txn/versions.rs).
 
-use super::{probe, query_at, shards};
+use super::{probe, query_at};
+use crate::cluster::layout;
 use crate::error::Result;
 use crate::model::Position;
 use pgrx::pg_sys::BuiltinOid::*;
@@ -14,7 +15,7 @@ fn position(row: &pgrx::spi::SpiHeapTupleData<'_>, first: usize) -> pgrx::spi::R
 /// and that of the set after it (None: it extends to the end of the object).
 pub(crate) fn around(object: i64, field: &str, key: &[u8]) -> Result<(Position, Option<Position>)> {
     let rows = query_at(
-        shards::place(object)?,
+        layout::place(object)?,
         "(SELECT true, lower_field, lower_key FROM lambdastore.entry_sets
            WHERE object_id = $1 AND (lower_field, lower_key) <= ($2 COLLATE \"C\", $3)
            ORDER BY lower_field DESC, lower_key DESC LIMIT 1)
@@ -49,7 +50,7 @@ pub(crate) fn around(object: i64, field: &str, key: &[u8]) -> Result<(Position, 
 pub(crate) fn all_if_few(object: i64, max: usize) -> Result<Option<Vec<Position>>> {
     let lowers = if probe::usable() {
         probe::by_prefix(
-            shards::place(object)?,
+            layout::place(object)?,
             c"entry_sets",
             c"entry_sets_pkey",
             &[probe::Part::Int8(object)],
@@ -58,7 +59,7 @@ pub(crate) fn all_if_few(object: i64, max: usize) -> Result<Option<Vec<Position>
         )?
     } else {
         query_at(
-            shards::place(object)?,
+            layout::place(object)?,
             "SELECT lower_field, lower_key FROM lambdastore.entry_sets
               WHERE object_id = $1 ORDER BY lower_field, lower_key LIMIT $2",
             &[INT8OID, INT8OID],
@@ -77,7 +78,7 @@ pub(crate) fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>)
     };
     match end {
         Some(end) => query_at(
-            shards::place(object)?,
+            layout::place(object)?,
             "SELECT lower_field, lower_key FROM lambdastore.entry_sets
               WHERE object_id = $1 AND lower_field = $2 AND lower_key > $3 AND lower_key < $4
               ORDER BY lower_key",
@@ -86,7 +87,7 @@ pub(crate) fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>)
             read,
         ),
         None => query_at(
-            shards::place(object)?,
+            layout::place(object)?,
             "SELECT lower_field, lower_key FROM lambdastore.entry_sets
               WHERE object_id = $1 AND lower_field = $2 AND lower_key > $3 ORDER BY lower_key",
             &[INT8OID, TEXTOID, BYTEAOID],
@@ -98,7 +99,7 @@ pub(crate) fn inside(object: i64, field: &str, start: &[u8], end: Option<&[u8]>)
 
 pub(crate) fn count(object: i64) -> Result<usize> {
     query_at(
-        shards::place(object)?,
+        layout::place(object)?,
         "SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1",
         &[INT8OID],
         &[object.into()],
@@ -110,7 +111,7 @@ pub(crate) fn count(object: i64) -> Result<usize> {
 pub(crate) fn insert_guard(object: i64, field: &str, key: &[u8]) -> Result<()> {
     super::note_write();
     query_at(
-        shards::place(object)?,
+        layout::place(object)?,
         "INSERT INTO lambdastore.entry_sets (object_id, lower_field, lower_key)
          VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
         &[INT8OID, TEXTOID, BYTEAOID],

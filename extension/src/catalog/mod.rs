@@ -10,11 +10,9 @@ pub(crate) mod cache;
 pub(crate) mod entries;
 pub(crate) mod grants;
 pub(crate) mod guards;
-pub(crate) mod jobs;
 pub(crate) mod modules;
 pub(crate) mod objects;
 mod probe;
-pub(crate) mod shards;
 
 use crate::error::{LambdaError, Result};
 use pgrx::datum::DatumWithOid;
@@ -24,8 +22,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 
-pub(crate) use shards::Place;
-use shards::Statement;
+pub(crate) use crate::cluster::layout::Place;
+use crate::cluster::layout::{self, Statement};
 
 thread_local! {
     // ManuallyDrop: plans live as long as the backend; freeing them from a
@@ -47,7 +45,7 @@ thread_local! {
 }
 
 /// Notes that the current transaction writes object data.
-fn note_write() {
+pub(crate) fn note_write() {
     WROTE.set(true);
 }
 
@@ -59,7 +57,7 @@ pub(crate) fn wrote_data() -> bool {
 /// At the end of every transaction.
 pub(crate) fn at_transaction_end() {
     WROTE.set(false);
-    shards::at_transaction_end();
+    layout::at_transaction_end();
 }
 
 thread_local! {
@@ -117,7 +115,9 @@ fn forget() {
     // No PostgreSQL function runs while the cache is borrowed, so no
     // invalidation can arrive then.
     RELATIONS.with(|r| *r.borrow_mut() = Relations::default());
-    shards::forget();
+    if layout::forget() {
+        cache::forget_guards();
+    }
 }
 
 /// The OID of relation `name` in schema lambdastore at `place` (on a Citus
@@ -129,7 +129,7 @@ pub(crate) fn relation(name: &'static std::ffi::CStr, place: Place) -> Result<pg
     if let Some(oid) = RELATIONS.with(|r| find(&r.borrow().oids, &key)) {
         return Ok(oid);
     }
-    let suffix = shards::relation_suffix(name.to_str().unwrap_or_default(), place)?;
+    let suffix = layout::relation_suffix(name.to_str().unwrap_or_default(), place)?;
     let name = match suffix {
         Some(id) => std::ffi::CString::new(format!("{}_{id}", name.to_string_lossy())).expect("no NUL in a name"),
         None => name.to_owned(),
@@ -144,14 +144,14 @@ pub(crate) fn relation(name: &'static std::ffi::CStr, place: Place) -> Result<pg
 }
 
 /// The next value of `sequence` (one of ours) made unique across a Citus
-/// cluster (`shards::unique`): every node's copy of a sequence starts at 1,
+/// cluster (`cluster::layout::unique`): every node's copy of a sequence starts at 1,
 /// and rows of reference tables are written from any node.
 pub(crate) fn unique_id(sequence: &std::ffi::CStr) -> Result<i64> {
     let name = sequence.to_str().map_err(|e| LambdaError::Internal(e.to_string()))?;
     let n = query("SELECT nextval($1::regclass)", &[PgBuiltInOids::TEXTOID], &[name.into()], |rows| {
         rows.first().get_one::<i64>()
     })?;
-    shards::unique(n.unwrap_or_default())
+    layout::unique(n.unwrap_or_default())
 }
 
 /// The XIDs of the transactions prepared now, in every database.
@@ -282,7 +282,7 @@ fn take_plan(
     let key = (sql.as_ptr() as usize, sql.len(), target);
     let text = match target {
         Target::Cluster => Statement::Static(sql),
-        Target::At(place) => shards::statement(sql, place)?,
+        Target::At(place) => layout::statement(sql, place)?,
     };
     if let Some((kept, plan)) = PLANS.with(|plans| plans.borrow_mut().remove(&key)) {
         if kept.same(&text) {

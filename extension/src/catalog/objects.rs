@@ -1,6 +1,7 @@
 //! Object rows.
 
-use super::{cache, probe, query_at, shards};
+use super::{cache, probe, query_at};
+use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
 use crate::model::{ModuleKey, ObjectInfo};
 use pgrx::pg_sys::BuiltinOid::*;
@@ -27,7 +28,7 @@ pub(crate) fn lookup(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
 /// read-only call.
 fn probed(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
     let info = probe::by_key(
-        shards::place(object_id)?,
+        layout::place(object_id)?,
         c"objects",
         c"objects_pkey",
         &[probe::Part::Int8(object_id)],
@@ -45,7 +46,7 @@ fn probed(object_id: i64) -> Result<(ObjectInfo, ModuleKey)> {
 
 fn find(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
     query_at(
-        shards::place(object_id)?,
+        layout::place(object_id)?,
         "SELECT o.app, o.type_name, a.module_id, m.sha256
            FROM lambdastore.objects o JOIN lambdastore.applications a ON a.name = o.app
            JOIN lambdastore.modules m ON m.module_id = a.module_id
@@ -71,7 +72,7 @@ fn find(object_id: i64) -> Result<Option<(ObjectInfo, ModuleKey)>> {
 /// sequence gives each node its own range, so ids stay unique; about one
 /// draw in as many as there are nodes lands here).
 pub(crate) fn next_id() -> Result<i64> {
-    let Some(layout) = shards::layout()? else { return draw_id() };
+    let Some(layout) = layout::layout()? else { return draw_id() };
     if !layout.holds_shards() {
         return Err(LambdaError::Elsewhere { object: draw_id()?, node: "another node".into() });
     }
@@ -83,7 +84,7 @@ pub(crate) fn next_id() -> Result<i64> {
     }
 }
 
-/// A new object id, unique across a Citus cluster (`shards::unique`).
+/// A new object id, unique across a Citus cluster (`layout::unique`).
 pub(crate) fn draw_id() -> Result<i64> {
     super::unique_id(c"lambdastore.object_id_seq")
 }
@@ -94,7 +95,7 @@ pub(crate) fn delete(object_id: i64) -> Result<bool> {
     cache::forget_object(object_id);
     cache::changed();
     query_at(
-        shards::place(object_id)?,
+        layout::place(object_id)?,
         "DELETE FROM lambdastore.objects WHERE object_id = $1 RETURNING object_id",
         &[INT8OID],
         &[object_id.into()],

@@ -3,16 +3,15 @@
 //! application the workflow started in, run on the same code version, and
 //! take a savepoint of the write buffer so that a callee returning its own
 //! error leaves nothing behind. A call or spawn for an object stored on
-//! another Citus node goes there (remote.rs).
+//! another Citus node goes there (cluster/remote.rs drives it).
 
 use super::registry::{self, AppVersion};
-use super::{remote, Frame, HostState};
-use crate::affinity;
+use super::{Frame, HostState};
 use crate::catalog;
+use crate::cluster::{affinity, remote, route};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use crate::model::{Draw, FunctionKind, MethodCall, ObjectInfo, Spawned};
-use crate::route;
+use crate::model::{CallFailure, Draw, FunctionKind, MethodCall, ModuleKey, ObjectInfo, Spawned};
 use crate::txn::Workflow;
 use std::rc::Rc;
 
@@ -126,7 +125,7 @@ pub(crate) fn call(caller: &HostState, target: i64, function: &str, args: &str) 
     };
     let owner = route::owner_elsewhere(target)?;
     let outcome = match &owner {
-        Some(node) => remote::call(caller, node, call),
+        Some(node) => call_elsewhere(caller, node, call),
         None => method_here(&caller.workflow, &caller.app, &call),
     };
     // A run stopped for a call on a third node makes it again when it runs again.
@@ -134,6 +133,40 @@ pub(crate) fn call(caller: &HostState, target: i64, function: &str, args: &str) 
         affinity::called(caller.frame.object, target, owner.is_some());
     }
     outcome
+}
+
+/// Host `call` for an object stored on `node`. On a node that was sent a
+/// call itself, it is the outcome an earlier run got, or the run stops
+/// for the driving node to make the call.
+fn call_elsewhere(caller: &HostState, node: &str, call: MethodCall) -> Result<String> {
+    let outcome = if route::arrived() {
+        caller.workflow.replay_call(call, &caller.app.key)?
+    } else {
+        remote::drive(&caller.workflow, Some(&caller.app.key), node, call, &[], run_needed)?
+    };
+    outcome.map_err(LambdaError::from)
+}
+
+/// A call a run on another node needs (`remote::Needed`), with that run's
+/// code version `module`: in `workflow` if its object is stored here, else
+/// driven on its node.
+pub(crate) fn run_needed(
+    workflow: &Rc<Workflow>,
+    module: &ModuleKey,
+    call: MethodCall,
+    busy: &[i64],
+) -> Result<Result<String, CallFailure>> {
+    if busy.contains(&call.object) {
+        return Err(LambdaError::CallBack(call.object));
+    }
+    let app = registry::load(module)?;
+    match route::owner_elsewhere(call.object)? {
+        Some(node) => remote::drive(workflow, Some(&app.key), &node, call, busy, run_needed),
+        None => match method_here(workflow, &app, &call) {
+            Ok(result) => Ok(Ok(result)),
+            Err(failed) => failed.call_failure().map(Err).ok_or(failed),
+        },
+    }
 }
 
 /// Whether a method calls its own object's migration, which the SDK does

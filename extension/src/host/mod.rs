@@ -9,7 +9,6 @@
 pub(crate) mod calls;
 mod entries;
 pub(crate) mod registry;
-pub(crate) mod remote;
 
 use crate::error::Result;
 use crate::model::{CallFailure, Draw};

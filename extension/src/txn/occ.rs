@@ -302,7 +302,13 @@ pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
     let valid = workflow_still_as_read(workflow, &splits, now);
     // On a Citus node that drives the transaction, what its calls read on
     // other nodes counts too (a nested call's answer came from there).
-    let valid = valid.and_then(|_| if crate::route::arrived() { Ok(()) } else { crate::route::validate_reached() });
+    let valid = valid.and_then(|_| {
+        if crate::cluster::route::arrived() {
+            Ok(())
+        } else {
+            crate::cluster::route::validate_reached()
+        }
+    });
     match valid {
         Ok(()) => {
             // The failure is an answer the transaction goes on from (a
@@ -325,7 +331,7 @@ pub(crate) fn reads_elsewhere_hold() -> Result<()> {
     if !gucs::occ() || !versions::available() {
         return Ok(());
     }
-    crate::route::validate_reached()
+    crate::cluster::route::validate_reached()
 }
 
 /// Checks, at `now`, what `workflow` read (`splits`: the split counts of

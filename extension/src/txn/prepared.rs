@@ -146,10 +146,10 @@ fn distributed() -> Result<bool> {
     // transaction being prepared; an error's abort pops what was pushed.
     unsafe {
         if pg_sys::ActiveSnapshotSet() {
-            return crate::catalog::shards::distributed();
+            return crate::cluster::layout::distributed();
         }
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        let distributed = crate::catalog::shards::distributed();
+        let distributed = crate::cluster::layout::distributed();
         pg_sys::PopActiveSnapshot();
         distributed
     }

@@ -2,7 +2,7 @@
 //! drew from the host, replayed in order, and what this run draws.
 //!
 //! A call that needs a call on a third node stops there and runs again once
-//! the node that drives the transaction has made it (host/remote.rs). The
+//! the node that drives the transaction has made it (cluster/remote.rs). The
 //! second run must take the same path as the first up to that point: it
 //! reads the same entries (nothing else in the transaction may touch them
 //! meanwhile, and OCC validates them at commit), and it gets from the tape

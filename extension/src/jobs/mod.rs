@@ -1,16 +1,21 @@
 //! Asynchronous jobs as a session sees them: submitting (with idempotency
-//! keys) and waiting for one. The background workers that run jobs are in
-//! `workers/`; spawned calls are queued by the workflow's commit.
+//! keys) and waiting for one. The jobs table is queue.rs, the background
+//! workers' registration and shared memory workers.rs, the job runner's
+//! main loop runner.rs; spawned calls are queued by the workflow's commit.
 //!
 //! Workers are woken only when a transaction that queued jobs commits: a
 //! job's row is invisible to them before that, so waking them earlier would
 //! find nothing and lose the wake-up.
 
+pub(crate) mod queue;
+pub(crate) mod runner;
+pub(crate) mod workers;
+
 use crate::access::{self, Caller, Privilege};
-use crate::catalog::{self, jobs::NewJob};
 use crate::error::{LambdaError, Result};
-use crate::{gucs, workers, workflow};
+use crate::{gucs, workflow};
 use pgrx::pg_sys;
+use queue::NewJob;
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
@@ -26,14 +31,14 @@ thread_local! {
 /// clears backend-local state.
 pub(crate) fn at_commit() {
     UNCOMMITTED.with(|jobs| jobs.borrow_mut().clear());
-    if catalog::jobs::take_inserted() {
+    if queue::take_inserted() {
         workers::wake_workers();
     }
 }
 
 pub(crate) fn at_abort() {
     UNCOMMITTED.with(|jobs| jobs.borrow_mut().clear());
-    catalog::jobs::take_inserted();
+    queue::take_inserted();
 }
 
 /// `lambdastore.submit`: queues a method call; returns the job id (the
@@ -63,7 +68,7 @@ pub(crate) fn submit(
     }
     let app = workflow::check_submittable(caller, object, method, args)?;
     let job = NewJob { object, app: &app, method, args, idempotency_key, parent: None, role: caller.0 };
-    let (id, inserted) = catalog::jobs::insert(&job)?;
+    let (id, inserted) = queue::insert(&job)?;
     if inserted {
         UNCOMMITTED.with(|jobs| jobs.borrow_mut().push(id));
         warn_if_no_runner();
@@ -71,7 +76,7 @@ pub(crate) fn submit(
     Ok(id)
 }
 
-/// A job this transaction queued on another node (forward.rs): waiting for
+/// A job this transaction queued on another node (cluster/forward.rs): waiting for
 /// it before the commit could only time out, as for one queued here.
 pub(crate) fn queued_elsewhere(job: i64) {
     UNCOMMITTED.with(|jobs| jobs.borrow_mut().push(job));
@@ -124,9 +129,9 @@ pub(crate) fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
     // after that look still sets our latch. On a Citus cluster the job may
     // run on another node, whose workers cannot set it: look again often.
     let waiter = workers::Waiter::register(job);
-    let nap = if catalog::shards::distributed()? { CLUSTER_WAIT_POLL } else { Duration::MAX };
+    let nap = if crate::cluster::layout::distributed()? { CLUSTER_WAIT_POLL } else { Duration::MAX };
     loop {
-        let Some((app, state)) = catalog::jobs::state(job)? else { return Err(LambdaError::UnknownJob(job)) };
+        let Some((app, state)) = queue::state(job)? else { return Err(LambdaError::UnknownJob(job)) };
         if !access::allowed(caller, &app, Privilege::Invoke)? && !access::allowed(caller, &app, Privilege::Read)? {
             return Err(LambdaError::UnknownJob(job));
         }

@@ -1,10 +1,11 @@
 //! Nested calls to objects stored on other Citus nodes.
 //!
 //! The node whose session (or job) started the transaction drives every
-//! hop: Citus refuses distributed queries on a node that runs a statement
+//! hop (this file; host/calls.rs hands it, as `Needed`, the host's way of
+//! running a call here): Citus refuses distributed queries on a node that runs a statement
 //! another node sent it, so a lambda there cannot reach a third node
 //! itself. The driving node sends the call to the object's node
-//! (`_call_here`, route.rs), where it runs as a workflow of its own in the
+//! (`_call_here`, cluster/route.rs), where it runs as a workflow of its own in the
 //! same transaction. If that lambda calls an object on yet another node,
 //! its run stops there and answers what it needs (`Reply::Needs`), leaving
 //! nothing behind; the driving node makes that call (here, in the calling
@@ -21,12 +22,9 @@
 //! them back: the hops run in a subtransaction, which Citus rolls back on
 //! every node it reached.
 
-use super::calls;
-use super::registry::{self, AppVersion};
-use super::HostState;
+use crate::cluster::route::{self, Subtransaction};
 use crate::error::{LambdaError, Result};
-use crate::model::{CallFailure, Create, Draw, Forwarded, MethodCall, Nested, Reply, Spawned};
-use crate::route::{self, Subtransaction};
+use crate::model::{CallFailure, Create, Draw, Forwarded, MethodCall, ModuleKey, Nested, Reply, Spawned};
 use crate::txn::Workflow;
 use std::rc::Rc;
 
@@ -35,37 +33,34 @@ const CALL_HERE: &str = "SELECT lambdastore._call_here($1, $2, $3, $4, $5, $6, $
 const SPAWN_HERE: &str = "SELECT lambdastore._spawn_here($1, $2, $3, $4, $5, $6, $7)
                             FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
 
-/// Host `call` for an object stored on `node`. On a node that was sent a
-/// call itself, it is the outcome an earlier run got, or the run stops
-/// for the driving node to make the call.
-pub(crate) fn call(caller: &HostState, node: &str, call: MethodCall) -> Result<String> {
-    let outcome = if route::arrived() {
-        caller.workflow.replay_call(call, &caller.app.key)?
-    } else {
-        drive(&caller.workflow, Some(&caller.app), node, call, &[])?
-    };
-    outcome.map_err(LambdaError::from)
-}
+/// How the host runs a call that a run on another node needs, with the
+/// code version that run has: in the workflow if its object is stored
+/// here, else driven on its node (`drive` again), with `busy` the objects
+/// the stopped runs have touched. `Err` inside: the callee's own error.
+/// (host/calls.rs, `run_needed`: the host sits above this file.)
+pub(crate) type Needed = fn(&Rc<Workflow>, &ModuleKey, MethodCall, &[i64]) -> Result<Result<String, CallFailure>>;
 
-/// Runs `call` on `node`, and every call it needs on other nodes first,
-/// for `workflow`, whose code version is `app` (None for a call from SQL:
-/// the node runs it as such). `Err` inside: the callee's own error.
-/// `busy`: the objects that stopped runs further up have touched. A call
-/// that returns its own error takes back what it needed on any node.
+/// Runs `call` on `node`, and every call it needs on other nodes first
+/// (through `needed`), for `workflow`, whose code version is `module`
+/// (None for a call from SQL: the node runs it as such). `Err` inside: the
+/// callee's own error. `busy`: the objects that stopped runs further up
+/// have touched. A call that returns its own error takes back what it
+/// needed on any node.
 pub(crate) fn drive(
     workflow: &Rc<Workflow>,
-    app: Option<&Rc<AppVersion>>,
+    module: Option<&ModuleKey>,
     node: &str,
     call: MethodCall,
     busy: &[i64],
+    needed: Needed,
 ) -> Result<Result<String, CallFailure>> {
-    let nested = app.map(|app| Nested {
-        module: app.key.clone(),
+    let nested = module.map(|module| Nested {
+        module: module.clone(),
         readonly: call.readonly,
         depth: call.depth,
         job: workflow.parent_job,
     });
-    drive_with(workflow, node, call, Forwarded { nested, tape: Vec::new(), create: None }, busy)
+    drive_with(workflow, node, call, Forwarded { nested, tape: Vec::new(), create: None }, busy, needed)
 }
 
 /// `create_object` from SQL on a node that holds no objects: driven as a
@@ -76,9 +71,10 @@ pub(crate) fn drive_create(
     route: i64,
     create: Create,
     args: &str,
+    needed: Needed,
 ) -> Result<Result<String, CallFailure>> {
     let call = MethodCall { object: route, method: CREATE.into(), args: args.into(), readonly: false, depth: 0 };
-    drive_with(workflow, node, call, Forwarded { nested: None, tape: Vec::new(), create: Some(create) }, &[])
+    drive_with(workflow, node, call, Forwarded { nested: None, tape: Vec::new(), create: Some(create) }, &[], needed)
 }
 
 /// The method name a forwarded create travels under (no method can have
@@ -91,6 +87,7 @@ fn drive_with(
     call: MethodCall,
     mut forwarded: Forwarded,
     busy: &[i64],
+    run_needed: Needed,
 ) -> Result<Result<String, CallFailure>> {
     let savepoint = workflow.savepoint();
     let mut hops: Option<Subtransaction> = None;
@@ -125,27 +122,6 @@ fn drive_with(
     outcome
 }
 
-/// A call a run on another node needs: in `workflow` if its object is
-/// stored here, else driven on its node.
-fn run_needed(
-    workflow: &Rc<Workflow>,
-    module: &crate::model::ModuleKey,
-    call: MethodCall,
-    busy: &[i64],
-) -> Result<Result<String, CallFailure>> {
-    if busy.contains(&call.object) {
-        return Err(LambdaError::CallBack(call.object));
-    }
-    let app = registry::load(module)?;
-    match route::owner_elsewhere(call.object)? {
-        Some(node) => drive(workflow, Some(&app), &node, call, busy),
-        None => match calls::method_here(workflow, &app, &call) {
-            Ok(result) => Ok(Ok(result)),
-            Err(failed) => failed.call_failure().map(Err).ok_or(failed),
-        },
-    }
-}
-
 /// Sends `call` with `forwarded`. It gets what is left of the workflow's
 /// time, except a call from SQL the first time, which gets the session's
 /// timeout as a call on this node would (and its error says so).
@@ -156,6 +132,28 @@ fn send(workflow: &Workflow, node: &str, call: &MethodCall, forwarded: &Forwarde
     let timeout = if first_from_sql { workflow.timeout } else { workflow.time_left() };
     let reply = route::send(CALL_HERE, call.object, node, texts, workflow.caller, timeout)?;
     serde_json::from_str(&reply).map_err(|e| LambdaError::Internal(format!("a forwarded call answered {reply:?}: {e}")))
+}
+
+/// The calls a committed workflow spawned, by where their objects are:
+/// on this node (queued here), on others.
+pub(crate) fn by_node(spawned: &[Spawned]) -> Result<(Vec<Spawned>, Vec<Spawned>)> {
+    let (mut here, mut elsewhere) = (Vec::new(), Vec::new());
+    for call in spawned {
+        let list = if route::owner_elsewhere(call.object)?.is_some() { &mut elsewhere } else { &mut here };
+        list.push(call.clone());
+    }
+    Ok((here, elsewhere))
+}
+
+/// Queues the calls a committed workflow spawned on objects of other
+/// nodes there (`queue`); returns them instead when this node cannot send
+/// them (it runs a call another node sent: that node queues them).
+pub(crate) fn queue_or_return(workflow: &Workflow, elsewhere: Vec<Spawned>) -> Result<Vec<Spawned>> {
+    if route::arrived() {
+        return Ok(elsewhere);
+    }
+    queue(workflow, &elsewhere)?;
+    Ok(Vec::new())
 }
 
 /// Queues calls a committed workflow spawned on objects of other nodes

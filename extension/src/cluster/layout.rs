@@ -30,8 +30,6 @@
 //! before anything is written on the new node (OCC's versions are per
 //! node).
 
-// Plain catalog reads, never rewritten (rewriting needs the layout).
-use super::query_cluster as query;
 use crate::error::{LambdaError, Result};
 use pgrx::pg_sys;
 use std::cell::{Cell, RefCell};
@@ -89,20 +87,19 @@ thread_local! {
     static ARRIVED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Forgets the layout; from the catalog's relcache callback.
-pub(super) fn forget() {
-    if let Some(Some(_)) = LAYOUT.with(|l| l.borrow_mut().take()) {
-        super::cache::forget_guards();
-    }
+/// Forgets the layout; from the catalog's relcache callback. True when
+/// there was one (the catalog then forgets what it cached by it).
+pub(crate) fn forget() -> bool {
+    matches!(LAYOUT.with(|l| l.borrow_mut().take()), Some(Some(_)))
 }
 
 /// At the end of every transaction: its locks are gone.
-pub(super) fn at_transaction_end() {
+pub(crate) fn at_transaction_end() {
     FENCED.set(false);
     ARRIVED.set(false);
 }
 
-/// This transaction runs a call another node sent here (`route::arrive`):
+/// This transaction runs a call another node sent here (`cluster::route::arrive`):
 /// that node's part may hold the fence there, so this one never waits for
 /// it (`fence`).
 pub(crate) fn arrive() {
@@ -130,9 +127,8 @@ pub(crate) fn distributed() -> Result<bool> {
 }
 
 fn read_layout() -> Result<Option<Layout>> {
-    let citus = query("SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL", &[], &[], |rows| {
-        rows.first().get_one::<bool>()
-    })?;
+    let citus =
+        query("SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL", |rows| rows.first().get_one::<bool>())?;
     if citus != Some(true) {
         return Ok(None);
     }
@@ -148,8 +144,6 @@ fn read_layout() -> Result<Option<Layout>> {
           WHERE c.relnamespace = 'lambdastore'::regnamespace
             AND (s.shardminvalue IS NOT NULL OR p.groupid = g.groupid)
           ORDER BY 3, 1",
-        &[],
-        &[],
         |rows| {
             rows.into_iter()
                 .map(|row| {
@@ -168,8 +162,6 @@ fn read_layout() -> Result<Option<Layout>> {
     let (colocation, fence) = query(
         "SELECT colocationid::bigint, 'lambdastore.migrations'::regclass::oid
            FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass",
-        &[],
-        &[],
         |rows| rows.first().get_two::<i64, pg_sys::Oid>(),
     )?;
     let mut layout = Layout {
@@ -202,6 +194,20 @@ fn read_layout() -> Result<Option<Layout>> {
         ));
     }
     Ok(Some(layout))
+}
+
+/// Reads Citus' metadata (once per backend and after each invalidation)
+/// through a plan of its own: the catalog's kept plans are keyed by where
+/// the layout puts a statement, so they sit above it. A mutating plan, as
+/// the catalog's are: under READ COMMITTED it takes a fresh snapshot, so
+/// that a layout read once the fence is held sees what a migration
+/// committed before.
+fn query<R>(sql: &'static str, read: impl FnOnce(pgrx::spi::SpiTupleTable<'_>) -> pgrx::spi::Result<R>) -> Result<R> {
+    pgrx::Spi::connect(|client| {
+        let plan = client.prepare_mut(sql, &[])?;
+        client.select(&plan, None, &[]).and_then(read)
+    })
+    .map_err(|e: pgrx::spi::SpiError| LambdaError::Internal(format!("SPI: {e}")))
 }
 
 /// Citus' hash of a bigint distribution value: PostgreSQL's `hashint8`,
@@ -333,7 +339,7 @@ pub(crate) enum Located {
 /// Where the statements for `object` must run: the tables, or the local
 /// shard (`locate`). An object stored on another node is refused with
 /// 40001 (`Moved`, with its node): the callers route calls to their owner
-/// before they get this far (`route::owner_elsewhere`), so it moved since.
+/// before they get this far (`cluster::route::owner_elsewhere`), so it moved since.
 pub(crate) fn place(object: i64) -> Result<Place> {
     match locate(object)? {
         Located::Here(place) => Ok(place),
@@ -430,7 +436,7 @@ pub(crate) fn hold_shard_operations() -> Result<()> {
 }
 
 /// A statement's text at `place` (reference tables: this node's copy).
-pub(super) fn statement(sql: &'static str, place: Place) -> Result<Statement> {
+pub(crate) fn statement(sql: &'static str, place: Place) -> Result<Statement> {
     let Some(layout) = layout()? else { return Ok(Statement::Static(sql)) };
     let shard = match place {
         Place::Local(shard) => Some(shard),
@@ -447,13 +453,13 @@ pub(super) fn statement(sql: &'static str, place: Place) -> Result<Statement> {
 
 /// The text a kept plan was prepared from.
 #[derive(Clone)]
-pub(super) enum Statement {
+pub(crate) enum Statement {
     Static(&'static str),
     Rewritten(Rc<str>),
 }
 
 impl Statement {
-    pub(super) fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         match self {
             Statement::Static(sql) => sql,
             Statement::Rewritten(sql) => sql,
@@ -464,7 +470,7 @@ impl Statement {
     /// the texts are the same ones each time (a `&'static str`, or the
     /// layout's rewritten copy until the layout is read again); a warm call
     /// compares a statement's text this way at every query.
-    pub(super) fn same(&self, other: &Statement) -> bool {
+    pub(crate) fn same(&self, other: &Statement) -> bool {
         match (self, other) {
             (Statement::Static(a), Statement::Static(b)) => std::ptr::eq(*a, *b),
             (Statement::Rewritten(a), Statement::Rewritten(b)) => Rc::ptr_eq(a, b) || a == b,
@@ -475,7 +481,7 @@ impl Statement {
 
 /// The relation name `name` (a table or its primary key index) at `place`:
 /// None for the tables themselves.
-pub(super) fn relation_suffix(name: &str, place: Place) -> Result<Option<i64>> {
+pub(crate) fn relation_suffix(name: &str, place: Place) -> Result<Option<i64>> {
     let Some(layout) = layout()? else { return Ok(None) };
     let shard = match place {
         Place::Local(shard) => Some(shard),
@@ -537,8 +543,6 @@ pub(crate) fn this_node() -> Result<String> {
     let node = query(
         "SELECT n.nodename || ':' || n.nodeport FROM pg_dist_node n JOIN pg_dist_local_group g USING (groupid)
           WHERE n.noderole = 'primary'",
-        &[],
-        &[],
         |rows| rows.first().get_one::<String>(),
     )?;
     Ok(node.unwrap_or_else(|| "unknown".into()))

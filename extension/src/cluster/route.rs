@@ -2,7 +2,7 @@
 //! the caller's transaction, and where the transaction has reached.
 //!
 //! A call for an object stored on another node (from SQL: forward.rs; from
-//! a lambda: host/remote.rs) is one statement routed by the object id to
+//! a lambda: remote.rs) is one statement routed by the object id to
 //! the shard's node: `SELECT lambdastore._call_here(...) FROM (SELECT
 //! count(*) FROM lambdastore.objects WHERE object_id = $1) routed`. Citus
 //! sends a query whose tables all fall in one shard to that shard's node as
@@ -23,7 +23,7 @@
 //! A node that received such a statement is inside a Citus task for the
 //! rest of the transaction (`arrived`): Citus refuses distributed queries
 //! there, so it sends nothing further itself; the node that sent it drives
-//! every hop (host/remote.rs).
+//! every hop (remote.rs).
 //!
 //! Citus takes a call for a SELECT, so a call that wrote marks its node as
 //! written with a no-op UPDATE routed there (`engage`): Citus then commits
@@ -38,7 +38,8 @@
 //! crash left prepared.
 
 use crate::access::{as_storage, Caller};
-use crate::catalog::{self, shards};
+use crate::catalog;
+use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use pgrx::pg_sys::panic::CaughtError;
@@ -84,7 +85,7 @@ pub(crate) fn at_transaction_end() {
 /// Whether this backend runs a part of a transaction driven by another
 /// node: calls for objects elsewhere cannot be sent from here.
 pub(crate) fn arrived() -> bool {
-    shards::arrived()
+    layout::arrived()
 }
 
 /// Whether the current transaction ran calls on more than one node.
@@ -135,12 +136,30 @@ pub(crate) fn validate_reached() -> Result<()> {
 
 /// The node holding `object`'s shard when it is not this one (None when
 /// the tables are not distributed). From now on the transaction holds
-/// this node's fence (`shards::locate`): a migration waits for the
+/// this node's fence (`layout::locate`): a migration waits for the
 /// transaction's end, and one under way is waited for and then followed.
 pub(crate) fn owner_elsewhere(object: i64) -> Result<Option<String>> {
-    Ok(match shards::locate(object)? {
-        shards::Located::Here(_) => None,
-        shards::Located::There(node) => Some(node),
+    Ok(match layout::locate(object)? {
+        layout::Located::Here(_) => None,
+        layout::Located::There(node) => Some(node),
+    })
+}
+
+/// Runs what the caller asked about `object` where the object lives, with
+/// the tables' owner's rights (`as_storage`): `here` on this node, else
+/// `there` forwards it to the node holding it (cluster/forward.rs).
+pub(crate) fn at_owner<T>(
+    object: i64,
+    here: impl FnOnce(Caller) -> Result<T>,
+    there: impl FnOnce(Caller, &str) -> Result<T>,
+) -> Result<T> {
+    as_storage(|caller| match owner_elsewhere(object)? {
+        Some(node) => there(caller, &node),
+        None => {
+            let out = here(caller)?;
+            ran_here()?;
+            Ok(out)
+        }
     })
 }
 
@@ -287,7 +306,7 @@ pub(crate) fn caught<T>(run: impl FnOnce() -> Result<T> + std::panic::UnwindSafe
 /// `send` does, by `layout` (read under the fence): one object stands for
 /// each shard, the connection that ran the shard's task.
 pub(crate) fn send_to_shards(
-    layout: &shards::Layout,
+    layout: &layout::Layout,
     sql: &str,
     texts: [&str; 2],
     more: &[&str],
@@ -381,7 +400,7 @@ pub(crate) fn arrive(role: &str, timeout_ms: i64, settings: &str) -> Result<Call
     });
     gucs::set_local("lambdastore.timeout", &timeout_ms.to_string());
     gucs::arrive(settings);
-    shards::arrive();
+    layout::arrive();
     Ok(caller)
 }
 

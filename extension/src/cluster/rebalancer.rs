@@ -5,8 +5,8 @@
 //! counts, then each move in a transaction of its own. Elsewhere, and while
 //! the setting is 0, it only sleeps on its latch, which a reload sets.
 
-use super::job_runner::{in_subtransaction, Failure};
-use super::{reload_config_if_asked, transaction, wait_latch};
+use crate::jobs::runner::{in_subtransaction, Failure};
+use crate::jobs::workers::{reload_config_if_asked, transaction, wait_latch};
 use crate::{catalog, gucs};
 use pgrx::pg_guard;
 use pgrx::pg_sys::{self, BuiltinOid::TEXTOID};
@@ -25,8 +25,8 @@ const MOVE: &str = "SELECT lambdastore._rebalance_move($1::jsonb)";
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn lambdastore_rebalancer_main(_arg: pg_sys::Datum) {
-    super::handle_signals();
-    super::connect_to_database(gucs::workers() == 0);
+    crate::jobs::workers::handle_signals();
+    crate::jobs::workers::connect_to_database(gucs::workers() == 0);
     let mut last = Instant::now();
     loop {
         let left = gucs::rebalance_interval().map_or(OFF, |interval| interval.saturating_sub(last.elapsed()));

@@ -17,14 +17,16 @@
 //! other, the nodes in parallel. A run that needs a call on a third node
 //! (its lambda calls an object stored elsewhere) stops there, as a
 //! forwarded call does, and is driven again from here
-//! (`workflow::invoke_elsewhere`). The objects on this node run here.
+//! (`forward::invoke`). The objects on this node run here.
 
 use crate::access::Caller;
-use crate::catalog::{self, shards};
+use crate::catalog;
+use crate::cluster::layout;
+use crate::cluster::route::{self, Subtransaction};
+use crate::cluster::{forward, remote};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::model::{Reply, Spawned};
-use crate::route::{self, Subtransaction};
 use crate::workflow;
 use pgrx::pg_sys::BuiltinOid::*;
 use serde::{Deserialize, Serialize};
@@ -71,7 +73,7 @@ pub(crate) fn map_call(caller: Caller, targets: Targets<'_>, method: &str, args:
     if let Targets::Type { app, type_name } = &targets {
         workflow::check_method(caller, app, type_name, method)?;
     }
-    let layout = shards::fenced_layout(|| "objects may be moving".into())?;
+    let layout = layout::fenced_layout(|| "objects may be moving".into())?;
     let (here, elsewhere) = split(layout.as_deref(), targets)?;
     let mut outcomes = Vec::new();
     // Here first: subtransactions begun once other nodes have been
@@ -88,7 +90,7 @@ pub(crate) fn map_call(caller: Caller, targets: Targets<'_>, method: &str, args:
 
 /// The objects of `targets` that run on this node, and those on other
 /// nodes (`layout`, None when the tables are not distributed).
-fn split<'a>(layout: Option<&shards::Layout>, targets: Targets<'a>) -> Result<(Vec<i64>, Option<Targets<'a>>)> {
+fn split<'a>(layout: Option<&layout::Layout>, targets: Targets<'a>) -> Result<(Vec<i64>, Option<Targets<'a>>)> {
     Ok(match (layout, targets) {
         (None, Targets::Type { app, type_name }) => (list(app, type_name, false)?, None),
         (None, Targets::Ids(ids)) => (ids, None),
@@ -110,7 +112,7 @@ fn split<'a>(layout: Option<&shards::Layout>, targets: Targets<'a>) -> Result<(V
 /// again from here the runs that need a call on a third node, and queues
 /// the calls the runs spawned there.
 fn on_other_nodes(
-    layout: &shards::Layout,
+    layout: &layout::Layout,
     targets: Targets<'_>,
     caller: Caller,
     method: &str,
@@ -134,13 +136,13 @@ fn on_other_nodes(
             Answer::Reply(Reply::Failed { failure }) => Err(Failure::of(&LambdaError::from(failure))),
             Answer::Reply(Reply::Needs { .. }) => {
                 let node = layout.owner(object).1.unwrap_or_default().to_string();
-                alone(|| as_jsonb(workflow::invoke_elsewhere(caller, object, &node, method, args)?))?
+                alone(|| as_jsonb(forward::invoke(caller, object, &node, method, args)?))?
             }
             Answer::Raised(failure) => Err(failure),
         };
         outcomes.push((object, outcome));
     }
-    workflow::queue_spawned_elsewhere(caller, &spawned)?;
+    queue_spawned_elsewhere(caller, &spawned)?;
     outcomes.extend(missing.into_iter().map(|id| (id, Err(Failure::of(&LambdaError::UnknownObject(id))))));
     Ok(outcomes)
 }
@@ -175,7 +177,7 @@ fn as_jsonb(result: String) -> Result<String> {
 
 /// Sends the map call to the shards holding `targets`.
 fn send(
-    layout: &shards::Layout,
+    layout: &layout::Layout,
     targets: &Targets<'_>,
     caller: Caller,
     method: &str,
@@ -204,7 +206,7 @@ fn send(
 /// On a node a map call reached (`_map_here`): one object's call, alone.
 pub(crate) fn run_here(caller: Caller, object: i64, method: &str, args: &str) -> Result<Answer> {
     let sub = Subtransaction::begin();
-    let outcome = catching(|| match workflow::run_mapped(caller, object, method, args)? {
+    let outcome = catching(|| match run_mapped(caller, object, method, args)? {
         Reply::Done { result, spawned } => Ok(Reply::Done { result: as_jsonb(result)?, spawned }),
         reply => Ok(reply),
     });
@@ -256,4 +258,25 @@ fn catching<T>(call: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T
 fn sqlstate_text(code: pgrx::PgSqlErrorCode) -> String {
     // SAFETY: returns a static buffer holding the code's five characters.
     unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::unpack_sql_state(code as i32)) }.to_string_lossy().into_owned()
+}
+
+/// One object's call of a map call another node sent here
+/// (`_map_here`): run as `lambda_invoke` runs it, answered as
+/// `forward::run_forwarded` answers.
+fn run_mapped(caller: Caller, object: i64, method: &str, args: &str) -> Result<Reply> {
+    match workflow::invoke_replaying(caller, object, method, args, Vec::new()) {
+        Err(LambdaError::Suspended(needs)) => serde_json::from_str(&needs)
+            .map_err(|e| LambdaError::Internal(format!("a stopped run answered {needs:?}: {e}"))),
+        outcome => forward::reply(outcome),
+    }
+}
+
+/// Queues, from the node driving a map call, the calls its runs on other
+/// nodes spawned on objects of yet other nodes (as `forward::invoke`
+/// queues those of one call).
+fn queue_spawned_elsewhere(caller: Caller, spawned: &[Spawned]) -> Result<()> {
+    if spawned.is_empty() {
+        return Ok(());
+    }
+    remote::queue(&*workflow::start(caller, None, None)?, spawned)
 }

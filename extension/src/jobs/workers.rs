@@ -9,9 +9,6 @@
 //! job it waits for. Latches, not polling: a worker sleeps until a commit
 //! that queued jobs sets its latch, or until a retried job's backoff ends.
 
-pub(crate) mod job_runner;
-pub(crate) mod rebalancer;
-
 use crate::gucs::MAX_WORKERS;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::lwlock::PgLwLock;
@@ -128,7 +125,7 @@ static CONNECTED_HERE: AtomicBool = AtomicBool::new(false);
 /// wait for how that went, and after a failure every worker waits for the
 /// database without a connection (reading the shared catalog
 /// pg_database), says so once, and restarts when it exists.
-fn connect_to_database(first: bool) {
+pub(crate) fn connect_to_database(first: bool) {
     let database = crate::gucs::database();
     let started = std::time::Instant::now();
     loop {
@@ -267,7 +264,7 @@ pub(crate) fn running_jobs() -> Vec<i64> {
 }
 
 /// Takes worker slot `index` for this process until it exits.
-fn attach_worker(index: usize) {
+pub(crate) fn attach_worker(index: usize) {
     REGISTRY.exclusive().workers[index] = Slot { procno: my_procno(), job: 0 };
     // SAFETY: registers a plain function with a by-value argument.
     unsafe { pg_sys::before_shmem_exit(Some(detach_worker), pg_sys::Datum::from(index)) };
@@ -278,7 +275,7 @@ unsafe extern "C-unwind" fn detach_worker(_code: std::ffi::c_int, index: pg_sys:
     REGISTRY.exclusive().workers[index.value()] = Slot::FREE;
 }
 
-fn set_running(index: usize, job: i64) {
+pub(crate) fn set_running(index: usize, job: i64) {
     REGISTRY.exclusive().workers[index].job = job;
 }
 
@@ -320,7 +317,7 @@ impl Drop for Waiter {
 
 /// Waits on this process's latch for at most `timeout`, then resets it and
 /// processes interrupts.
-fn wait_latch(timeout: Duration) {
+pub(crate) fn wait_latch(timeout: Duration) {
     let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as std::ffi::c_long;
     // SAFETY: MyLatch is this process's latch; called on the main thread.
@@ -335,7 +332,7 @@ fn wait_latch(timeout: Duration) {
 /// die() only sets ProcDiePending: a worker acts on it between steps, and
 /// a running lambda's epoch callback stops the lambda first, so SIGTERM
 /// never lands in the middle of wasm.
-fn handle_signals() {
+pub(crate) fn handle_signals() {
     // SAFETY: called first thing in the worker, on its main thread.
     unsafe {
         pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_handlers::die));
@@ -353,7 +350,7 @@ mod postgres_handlers {
     }
 }
 
-fn reload_config_if_asked() {
+pub(crate) fn reload_config_if_asked() {
     // SAFETY: flag set by the SIGHUP handler; read and reset on the main thread.
     unsafe {
         if pg_sys::ConfigReloadPending != 0 {
@@ -366,7 +363,7 @@ fn reload_config_if_asked() {
 /// Runs `body` in a transaction of its own, with a snapshot, under the
 /// fixed `search_path` (a worker is a superuser, and its session's path
 /// comes from settings a database's owner may change).
-fn transaction<R>(body: impl FnOnce() -> R) -> R {
+pub(crate) fn transaction<R>(body: impl FnOnce() -> R) -> R {
     // SAFETY: the worker is connected and between transactions.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();

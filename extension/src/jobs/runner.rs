@@ -13,11 +13,12 @@
 //! serialization failure or a node that could not be reached, as a retry
 //! after a backoff.
 
-use super::{attach_worker, reload_config_if_asked, set_running, transaction, wait_latch, wake_waiters};
+use super::workers::{attach_worker, reload_config_if_asked, set_running, transaction, wait_latch, wake_waiters};
 use crate::access::Caller;
-use crate::catalog::jobs::{self, Claimed};
+use crate::cluster::route;
 use crate::error::LambdaError;
-use crate::{gucs, route, workflow};
+use crate::jobs::queue::{self, Claimed};
+use crate::{gucs, workflow};
 use pgrx::pg_sys::{self, panic::CaughtError};
 use pgrx::{pg_guard, PgSqlErrorCode, PgTryBuilder};
 use std::panic::AssertUnwindSafe;
@@ -29,13 +30,13 @@ const MAX_IDLE: Duration = Duration::from_secs(60);
 /// How often an idle worker looks for prepared transactions that ended.
 const PREPARED_POLL: Duration = Duration::from_millis(100);
 
-/// Entry point, named in the worker's registration (`workers::init`).
+/// Entry point, named in the worker's registration (`workers::register`).
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     let index = arg.value();
-    super::handle_signals();
-    super::connect_to_database(index == 0);
+    super::workers::handle_signals();
+    super::workers::connect_to_database(index == 0);
     // OCC needs READ COMMITTED, whatever the server's default is.
     // SAFETY: C strings that outlive the call.
     unsafe {
@@ -93,9 +94,9 @@ enum Step {
 
 /// One job, in the caller's transaction: claim, run, record.
 fn run_one(index: usize, last_app: &mut String) -> Step {
-    let claimed = jobs::claim(last_app).unwrap_or_else(|e| e.report("claiming a job"));
+    let claimed = queue::claim(last_app).unwrap_or_else(|e| e.report("claiming a job"));
     let Some(job) = claimed else {
-        let next = jobs::next_backoff_ms().unwrap_or_else(|e| e.report("looking for backed-off jobs"));
+        let next = queue::next_backoff_ms().unwrap_or_else(|e| e.report("looking for backed-off jobs"));
         return Step::Idle(next.map(|ms| Duration::from_millis(ms.max(1) as u64)));
     };
     set_running(index, job.job);
@@ -107,7 +108,7 @@ fn run_one(index: usize, last_app: &mut String) -> Step {
     let recorded = in_subtransaction(|| record(&job, outcome).map_err(Failure::from));
     if let Err(failure) = recorded {
         let message = format!("recording the job's outcome failed: {}", failure.message);
-        jobs::finish_failed(&job, &message, "38000").unwrap_or_else(|e| e.report("recording a job's failure"));
+        queue::finish_failed(&job, &message, "38000").unwrap_or_else(|e| e.report("recording a job's failure"));
     }
     Step::Ran(job.job)
 }
@@ -124,7 +125,7 @@ fn run_workflow(job: &Claimed) -> Result<String, Failure> {
 fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Result<()> {
     let failure = match outcome {
         Ok(result) => {
-            jobs::finish_done(job, &result)?;
+            queue::finish_done(job, &result)?;
             // `done` is written here, as a session's call is: if the
             // workflow wrote on other nodes, Citus must commit there in two
             // phases with this node. Otherwise it commits them first, in
@@ -143,9 +144,9 @@ fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Resu
         unsafe { pg_sys::QueryCancelPending = 0 };
     }
     if failure.retryable() && job.attempts + 1 < gucs::job_max_attempts() {
-        jobs::retry_later(job, &failure.message, &failure.sqlstate, backoff_ms(job.attempts))
+        queue::retry_later(job, &failure.message, &failure.sqlstate, backoff_ms(job.attempts))
     } else {
-        jobs::finish_failed(job, &failure.message, &failure.sqlstate)
+        queue::finish_failed(job, &failure.message, &failure.sqlstate)
     }
 }
 
@@ -159,8 +160,8 @@ fn backoff_ms(attempts: i32) -> i64 {
 }
 
 /// Why a job's workflow failed, from our error or PostgreSQL's.
-pub(super) struct Failure {
-    pub(super) message: String,
+pub(crate) struct Failure {
+    pub(crate) message: String,
     sqlstate: String,
     canceled: bool,
 }
@@ -201,7 +202,7 @@ fn sqlstate_text(code: PgSqlErrorCode) -> String {
 
 /// Runs `body` in a subtransaction: on any error, everything it did is
 /// rolled back and the error returned, and the enclosing transaction goes on.
-pub(super) fn in_subtransaction<T>(body: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+pub(crate) fn in_subtransaction<T>(body: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
     // SAFETY: in a transaction, on the main thread; the memory context and
     // resource owner are restored below as PL/pgSQL does.
     let (context, owner) = unsafe { (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner) };

@@ -1,8 +1,9 @@
 //! Job rows (`lambdastore.jobs`): submitting, claiming, and recording an
 //! outcome. The worker's claim and its outcome run in one transaction; see
-//! `workers::job_runner`.
+//! the job runner (runner.rs).
 
-use super::{query_at, query_cluster, shards, Place};
+use crate::catalog::{query_at, query_cluster, Place};
+use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
 use crate::model::Spawned;
 use pgrx::pg_sys::{self, BuiltinOid::*};
@@ -24,7 +25,7 @@ pub(crate) struct NewJob<'a> {
 
 thread_local! {
     /// Whether this transaction inserted jobs: the workers are woken when
-    /// it commits (jobs.rs).
+    /// it commits (jobs/mod.rs).
     static INSERTED: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -38,8 +39,8 @@ pub(crate) fn take_inserted() -> bool {
 /// object's shard must be here (`forward` sends submissions there), and
 /// the key was claimed in `job_keys` first (`claim_key`).
 pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
-    super::note_write();
-    let place = shards::place(job.object)?;
+    crate::catalog::note_write();
+    let place = layout::place(job.object)?;
     // Without a key there is no conflict to infer, and on a Citus node no
     // index to infer it from.
     let sql = if job.idempotency_key.is_some() && place == Place::Tables {
@@ -162,7 +163,7 @@ pub(crate) fn app_of(object: i64) -> Result<Option<String>> {
 
 /// A new job id, unique across a Citus cluster.
 fn next_job_id() -> Result<i64> {
-    super::unique_id(c"lambdastore.job_id_seq")
+    crate::catalog::unique_id(c"lambdastore.job_id_seq")
 }
 
 /// Inserts the calls a workflow spawned, in spawn order, to run as `role`.
@@ -201,7 +202,7 @@ pub(crate) struct Claimed {
 pub(crate) fn claim(after: &str) -> Result<Option<Claimed>> {
     for place in here()? {
         let place = match place {
-            Place::Local(shard) => shards::hold_local(shard)?,
+            Place::Local(shard) => layout::hold_local(shard)?,
             tables => Some(tables),
         };
         let Some(place) = place else { continue }; // moved away meanwhile
@@ -215,7 +216,7 @@ pub(crate) fn claim(after: &str) -> Result<Option<Claimed>> {
 /// Where this node's jobs are: the table, or (on a Citus node) each of its
 /// shards of it. A worker runs the jobs of the objects stored on its node.
 fn here() -> Result<Vec<Place>> {
-    Ok(match shards::layout()? {
+    Ok(match layout::layout()? {
         None => vec![Place::Tables],
         Some(layout) => layout.local_shards().map(Place::Local).collect(),
     })
@@ -302,7 +303,7 @@ pub(crate) fn next_backoff_ms() -> Result<Option<i64>> {
 
 pub(crate) fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
     query_at(
-        shards::place(claimed.object)?,
+        layout::place(claimed.object)?,
         "UPDATE lambdastore.jobs
             SET state = 'done', result = $3::jsonb, error = NULL, sqlstate = NULL,
                 attempts = attempts + 1, finished_at = clock_timestamp()
@@ -315,7 +316,7 @@ pub(crate) fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
 
 pub(crate) fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> Result<()> {
     query_at(
-        shards::place(claimed.object)?,
+        layout::place(claimed.object)?,
         "UPDATE lambdastore.jobs
             SET state = 'failed', error = $3, sqlstate = $4,
                 attempts = attempts + 1, finished_at = clock_timestamp()
@@ -329,7 +330,7 @@ pub(crate) fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> R
 /// Leaves the job queued, due again after `backoff_ms`.
 pub(crate) fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i64) -> Result<()> {
     query_at(
-        shards::place(claimed.object)?,
+        layout::place(claimed.object)?,
         "UPDATE lambdastore.jobs
             SET error = $3, sqlstate = $4, attempts = attempts + 1,
                 run_after = clock_timestamp() + $5 * interval '1 millisecond'
