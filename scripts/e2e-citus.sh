@@ -94,10 +94,11 @@ if [ "$mode" = docker ]; then
     return $status
   }
   status=0
-  run --no-fail-fast -- --skip survive --skip background_ "$@" || status=1
-  # The fault tests kill and restart workers, and the background rebalancer
-  # moves every test's objects: alone, one at a time, after the others.
-  run -- survive background_ --test-threads=1 "$@" || status=1
+  run --no-fail-fast -- --skip survive --skip background_ --skip a_dump_of_ "$@" || status=1
+  # The fault tests kill and restart workers, the background rebalancer
+  # moves every test's objects, and a dump needs nothing else writing
+  # (docs/operations.md): alone, one at a time, after the others.
+  run -- survive background_ a_dump_of_ --test-threads=1 "$@" || status=1
   [ $status = 0 ] && echo "the containers survived the suite: no crash in their logs"
   exit $status
 fi
@@ -116,7 +117,10 @@ workers=$(for node in $("$citus" nodes citus-test | grep -v coord); do "$citus" 
 # shared with the other tests (tests/tests/common).
 if [ -n "$suites" ]; then
   echo "== the single-node suites against the coordinator of citus-test"
-  LAMBDASTORE_TEST_URL="$url" cargo test "${packages[@]}" --test apps --test deploy --test errors \
+  # Half the operations in the serializable suite's stress tests: every
+  # call crosses nodes here (tests/tests/serializable.rs, `scaled`).
+  LAMBDASTORE_TEST_SCALE=${LAMBDASTORE_TEST_SCALE:-0.5} LAMBDASTORE_TEST_URL="$url" \
+    cargo test "${packages[@]}" --test apps --test deploy --test errors \
     --test limits --test jobs --test serializable --no-fail-fast -- \
     --skip pg_cancel_backend_stops_ --skip a_transaction_holds_its_write_locks_ --skip adaptive_splitting_ \
     --skip a_workflow_whose_guards_a_split_made_stale_fails --skip a_reader_waits_for_a_committing_writer_ \
@@ -125,13 +129,14 @@ if [ -n "$suites" ]; then
 else
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \
     LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
-    cargo test "${packages[@]}" --test citus --no-fail-fast -- --skip survive --skip background_ "$@"
+    cargo test "${packages[@]}" --test citus --no-fail-fast -- --skip survive --skip background_ --skip a_dump_of_ "$@"
   status=$?
-  # The fault tests kill and restart workers, and the background rebalancer
-  # moves every test's objects: alone, one at a time, after the others.
+  # The fault tests kill and restart workers, the background rebalancer
+  # moves every test's objects, and a dump needs nothing else writing
+  # (docs/operations.md): alone, one at a time, after the others.
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \
     LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
-    cargo test "${packages[@]}" --test citus -- survive background_ --test-threads=1 "$@" || status=1
+    cargo test "${packages[@]}" --test citus -- survive background_ a_dump_of_ --test-threads=1 "$@" || status=1
 fi
 
 # After the stop, so that each log is complete.

@@ -41,17 +41,19 @@ if scripts/docker.sh engine; then
 fi
 
 # Lane one: the single server (e2e, then the tests that kill and restart
-# servers, the physical backup, the upgrade). Lane two: Citus and compose.
+# servers, the physical backup, the upgrade), then the compose cluster.
+# Lane two: the Citus tests, then the single-node suites on Citus. About
+# as long as each other on this machine (2 cores).
 single() {
   suite e2e scripts/e2e.sh
   suite faults scripts/faults.sh
   suite basebackup scripts/basebackup.sh
   suite upgrade scripts/upgrade.sh
+  suite compose scripts/e2e-compose.sh
 }
 cluster() {
   suite citus scripts/e2e-citus.sh
   suite citus-suites scripts/e2e-citus.sh --suites
-  suite compose scripts/e2e-compose.sh
 }
 if [ "${LANES:-2}" = 1 ]; then
   single

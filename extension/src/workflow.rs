@@ -9,7 +9,7 @@
 use crate::access::{self, Caller, Privilege};
 use crate::catalog;
 use crate::cluster::affinity;
-use crate::cluster::{remote, route};
+use crate::cluster::remote;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::calls::create_object;
@@ -167,7 +167,7 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     // COMMIT that validates every node: what calls read on other nodes
     // must hold now too, as on one node (issue 41; in autocommit the
     // COMMIT right after does it, and an error there replaces the answer).
-    if !route::arrived() && in_transaction_block() {
+    if in_transaction_block() {
         occ::reads_elsewhere_hold()?;
     }
     let writes = workflow.writes();

@@ -32,6 +32,16 @@ const WATCHDOG: Duration = Duration::from_secs(180);
 /// its anomaly.
 const OFF_ROUNDS: usize = 5;
 
+/// `n` operations times `LAMBDASTORE_TEST_SCALE` (default 1): the suites
+/// run again against a Citus coordinator (scripts/e2e-citus.sh --suites)
+/// with half as many, where every call crosses nodes and costs several
+/// times more; zero anomalies under occ and some under off hold at either
+/// size.
+fn scaled(n: usize) -> usize {
+    let scale: f64 = std::env::var("LAMBDASTORE_TEST_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    ((n as f64 * scale).round() as usize).max(1)
+}
+
 // ---------------------------------------------------------------------------
 // The harness
 
@@ -164,7 +174,7 @@ fn split(c: &mut impl GenericClient, object: i64, field: &str, key: &[u8]) -> Re
 /// Concurrent increments of one counter: the final value must equal the
 /// number of increments that committed.
 fn lost_update(cc: Cc) -> Outcome {
-    const PER_THREAD: usize = 250;
+    let per_thread = scaled(250);
     let mut c = connect();
     let app = app(&format!("lost_update_{cc}"));
     deploy_example(&mut c, &app, "counter");
@@ -173,7 +183,7 @@ fn lost_update(cc: Cc) -> Outcome {
     let tallies = run_workers("lost_update", THREADS, WATCHDOG, move |i| {
         let mut c = connect_cc(cc);
         let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
-        for _ in 0..PER_THREAD {
+        for _ in 0..per_thread {
             let done = retrying(cc, &mut tally, &mut rng, || invoke(&mut c, counter, "increment", json!({})));
             ok(done, "increment");
             tally.committed += 1;
@@ -209,16 +219,16 @@ fn lost_update_off() {
 /// serial order exactly one withdrawal succeeds (200 >= 150, then 50 < 150)
 /// and the pair ends at 50.
 fn write_skew(cc: Cc) -> Outcome {
-    const PAIRS: usize = 200;
+    let pair_count = scaled(200);
     let mut c = connect();
     let bank = app(&format!("write_skew_{cc}"));
     deploy_example(&mut c, &bank, "bank");
-    let accounts = open_accounts(&mut c, &bank, 2 * PAIRS, 100);
+    let accounts = open_accounts(&mut c, &bank, 2 * pair_count, 100);
     let pairs: Arc<Vec<(i64, i64)>> = Arc::new(accounts.chunks(2).map(|p| (p[0], p[1])).collect());
     let (anomalies, example, tally) = withdraw_if_covered(cc, pairs, THREADS, WATCHDOG);
     Outcome {
         anomalies,
-        details: format!("{PAIRS} pairs, each must end with one withdrawal and a sum of 50{example}"),
+        details: format!("{pair_count} pairs, each must end with one withdrawal and a sum of 50{example}"),
         tally,
     }
 }
@@ -252,7 +262,7 @@ fn phantom_many_sets(cc: Cc) -> Outcome {
 }
 
 fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
-    const ROUNDS: usize = 250;
+    let rounds = scaled(250);
     const MAX: usize = 5;
     let mut c = connect();
     let app = app(&format!("{name}_{cc}"));
@@ -260,7 +270,7 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
     let bench = create(&mut c, &app, "Bench", json!({}));
     let range = |round: usize| (format!("r{round:04}/"), format!("r{round:04}0"));
     if presplit {
-        let guards: Vec<Vec<u8>> = (0..ROUNDS)
+        let guards: Vec<Vec<u8>> = (0..rounds)
             .flat_map(|round| {
                 let start = range(round).0;
                 let keys = (0..THREADS).map(move |i| format!("{start}t{i}"));
@@ -280,7 +290,7 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
         let mut c = connect_cc(cc);
         let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
         let mut inserted = Vec::new();
-        for round in 0..ROUNDS {
+        for round in 0..rounds {
             let (start, end) = range(round);
             let args = json!({"start": start, "end": end, "max": MAX, "key": format!("{start}t{i}")});
             barrier.wait();
@@ -294,18 +304,18 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
     });
 
     let tally = Tally::sum(results.iter().map(|(t, _)| t));
-    let mut said_inserted = vec![0usize; ROUNDS];
+    let mut said_inserted = vec![0usize; rounds];
     for round in results.iter().flat_map(|(_, r)| r) {
         said_inserted[*round] += 1;
     }
     let listing: Vec<(String, String)> =
         serde_json::from_value(call_settled(&mut c, bench, "list", json!({}))).unwrap();
-    let mut present = vec![0usize; ROUNDS];
+    let mut present = vec![0usize; rounds];
     for (key, _) in &listing {
         present[key[1..5].parse::<usize>().unwrap()] += 1;
     }
     let (mut anomalies, mut example) = (0, String::new());
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         if present[round] != MAX || said_inserted[round] != present[round] {
             anomalies += 1;
             if example.is_empty() {
@@ -316,7 +326,7 @@ fn phantom_on(cc: Cc, name: &str, presplit: bool) -> Outcome {
             }
         }
     }
-    Outcome { anomalies, details: format!("{ROUNDS} ranges, each must end with {MAX} entries{example}"), tally }
+    Outcome { anomalies, details: format!("{rounds} ranges, each must end with {MAX} entries{example}"), tally }
 }
 
 #[test]
@@ -348,7 +358,7 @@ fn phantom_on_an_object_with_more_sets_than_loaded_at_once_off() {
 /// reads its own balance, then the other's in a nested call. Each must see
 /// the constant total.
 fn read_skew(cc: Cc) -> Outcome {
-    const TRANSFERS: usize = 600;
+    let transfers = scaled(600);
     const TOTAL: i64 = 2000;
     let mut c = connect();
     let bank = app(&format!("read_skew_{cc}"));
@@ -364,7 +374,7 @@ fn read_skew(cc: Cc) -> Outcome {
         let mut skewed: Vec<i64> = Vec::new();
         barrier.wait();
         if i == 0 {
-            for _ in 0..TRANSFERS {
+            for _ in 0..transfers {
                 let (from, to) = if rng.below(2) == 0 { (a, b) } else { (b, a) };
                 let amount = 1 + rng.below(100) as i64;
                 let result = retrying(cc, &mut tally, &mut rng, || {
@@ -440,7 +450,7 @@ fn impossible_errors_nested(cc: Cc) -> Outcome {
 }
 
 fn impossible_errors_via(cc: Cc, nested: bool) -> Outcome {
-    const READS: usize = 2000;
+    let read_count = scaled(2000);
     const TOTAL: i64 = 100;
     let mut c = connect();
     let bank = app(&format!("impossible_errors_{cc}"));
@@ -468,7 +478,7 @@ fn impossible_errors_via(cc: Cc, nested: bool) -> Outcome {
                 from_a = !from_a;
             }
         } else {
-            for n in 0..READS.div_ceil(readers) {
+            for n in 0..read_count.div_ceil(readers) {
                 let (me, other) = if n % 2 == 0 { (a, b) } else { (b, a) };
                 let result = retrying(cc, &mut tally, &mut rng, || {
                     let mut tx = c.transaction()?;
@@ -530,7 +540,7 @@ fn impossible_errors_handled_by_a_caller_off() {
 /// 40001 instead). Jobs run with the server's `occ`.
 #[test]
 fn a_failed_job_records_no_impossible_error() {
-    const JOBS: i64 = 1000;
+    let job_count = scaled(1000) as i64;
     const TOTAL: i64 = 100;
     let mut c = connect();
     let bank = app("impossible_job_errors");
@@ -541,7 +551,7 @@ fn a_failed_job_records_no_impossible_error() {
         "SELECT lambdastore.submit(CASE WHEN g % 2 = 0 THEN $1::int8 ELSE $2::int8 END, 'covered',
                                    jsonb_build_object('other', CASE WHEN g % 2 = 0 THEN $2::int8 ELSE $1::int8 END, 'amount', $3::int8))
            FROM generate_series(1, $4::int8) g",
-        &[&a, &b, &TOTAL, &JOBS],
+        &[&a, &b, &TOTAL, &job_count],
     )
     .unwrap();
     // Money moves back and forth until the jobs are done.
@@ -563,8 +573,8 @@ fn a_failed_job_records_no_impossible_error() {
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-    assert!(failed.is_empty(), "{} of {JOBS} jobs failed, e.g. {:?}", failed.len(), failed.first());
-    assert_eq!(jobs_in_state(&mut c, &bank, "done"), Some(JOBS));
+    assert!(failed.is_empty(), "{} of {job_count} jobs failed, e.g. {:?}", failed.len(), failed.first());
+    assert_eq!(jobs_in_state(&mut c, &bank, "done"), Some(job_count));
 }
 
 // ---------------------------------------------------------------------------
@@ -576,12 +586,12 @@ fn a_failed_job_records_no_impossible_error() {
 fn bank_invariant(cc: Cc) -> Outcome {
     const ACCOUNTS: usize = 100;
     const INITIAL: i64 = 1000;
-    const PER_THREAD: usize = 300;
+    let per_thread = scaled(300);
     let mut c = connect();
     let bank = app(&format!("bank_invariant_{cc}"));
     deploy_example(&mut c, &bank, "bank");
     let accounts = Arc::new(open_accounts(&mut c, &bank, ACCOUNTS, INITIAL));
-    let (anomalies, details, tally) = random_transfers(cc, accounts, INITIAL, THREADS, PER_THREAD, WATCHDOG);
+    let (anomalies, details, tally) = random_transfers(cc, accounts, INITIAL, THREADS, per_thread, WATCHDOG);
     Outcome { anomalies, details, tally }
 }
 
@@ -604,12 +614,12 @@ fn bank_invariant_off() {
 /// its own, so only read locks kept until COMMIT make the whole transaction
 /// serializable: exactly one subtraction per pair.
 fn multi_statement(cc: Cc) -> Outcome {
-    const PAIRS: usize = 150;
+    let pair_count = scaled(150);
     let mut c = connect();
     let app = app(&format!("multi_statement_{cc}"));
     deploy_example(&mut c, &app, "counter");
     let pairs: Arc<Vec<(i64, i64)>> = Arc::new(
-        (0..PAIRS)
+        (0..pair_count)
             .map(|_| {
                 let a = create(&mut c, &app, "Counter", json!({"initial": 100}));
                 let b = create(&mut c, &app, "Counter", json!({"initial": 100}));
@@ -620,7 +630,7 @@ fn multi_statement(cc: Cc) -> Outcome {
     let (anomalies, example, tally) = subtract_if_covered(cc, pairs, THREADS, WATCHDOG);
     Outcome {
         anomalies,
-        details: format!("{PAIRS} pairs, each must end with one subtraction and a sum of 50{example}"),
+        details: format!("{pair_count} pairs, each must end with one subtraction and a sum of 50{example}"),
         tally,
     }
 }
@@ -794,7 +804,7 @@ fn a_reader_waits_for_a_committing_writer_and_reads_what_it_committed() {
 /// manager for another's row or advisory lock.
 #[test]
 fn transactions_locking_in_opposite_orders_never_hang() {
-    const PER_THREAD: usize = 60;
+    let per_thread = scaled(60);
     const INITIAL: i64 = 10_000;
     let mut c = connect();
     let (counters, bank) = (app("opposite_counters"), app("opposite_bank"));
@@ -844,7 +854,7 @@ fn transactions_locking_in_opposite_orders_never_hang() {
         pids.lock().unwrap().push(backend_pid(&mut c));
         barrier.wait();
         let mut rng = Rng::new(i as u64);
-        for _ in 0..PER_THREAD {
+        for _ in 0..per_thread {
             let kind = i % 4;
             let result = retrying(Cc::Occ, &mut moved.tally, &mut rng, || {
                 let mut tx = c.transaction()?;
@@ -888,7 +898,7 @@ fn transactions_locking_in_opposite_orders_never_hang() {
     let waits: Vec<&String> = results.iter().flat_map(|m| &m.waits).collect();
     println!("opposite_orders [occ]: {tally}; {x_to_y} transfers x->y, {y_to_x} y->x; {} lock waits seen", waits.len());
     let committed = tally.committed as i64;
-    assert_eq!(committed, (THREADS * PER_THREAD) as i64);
+    assert_eq!(committed, (THREADS * per_thread) as i64);
     assert_eq!(counter_value(&mut c, p), committed);
     assert_eq!(counter_value(&mut c, q), committed);
     assert_eq!(balance(&mut c, x), INITIAL - x_to_y + y_to_x);

@@ -299,17 +299,9 @@ pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
         return failure;
     }
     let (splits, now) = (workflow.splits_seen(), versions::mark());
-    let valid = workflow_still_as_read(workflow, &splits, now);
     // On a Citus node that drives the transaction, what its calls read on
     // other nodes counts too (a nested call's answer came from there).
-    let valid = valid.and_then(|_| {
-        if crate::cluster::route::arrived() {
-            Ok(())
-        } else {
-            crate::cluster::route::validate_reached()
-        }
-    });
-    match valid {
+    match workflow_still_as_read(workflow, &splits, now).and_then(|_| reads_elsewhere_hold()) {
         Ok(()) => {
             // The failure is an answer the transaction goes on from (a
             // caller on the node that sent this call may handle it and
@@ -326,9 +318,10 @@ pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
 
 /// On the node driving a Citus transaction: every other node it ran calls
 /// on checks what they read, now (an answer is about to leave); 40001 if
-/// something changed.
+/// something changed. A node a call arrived at answers to the node that
+/// sent it, which does this.
 pub(crate) fn reads_elsewhere_hold() -> Result<()> {
-    if !gucs::occ() || !versions::available() {
+    if !gucs::occ() || !versions::available() || crate::cluster::route::arrived() {
         return Ok(());
     }
     crate::cluster::route::validate_reached()
