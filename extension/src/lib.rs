@@ -18,6 +18,7 @@ mod host;
 mod jobs;
 mod jsonb;
 mod model;
+mod pg;
 mod runtime;
 mod shmem;
 mod stats;

@@ -5,6 +5,7 @@
 //! (protected functions are for lambdas only), run the function, and on
 //! success validate and apply the buffered writes and queue the spawned
 //! calls.
+#![deny(unsafe_code)] // PostgreSQL's C API only through crate::pg
 
 use crate::access::{self, Caller, Privilege};
 use crate::catalog;
@@ -16,6 +17,7 @@ use crate::host::calls::create_object;
 use crate::host::registry::{self, AppVersion};
 use crate::host::Frame;
 use crate::model::{Draw, FnDesc, FunctionKind, ObjectInfo, Spawned};
+use crate::pg;
 use crate::stats;
 use crate::txn::{occ, Workflow};
 use std::rc::Rc;
@@ -56,8 +58,7 @@ pub(crate) struct Finished<T> {
 /// A workflow that writes cannot run in a READ ONLY transaction: refused
 /// before it runs, rather than when its writes are applied.
 fn refuse_in_read_only_transaction(readonly: bool, type_name: &str, function: &str) -> Result<()> {
-    // SAFETY: a plain bool of the current transaction, read on the main thread.
-    if !readonly && unsafe { pgrx::pg_sys::XactReadOnly } {
+    if !readonly && pg::xact::read_only() {
         return Err(LambdaError::ReadOnlyTransaction(format!(
             "\"{type_name}.{function}\" may write, and the transaction is READ ONLY (only readonly functions can run in it)"
         )));
@@ -167,7 +168,7 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     // COMMIT that validates every node: what calls read on other nodes
     // must hold now too, as on one node (issue 41; in autocommit the
     // COMMIT right after does it, and an error there replaces the answer).
-    if in_transaction_block() {
+    if pg::xact::in_block() {
         occ::reads_elsewhere_hold()?;
     }
     let writes = workflow.writes();
@@ -177,11 +178,6 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     let (here, elsewhere) = remote::by_node(writes.spawned())?;
     crate::jobs::queue::insert_spawned(&here, workflow.caller.0, workflow.parent_job)?;
     remote::queue_or_return(workflow, elsewhere)
-}
-
-fn in_transaction_block() -> bool {
-    // SAFETY: reads the transaction state of this backend, inside a transaction.
-    unsafe { pgrx::pg_sys::IsTransactionBlock() }
 }
 
 /// What `lambdastore.submit` checks before queueing a job, so that a typo

@@ -433,8 +433,7 @@ mod lambdastore {
 /// cluster with its idempotency key claimed cluster-wide first.
 fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) -> Result<i64> {
     use forward::KeyClaim;
-    // SAFETY: a plain bool of the current transaction, read on the main thread.
-    if unsafe { pg_sys::XactReadOnly } {
+    if crate::pg::xact::read_only() {
         return Err(LambdaError::ReadOnlyTransaction(
             "submit queues a job, which is a write: the transaction is READ ONLY".into(),
         ));

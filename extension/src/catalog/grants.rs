@@ -19,8 +19,7 @@ fn role(oid: Option<Oid>, name: Option<String>) -> Result<Oid> {
         return Ok(oid.unwrap_or(pgrx::pg_sys::InvalidOid));
     }
     let Some(name) = name.and_then(|n| std::ffi::CString::new(n).ok()) else { return Ok(pgrx::pg_sys::InvalidOid) };
-    // SAFETY: a syscache lookup by name; missing_ok returns InvalidOid.
-    Ok(unsafe { pgrx::pg_sys::get_role_oid(name.as_ptr(), true) })
+    Ok(crate::pg::backend::role_oid_if_any(&name).unwrap_or(pgrx::pg_sys::InvalidOid))
 }
 
 /// The name of role `oid`, as stored beside it.

@@ -20,8 +20,7 @@ use std::num::NonZeroUsize;
 
 /// Whether a probe reads what the SPI statement would.
 pub(crate) fn usable() -> bool {
-    // SAFETY: a plain int of the current transaction, read on the main thread.
-    unsafe { pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32 }
+    !crate::pg::xact::has_transaction_snapshot()
 }
 
 /// One column of a primary key: (object_id bigint, text collate "C", bytea).

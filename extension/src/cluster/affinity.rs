@@ -90,6 +90,7 @@ struct Tables {
 
 // SAFETY: the names are unique to this extension.
 static TABLES: Zeroed<Tables> = Zeroed::new(c"lambdastore_affinity");
+#[allow(unsafe_code)] // pgrx's constructor of a named shared lock; the name is unique (above)
 static CLAIM: PgLwLock<bool> = unsafe { PgLwLock::new(c"lambdastore_affinity_claim") };
 static ENABLED: AtomicBool = AtomicBool::new(false);
 

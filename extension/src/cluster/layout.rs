@@ -31,6 +31,7 @@
 //! node).
 
 use crate::error::{LambdaError, Result};
+use crate::pg;
 use pgrx::pg_sys;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -216,13 +217,7 @@ fn query<R>(sql: &'static str, read: impl FnOnce(pgrx::spi::SpiTupleTable<'_>) -
 fn hash(object: i64) -> i32 {
     let (low, high) = (object as u32, (object >> 32) as u32);
     let folded = low ^ if object >= 0 { high } else { !high };
-    // SAFETY: a pure function of its argument.
-    unsafe { hash_bytes_uint32(folded) as i32 }
-}
-
-unsafe extern "C-unwind" {
-    /// PostgreSQL's common/hashfn.c (not in pgrx's bindings).
-    fn hash_bytes_uint32(k: u32) -> u32;
+    pg::backend::hash_uint32(folded) as i32
 }
 
 impl Layout {
@@ -386,22 +381,7 @@ fn fence(may_wait: bool) -> Result<bool> {
     // Owned by the top transaction: a subtransaction rolled back (an
     // exception block, a failed callee's hops) must not release it while
     // `FENCED` says it is held.
-    // SAFETY: on the main thread inside a transaction; the relation exists
-    // (the layout just named it); either call accepts invalidations once
-    // it holds the lock.
-    let got = unsafe {
-        let owner = pg_sys::CurrentResourceOwner;
-        pg_sys::CurrentResourceOwner = pg_sys::TopTransactionResourceOwner;
-        let mode = pg_sys::RowShareLock as pg_sys::LOCKMODE;
-        let got = if wait {
-            pg_sys::LockRelationOid(layout.fence, mode);
-            true
-        } else {
-            pg_sys::ConditionalLockRelationOid(layout.fence, mode)
-        };
-        pg_sys::CurrentResourceOwner = owner;
-        got
-    };
+    let got = pg::locks::relation_for_transaction(layout.fence, pg_sys::RowShareLock, wait);
     FENCED.set(got);
     Ok(got)
 }
@@ -419,19 +399,13 @@ pub(crate) fn hold_shard_operations() -> Result<()> {
     let Some(layout) = layout()? else {
         return Err(LambdaError::NotPreloaded("the tables are not distributed: run lambdastore.distribute()".into()));
     };
-    let tag = pg_sys::LOCKTAG {
-        // SAFETY: set at backend start, read on the main thread.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: 0,
-        locktag_field3: layout.colocation,
-        locktag_field4: 13, // ADV_LOCKTAG_CLASS_CITUS_REBALANCE_PLACEMENT_COLOCATION
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    };
-    for mode in [pg_sys::ExclusiveLock, pg_sys::RowExclusiveLock] {
-        // SAFETY: a valid tag, on the main thread inside a transaction.
-        unsafe { pg_sys::LockAcquire(&tag, mode as pg_sys::LOCKMODE, false, false) };
-    }
+    const ADV_LOCKTAG_CLASS_CITUS_REBALANCE_PLACEMENT_COLOCATION: u16 = 13;
+    pg::locks::advisory_xact(
+        0,
+        layout.colocation,
+        ADV_LOCKTAG_CLASS_CITUS_REBALANCE_PLACEMENT_COLOCATION,
+        &[pg_sys::ExclusiveLock, pg_sys::RowExclusiveLock],
+    );
     Ok(())
 }
 
@@ -505,20 +479,12 @@ pub(crate) fn wrote_reference_tables() -> bool {
         Some(None) => return false,
         Some(Some(layout)) => layout,
     };
-    // SAFETY: a plain bool setting, read on the main thread.
-    if !unsafe { pg_sys::pgstat_track_counts } {
-        return true;
-    }
     REFERENCE.iter().zip(layout.reference).any(|(table, id)| {
-        let Ok(name) = std::ffi::CString::new(format!("{table}_{id}")) else { return true };
-        // SAFETY: syscache lookups by name; InvalidOid when missing.
-        let oid = unsafe {
-            pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true))
-        };
-        // SAFETY: looks up this backend's pending statistics of `oid`; the
-        // entry's `trans` is set while the open transaction has counts.
-        oid != pg_sys::InvalidOid
-            && unsafe { pg_sys::find_tabstat_entry(oid).as_ref() }.is_some_and(|s| !s.trans.is_null())
+        match pg::backend::relation_oid(c"lambdastore", &format!("{table}_{id}")) {
+            // Statistics off: nothing can be told, so assume it was.
+            Some(oid) => pg::backend::changed_in_transaction(oid).unwrap_or(true),
+            None => false,
+        }
     })
 }
 

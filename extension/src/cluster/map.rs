@@ -22,11 +22,13 @@
 use crate::access::Caller;
 use crate::catalog;
 use crate::cluster::layout;
-use crate::cluster::route::{self, Subtransaction};
+use crate::cluster::route;
 use crate::cluster::{forward, remote};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::model::{Reply, Spawned};
+use crate::pg::backend::sqlstate_text;
+use crate::pg::xact::Subtransaction;
 use crate::workflow;
 use pgrx::pg_sys::BuiltinOid::*;
 use serde::{Deserialize, Serialize};
@@ -252,12 +254,6 @@ fn catching<T>(call: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T
         Err(raised) if raised.sqlstate() == pgrx::PgSqlErrorCode::ERRCODE_QUERY_CANCELED => Err(raised),
         Err(raised) => Ok(Err(Failure::of(&raised))),
     }
-}
-
-/// A SQLSTATE's five characters.
-fn sqlstate_text(code: pgrx::PgSqlErrorCode) -> String {
-    // SAFETY: returns a static buffer holding the code's five characters.
-    unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::unpack_sql_state(code as i32)) }.to_string_lossy().into_owned()
 }
 
 /// One object's call of a map call another node sent here

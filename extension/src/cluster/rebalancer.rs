@@ -23,6 +23,7 @@ const MOVE: &str = "SELECT lambdastore._rebalance_move($1::jsonb)";
 
 /// Entry point, named in the worker's registration (`workers::register`).
 #[pg_guard]
+#[allow(unsafe_code)] // an exported symbol PostgreSQL starts the worker by; its name is ours alone
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn lambdastore_rebalancer_main(_arg: pg_sys::Datum) {
     crate::jobs::workers::handle_signals();

@@ -22,9 +22,10 @@
 //! them back: the hops run in a subtransaction, which Citus rolls back on
 //! every node it reached.
 
-use crate::cluster::route::{self, Subtransaction};
+use crate::cluster::route;
 use crate::error::{LambdaError, Result};
 use crate::model::{CallFailure, Create, Draw, Forwarded, MethodCall, ModuleKey, Nested, Reply, Spawned};
+use crate::pg::xact::Subtransaction;
 use crate::txn::Workflow;
 use std::rc::Rc;
 

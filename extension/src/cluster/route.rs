@@ -42,6 +42,7 @@ use crate::catalog;
 use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
+use crate::pg::{self, backend::Citus};
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::{self, BuiltinOid::*};
 use pgrx::PgTryBuilder;
@@ -120,18 +121,15 @@ pub(crate) fn validate_reached() -> Result<()> {
     if objects.is_empty() {
         return Ok(());
     }
-    // At pre-commit no statement is running: SPI needs a snapshot. (An
-    // error aborts the transaction, which pops it.)
-    // SAFETY: inside the transaction, on the main thread.
-    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
-    for (object, _) in objects {
-        let sql = "SELECT lambdastore._validate_here()
-                     FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
-        routed(sql, object, Vec::new())?;
-    }
-    // SAFETY: pairs with the push above.
-    unsafe { pg_sys::PopActiveSnapshot() };
-    Ok(())
+    // At pre-commit no statement is running: SPI needs a snapshot.
+    pg::xact::with_snapshot(|| {
+        for (object, _) in objects {
+            let sql = "SELECT lambdastore._validate_here()
+                         FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
+            routed(sql, object, Vec::new())?;
+        }
+        Ok(())
+    })
 }
 
 /// The node holding `object`'s shard when it is not this one (None when
@@ -219,7 +217,7 @@ fn engage(written: Option<i64>) -> Result<()> {
     // then a write here): without the flag Citus commits the other nodes
     // in one phase, before this one, and a crash between keeps their part.
     if newly_two_phase {
-        citus_function(c"Use2PCForCoordinatedTransaction")?;
+        citus_function(Citus::Use2PCForCoordinatedTransaction)?;
     }
     // Citus prepares only the connections that ran a modification; a call
     // is a SELECT to it. A no-op UPDATE routed by the call's object runs on
@@ -246,23 +244,17 @@ pub(crate) fn here_result(result: String) -> String {
     format!("{flag}{result}")
 }
 
-/// Calls `void f(void)` of citus.so, loaded since the tables are
+/// Calls a function of citus.so, loaded since the tables are
 /// distributed: `UseCoordinatedTransaction` makes Citus open a transaction
 /// block on every node this transaction reaches from now on (it sends a
 /// single-shard SELECT outside `BEGIN` as a statement of its own, which
 /// the node commits at once: a forwarded call would commit there even if
 /// the statement calling it failed afterwards); the other marks the
 /// transaction for two-phase commit.
-fn citus_function(name: &'static std::ffi::CStr) -> Result<()> {
-    // SAFETY: looks a symbol up in citus.so; signalNotFound false returns
-    // NULL instead of raising. (PostgreSQL caches the library's handle.)
-    let f = unsafe { pg_sys::load_external_function(c"citus".as_ptr(), name.as_ptr(), false, std::ptr::null_mut()) };
-    if f.is_null() {
-        return Err(LambdaError::Internal(format!("citus.so has no {name:?}")));
+fn citus_function(f: Citus) -> Result<()> {
+    if !pg::backend::call_citus(f) {
+        return Err(LambdaError::Internal(format!("citus.so has no {f:?}")));
     }
-    // SAFETY: both are `void f(void)` in Citus 13; called inside a
-    // transaction on the main thread, as Citus' executor calls them.
-    unsafe { std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C-unwind" fn()>(f)() };
     Ok(())
 }
 
@@ -313,7 +305,7 @@ pub(crate) fn send_to_shards(
     caller: Caller,
     timeout: Duration,
 ) -> Result<Vec<(i64, String)>> {
-    citus_function(c"UseCoordinatedTransaction")?;
+    citus_function(Citus::UseCoordinatedTransaction)?;
     let (role, settings) = (caller.name(), gucs::travelling());
     let timeout = timeout.as_millis().max(1) as i64;
     let mut args: Vec<pgrx::datum::DatumWithOid<'_>> =
@@ -369,7 +361,7 @@ pub(crate) fn send(
     caller: Caller,
     timeout: Duration,
 ) -> Result<String> {
-    citus_function(c"UseCoordinatedTransaction")?;
+    citus_function(Citus::UseCoordinatedTransaction)?;
     let role = caller.name();
     let timeout = timeout.as_millis().max(1) as i64;
     let settings = gucs::travelling();
@@ -393,63 +385,10 @@ pub(crate) fn send(
 /// On the node a call was forwarded to: the caller's settings, for this
 /// transaction, and the caller.
 pub(crate) fn arrive(role: &str, timeout_ms: i64, settings: &str) -> Result<Caller> {
-    // SAFETY: a syscache lookup by name; missing_ok false raises 42704.
-    let caller = Caller(unsafe {
-        let name = std::ffi::CString::new(role).map_err(|_| LambdaError::InvalidParameter("a role name".into()))?;
-        pg_sys::get_role_oid(name.as_ptr(), false)
-    });
+    let name = std::ffi::CString::new(role).map_err(|_| LambdaError::InvalidParameter("a role name".into()))?;
+    let caller = Caller(pg::backend::role_oid(&name));
     gucs::set_local("lambdastore.timeout", &timeout_ms.to_string());
     gucs::arrive(settings);
     layout::arrive();
     Ok(caller)
-}
-
-/// An internal subtransaction (as PL/pgSQL's exception blocks use):
-/// Citus sends SAVEPOINT, RELEASE and ROLLBACK TO to every node the
-/// transaction has reached, so rolling it back undoes, on every node, what
-/// ran inside it.
-pub(crate) struct Subtransaction {
-    context: pg_sys::MemoryContext,
-    owner: pg_sys::ResourceOwner,
-}
-
-impl Subtransaction {
-    pub(crate) fn begin() -> Self {
-        // SAFETY: inside a transaction, on the main thread, with no SPI
-        // connection open (each catalog query opens and closes its own).
-        unsafe {
-            let started = Subtransaction { context: pg_sys::CurrentMemoryContext, owner: pg_sys::CurrentResourceOwner };
-            pg_sys::BeginInternalSubTransaction(std::ptr::null());
-            pg_sys::MemoryContextSwitchTo(started.context);
-            started
-        }
-    }
-
-    /// Keeps what ran inside it (it commits with the transaction).
-    pub(crate) fn release(self) {
-        // SAFETY: ends the subtransaction `begin` started, which is the
-        // current one: everything inside it has returned.
-        unsafe {
-            pg_sys::ReleaseCurrentSubTransaction();
-            self.restore();
-        }
-    }
-
-    /// Undoes what ran inside it, here and on the other nodes.
-    pub(crate) fn roll_back(self) {
-        // SAFETY: as for `release`; an error caught inside it has been
-        // flushed (PgTryBuilder does).
-        unsafe {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            self.restore();
-        }
-    }
-
-    unsafe fn restore(&self) {
-        // SAFETY: both were current when the subtransaction began.
-        unsafe {
-            pg_sys::MemoryContextSwitchTo(self.context);
-            pg_sys::CurrentResourceOwner = self.owner;
-        }
-    }
 }

@@ -12,6 +12,7 @@ use crate::cluster::{affinity, remote, route};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::model::{CallFailure, Draw, FunctionKind, MethodCall, ModuleKey, ObjectInfo, Spawned};
+use crate::pg;
 use crate::txn::Workflow;
 use std::rc::Rc;
 
@@ -71,8 +72,7 @@ fn no_arguments(args: &str) -> bool {
 fn enter(caller: &HostState) -> Result<u32> {
     let depth = caller.frame.depth + 1;
     let max = gucs::max_call_depth();
-    // SAFETY: reads the stack pointer and PostgreSQL's stack base.
-    if depth > max || unsafe { pgrx::pg_sys::stack_is_too_deep() } {
+    if depth > max || pg::backend::stack_too_deep() {
         return Err(LambdaError::CallDepth(max));
     }
     Ok(depth)

@@ -5,6 +5,7 @@
 //! cannot handle (limits, refusals, a callee's trap) are returned as traps
 //! carrying a `LambdaError`, which unwinds every wasm frame of the workflow
 //! before the SQL edge reports it.
+#![deny(unsafe_code)] // PostgreSQL's C API only through crate::pg
 
 pub(crate) mod calls;
 mod entries;
@@ -134,17 +135,12 @@ impl lambdastore::lambda::host::Host for HostState {
     }
 
     fn now_micros(&mut self) -> wasmtime::Result<i64> {
-        // PostgreSQL timestamps count from 2000-01-01; the guest wants Unix time.
-        const UNIX_TO_POSTGRES_EPOCH_MICROS: i64 = 946_684_800 * 1_000_000;
-        // SAFETY: reads the system clock; no PostgreSQL state is touched.
-        let now = || Ok(unsafe { pgrx::pg_sys::GetCurrentTimestamp() } + UNIX_TO_POSTGRES_EPOCH_MICROS);
+        let now = || Ok(crate::pg::backend::now_unix_micros());
         Ok(self.workflow.draw(Draw::Now, Draw::now, now)?)
     }
 
     fn random_u64(&mut self) -> wasmtime::Result<u64> {
-        // SAFETY: the global PRNG is seeded at backend start and only used
-        // from this (the main) thread.
-        let random = || Ok(unsafe { pgrx::pg_sys::pg_prng_uint64(&raw mut pgrx::pg_sys::pg_global_prng_state) });
+        let random = || Ok(crate::pg::backend::random_u64());
         Ok(self.workflow.draw(Draw::Random, Draw::random, random)?)
     }
 

@@ -116,8 +116,7 @@ fn current_database() -> String {
 /// Only jobs of an application `caller` may invoke or read can be waited
 /// for; others look as if they did not exist.
 pub(crate) fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
-    // SAFETY: a plain int of the current transaction.
-    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+    if crate::pg::xact::has_transaction_snapshot() {
         return Err(LambdaError::IsolationLevel(
             "lambdastore.wait needs READ COMMITTED isolation: under a transaction snapshot it would never \
              see the job finish"

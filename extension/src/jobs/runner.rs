@@ -18,9 +18,10 @@ use crate::access::Caller;
 use crate::cluster::route;
 use crate::error::LambdaError;
 use crate::jobs::queue::{self, Claimed};
+use crate::pg::{self, backend::sqlstate_text, xact::Subtransaction};
 use crate::{gucs, workflow};
 use pgrx::pg_sys::{self, panic::CaughtError};
-use pgrx::{pg_guard, PgSqlErrorCode, PgTryBuilder};
+use pgrx::{pg_guard, PgTryBuilder};
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
@@ -154,8 +155,7 @@ fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Resu
 /// that conflicted do not meet again at the same instant.
 fn backoff_ms(attempts: i32) -> i64 {
     let base = 10i64.saturating_mul(1 << attempts.clamp(0, 7)).min(1000);
-    // SAFETY: the backend's PRNG, seeded at start, used on the main thread.
-    let jitter = unsafe { pg_sys::pg_prng_double(&raw mut pg_sys::pg_global_prng_state) };
+    let jitter = pg::backend::random_f64();
     (base as f64 * (0.5 + jitter)) as i64
 }
 
@@ -194,35 +194,18 @@ impl From<CaughtError> for Failure {
     }
 }
 
-/// "40001" from PostgreSQL's packed form (five 6-bit characters).
-fn sqlstate_text(code: PgSqlErrorCode) -> String {
-    let packed = code as i32;
-    (0..5).map(|i| (((packed >> (6 * i)) & 0x3F) as u8 + b'0') as char).collect()
-}
-
 /// Runs `body` in a subtransaction: on any error, everything it did is
 /// rolled back and the error returned, and the enclosing transaction goes on.
 pub(crate) fn in_subtransaction<T>(body: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
-    // SAFETY: in a transaction, on the main thread; the memory context and
-    // resource owner are restored below as PL/pgSQL does.
-    let (context, owner) = unsafe { (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner) };
-    unsafe {
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
-    }
+    let sub = Subtransaction::begin();
     let outcome = PgTryBuilder::new(AssertUnwindSafe(body))
         .catch_others(|caught| Err(Failure::from(caught)))
         .catch_rust_panic(|caught| Err(Failure::from(caught)))
         .execute();
-    // SAFETY: ends the subtransaction begun above.
-    unsafe {
-        if outcome.is_ok() {
-            pg_sys::ReleaseCurrentSubTransaction();
-        } else {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-        }
-        pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
+    if outcome.is_ok() {
+        sub.release();
+    } else {
+        sub.roll_back();
     }
     outcome
 }

@@ -16,8 +16,7 @@ fn cache_dir() -> PathBuf {
     // SAFETY: DataDir is set by the postmaster before any backend runs SQL
     // and never changes afterwards.
     let data_dir = unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::DataDir) };
-    // SAFETY: set once this backend is connected to its database.
-    let database = unsafe { pgrx::pg_sys::MyDatabaseId }.to_u32();
+    let database = crate::pg::backend::database_id();
     PathBuf::from(data_dir.to_string_lossy().into_owned()).join("lambdastore").join("cache").join(database.to_string())
 }
 

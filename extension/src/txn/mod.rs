@@ -6,6 +6,7 @@
 //! nested call takes a savepoint in the buffer: when the callee returns an
 //! error of its own, its writes (and those of its callees) are undone and
 //! the caller may carry on.
+#![deny(unsafe_code)] // PostgreSQL's C API only through crate::pg
 
 pub(crate) mod buffer;
 pub(crate) mod entry_sets;
@@ -22,6 +23,7 @@ use crate::access::Caller;
 use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
+use crate::pg;
 use entry_sets::{EntrySet, KnownSets, Position, SetId, Touched};
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::Entry;
@@ -149,13 +151,7 @@ impl Workflow {
     /// handlers only set flags) or the deadline has passed. Checked by the
     /// epoch callback while wasm runs, and inside long host work.
     pub(crate) fn keep_going(&self) -> Result<()> {
-        // SAFETY: sig_atomic_t flags written by signal handlers; a volatile
-        // read from the main thread is how PostgreSQL itself reads them.
-        let interrupted = unsafe {
-            std::ptr::read_volatile(&raw const pgrx::pg_sys::QueryCancelPending) != 0
-                || std::ptr::read_volatile(&raw const pgrx::pg_sys::ProcDiePending) != 0
-        };
-        if interrupted {
+        if pg::backend::interrupt_pending() {
             return Err(LambdaError::Canceled);
         }
         if Instant::now() >= self.deadline {

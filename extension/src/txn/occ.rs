@@ -33,7 +33,7 @@ use super::Workflow;
 use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use pgrx::pg_sys;
+use crate::pg::{self, locks::Tried};
 use std::collections::BTreeMap;
 
 /// OCC reads versions and values with fresh snapshots (READ COMMITTED per
@@ -52,9 +52,7 @@ pub(crate) fn check_isolation() -> Result<()> {
                 .into(),
         ));
     }
-    // SAFETY: a plain int of the current transaction, read on the main thread.
-    let level = unsafe { pg_sys::XactIsoLevel };
-    if level >= pg_sys::XACT_REPEATABLE_READ as i32 {
+    if pg::xact::has_transaction_snapshot() {
         return Err(LambdaError::IsolationLevel(
             "lambdas need READ COMMITTED isolation: LambdaStore makes workflows serializable itself \
              (lambdastore.concurrency_control = occ); to rely on PostgreSQL's REPEATABLE READ or \
@@ -79,25 +77,13 @@ fn conflict(set: &SetId, why: &str) -> LambdaError {
 /// transaction end, never waited for. While held, the transaction counts
 /// as a writer of the set in shared memory, which readers check.
 fn try_lock(set: &SetId) -> bool {
-    let key = lock_key(set) as u64;
-    let tag = pg_sys::LOCKTAG {
-        // SAFETY: set at backend start, read on the main thread.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: (key >> 32) as u32,
-        locktag_field3: key as u32,
-        locktag_field4: 1, // the int8 form of the advisory-lock functions
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    };
-    // SAFETY: a valid tag; transaction-scoped, never waits.
-    let result = unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, true) };
-    match result {
-        pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => false,
-        pg_sys::LockAcquireResult::LOCKACQUIRE_OK => {
+    match pg::locks::try_advisory_xact(lock_key(set) as u64) {
+        Tried::Busy => false,
+        Tried::Acquired => {
             versions::hold(set);
             true
         }
-        _ => true, // already ours
+        Tried::AlreadyHeld => true,
     }
 }
 
@@ -360,8 +346,7 @@ fn computed_from_reads(failure: &LambdaError) -> bool {
 /// at PREPARE and COMMIT, where validation runs again, there is none, and
 /// a query there failed with XX000 instead of 40001), else its XID.
 fn held_by_prepared(xid: u32) -> String {
-    // SAFETY: reads this backend's snapshot stack on the main thread.
-    let gid = unsafe { pg_sys::ActiveSnapshotSet() }.then(|| catalog::prepared_gid(xid).ok().flatten()).flatten();
+    let gid = pg::xact::has_snapshot().then(|| catalog::prepared_gid(xid).ok().flatten()).flatten();
     let which = gid.map_or(format!("with XID {xid}"), |gid| format!("'{gid}'"));
     format!(
         "is held by prepared transaction {which} until it is committed or rolled back \
@@ -416,6 +401,5 @@ pub(crate) fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
 }
 
 fn random() -> f64 {
-    // SAFETY: the backend's PRNG, seeded at start, used on the main thread.
-    unsafe { pg_sys::pg_prng_double(&raw mut pg_sys::pg_global_prng_state) }
+    pg::backend::random_f64()
 }

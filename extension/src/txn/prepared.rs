@@ -34,6 +34,7 @@
 
 use super::versions;
 use crate::error::{LambdaError, Result};
+use crate::pg;
 use crate::shmem::Zeroed;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -112,8 +113,7 @@ pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
             "a prepared transaction may carry {ENTRIES} entry-set locks and version changes; this one has {len}"
         )));
     }
-    // SAFETY: a transaction that wrote has an XID.
-    let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner();
+    let xid = pg::xact::top_xid();
     let Some(slot) = shared.slots.iter().find(|s| s.state.compare_exchange(FREE, BUSY, SeqCst, SeqCst).is_ok()) else {
         return Err(LambdaError::Prepared(format!(
             "{SLOTS} prepared transactions already hold lambdastore entry sets on this node"
@@ -142,17 +142,7 @@ use Ordering::SeqCst;
 /// then, so the layout's query (when the backend has none cached) gets a
 /// snapshot of its own.
 fn distributed() -> Result<bool> {
-    // SAFETY: snapshot stack calls on the main thread, inside the
-    // transaction being prepared; an error's abort pops what was pushed.
-    unsafe {
-        if pg_sys::ActiveSnapshotSet() {
-            return crate::cluster::layout::distributed();
-        }
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        let distributed = crate::cluster::layout::distributed();
-        pg_sys::PopActiveSnapshot();
-        distributed
-    }
+    pg::xact::with_snapshot(crate::cluster::layout::distributed)
 }
 
 /// Whether prepared transactions still hold entry sets here.
@@ -193,13 +183,11 @@ pub(crate) fn finish_ended() {
         if kind != READY && kind != UNKNOWN {
             continue;
         }
-        let xid = pg_sys::TransactionId::from((state >> 2) as u32);
-        // SAFETY: proc-array and commit-log lookups by XID.
-        if unsafe { pg_sys::TransactionIdIsInProgress(xid) } {
+        let xid = (state >> 2) as u32;
+        if pg::xact::in_progress(xid) {
             continue;
         }
-        // SAFETY: as above; the transaction has ended.
-        let committed = unsafe { pg_sys::TransactionIdDidCommit(xid) };
+        let committed = pg::xact::committed(xid);
         if slot.state.compare_exchange(state, BUSY, SeqCst, SeqCst).is_err() {
             // Another backend (a job runner, woken at PREPARE) is finishing
             // it. Wait until it is done: the validation this sweep precedes
@@ -221,7 +209,7 @@ pub(crate) fn finish_ended() {
         }
         slot.state.store(FREE, SeqCst);
         shared.used.fetch_sub(1, SeqCst);
-        forget(xid.into_inner());
+        forget(xid);
     }
 }
 

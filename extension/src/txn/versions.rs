@@ -31,9 +31,10 @@
 //! Counters reset when the server restarts, with no transaction in flight.
 
 use super::entry_sets::{lock_key, SetId};
+use crate::pg::{self, backend::Condition};
 use crate::shmem::Zeroed;
 use pgrx::prelude::*;
-use std::cell::{Cell, RefCell, UnsafeCell};
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -45,9 +46,6 @@ const OBJECT_STRIPES: usize = 1 << 16;
 /// Condition variables readers wait on for a stripe's writers (stripe mod
 /// `WAKEUPS`): a waiter woken for another stripe checks again and sleeps on.
 const WAKEUPS: usize = 1024;
-
-/// A PostgreSQL condition variable in shared memory.
-struct Wakeup(UnsafeCell<pg_sys::ConditionVariable>);
 
 /// All zeros at server start (see `Zeroed`).
 pub(crate) struct Stripes {
@@ -64,24 +62,13 @@ pub(crate) struct Stripes {
     /// database: what tells a transaction of many calls that its earlier
     /// reads need no second check (see `Validated`).
     changes: AtomicU64,
-    wakeups: [Wakeup; WAKEUPS],
-}
-
-// SAFETY: a condition variable is PostgreSQL's to share between processes
-// (its own spinlock guards it); Rust only passes its address.
-unsafe impl Sync for Wakeup {}
-
-impl Wakeup {
-    fn get(&self) -> *mut pg_sys::ConditionVariable {
-        self.0.get()
-    }
+    wakeups: [Condition; WAKEUPS],
 }
 
 // SAFETY: the name is unique to this extension.
 static SHARED: Zeroed<Stripes> = Zeroed::then(c"lambdastore_entry_set_versions", |stripes| {
     for wakeup in &stripes.wakeups {
-        // SAFETY: at server start, before any backend can wait on it.
-        unsafe { pg_sys::ConditionVariableInit(wakeup.get()) };
+        wakeup.init();
     }
 });
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -295,8 +282,7 @@ fn release() {
 /// Wakes the readers waiting for a writer of `stripe` to let go. Must not
 /// fail (it runs at commit): a spinlock and setting latches.
 fn wake(shared: &Stripes, stripe: usize) {
-    // SAFETY: initialized at server start.
-    unsafe { pg_sys::ConditionVariableBroadcast(shared.wakeups[stripe % WAKEUPS].get()) };
+    shared.wakeups[stripe % WAKEUPS].broadcast();
 }
 
 fn shared() -> Option<&'static Stripes> {
@@ -304,8 +290,7 @@ fn shared() -> Option<&'static Stripes> {
 }
 
 fn database() -> u64 {
-    // SAFETY: set at backend start, read on the main thread.
-    u64::from(unsafe { pg_sys::MyDatabaseId }.to_u32())
+    u64::from(pg::backend::database_id())
 }
 
 fn stripe(set: &SetId) -> usize {
@@ -396,17 +381,13 @@ pub(crate) fn holding_any() -> bool {
 /// `stop_waiting`. Shown in `pg_stat_activity` as wait event `Extension`.
 pub(crate) fn wait_for_writers(set: &SetId, timeout: std::time::Duration) {
     let Some(shared) = shared() else { return };
-    let millis = timeout.as_millis().clamp(1, i64::MAX as u128) as std::ffi::c_long;
-    let wakeup = shared.wakeups[stripe(set) % WAKEUPS].get();
-    // SAFETY: initialized at server start; interrupts are checked inside
-    // (an error cancels the sleep as the transaction aborts).
-    unsafe { pg_sys::ConditionVariableTimedSleep(wakeup, millis, pg_sys::PG_WAIT_EXTENSION) };
+    let millis = timeout.as_millis().clamp(1, i64::MAX as u128) as i64;
+    shared.wakeups[stripe(set) % WAKEUPS].sleep(millis);
 }
 
 /// Ends the waiting `wait_for_writers` began.
 pub(crate) fn stop_waiting() {
-    // SAFETY: a no-op when this backend is not prepared to sleep.
-    unsafe { pg_sys::ConditionVariableCancelSleep() };
+    pg::backend::cancel_sleep();
 }
 
 /// Why a read set is no longer as read.

@@ -1,0 +1,170 @@
+//! This backend: its database, PRNG, clock, stack, pending interrupts,
+//! and what it looks up by name.
+
+use pgrx::pg_sys;
+
+/// The OID of the database this backend serves.
+pub(crate) fn database_id() -> u32 {
+    // SAFETY: set at backend start, never changed after.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+/// Uniform in [0, 1), from the backend's PRNG (seeded at backend start).
+pub(crate) fn random_f64() -> f64 {
+    // SAFETY: the global PRNG, used from the main thread only.
+    unsafe { pg_sys::pg_prng_double(&raw mut pg_sys::pg_global_prng_state) }
+}
+
+/// 64 random bits from the backend's PRNG.
+pub(crate) fn random_u64() -> u64 {
+    // SAFETY: as `random_f64`.
+    unsafe { pg_sys::pg_prng_uint64(&raw mut pg_sys::pg_global_prng_state) }
+}
+
+/// The system clock in microseconds since 1970-01-01 (PostgreSQL counts
+/// from 2000-01-01).
+pub(crate) fn now_unix_micros() -> i64 {
+    const UNIX_TO_POSTGRES_EPOCH_MICROS: i64 = 946_684_800 * 1_000_000;
+    // SAFETY: reads the system clock; no PostgreSQL state is touched.
+    unsafe { pg_sys::GetCurrentTimestamp() + UNIX_TO_POSTGRES_EPOCH_MICROS }
+}
+
+/// Whether the stack is near `max_stack_depth`.
+pub(crate) fn stack_too_deep() -> bool {
+    // SAFETY: compares the stack pointer with PostgreSQL's stack base.
+    unsafe { pg_sys::stack_is_too_deep() }
+}
+
+/// Whether a query cancel, `statement_timeout` or a termination is
+/// pending: PostgreSQL's signal handlers only set these flags.
+pub(crate) fn interrupt_pending() -> bool {
+    // SAFETY: sig_atomic_t flags written by signal handlers; a volatile
+    // read is how PostgreSQL itself reads them.
+    unsafe {
+        std::ptr::read_volatile(&raw const pg_sys::QueryCancelPending) != 0
+            || std::ptr::read_volatile(&raw const pg_sys::ProcDiePending) != 0
+    }
+}
+
+/// The OID of role `name`, if there is one.
+pub(crate) fn role_oid_if_any(name: &std::ffi::CStr) -> Option<pg_sys::Oid> {
+    // SAFETY: a syscache lookup by name; missing_ok returns InvalidOid.
+    let oid = unsafe { pg_sys::get_role_oid(name.as_ptr(), true) };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// The OID of role `name`; raises 42704 when there is none.
+pub(crate) fn role_oid(name: &std::ffi::CStr) -> pg_sys::Oid {
+    // SAFETY: a syscache lookup by name; missing_ok false raises 42704.
+    unsafe { pg_sys::get_role_oid(name.as_ptr(), false) }
+}
+
+/// The OID of relation `schema.name`, if there is one.
+pub(crate) fn relation_oid(schema: &std::ffi::CStr, name: &str) -> Option<pg_sys::Oid> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: syscache lookups by name; InvalidOid when missing.
+    let oid = unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(schema.as_ptr(), true)) };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// Whether the open transaction has counted changes to `relation` (its
+/// pending statistics, kept while `track_counts` is on); `None` when
+/// statistics are off and nothing can be told.
+pub(crate) fn changed_in_transaction(relation: pg_sys::Oid) -> Option<bool> {
+    // SAFETY: a plain bool setting.
+    if !unsafe { pg_sys::pgstat_track_counts } {
+        return None;
+    }
+    // SAFETY: this backend's pending statistics of `relation`; the entry's
+    // `trans` is set while the open transaction has counts.
+    Some(unsafe { pg_sys::find_tabstat_entry(relation).as_ref() }.is_some_and(|s| !s.trans.is_null()))
+}
+
+/// "40001" from PostgreSQL's packed form (five 6-bit characters,
+/// `unpack_sql_state`).
+pub(crate) fn sqlstate_text(code: pgrx::PgSqlErrorCode) -> String {
+    let packed = code as i32;
+    (0..5).map(|i| (((packed >> (6 * i)) & 0x3F) as u8 + b'0') as char).collect()
+}
+
+/// The functions of citus.so this extension calls, all `void f(void)` in
+/// Citus 13, called inside a transaction as Citus' executor calls them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Citus {
+    /// Open a transaction block on every node reached from now on.
+    UseCoordinatedTransaction,
+    /// Commit the nodes reached in two phases.
+    Use2PCForCoordinatedTransaction,
+}
+
+/// Calls `f` of citus.so (PostgreSQL caches the library's handle); false
+/// when the library has no such function.
+pub(crate) fn call_citus(f: Citus) -> bool {
+    let symbol = match f {
+        Citus::UseCoordinatedTransaction => c"UseCoordinatedTransaction",
+        Citus::Use2PCForCoordinatedTransaction => c"Use2PCForCoordinatedTransaction",
+    };
+    // SAFETY: signalNotFound false returns NULL instead of raising.
+    let found =
+        unsafe { pg_sys::load_external_function(c"citus".as_ptr(), symbol.as_ptr(), false, std::ptr::null_mut()) };
+    if found.is_null() {
+        return false;
+    }
+    // SAFETY: every `Citus` is `void f(void)` (above).
+    unsafe { std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C-unwind" fn()>(found)() };
+    true
+}
+
+/// PostgreSQL's `hash_bytes_uint32` (common/hashfn.c): lookup3's final
+/// mix of one word, as `hashint8` uses it.
+pub(crate) fn hash_uint32(k: u32) -> u32 {
+    unsafe extern "C-unwind" {
+        // Not in pgrx's bindings.
+        fn hash_bytes_uint32(k: u32) -> u32;
+    }
+    // SAFETY: a pure function of its argument.
+    unsafe { hash_bytes_uint32(k) }
+}
+
+/// A PostgreSQL condition variable, placed in shared memory zeroed and
+/// `init`ialized at server start, before any backend can wait on it.
+#[repr(transparent)]
+pub(crate) struct Condition(std::cell::UnsafeCell<pg_sys::ConditionVariable>);
+
+// SAFETY: a condition variable is PostgreSQL's to share between processes
+// (its own spinlock guards it); Rust only passes its address.
+unsafe impl Sync for Condition {}
+
+impl Condition {
+    /// At server start, in the shared memory being set up.
+    pub(crate) fn init(&self) {
+        // SAFETY: a zeroed condition variable no backend uses yet.
+        unsafe { pg_sys::ConditionVariableInit(self.0.get()) };
+    }
+
+    /// Wakes every backend sleeping on it: a spinlock and setting
+    /// latches, which cannot fail (safe at commit).
+    pub(crate) fn broadcast(&self) {
+        // SAFETY: initialized at server start.
+        unsafe { pg_sys::ConditionVariableBroadcast(self.0.get()) };
+    }
+
+    /// Sleeps at most `millis`, or until woken. The first call only
+    /// prepares to sleep, so that a wake-up between the caller's check
+    /// and the sleep is not lost: call it in a loop that checks first,
+    /// then `cancel_sleep`. Interrupts are checked inside (an error
+    /// cancels the sleep as the transaction aborts). Shown in
+    /// `pg_stat_activity` as wait event `Extension`.
+    pub(crate) fn sleep(&self, millis: i64) {
+        // SAFETY: initialized at server start.
+        unsafe {
+            pg_sys::ConditionVariableTimedSleep(self.0.get(), millis as std::ffi::c_long, pg_sys::PG_WAIT_EXTENSION)
+        };
+    }
+}
+
+/// Ends the sleeping `Condition::sleep` began (a no-op when none did).
+pub(crate) fn cancel_sleep() {
+    // SAFETY: a no-op when this backend is not prepared to sleep.
+    unsafe { pg_sys::ConditionVariableCancelSleep() };
+}

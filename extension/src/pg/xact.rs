@@ -1,0 +1,107 @@
+//! The current transaction: its state, its snapshot, its subtransactions.
+
+use pgrx::pg_sys;
+
+/// `SET TRANSACTION READ ONLY`, a hot standby, or `default_transaction_read_only`.
+pub(crate) fn read_only() -> bool {
+    // SAFETY: a plain bool of the current transaction.
+    unsafe { pg_sys::XactReadOnly }
+}
+
+/// REPEATABLE READ or SERIALIZABLE: a transaction snapshot, not one per statement.
+pub(crate) fn has_transaction_snapshot() -> bool {
+    // SAFETY: a plain int of the current transaction.
+    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
+}
+
+/// Inside `BEGIN … COMMIT` (not a statement committing on its own).
+pub(crate) fn in_block() -> bool {
+    // SAFETY: reads the transaction state of this backend.
+    unsafe { pg_sys::IsTransactionBlock() }
+}
+
+/// The top transaction's XID, 0 when it has written nothing.
+pub(crate) fn top_xid() -> u32 {
+    // SAFETY: reads this backend's transaction state; assigns nothing.
+    unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner()
+}
+
+/// Whether transaction `xid` is still running (prepared ones count).
+pub(crate) fn in_progress(xid: u32) -> bool {
+    // SAFETY: a proc-array lookup by XID.
+    unsafe { pg_sys::TransactionIdIsInProgress(pg_sys::TransactionId::from(xid)) }
+}
+
+/// Whether ended transaction `xid` committed.
+pub(crate) fn committed(xid: u32) -> bool {
+    // SAFETY: a commit-log lookup by XID.
+    unsafe { pg_sys::TransactionIdDidCommit(pg_sys::TransactionId::from(xid)) }
+}
+
+/// Whether a statement's snapshot is set (SPI queries need one).
+pub(crate) fn has_snapshot() -> bool {
+    // SAFETY: reads this backend's snapshot stack.
+    unsafe { pg_sys::ActiveSnapshotSet() }
+}
+
+/// Runs `f` with a snapshot, pushing the transaction's own when no
+/// statement runs (at PREPARE or pre-commit). An error inside aborts the
+/// transaction, which pops what was pushed.
+pub(crate) fn with_snapshot<R>(f: impl FnOnce() -> R) -> R {
+    if has_snapshot() {
+        return f();
+    }
+    // SAFETY: inside a transaction; popped below, or by the abort.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    let result = f();
+    // SAFETY: pairs with the push above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    result
+}
+
+/// An internal subtransaction (as PL/pgSQL's exception blocks use): on a
+/// Citus cluster, Citus sends SAVEPOINT, RELEASE and ROLLBACK TO to every
+/// node the transaction has reached, so rolling it back undoes, on every
+/// node, what ran inside it.
+pub(crate) struct Subtransaction {
+    context: pg_sys::MemoryContext,
+    owner: pg_sys::ResourceOwner,
+}
+
+impl Subtransaction {
+    pub(crate) fn begin() -> Self {
+        // SAFETY: inside a transaction, with no SPI connection open (each
+        // catalog query opens and closes its own).
+        unsafe {
+            let started = Subtransaction { context: pg_sys::CurrentMemoryContext, owner: pg_sys::CurrentResourceOwner };
+            pg_sys::BeginInternalSubTransaction(std::ptr::null());
+            pg_sys::MemoryContextSwitchTo(started.context);
+            started
+        }
+    }
+
+    /// Keeps what ran inside it (it commits with the transaction).
+    pub(crate) fn release(self) {
+        // SAFETY: ends the subtransaction `begin` started, which is the
+        // current one: everything inside it has returned.
+        unsafe { pg_sys::ReleaseCurrentSubTransaction() };
+        self.restore();
+    }
+
+    /// Undoes what ran inside it.
+    pub(crate) fn roll_back(self) {
+        // SAFETY: as for `release`; an error caught inside it has been
+        // flushed (PgTryBuilder does).
+        unsafe { pg_sys::RollbackAndReleaseCurrentSubTransaction() };
+        self.restore();
+    }
+
+    fn restore(&self) {
+        // SAFETY: both were current when the subtransaction began, and
+        // outlive it.
+        unsafe {
+            pg_sys::MemoryContextSwitchTo(self.context);
+            pg_sys::CurrentResourceOwner = self.owner;
+        }
+    }
+}
