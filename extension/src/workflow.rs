@@ -5,7 +5,7 @@
 //! (protected functions are for lambdas only), run the function, and on
 //! success validate and apply the buffered writes and queue the spawned
 //! calls.
-#![deny(unsafe_code)] // PostgreSQL's C API only through crate::pg
+#![deny(unsafe_code)] // PostgreSQL's C API only through the pg module
 
 use crate::access::{self, Caller, Privilege};
 use crate::catalog;

@@ -10,7 +10,7 @@
 //! `remote` below `host` (the driver of nested calls on other nodes, handed
 //! the host's way of running a call here), and `forward`, `map`,
 //! `rebalancer` and `api` (the `_here` SQL functions) above the workflow.
-#![deny(unsafe_code)] // PostgreSQL's C API only through crate::pg
+#![deny(unsafe_code)] // PostgreSQL's C API only through the pg module
 
 pub(crate) mod affinity;
 pub(crate) mod api;

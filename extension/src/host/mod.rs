@@ -5,7 +5,7 @@
 //! cannot handle (limits, refusals, a callee's trap) are returned as traps
 //! carrying a `LambdaError`, which unwinds every wasm frame of the workflow
 //! before the SQL edge reports it.
-#![deny(unsafe_code)] // PostgreSQL's C API only through crate::pg
+#![deny(unsafe_code)] // PostgreSQL's C API only through the pg module
 
 pub(crate) mod calls;
 mod entries;

@@ -6,7 +6,7 @@
 //! nested call takes a savepoint in the buffer: when the callee returns an
 //! error of its own, its writes (and those of its callees) are undone and
 //! the caller may carry on.
-#![deny(unsafe_code)] // PostgreSQL's C API only through crate::pg
+#![deny(unsafe_code)] // PostgreSQL's C API only through the pg module
 
 pub(crate) mod buffer;
 pub(crate) mod entry_sets;
