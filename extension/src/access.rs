@@ -15,6 +15,7 @@
 
 use crate::catalog;
 use crate::error::{LambdaError, Result};
+use crate::pg;
 use pgrx::pg_sys::{self, Oid};
 use std::cell::RefCell;
 
@@ -58,20 +59,17 @@ pub(crate) struct Caller(pub Oid);
 impl Caller {
     /// The current user.
     pub(crate) fn current() -> Caller {
-        // SAFETY: reads this backend's current user id on the main thread.
-        Caller(unsafe { pg_sys::GetUserId() })
+        Caller(pg::roles::current_user())
     }
 
     pub(crate) fn is_superuser(self) -> bool {
-        // SAFETY: a syscache lookup (cached for the last role asked).
-        unsafe { pg_sys::superuser_arg(self.0) }
+        pg::roles::is_superuser(self.0)
     }
 
     /// Whether this role has the privileges of `role` (is it, inherits it,
     /// or is a superuser).
     pub(crate) fn acts_as(self, role: Oid) -> bool {
-        // SAFETY: a catalog lookup by OID on the main thread.
-        unsafe { pg_sys::has_privs_of_role(self.0, role) }
+        pg::roles::has_privileges_of(self.0, role)
     }
 
     pub(crate) fn name(self) -> String {
@@ -81,19 +79,12 @@ impl Caller {
 
 /// Whether role `role` exists (a job's role may have been dropped since).
 pub(crate) fn role_exists(role: Oid) -> bool {
-    // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.
-    !unsafe { pg_sys::GetUserNameFromId(role, true) }.is_null()
+    pg::roles::name(role).is_some()
 }
 
 /// A role's name, or its OID in brackets once it has been dropped.
 pub(crate) fn role_name(role: Oid) -> String {
-    // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.
-    let name = unsafe { pg_sys::GetUserNameFromId(role, true) };
-    if name.is_null() {
-        return format!("(dropped role {})", role.to_u32());
-    }
-    // SAFETY: a NUL-terminated string just returned.
-    unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    pg::roles::name(role).unwrap_or_else(|| format!("(dropped role {})", role.to_u32()))
 }
 
 thread_local! {
@@ -178,24 +169,7 @@ pub(crate) fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<(
 /// (sub)transaction abort restores it too.
 pub(crate) fn as_storage<R>(body: impl FnOnce(Caller) -> R) -> R {
     let caller = Caller::current();
-    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: saves and sets this backend's current user on the main thread.
-    unsafe {
-        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
-        pg_sys::SetUserIdAndSecContext(
-            Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
-            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
-        );
-    }
-    struct Restore(Oid, i32);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            // SAFETY: restores what was saved above.
-            unsafe { pg_sys::SetUserIdAndSecContext(self.0, self.1) };
-        }
-    }
-    let _restore = Restore(user, context);
-    with_fixed_search_path(|| body(caller))
+    pg::roles::as_bootstrap_superuser(|| with_fixed_search_path(|| body(caller)))
 }
 
 /// The `search_path` of everything the extension runs with raised rights.
@@ -213,36 +187,8 @@ pub(crate) const FIXED_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, lambdastore,
 /// (sub)transaction's abort after an error. Nothing to do when the path is
 /// that already (a nested call).
 pub(crate) fn with_fixed_search_path<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: the GUC's current value, a C string (or NULL before the GUCs
-    // are set up), read on the main thread.
-    let current = unsafe { pg_sys::namespace_search_path };
-    if !current.is_null() && unsafe { std::ffi::CStr::from_ptr(current) } == FIXED_SEARCH_PATH {
+    if pg::settings::search_path_is(FIXED_SEARCH_PATH) {
         return body();
     }
-    // SAFETY: opens a GUC nesting level on the main thread and saves the
-    // setting in it; `Restore` closes it, which restores the setting.
-    let level = unsafe {
-        let level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            FIXED_SEARCH_PATH.as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        level
-    };
-    struct Restore(i32);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            // SAFETY: closes the level opened above; levels opened inside
-            // `body` were closed by then, or by an abort.
-            unsafe { pg_sys::AtEOXact_GUC(true, self.0) };
-        }
-    }
-    let _restore = Restore(level);
-    body()
+    pg::settings::with(&[(c"search_path", FIXED_SEARCH_PATH)], pg::settings::Rights::User, body)
 }

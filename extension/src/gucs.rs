@@ -10,6 +10,7 @@
 //! which tests/tests/docs.rs checks against `define()`: every name, its
 //! default, unit and context.
 
+use crate::pg::{self, settings::Rights};
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::PostgresGucEnum;
 use std::ffi::{CStr, CString};
@@ -495,39 +496,11 @@ pub(crate) fn arrive(settings: &str) {
 pub(crate) fn set_local(name: &str, value: &str) {
     let (name, value) = (std::ffi::CString::new(name), std::ffi::CString::new(value));
     let (Ok(name), Ok(value)) = (name, value) else { return };
-    set(&name, &value, pgrx::pg_sys::GucAction::GUC_ACTION_LOCAL);
+    pg::settings::set_local(&name, &value, Rights::Superuser);
 }
 
 /// Runs `body` with `settings` (name, value) set (a superuser's rights),
-/// as a function's `SET` clause does: restored when `body` returns, kept
-/// only by an error, which ends the transaction anyway.
+/// as a function's `SET` clause does: restored when `body` returns.
 pub(crate) fn with_settings<T>(settings: &[(&CStr, &CStr)], body: impl FnOnce() -> T) -> T {
-    // SAFETY: opens a GUC nesting level on the main thread, where the
-    // settings are saved, and closes it, which restores them.
-    let level = unsafe { pgrx::pg_sys::NewGUCNestLevel() };
-    for (name, value) in settings {
-        set(name, value, pgrx::pg_sys::GucAction::GUC_ACTION_SAVE);
-    }
-    let out = body();
-    // SAFETY: closes the level opened above.
-    unsafe { pgrx::pg_sys::AtEOXact_GUC(true, level) };
-    out
-}
-
-/// Sets a setting that exists as a superuser's session would, `action`
-/// saying for how long; raises an ERROR itself on a bad value.
-fn set(name: &CStr, value: &CStr, action: pgrx::pg_sys::GucAction::Type) {
-    // SAFETY: valid C strings, on the main thread.
-    unsafe {
-        pgrx::pg_sys::set_config_option(
-            name.as_ptr(),
-            value.as_ptr(),
-            pgrx::pg_sys::GucContext::PGC_SUSET,
-            pgrx::pg_sys::GucSource::PGC_S_SESSION,
-            action,
-            true,
-            0,
-            false,
-        );
-    }
+    pg::settings::with(settings, Rights::Superuser, body)
 }

@@ -24,13 +24,7 @@ fn role(oid: Option<Oid>, name: Option<String>) -> Result<Oid> {
 
 /// The name of role `oid`, as stored beside it.
 fn name_of(oid: Oid) -> String {
-    // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.
-    let name = unsafe { pgrx::pg_sys::GetUserNameFromId(oid, true) };
-    if name.is_null() {
-        return String::new();
-    }
-    // SAFETY: a NUL-terminated string just returned.
-    unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    crate::pg::roles::name(oid).unwrap_or_default()
 }
 
 /// The owner of `app`; `None` if there is no such application.

@@ -235,8 +235,7 @@ pub(crate) fn prepared_gid(xid: u32) -> Result<Option<String>> {
 /// on every statement, for the paths that skip SPI (probes, the cache).
 pub(crate) fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
     use pgrx::pg_sys;
-    // SAFETY: the current user id, read on the main thread.
-    let user = unsafe { pg_sys::GetUserId() };
+    let user = crate::pg::roles::current_user();
     if let Some(allowed) = RELATIONS.with(|r| find(&r.borrow().readable, &(oid, user))) {
         return allowed;
     }

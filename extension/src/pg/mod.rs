@@ -10,4 +10,6 @@
 
 pub(crate) mod backend;
 pub(crate) mod locks;
+pub(crate) mod roles;
+pub(crate) mod settings;
 pub(crate) mod xact;

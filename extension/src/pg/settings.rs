@@ -1,0 +1,72 @@
+//! Settings (GUCs) read and set from Rust, as `SET` and a function's
+//! `SET` clause would.
+
+use pgrx::pg_sys;
+use std::ffi::CStr;
+
+/// Whose rights a setting is changed with: a superuser's may set
+/// `SUSET` settings (ours are), a user's only `USERSET` ones.
+#[derive(Clone, Copy)]
+pub(crate) enum Rights {
+    User,
+    Superuser,
+}
+
+/// Whether `search_path` is `value` now (false before the settings are
+/// set up).
+pub(crate) fn search_path_is(value: &CStr) -> bool {
+    // SAFETY: the setting's current value, a C string or NULL, read and
+    // compared before anything can change it.
+    unsafe {
+        let current = pg_sys::namespace_search_path;
+        !current.is_null() && CStr::from_ptr(current) == value
+    }
+}
+
+/// Sets `name` to `value` for the rest of the transaction (`SET LOCAL`);
+/// raises an ERROR itself on a bad value.
+pub(crate) fn set_local(name: &CStr, value: &CStr, rights: Rights) {
+    set(name, value, rights, pg_sys::GucAction::GUC_ACTION_LOCAL);
+}
+
+/// Runs `body` with `settings` (name, value), as a function's `SET`
+/// clause does: restored when `body` returns or unwinds, and by the
+/// (sub)transaction's abort after an error.
+pub(crate) fn with<R>(settings: &[(&CStr, &CStr)], rights: Rights, body: impl FnOnce() -> R) -> R {
+    // SAFETY: opens a GUC nesting level, where the settings are saved;
+    // `Restore` closes it, which restores them.
+    let level = unsafe { pg_sys::NewGUCNestLevel() };
+    struct Restore(i32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: closes the level opened above; levels opened inside
+            // `body` were closed by then, or by an abort.
+            unsafe { pg_sys::AtEOXact_GUC(true, self.0) };
+        }
+    }
+    let _restore = Restore(level);
+    for (name, value) in settings {
+        set(name, value, rights, pg_sys::GucAction::GUC_ACTION_SAVE);
+    }
+    body()
+}
+
+fn set(name: &CStr, value: &CStr, rights: Rights, action: pg_sys::GucAction::Type) {
+    let context = match rights {
+        Rights::User => pg_sys::GucContext::PGC_USERSET,
+        Rights::Superuser => pg_sys::GucContext::PGC_SUSET,
+    };
+    // SAFETY: valid C strings; raises an ERROR on a bad value.
+    unsafe {
+        pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            context,
+            pg_sys::GucSource::PGC_S_SESSION,
+            action,
+            true,
+            0,
+            false,
+        );
+    }
+}
