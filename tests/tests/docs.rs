@@ -6,6 +6,9 @@
 //! that exist. Reads files only: no server.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod common;
+
+use common::source::rust_files;
 use std::path::{Path, PathBuf};
 
 fn workspace() -> PathBuf {
@@ -16,22 +19,10 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The one file under extension/src that contains `needle`, wherever the
 /// module lives.
 fn source_with(needle: &str) -> (PathBuf, String) {
-    let mut files = Vec::new();
-    rust_files(&workspace().join("extension/src"), &mut files);
+    let files = rust_files(&workspace().join("extension/src"));
     let mut found: Vec<_> =
         files.into_iter().map(|f| (read(&f), f)).filter(|(text, _)| text.contains(needle)).collect();
     assert_eq!(found.len(), 1, "expected one file in extension/src with `{needle}`");

@@ -14,6 +14,9 @@
 //! calls them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod common;
+
+use common::source::rust_files;
 use std::path::{Path, PathBuf};
 
 fn workspace() -> PathBuf {
@@ -128,20 +131,8 @@ fn rank_of(rank: &HashMap<String, usize>, path: &[String]) -> Option<(String, us
     })
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 fn extension_files() -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    let mut files = rust_files(&src());
     files.sort();
     files
 }

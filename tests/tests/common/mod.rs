@@ -9,6 +9,7 @@
 
 pub mod concurrent;
 pub mod rogue;
+pub mod source;
 
 use postgres::{Client, GenericClient, NoTls};
 use serde_json::Value;
