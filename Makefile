@@ -33,8 +33,8 @@ install: setup ## Build (release) and install the extension into the server `pg_
 	PG_CONFIG=$(PG_CONFIG) scripts/install.sh
 
 .PHONY: test-sdk
-test-sdk: lambdas ## SDK, macro and example-app unit tests on the mock host (no database)
-	LAMBDASTORE_REQUIRE_LAMBDAS=1 cargo test -p lambdastore-sdk -p lambdastore-sdk-macros -p lambdastore-componentize $(addprefix -p ,$(LAMBDAS))
+test-sdk: lambdas ## The core crate's, SDK, macro and example-app unit tests on the mock host (no database)
+	LAMBDASTORE_REQUIRE_LAMBDAS=1 cargo test -p lambdastore-core -p lambdastore-sdk -p lambdastore-sdk-macros -p lambdastore-componentize $(addprefix -p ,$(LAMBDAS))
 
 .PHONY: test-e2e
 test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL

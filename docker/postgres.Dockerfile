@@ -75,6 +75,7 @@ WORKDIR /src
 # The whole workspace: cargo reads every member's manifest.
 COPY Cargo.toml Cargo.lock Makefile rustfmt.toml ./
 COPY .cargo .cargo
+COPY core core
 COPY extension extension
 COPY sql sql
 COPY guest-sdk guest-sdk

@@ -20,13 +20,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, Store};
 
-wasmtime::component::bindgen!({
-    world: "lambda",
-    path: "../guest-sdk/wit",
-    imports: { default: trappable },
-});
-
-use lambdastore::lambda::types::{Direction, Entry, LogLevel};
+use lambdastore_core::model::{self, Description};
+use lambdastore_core::wit::{lambdastore, CallError, Direction, Entry, FunctionKind, Lambda, LambdaPre, LogLevel};
 
 /// Nested calls deeper than this are refused, like the extension's default.
 const MAX_DEPTH: u32 = 8;
@@ -35,15 +30,8 @@ const MAX_DEPTH: u32 = 8;
 pub struct RemoteApp {
     engine: Engine,
     pre: LambdaPre<State>,
-    /// (type, function) → (kind, protected, readonly), from `describe`.
-    functions: HashMap<(String, String), FunctionInfo>,
-}
-
-#[derive(Clone, Copy)]
-struct FunctionInfo {
-    kind: FunctionKind,
-    protected: bool,
-    readonly: bool,
+    /// What the module's `describe` said, as the extension stores it.
+    description: Description,
 }
 
 impl RemoteApp {
@@ -55,21 +43,14 @@ impl RemoteApp {
         let mut linker = Linker::<State>::new(&engine);
         Lambda::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state)?;
         let pre = LambdaPre::new(linker.instantiate_pre(&component)?)?;
-        let mut app = RemoteApp { engine, pre, functions: HashMap::new() };
-        let mut store = Store::new(&app.engine, State::detached());
-        let desc = app.pre.instantiate(&mut store)?.call_describe(&mut store)?;
-        for t in desc.types {
-            for f in t.functions {
-                let info = FunctionInfo { kind: f.kind, protected: f.protected, readonly: f.readonly };
-                app.functions.insert((t.name.clone(), f.name), info);
-            }
-        }
-        Ok(app)
+        let mut store = Store::new(&engine, State::detached());
+        let description = Description::from(pre.instantiate(&mut store)?.call_describe(&mut store)?);
+        Ok(RemoteApp { engine, pre, description })
     }
 
-    fn function(&self, type_name: &str, function: &str, kind: FunctionKind) -> Result<FunctionInfo, CallError> {
-        match self.functions.get(&(type_name.to_string(), function.to_string())) {
-            Some(info) if info.kind == kind => Ok(*info),
+    fn function(&self, type_name: &str, function: &str, kind: FunctionKind) -> Result<&model::FnDesc, CallError> {
+        match self.description.function(type_name, function) {
+            Some(f) if f.kind == kind.into() => Ok(f),
             _ => Err(CallError::UnknownFunction(format!("{type_name}.{function}"))),
         }
     }

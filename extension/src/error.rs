@@ -7,7 +7,7 @@
 //! The table is part of the public contract: docs/errors.md, which
 //! tests/tests/docs.rs keeps listing exactly the codes `sqlstate` returns.
 
-use crate::model::CallFailure;
+use lambdastore_core::model::CallFailure;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
@@ -98,7 +98,7 @@ pub(crate) enum LambdaError {
     Moved { object: i64, node: String },
     #[error("object {0} is in use by an unfinished call on another node of this workflow: a workflow's calls across nodes may not come back to it")]
     CallBack(i64),
-    /// A forwarded call's run stopped for a call on another node (txn/tape.rs):
+    /// A forwarded call's run stopped for a call on another node (core/src/txn/tape.rs):
     /// what to answer the node that drives the transaction. Never reaches a client.
     #[error("a call forwarded to this node needs a call on another node first")]
     Suspended(String),

@@ -17,7 +17,6 @@ mod gucs;
 mod host;
 mod jobs;
 mod jsonb;
-mod model;
 mod pg;
 mod runtime;
 mod shmem;

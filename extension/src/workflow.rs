@@ -16,10 +16,10 @@ use crate::gucs;
 use crate::host::calls::create_object;
 use crate::host::registry::{self, AppVersion};
 use crate::host::Frame;
-use crate::model::{Draw, FnDesc, FunctionKind, ObjectInfo, Spawned};
 use crate::pg;
 use crate::stats;
 use crate::txn::{occ, Workflow};
+use lambdastore_core::model::{Draw, FnDesc, FunctionKind, ObjectInfo, Spawned};
 use std::rc::Rc;
 use std::time::Instant;
 

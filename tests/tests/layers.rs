@@ -278,3 +278,33 @@ fn the_check_sees_a_circle() {
     let graph: BTreeMap<PathBuf, BTreeSet<PathBuf>> = [(a.clone(), [b.clone()].into()), (b, [c].into())].into();
     assert!(circles(&graph).is_empty());
 }
+
+#[test]
+fn every_listed_module_has_a_file() {
+    let src = src();
+    let stale: Vec<String> = layer_order()
+        .into_iter()
+        .filter(|name| {
+            let dir = name.split("::").fold(src.clone(), |d, p| d.join(p));
+            !dir.with_extension("rs").is_file() && !dir.join("mod.rs").is_file()
+        })
+        .collect();
+    assert!(stale.is_empty(), "docs/ARCHITECTURE.md's Layers list names modules extension/src lacks: {stale:?}");
+}
+
+/// lambdastore-core is what the gateway and the bench share with the
+/// extension without PostgreSQL: its dependencies must stay free of it.
+#[test]
+fn the_core_crate_needs_no_postgres() {
+    let manifest = std::fs::read_to_string(workspace().join("core/Cargo.toml")).unwrap();
+    let dependencies = manifest.split("[dependencies]").nth(1).expect("core/Cargo.toml has [dependencies]");
+    let dependencies = dependencies.split("\n[").next().unwrap_or("");
+    let names: Vec<&str> = dependencies
+        .lines()
+        .filter_map(|line| line.split('=').next().map(str::trim))
+        .filter(|name| !name.is_empty() && !name.starts_with('#'))
+        .collect();
+    assert!(names.contains(&"serde"), "read core's dependencies: {names:?}");
+    let postgres: Vec<&&str> = names.iter().filter(|n| n.contains("pg") || n.contains("postgres")).collect();
+    assert!(postgres.is_empty(), "lambdastore-core depends on {postgres:?}");
+}

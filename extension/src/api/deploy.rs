@@ -5,8 +5,8 @@ use crate::catalog::{grants, modules};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::registry;
-use crate::model::Description;
 use crate::runtime;
+use lambdastore_core::model::Description;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

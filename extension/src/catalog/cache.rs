@@ -31,8 +31,8 @@
 //! PREPARED) has returned, every call that starts sees the change.
 
 use crate::error::LambdaError;
-use crate::model::{Guards, ModuleKey, ObjectInfo};
 use crate::shmem::Zeroed;
+use lambdastore_core::model::{Guards, ModuleKey, ObjectInfo};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

@@ -4,7 +4,7 @@
 use super::{probe, query_at, query_chunks};
 use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
-use crate::model::{EntryKey, Slot};
+use lambdastore_core::model::{EntryKey, Slot};
 use pgrx::pg_sys::BuiltinOid::*;
 
 pub(crate) fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {

@@ -4,7 +4,7 @@
 use super::{probe, query_at};
 use crate::cluster::layout;
 use crate::error::Result;
-use crate::model::Position;
+use lambdastore_core::model::Position;
 use pgrx::pg_sys::BuiltinOid::*;
 
 fn position(row: &pgrx::spi::SpiHeapTupleData<'_>, first: usize) -> pgrx::spi::Result<Position> {

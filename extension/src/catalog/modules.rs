@@ -2,7 +2,7 @@
 
 use super::{query, query_cluster};
 use crate::error::{LambdaError, Result};
-use crate::model::{Description, ModuleKey};
+use lambdastore_core::model::{Description, ModuleKey};
 use pgrx::pg_sys::BuiltinOid::*;
 use pgrx::pg_sys::Oid;
 use pgrx::JsonB;

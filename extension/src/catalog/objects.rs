@@ -3,7 +3,7 @@
 use super::{cache, probe, query_at};
 use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
-use crate::model::{ModuleKey, ObjectInfo};
+use lambdastore_core::model::{ModuleKey, ObjectInfo};
 use pgrx::pg_sys::BuiltinOid::*;
 
 /// The object's application and type, and the application's current

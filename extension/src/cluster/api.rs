@@ -7,10 +7,11 @@
 
 use crate::access::{as_storage, Caller};
 use crate::api::raise;
-use crate::cluster::{forward, layout, map, rebalance, route};
+use crate::cluster::{forward, layout, map, route};
 use crate::error::{LambdaError, Result};
-use crate::model::{Forwarded, Spawned};
 use crate::workflow;
+use lambdastore_core::cluster::rebalance;
+use lambdastore_core::model::{Forwarded, Spawned};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -164,7 +165,7 @@ mod lambdastore {
     }
 
     /// Behind `lambdastore.rebalance` (sql/citus.sql): the plan from the
-    /// counts every node gathered (rebalance.rs), with the settings'
+    /// counts every node gathered (core/src/cluster/rebalance.rs), with the settings'
     /// tolerance, and their bound on moves unless `max_moves` is given.
     #[pg_extern(stable, parallel_safe)]
     fn _plan_moves(counts: JsonB) -> JsonB {

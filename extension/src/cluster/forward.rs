@@ -14,9 +14,9 @@ use crate::cluster::route::{self, owner_elsewhere};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::{calls, registry};
-use crate::model::{CallFailure, Create, Forwarded, MethodCall, Reply, Spawned};
 use crate::txn::Workflow;
 use crate::workflow::{self, commit, start, validated, Finished};
+use lambdastore_core::model::{CallFailure, Create, Forwarded, MethodCall, Reply, Spawned};
 use std::rc::Rc;
 
 /// Sends one of the `_here` functions for `caller`, with the session's

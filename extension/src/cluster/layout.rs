@@ -32,6 +32,7 @@
 
 use crate::error::{LambdaError, Result};
 use crate::pg;
+use lambdastore_core::cluster::shards;
 use pgrx::pg_sys;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -44,8 +45,9 @@ const REFERENCE: [&str; 5] = ["applications", "modules", "object_types", "grants
 
 /// One hash range of the colocated tables.
 struct Shard {
-    /// The lowest hash in the range (it ends where the next begins).
+    /// The lowest and highest hash in the range.
     min: i32,
+    max: i32,
     /// The node holding it: its group, and host:port for messages.
     group: i32,
     node: String,
@@ -135,7 +137,7 @@ fn read_layout() -> Result<Option<Layout>> {
     }
     // Reference tables have a placement on every node: this node's.
     let rows = query(
-        "SELECT c.relname::text, s.shardid, coalesce(s.shardminvalue::int, 0),
+        "SELECT c.relname::text, s.shardid, coalesce(s.shardminvalue::int, 0), coalesce(s.shardmaxvalue::int, 0),
                 p.groupid, n.nodename || ':' || n.nodeport, g.groupid
            FROM pg_dist_shard s
            JOIN pg_class c ON c.oid = s.logicalrelid
@@ -153,8 +155,9 @@ fn read_layout() -> Result<Option<Layout>> {
                         row.get::<i64>(2)?.unwrap_or_default(),
                         row.get::<i32>(3)?.unwrap_or_default(),
                         row.get::<i32>(4)?.unwrap_or_default(),
-                        row.get::<String>(5)?.unwrap_or_default(),
-                        row.get::<i32>(6)?.unwrap_or_default(),
+                        row.get::<i32>(5)?.unwrap_or_default(),
+                        row.get::<String>(6)?.unwrap_or_default(),
+                        row.get::<i32>(7)?.unwrap_or_default(),
                     ))
                 })
                 .collect::<pgrx::spi::Result<Vec<_>>>()
@@ -173,13 +176,13 @@ fn read_layout() -> Result<Option<Layout>> {
         reference: [0; REFERENCE.len()],
         statements: Default::default(),
     };
-    for (table, shard_id, min, group, node, local_group) in rows {
+    for (table, shard_id, min, max, group, node, local_group) in rows {
         layout.local_group = local_group;
         if let Some(i) = REFERENCE.iter().position(|t| *t == table) {
             layout.reference[i] = shard_id;
         } else if let Some(i) = COLOCATED.iter().position(|t| *t == table) {
             if layout.shards.last().is_none_or(|s| s.min != min) {
-                layout.shards.push(Shard { min, group, node, ids: [0; COLOCATED.len()] });
+                layout.shards.push(Shard { min, max, group, node, ids: [0; COLOCATED.len()] });
             }
             layout.shards.last_mut().expect("just pushed").ids[i] = shard_id;
         }
@@ -193,6 +196,9 @@ fn read_layout() -> Result<Option<Layout>> {
             "lambdastore's tables are only partly distributed: run SELECT lambdastore.distribute() on the coordinator"
                 .into(),
         ));
+    }
+    if !shards::cover_all(&layout.shards, Shard::bounds) {
+        return Err(LambdaError::Internal("the shards of lambdastore.objects do not cover every hash once".into()));
     }
     Ok(Some(layout))
 }
@@ -211,20 +217,15 @@ fn query<R>(sql: &'static str, read: impl FnOnce(pgrx::spi::SpiTupleTable<'_>) -
     .map_err(|e: pgrx::spi::SpiError| LambdaError::Internal(format!("SPI: {e}")))
 }
 
-/// Citus' hash of a bigint distribution value: PostgreSQL's `hashint8`,
-/// which folds the high half into the low one (so that an int8 equal to
-/// an int4 hashes alike) and hashes that.
-fn hash(object: i64) -> i32 {
-    let (low, high) = (object as u32, (object >> 32) as u32);
-    let folded = low ^ if object >= 0 { high } else { !high };
-    pg::backend::hash_uint32(folded) as i32
+impl Shard {
+    fn bounds(&self) -> (i32, i32) {
+        (self.min, self.max)
+    }
 }
 
 impl Layout {
     fn shard_of(&self, object: i64) -> usize {
-        let h = hash(object);
-        // Ranges are sorted by min and cover the hash space.
-        self.shards.partition_point(|s| s.min <= h).saturating_sub(1)
+        shards::range_of(&self.shards, Shard::bounds, object).expect("the shards cover every hash (checked when read)")
     }
 
     /// `object`'s shard (its index in the layout) and the node holding

@@ -17,7 +17,6 @@ pub(crate) mod api;
 pub(crate) mod forward;
 pub(crate) mod layout;
 pub(crate) mod map;
-pub(crate) mod rebalance;
 pub(crate) mod rebalancer;
 pub(crate) mod remote;
 pub(crate) mod route;

@@ -11,7 +11,7 @@
 //! nothing behind; the driving node makes that call (here, in the calling
 //! workflow, or on its node the same way) and sends the first call again
 //! with the outcome. The second run replays what the first drew from the
-//! host (txn/tape.rs) and gets the outcome where it asked for it, then goes
+//! host (core/src/txn/tape.rs) and gets the outcome where it asked for it, then goes
 //! on; a run that went another way ends the transaction with 40001.
 //!
 //! Two things keep the result the same as if every object were on one
@@ -24,9 +24,9 @@
 
 use crate::cluster::route;
 use crate::error::{LambdaError, Result};
-use crate::model::{CallFailure, Create, Draw, Forwarded, MethodCall, ModuleKey, Nested, Reply, Spawned};
 use crate::pg::xact::Subtransaction;
 use crate::txn::Workflow;
+use lambdastore_core::model::{CallFailure, Create, Draw, Forwarded, MethodCall, ModuleKey, Nested, Reply, Spawned};
 use std::rc::Rc;
 
 const CALL_HERE: &str = "SELECT lambdastore._call_here($1, $2, $3, $4, $5, $6, $7)

@@ -11,9 +11,9 @@ use crate::catalog;
 use crate::cluster::{affinity, remote, route};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use crate::model::{CallFailure, Draw, FunctionKind, MethodCall, ModuleKey, ObjectInfo, Spawned};
 use crate::pg;
 use crate::txn::Workflow;
+use lambdastore_core::model::{CallFailure, Draw, FunctionKind, MethodCall, ModuleKey, ObjectInfo, Spawned};
 use std::rc::Rc;
 
 /// Creates an object of `type_name` in the workflow and runs its

@@ -5,8 +5,8 @@ use super::{Direction, Entry, HostState};
 use crate::catalog::entries as table;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
-use crate::txn::buffer::merge_scan;
 use crate::txn::EntryKey;
+use lambdastore_core::txn::buffer::merge_scan;
 
 fn key_of(state: &HostState, field: String, key: Vec<u8>, op: &'static str) -> Result<EntryKey> {
     // PostgreSQL's text ends at a NUL: the stored name would not be the

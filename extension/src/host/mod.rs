@@ -12,18 +12,13 @@ mod entries;
 pub(crate) mod registry;
 
 use crate::error::Result;
-use crate::model::{CallFailure, Draw};
 use crate::txn::Workflow;
+use lambdastore_core::model::{CallFailure, Draw};
 use registry::AppVersion;
 use std::rc::Rc;
 
-wasmtime::component::bindgen!({
-    world: "lambda",
-    path: "../guest-sdk/wit",
-    imports: { default: trappable },
-});
-
-pub(crate) use lambdastore::lambda::types::{Direction, Entry, LogLevel};
+// The bindings wasmtime generates for the WIT world, shared with the bench.
+pub(crate) use lambdastore_core::wit::*;
 
 /// The call a store is running.
 pub(crate) struct Frame {

@@ -9,9 +9,9 @@ use crate::access::Caller;
 use crate::catalog;
 use crate::error::{LambdaError, Refusal, Result};
 use crate::gucs;
-use crate::model::{Description, FieldDesc, FnDesc, FunctionKind, ModuleKey, TypeDesc};
 use crate::runtime::{self, Component, Sandboxed};
 use crate::txn::Workflow;
+use lambdastore_core::model::{Description, FnDesc, FunctionKind, ModuleKey, TypeDesc};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -30,9 +30,7 @@ pub(crate) struct AppVersion {
 impl AppVersion {
     pub(crate) fn type_desc(&self, type_name: &str) -> Result<&TypeDesc> {
         self.description
-            .types
-            .iter()
-            .find(|t| t.name == type_name)
+            .type_desc(type_name)
             .ok_or_else(|| LambdaError::UnknownType { app: self.app.clone(), ty: type_name.to_string() })
     }
 
@@ -122,57 +120,9 @@ pub(crate) fn validate(caller: Caller, wasm: &[u8]) -> Result<(Description, Comp
     let memory = gucs::memory_limit_bytes().min(DESCRIBE_MEMORY);
     let desc = with_instance(&workflow, &probe, frame, memory, |store, lambda| lambda.call_describe(store))?;
     check_description_size(&desc)?;
-    let description = Description {
-        sdk: desc.sdk,
-        types: desc
-            .types
-            .into_iter()
-            .map(|t| TypeDesc {
-                name: t.name,
-                fields: t
-                    .fields
-                    .into_iter()
-                    .map(|f| FieldDesc { name: f.name, kind: field_kind_name(f.kind).into() })
-                    .collect(),
-                functions: t
-                    .functions
-                    .into_iter()
-                    .map(|f| FnDesc { name: f.name, kind: f.kind.into(), protected: f.protected, readonly: f.readonly })
-                    .collect(),
-            })
-            .collect(),
-    };
+    let description = Description::from(desc);
     check_description(&description)?;
     Ok((description, component))
-}
-
-impl From<wit::FunctionKind> for FunctionKind {
-    fn from(kind: wit::FunctionKind) -> Self {
-        match kind {
-            wit::FunctionKind::Constructor => FunctionKind::Constructor,
-            wit::FunctionKind::Method => FunctionKind::Method,
-            wit::FunctionKind::Static => FunctionKind::Static,
-        }
-    }
-}
-
-impl From<FunctionKind> for wit::FunctionKind {
-    fn from(kind: FunctionKind) -> Self {
-        match kind {
-            FunctionKind::Constructor => wit::FunctionKind::Constructor,
-            FunctionKind::Method => wit::FunctionKind::Method,
-            FunctionKind::Static => wit::FunctionKind::Static,
-        }
-    }
-}
-
-fn field_kind_name(kind: wit::FieldKind) -> &'static str {
-    match kind {
-        wit::FieldKind::Cell => "cell",
-        wit::FieldKind::Map => "map",
-        wit::FieldKind::MultiMap => "multi-map",
-        wit::FieldKind::Set => "set",
-    }
 }
 
 /// 42P13 for a description past `MAX_DESCRIPTION`, counted before it is

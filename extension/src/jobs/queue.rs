@@ -5,7 +5,7 @@
 use crate::catalog::{query_at, query_cluster, Place};
 use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
-use crate::model::Spawned;
+use lambdastore_core::model::Spawned;
 use pgrx::pg_sys::{self, BuiltinOid::*};
 use std::cell::Cell;
 

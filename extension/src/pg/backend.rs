@@ -115,17 +115,6 @@ pub(crate) fn call_citus(f: Citus) -> bool {
     true
 }
 
-/// PostgreSQL's `hash_bytes_uint32` (common/hashfn.c): lookup3's final
-/// mix of one word, as `hashint8` uses it.
-pub(crate) fn hash_uint32(k: u32) -> u32 {
-    unsafe extern "C-unwind" {
-        // Not in pgrx's bindings.
-        fn hash_bytes_uint32(k: u32) -> u32;
-    }
-    // SAFETY: a pure function of its argument.
-    unsafe { hash_bytes_uint32(k) }
-}
-
 /// A PostgreSQL condition variable, placed in shared memory zeroed and
 /// `init`ialized at server start, before any backend can wait on it.
 #[repr(transparent)]

@@ -8,28 +8,25 @@
 //! the caller may carry on.
 #![deny(unsafe_code)] // PostgreSQL's C API only through the pg module
 
-pub(crate) mod buffer;
-pub(crate) mod entry_sets;
 pub(crate) mod occ;
 pub(crate) mod prepared;
-pub(crate) mod tape;
 pub(crate) mod versions;
 
-use crate::model::{CallFailure, Draw, MethodCall, ModuleKey, Reply};
-pub(crate) use crate::model::{EntryKey, ObjectInfo, Slot, Spawned};
-pub(crate) use buffer::WriteBuffer;
+use lambdastore_core::model::{CallFailure, Draw, MethodCall, ModuleKey, Reply};
+pub(crate) use lambdastore_core::model::{EntryKey, ObjectInfo, Slot, Spawned};
+pub(crate) use lambdastore_core::txn::buffer::WriteBuffer;
 
 use crate::access::Caller;
 use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::pg;
-use entry_sets::{EntrySet, KnownSets, Position, SetId, Touched};
+use lambdastore_core::txn::entry_sets::{self, EntrySet, KnownSets, Position, SetId, Touched};
+use lambdastore_core::txn::tape::Tape;
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
-use tape::Tape;
 
 /// An object with at most this many entry sets has all its guards read at
 /// once (and kept by the backend until the object is split again); one
@@ -66,7 +63,7 @@ pub(crate) struct Workflow {
     /// The read set: entry sets read, with the version seen.
     reads: RefCell<BTreeMap<SetId, i64>>,
     /// A workflow run for a call forwarded to this node: what its earlier
-    /// runs drew, and what this one draws (tape.rs).
+    /// runs drew, and what this one draws (core/src/txn/tape.rs).
     tape: Option<RefCell<Tape>>,
 }
 

@@ -26,7 +26,6 @@
 //! transaction of several workflows is serializable as a whole: it is
 //! serialized at its last workflow's validation. Any failure is 40001.
 
-use super::entry_sets::{lock_key, Position, SetId};
 use super::prepared;
 use super::versions::{self, Stale};
 use super::Workflow;
@@ -34,6 +33,7 @@ use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::pg::{self, locks::Tried};
+use lambdastore_core::txn::entry_sets::{lock_key, Position, SetId};
 use std::collections::BTreeMap;
 
 /// OCC reads versions and values with fresh snapshots (READ COMMITTED per

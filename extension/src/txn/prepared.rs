@@ -312,7 +312,7 @@ pub(crate) fn holders() -> Vec<(u32, usize, bool)> {
 }
 
 /// The XID of a prepared transaction that holds `set` for writing.
-pub(crate) fn holder_of(set: &super::entry_sets::SetId) -> Option<u32> {
+pub(crate) fn holder_of(set: &lambdastore_core::txn::entry_sets::SetId) -> Option<u32> {
     let shared = shared()?;
     shared.slots.iter().find_map(|slot| {
         let state = slot.state.load(SeqCst);

@@ -30,9 +30,9 @@
 //!
 //! Counters reset when the server restarts, with no transaction in flight.
 
-use super::entry_sets::{lock_key, SetId};
 use crate::pg::{self, backend::Condition};
 use crate::shmem::Zeroed;
+use lambdastore_core::txn::entry_sets::{lock_key, SetId};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};

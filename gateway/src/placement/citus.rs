@@ -6,7 +6,7 @@
 //! ranges, uneven once a tenant was isolated), `pg_dist_placement` and
 //! `pg_dist_node`, read on the `--database-url` node; every role may read
 //! those catalogs. An object's shard is the range holding Citus' hash of
-//! its id (`hash::hashint8`).
+//! its id (`lambdastore_core::cluster::shards`, shared with the extension).
 //!
 //! The map goes stale when a shard moves. A call on a node that no longer
 //! holds its object still succeeds (the node forwards it to the owner, in
@@ -16,10 +16,10 @@
 //! connections, reloads the map once for all the calls that saw the same
 //! map (`refresh`), and the next call goes where the new map says.
 
-use super::hash::hashint8;
 use super::{Placement, Refresh, Stale, Target};
 use crate::config::{Config, Misplace};
 use deadpool_postgres::Pool;
+use lambdastore_core::cluster::shards;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -79,10 +79,8 @@ struct Map {
 
 impl Map {
     fn target(&self, object: i64) -> Option<&Target> {
-        let hash = hashint8(object);
-        let at = self.shards.partition_point(|s| s.min <= hash).checked_sub(1)?;
-        let shard = &self.shards[at];
-        (hash <= shard.max).then(|| &self.nodes[shard.node])
+        let at = shards::range_of(&self.shards, |s| (s.min, s.max), object)?;
+        Some(&self.nodes[self.shards[at].node])
     }
 }
 
@@ -230,48 +228,37 @@ fn spoil(config: &Config, map: &mut Map, misplace: Misplace) -> anyhow::Result<(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use lambdastore_core::cluster::shards::hashint8;
 
-    fn pool() -> Pool {
-        let pg: tokio_postgres::Config = "host=127.0.0.1 port=1".parse().unwrap();
-        let manager = deadpool_postgres::Manager::new(pg, tokio_postgres::NoTls);
-        Pool::builder(manager).build().unwrap()
-    }
-
-    fn node(name: &str) -> Target {
-        Target { node: name.into(), pool: pool(), map: Some(1) }
-    }
-
-    /// An isolated tenant leaves three ranges where there was one: the
-    /// object's own, one hash wide, between the two halves of the old range.
+    /// Against a live server, when the suite has one: many ids, both signs,
+    /// small and large; with Citus there, also against its `worker_hash`.
+    /// (The shared hash's own tests compare a few fixed values.)
     #[test]
-    fn an_object_goes_to_the_node_of_the_range_holding_its_hash_even_one_hash_wide() {
-        let isolated = 42_i64;
-        let h = hashint8(isolated);
-        let map = Map {
-            generation: 1,
-            shards: vec![
-                Shard { min: i32::MIN, max: h - 1, node: 1 },
-                Shard { min: h, max: h, node: 2 },
-                Shard { min: h + 1, max: i32::MAX, node: 1 },
-            ],
-            nodes: vec![node("coord:1"), node("w1:2"), node("w2:3")],
-            entry: 0,
+    fn hashes_many_ids_as_a_live_server_does() {
+        let Ok(url) = std::env::var("LAMBDASTORE_TEST_URL") else {
+            eprintln!("skipped: LAMBDASTORE_TEST_URL is not set");
+            return;
         };
-        assert_eq!(&*map.target(isolated).unwrap().node, "w2:3");
-        let neighbours = (0..10_000_i64).filter(|&id| id != isolated);
-        assert!(neighbours.map(|id| &*map.target(id).unwrap().node).all(|n| n == "w1:2"));
-    }
-
-    #[test]
-    fn a_hash_in_no_range_has_no_target() {
-        let map = Map {
-            generation: 1,
-            shards: vec![Shard { min: 0, max: 10, node: 1 }],
-            nodes: vec![node("coord:1"), node("w1:2")],
-            entry: 0,
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect to LAMBDASTORE_TEST_URL");
+        let mut ids: Vec<i64> = Vec::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in 0..20_000_i64 {
+            // A 64-bit LCG: ids spread over the whole range, and small ones.
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ids.extend([x as i64, (x >> 40) as i64, -((x >> 40) as i64), i - 10_000, (1 << 48) + i]);
+        }
+        let citus: bool = client.query_one("SELECT to_regproc('worker_hash') IS NOT NULL", &[]).unwrap().get(0);
+        let sql = if citus {
+            "SELECT x, hashint8(x), worker_hash(x) FROM unnest($1::bigint[]) x"
+        } else {
+            "SELECT x, hashint8(x), hashint8(x) FROM unnest($1::bigint[]) x"
         };
-        let outside = (0..1000_i64).find(|&id| !(0..=10).contains(&hashint8(id))).unwrap();
-        assert!(map.target(outside).is_none());
+        let rows = client.query(sql, &[&ids]).unwrap();
+        assert_eq!(rows.len(), ids.len());
+        for row in rows {
+            let (x, postgres, citus): (i64, i32, i32) = (row.get(0), row.get(1), row.get(2));
+            assert_eq!(hashint8(x), postgres, "hashint8({x})");
+            assert_eq!(hashint8(x), citus, "worker_hash({x})");
+        }
     }
 }

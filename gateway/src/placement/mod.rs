@@ -6,7 +6,6 @@
 //! when a node turns out not to hold an object it was sent.
 
 mod citus;
-mod hash;
 
 pub use citus::{with_check, Citus};
 

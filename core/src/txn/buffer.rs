@@ -20,7 +20,7 @@ enum Undo {
 const WRITE_OVERHEAD: usize = 256;
 
 #[derive(Default)]
-pub(crate) struct WriteBuffer {
+pub struct WriteBuffer {
     entries: BTreeMap<EntryKey, Slot>,
     /// Objects to insert, in creation order: (id, app, type).
     created: Vec<(i64, String, String)>,
@@ -33,13 +33,13 @@ pub(crate) struct WriteBuffer {
 }
 
 impl WriteBuffer {
-    pub(crate) fn savepoint(&self) -> usize {
+    pub fn savepoint(&self) -> usize {
         self.journal.len()
     }
 
     /// Undoes every change after `savepoint`; returns the ids of the
     /// objects whose creation was undone.
-    pub(crate) fn rollback_to(&mut self, savepoint: usize) -> Vec<i64> {
+    pub fn rollback_to(&mut self, savepoint: usize) -> Vec<i64> {
         let mut forgotten = Vec::new();
         while self.journal.len() > savepoint {
             match self.journal.pop().expect("journal is longer than the savepoint") {
@@ -63,20 +63,20 @@ impl WriteBuffer {
 
     /// The buffered state of an entry: `None` if this workflow has not
     /// written it, `Some(None)` if it deleted it.
-    pub(crate) fn get(&self, key: &EntryKey) -> Option<&Slot> {
+    pub fn get(&self, key: &EntryKey) -> Option<&Slot> {
         self.entries.get(key)
     }
 
-    pub(crate) fn put(&mut self, key: EntryKey, value: Vec<u8>) {
+    pub fn put(&mut self, key: EntryKey, value: Vec<u8>) {
         self.write(key, Some(value));
     }
 
-    pub(crate) fn delete(&mut self, key: EntryKey) {
+    pub fn delete(&mut self, key: EntryKey) {
         self.write(key, None);
     }
 
     /// What a write of this entry would bring the buffer's bytes to.
-    pub(crate) fn bytes_after(&self, key: &EntryKey, value: Option<&[u8]>) -> usize {
+    pub fn bytes_after(&self, key: &EntryKey, value: Option<&[u8]>) -> usize {
         self.bytes.saturating_add(WRITE_OVERHEAD + key.1.len() + key.2.len() + value.map_or(0, <[u8]>::len))
     }
 
@@ -86,18 +86,18 @@ impl WriteBuffer {
         self.journal.push(Undo::Entry(key, previous));
     }
 
-    pub(crate) fn create_object(&mut self, id: i64, app: String, type_name: String) {
+    pub fn create_object(&mut self, id: i64, app: String, type_name: String) {
         self.created.push((id, app, type_name));
         self.journal.push(Undo::Created(id));
     }
 
-    pub(crate) fn spawn(&mut self, call: Spawned) {
+    pub fn spawn(&mut self, call: Spawned) {
         self.spawned.push(call);
         self.journal.push(Undo::Spawned);
     }
 
     /// Buffered entries of one field with start <= key < end.
-    pub(crate) fn range<'a>(
+    pub fn range<'a>(
         &'a self,
         object: i64,
         field: &str,
@@ -114,19 +114,19 @@ impl WriteBuffer {
         self.entries.range((Bound::Included(lower), upper)).map(|((_, _, key), slot)| (key.as_slice(), slot))
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.created.is_empty() && self.spawned.is_empty()
     }
 
-    pub(crate) fn spawned(&self) -> &[Spawned] {
+    pub fn spawned(&self) -> &[Spawned] {
         &self.spawned
     }
 
-    pub(crate) fn created(&self) -> &[(i64, String, String)] {
+    pub fn created(&self) -> &[(i64, String, String)] {
         &self.created
     }
 
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (&EntryKey, &Slot)> {
+    pub fn entries(&self) -> impl Iterator<Item = (&EntryKey, &Slot)> {
         self.entries.iter()
     }
 }
@@ -136,7 +136,7 @@ impl WriteBuffer {
 /// equal keys the buffer wins, and a buffered delete hides the entry. At
 /// most `limit` entries. Each buffered key hides at most one stored entry,
 /// so `limit + buffered` stored rows are always enough.
-pub(crate) fn merge_scan(
+pub fn merge_scan(
     stored: Vec<(Vec<u8>, Vec<u8>)>,
     buffered: Vec<(&[u8], &Slot)>,
     forward: bool,

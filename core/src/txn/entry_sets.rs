@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::ops::Bound::{Included, Unbounded};
 use std::rc::Rc;
 
-pub(crate) use crate::model::{Guards, Position, SetId};
+pub use crate::model::{Guards, Position, SetId};
 
 #[derive(Clone, Debug)]
-pub(crate) struct EntrySet {
-    pub(crate) lower: Position,
-    pub(crate) version: i64,
+pub struct EntrySet {
+    pub lower: Position,
+    pub version: i64,
 }
 
 /// What a workflow knows of one object's entry sets: all its guards when the
@@ -21,9 +21,9 @@ pub(crate) struct EntrySet {
 /// validation, and so does an object split since `splits` was read (before
 /// any of its guards).
 #[derive(Debug)]
-pub(crate) struct KnownSets {
+pub struct KnownSets {
     known: Known,
-    pub(crate) splits: u64,
+    pub splits: u64,
 }
 
 #[derive(Debug)]
@@ -38,11 +38,11 @@ enum Known {
 
 /// A set a workflow has touched.
 #[derive(Debug)]
-pub(crate) struct Touched {
-    pub(crate) set: EntrySet,
+pub struct Touched {
+    pub set: EntrySet,
     /// Already in the workflow's read set: a read of a key in a set read
     /// before copies nothing.
-    pub(crate) read: bool,
+    pub read: bool,
 }
 
 impl Touched {
@@ -53,29 +53,24 @@ impl Touched {
 
 impl KnownSets {
     /// The single set of an object created by this workflow.
-    pub(crate) fn fresh() -> Self {
+    pub fn fresh() -> Self {
         Self::complete(Rc::new(vec![Position::default()]), 0)
     }
 
     /// Every guard of the object is known.
-    pub(crate) fn complete(guards: Guards, splits: u64) -> Self {
+    pub fn complete(guards: Guards, splits: u64) -> Self {
         KnownSets { known: Known::Complete { guards, touched: BTreeMap::new() }, splits }
     }
 
     /// Nothing known yet of an object with many sets: each is loaded as it
     /// is touched.
-    pub(crate) fn partial(splits: u64) -> Self {
+    pub fn partial(splits: u64) -> Self {
         KnownSets { known: Known::Partial { touched: BTreeMap::new() }, splits }
     }
 
     /// The set containing (field, key): as touched before, else from the
     /// guards with its version now (`version`), else None (not known).
-    pub(crate) fn containing(
-        &mut self,
-        field: &str,
-        key: &[u8],
-        version: impl Fn(&Position) -> i64,
-    ) -> Option<&mut Touched> {
+    pub fn containing(&mut self, field: &str, key: &[u8], version: impl Fn(&Position) -> i64) -> Option<&mut Touched> {
         match &mut self.known {
             Known::Complete { guards, touched } => {
                 // The last guard at or below the position; the first is ("", "").
@@ -101,7 +96,7 @@ impl KnownSets {
 
     /// With every guard known: the sets of `field` starting strictly inside
     /// (start, end), touched now.
-    pub(crate) fn inside(
+    pub fn inside(
         &mut self,
         field: &str,
         start: &[u8],
@@ -124,7 +119,7 @@ impl KnownSets {
     }
 
     /// A set of an object with many sets, loaded from the table.
-    pub(crate) fn insert(&mut self, set: EntrySet, upper: Option<Position>) -> &mut Touched {
+    pub fn insert(&mut self, set: EntrySet, upper: Option<Position>) -> &mut Touched {
         let Known::Partial { touched } = &mut self.known else {
             unreachable!("only sets of a partially known object are loaded")
         };
@@ -136,7 +131,7 @@ impl KnownSets {
 
 /// Guards as read from the table, with the origin ("", "") first even for
 /// an object whose rows were made by hand without it.
-pub(crate) fn guards(mut lowers: Vec<Position>) -> Guards {
+pub fn guards(mut lowers: Vec<Position>) -> Guards {
     if lowers.first() != Some(&Position::default()) {
         lowers.insert(0, Position::default());
     }
@@ -146,7 +141,7 @@ pub(crate) fn guards(mut lowers: Vec<Position>) -> Guards {
 /// The advisory-lock key of an entry set: a 64-bit FNV-1a hash of the object
 /// and lower bound. A collision only makes two sets share a lock (a false
 /// conflict), never a missed one.
-pub(crate) fn lock_key((object, (field, key)): &SetId) -> i64 {
+pub fn lock_key((object, (field, key)): &SetId) -> i64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash = OFFSET;

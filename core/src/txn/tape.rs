@@ -14,10 +14,10 @@ use crate::model::{CallFailure, Draw, MethodCall};
 
 /// A forwarded call's run went another way than an earlier run of it.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Diverged;
+pub struct Diverged;
 
 #[derive(Debug, Default)]
-pub(crate) struct Tape {
+pub struct Tape {
     /// What the earlier runs drew, in order.
     earlier: Vec<Draw>,
     /// What this run has drawn so far (a prefix of `earlier`, then new draws).
@@ -25,14 +25,14 @@ pub(crate) struct Tape {
 }
 
 impl Tape {
-    pub(crate) fn new(earlier: Vec<Draw>) -> Self {
+    pub fn new(earlier: Vec<Draw>) -> Self {
         Tape { earlier, drawn: Vec::new() }
     }
 
     /// The draw an earlier run made at this point, which must be of the
     /// kind `same` accepts; None past what the earlier runs drew (draw
     /// afresh and `record` it).
-    pub(crate) fn replay(&mut self, same: impl Fn(&Draw) -> bool) -> Result<Option<Draw>, Diverged> {
+    pub fn replay(&mut self, same: impl Fn(&Draw) -> bool) -> Result<Option<Draw>, Diverged> {
         let Some(earlier) = self.earlier.get(self.drawn.len()) else { return Ok(None) };
         if !same(earlier) {
             return Err(Diverged);
@@ -42,13 +42,13 @@ impl Tape {
         Ok(Some(earlier))
     }
 
-    pub(crate) fn record(&mut self, draw: Draw) {
+    pub fn record(&mut self, draw: Draw) {
         self.drawn.push(draw);
     }
 
     /// The outcome of `call` as an earlier run got it at this point; None
     /// past what they drew (the call is needed).
-    pub(crate) fn replay_call(&mut self, call: &MethodCall) -> Result<Option<Result<String, CallFailure>>, Diverged> {
+    pub fn replay_call(&mut self, call: &MethodCall) -> Result<Option<Result<String, CallFailure>>, Diverged> {
         let same = |draw: &Draw| matches!(draw, Draw::Call { call: earlier, .. } if earlier == call);
         Ok(self.replay(same)?.map(|draw| match draw {
             Draw::Call { outcome, .. } => outcome,
@@ -57,7 +57,7 @@ impl Tape {
     }
 
     /// What this run drew, in order.
-    pub(crate) fn drawn(&self) -> &[Draw] {
+    pub fn drawn(&self) -> &[Draw] {
         &self.drawn
     }
 }

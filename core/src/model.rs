@@ -1,68 +1,67 @@
-//! The extension's vocabulary: plain data that every layer passes around
-//! (objects, entry keys and positions, module versions and what they
-//! describe), with no behaviour that touches PostgreSQL or wasmtime. It is
-//! the bottom layer, next to error.rs and gucs.rs.
+//! The vocabulary: plain data that every layer of the extension passes
+//! around (objects, entry keys and positions, module versions and what they
+//! describe), with no behaviour that touches PostgreSQL or wasmtime.
 
 use serde::{Deserialize, Serialize};
 use std::rc::Rc;
 
 /// Where an object lives: its application and type.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ObjectInfo {
-    pub(crate) app: String,
-    pub(crate) type_name: String,
+pub struct ObjectInfo {
+    pub app: String,
+    pub type_name: String,
 }
 
 /// (object, field, key): the order of the `entries` primary key, which is
 /// also byte order because `field` uses the "C" collation.
-pub(crate) type EntryKey = (i64, String, Vec<u8>);
+pub type EntryKey = (i64, String, Vec<u8>);
 
 /// A buffered entry: `None` is a delete.
-pub(crate) type Slot = Option<Vec<u8>>;
+pub type Slot = Option<Vec<u8>>;
 
 /// A position in an object's key space, in `entries` primary-key order.
-pub(crate) type Position = (String, Vec<u8>);
+pub type Position = (String, Vec<u8>);
 
 /// Identifies an entry set: (object, lower bound).
-pub(crate) type SetId = (i64, Position);
+pub type SetId = (i64, Position);
 
 /// An object's guards in order, starting at ("", ""): each set covers
 /// [its guard, the next guard). Shared between workflows of a backend
 /// (catalog/cache.rs keeps them per split count).
-pub(crate) type Guards = Rc<Vec<Position>>;
+pub type Guards = Rc<Vec<Position>>;
 
 /// A call spawned by a workflow: inserted as a job when the workflow
 /// commits (an outbox), so it exists only if the workflow commits.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Spawned {
-    pub(crate) object: i64,
-    pub(crate) app: String,
-    pub(crate) method: String,
+pub struct Spawned {
+    pub object: i64,
+    pub app: String,
+    pub method: String,
     /// JSON text.
-    pub(crate) args: String,
+    pub args: String,
 }
 
 /// What identifies a loaded module version in a backend's cache. The id
 /// alone is not enough: ids start again after the extension is recreated.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub(crate) struct ModuleKey {
-    pub(crate) module_id: i64,
-    pub(crate) app: String,
-    pub(crate) sha256: String,
+pub struct ModuleKey {
+    pub module_id: i64,
+    pub app: String,
+    pub sha256: String,
 }
 
 /// A nested method call, as the caller makes it (host/calls.rs); sent to
 /// another Citus node when the object is stored there (cluster/remote.rs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct MethodCall {
-    pub(crate) object: i64,
-    pub(crate) method: String,
+pub struct MethodCall {
+    pub object: i64,
+    pub method: String,
     /// JSON text.
-    pub(crate) args: String,
+    pub args: String,
     /// Whether the caller is readonly: its callees stay readonly.
-    pub(crate) readonly: bool,
+    pub readonly: bool,
     /// The callee's depth (the top-level call is 0).
-    pub(crate) depth: u32,
+    pub depth: u32,
 }
 
 /// What a run of a call forwarded to another node got from the host, in
@@ -72,7 +71,7 @@ pub(crate) struct MethodCall {
 /// error, for the caller to handle).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Draw {
+pub enum Draw {
     Random(u64),
     Now(i64),
     ObjectId(i64),
@@ -82,7 +81,7 @@ pub(crate) enum Draw {
 /// The value of a draw of each kind (`Workflow::draw` takes the kind as
 /// its variant and one of these).
 impl Draw {
-    pub(crate) fn random(&self) -> Option<u64> {
+    pub fn random(&self) -> Option<u64> {
         if let Draw::Random(n) = self {
             Some(*n)
         } else {
@@ -90,7 +89,7 @@ impl Draw {
         }
     }
 
-    pub(crate) fn now(&self) -> Option<i64> {
+    pub fn now(&self) -> Option<i64> {
         if let Draw::Now(micros) = self {
             Some(*micros)
         } else {
@@ -98,7 +97,7 @@ impl Draw {
         }
     }
 
-    pub(crate) fn object_id(&self) -> Option<i64> {
+    pub fn object_id(&self) -> Option<i64> {
         if let Draw::ObjectId(id) = self {
             Some(*id)
         } else {
@@ -110,32 +109,32 @@ impl Draw {
 /// What travels with a call forwarded to the node holding its object,
 /// besides the call itself (`_call_here`).
 #[derive(Debug, Default, Serialize, Deserialize)]
-pub(crate) struct Forwarded {
+pub struct Forwarded {
     /// A nested call: the code version of the calling workflow (the callee
     /// runs the same), whether the caller is readonly, the callee's depth
     /// and the job the workflow runs as. None for a call from SQL.
-    pub(crate) nested: Option<Nested>,
+    pub nested: Option<Nested>,
     /// What earlier runs of this call drew, to get again.
-    pub(crate) tape: Vec<Draw>,
+    pub tape: Vec<Draw>,
     /// A `create_object` from SQL sent by a node that holds no objects:
     /// the call's object only routes it (the new object gets an id of the
     /// node it lands on), its args are the constructor's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) create: Option<Create>,
+    pub create: Option<Create>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Create {
-    pub(crate) app: String,
-    pub(crate) type_name: String,
+pub struct Create {
+    pub app: String,
+    pub type_name: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Nested {
-    pub(crate) module: ModuleKey,
-    pub(crate) readonly: bool,
-    pub(crate) depth: u32,
-    pub(crate) job: Option<i64>,
+pub struct Nested {
+    pub module: ModuleKey,
+    pub readonly: bool,
+    pub depth: u32,
+    pub job: Option<i64>,
 }
 
 /// A call's failure that its caller receives as a value (the WIT
@@ -147,7 +146,7 @@ pub(crate) struct Nested {
 /// go on consistently.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum CallFailure {
+pub enum CallFailure {
     Application(String),
     BadArguments(String),
     UnknownObject(i64),
@@ -160,7 +159,7 @@ pub(crate) enum CallFailure {
 /// What a node answers to a call forwarded to it.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Reply {
+pub enum Reply {
     /// The call returned and its workflow committed (in this transaction):
     /// its result, and the calls it spawned on objects stored on other
     /// nodes, for the sending node to queue there.
@@ -177,37 +176,48 @@ pub(crate) enum Reply {
 
 /// What a module's `describe` export says, as stored in `modules.description`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Description {
-    pub(crate) sdk: String,
-    pub(crate) types: Vec<TypeDesc>,
+pub struct Description {
+    pub sdk: String,
+    pub types: Vec<TypeDesc>,
+}
+
+impl Description {
+    pub fn type_desc(&self, name: &str) -> Option<&TypeDesc> {
+        self.types.iter().find(|t| t.name == name)
+    }
+
+    /// The function `name` of `type_name`, of whatever kind.
+    pub fn function(&self, type_name: &str, name: &str) -> Option<&FnDesc> {
+        self.type_desc(type_name)?.functions.iter().find(|f| f.name == name)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct TypeDesc {
-    pub(crate) name: String,
-    pub(crate) fields: Vec<FieldDesc>,
-    pub(crate) functions: Vec<FnDesc>,
+pub struct TypeDesc {
+    pub name: String,
+    pub fields: Vec<FieldDesc>,
+    pub functions: Vec<FnDesc>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct FieldDesc {
-    pub(crate) name: String,
+pub struct FieldDesc {
+    pub name: String,
     /// "cell", "map", "multi-map" or "set".
-    pub(crate) kind: String,
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct FnDesc {
-    pub(crate) name: String,
-    pub(crate) kind: FunctionKind,
-    pub(crate) protected: bool,
-    pub(crate) readonly: bool,
+pub struct FnDesc {
+    pub name: String,
+    pub kind: FunctionKind,
+    pub protected: bool,
+    pub readonly: bool,
 }
 
 /// A function's kind, stored as "constructor", "method" or "static".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum FunctionKind {
+pub enum FunctionKind {
     Constructor,
     Method,
     Static,
@@ -215,7 +225,7 @@ pub(crate) enum FunctionKind {
 
 impl FunctionKind {
     /// As messages name it.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             FunctionKind::Constructor => "constructor",
             FunctionKind::Method => "method",

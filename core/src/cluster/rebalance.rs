@@ -1,6 +1,6 @@
 //! The plan of `lambdastore.rebalance()`: which objects to move to which
-//! node, from the calls counted since the last run (affinity.rs). Pure, so
-//! that its unit tests run without a server (tests/tests/pure.rs).
+//! node, from the calls counted since the last run (the extension's
+//! cluster/affinity.rs). Pure, so that its unit tests run without a server.
 //!
 //! Two aims, in this order, greedily, one move at a time, each object at
 //! most once per run and at most `max_moves` moves:
@@ -21,7 +21,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Deserialize)]
-pub(crate) struct Input {
+pub struct Input {
     /// The nodes that may hold objects (host:port).
     pub nodes: Vec<String>,
     pub objects: Vec<Object>,
@@ -31,7 +31,7 @@ pub(crate) struct Input {
 }
 
 #[derive(Deserialize)]
-pub(crate) struct Object {
+pub struct Object {
     pub id: i64,
     pub node: String,
     /// Calls it received.
@@ -40,14 +40,14 @@ pub(crate) struct Object {
 
 /// Nested calls `from` made to `to`.
 #[derive(Deserialize)]
-pub(crate) struct Pair {
+pub struct Pair {
     pub from: i64,
     pub to: i64,
     pub calls: i64,
 }
 
 #[derive(Serialize, Debug)]
-pub(crate) struct Plan {
+pub struct Plan {
     pub moves: Vec<Move>,
     /// Nested calls between the objects planned for.
     pub nested_calls: i64,
@@ -60,13 +60,13 @@ pub(crate) struct Plan {
 }
 
 #[derive(Serialize, Debug)]
-pub(crate) struct Effect<T> {
+pub struct Effect<T> {
     pub before: T,
     pub after: T,
 }
 
 #[derive(Serialize, Debug, PartialEq)]
-pub(crate) struct Move {
+pub struct Move {
     pub object_id: i64,
     pub from: String,
     pub to: String,
@@ -242,7 +242,7 @@ fn share(part: i64, whole: i64) -> f64 {
 /// The moves, and what they would have changed for the calls counted.
 /// Objects on nodes not in `nodes`, and pairs with an object not in
 /// `objects`, are left out.
-pub(crate) fn plan(input: &Input) -> Plan {
+pub fn plan(input: &Input) -> Plan {
     let index: HashMap<&str, usize> = input.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
     let placed: Vec<_> =
         input.objects.iter().filter_map(|o| Some((o.id, *index.get(o.node.as_str())?, o.calls))).collect();
