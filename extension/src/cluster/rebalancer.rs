@@ -6,7 +6,8 @@
 //! the setting is 0, it only sleeps on its latch, which a reload sets.
 
 use crate::jobs::runner::{in_subtransaction, Failure};
-use crate::jobs::workers::{reload_config_if_asked, transaction, wait_latch};
+use crate::jobs::workers::transaction;
+use crate::pg::process::{reload_config_if_asked, wait_latch};
 use crate::{catalog, gucs};
 use pgrx::pg_guard;
 use pgrx::pg_sys::{self, BuiltinOid::TEXTOID};
@@ -26,7 +27,7 @@ const MOVE: &str = "SELECT lambdastore._rebalance_move($1::jsonb)";
 #[allow(unsafe_code)] // an exported symbol PostgreSQL starts the worker by; its name is ours alone
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn lambdastore_rebalancer_main(_arg: pg_sys::Datum) {
-    crate::jobs::workers::handle_signals();
+    crate::pg::process::handle_worker_signals();
     crate::jobs::workers::connect_to_database(gucs::workers() == 0);
     let mut last = Instant::now();
     loop {

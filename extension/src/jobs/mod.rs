@@ -14,7 +14,6 @@ pub(crate) mod workers;
 use crate::access::{self, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::{gucs, workflow};
-use pgrx::pg_sys;
 use queue::NewJob;
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
@@ -87,7 +86,7 @@ fn warn_if_no_runner() {
     if WARNED_NO_RUNNER.get() {
         return;
     }
-    let database = current_database();
+    let database = crate::pg::backend::database_name();
     if workers::running_for(&database) {
         return;
     }
@@ -98,17 +97,6 @@ fn warn_if_no_runner() {
          lambdastore.database = '{database}'; it is '{}')",
         gucs::database()
     );
-}
-
-fn current_database() -> String {
-    // SAFETY: MyDatabaseId is set once connected; get_database_name returns a palloc'd copy or NULL.
-    unsafe {
-        let name = pg_sys::get_database_name(pg_sys::MyDatabaseId);
-        if name.is_null() {
-            return String::new();
-        }
-        std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
-    }
 }
 
 /// `lambdastore.wait`: returns when the job is done or failed, or when

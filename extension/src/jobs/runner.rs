@@ -13,11 +13,12 @@
 //! serialization failure or a node that could not be reached, as a retry
 //! after a backoff.
 
-use super::workers::{attach_worker, reload_config_if_asked, set_running, transaction, wait_latch, wake_waiters};
+use super::workers::{attach_worker, set_running, transaction, wake_waiters};
 use crate::access::Caller;
 use crate::cluster::route;
 use crate::error::LambdaError;
 use crate::jobs::queue::{self, Claimed};
+use crate::pg::process::{reload_config_if_asked, wait_latch};
 use crate::pg::{self, backend::sqlstate_text, xact::Subtransaction};
 use crate::{gucs, workflow};
 use pgrx::pg_sys::{self, panic::CaughtError};
@@ -36,7 +37,7 @@ const PREPARED_POLL: Duration = Duration::from_millis(100);
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     let index = arg.value();
-    super::workers::handle_signals();
+    crate::pg::process::handle_worker_signals();
     super::workers::connect_to_database(index == 0);
     // OCC needs READ COMMITTED, whatever the server's default is.
     // SAFETY: C strings that outlive the call.
@@ -52,10 +53,18 @@ pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     // The application served last: workers take turns between them.
     let mut last_app = String::new();
     loop {
+        // Sampled before looking for jobs too: a prepared transaction that
+        // queued jobs may end (COMMIT PREPARED, in a backend that wakes no
+        // one) between the look and this sleep, and its jobs then wait for
+        // MAX_IDLE (a minute, seen on a Citus cluster). Whatever ended before
+        // the sample is visible to the look; whatever ended after, the next
+        // poll finds.
+        let prepared_before = crate::txn::prepared::pending();
         let next = run_until_idle(index, &mut last_app);
         // Prepared transactions that hold entry sets are finished by
         // whoever looks next (txn/prepared.rs): soon, on an idle node too.
-        let idle = if crate::txn::prepared::pending() { PREPARED_POLL } else { MAX_IDLE };
+        let prepared = prepared_before || crate::txn::prepared::pending();
+        let idle = if prepared { PREPARED_POLL } else { MAX_IDLE };
         wait_latch(next.map_or(idle, |due| due.min(idle)));
         reload_config_if_asked();
     }

@@ -10,6 +10,7 @@
 //! that queued jobs sets its latch, or until a retried job's backoff ends.
 
 use crate::gucs::MAX_WORKERS;
+use crate::pg::process;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::lwlock::PgLwLock;
 use pgrx::pg_sys;
@@ -134,12 +135,12 @@ pub(crate) fn connect_to_database(first: bool) {
             Database::Missing => wait_for_database(&database),
             Database::Connected => break,
             Database::Unknown if first || started.elapsed() >= FIRST_CONNECTION => break,
-            Database::Unknown => wait_latch(POLL),
+            Database::Unknown => process::wait_latch(POLL),
         }
     }
-    // SAFETY: registers a plain function; it runs when a failed
-    // connection ends this process (a FATAL error exits through it).
-    unsafe { pg_sys::before_shmem_exit(Some(note_failed_connection), pg_sys::Datum::from(0)) };
+    // Runs when a failed connection ends this process (a FATAL error
+    // exits through it).
+    process::before_exit(note_failed_connection, 0);
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     CONNECTED_HERE.store(true, Ordering::Relaxed);
     let mut registry = REGISTRY.exclusive();
@@ -168,69 +169,18 @@ fn wait_for_database(database: &str) -> ! {
         }
     }
     loop {
-        if database_exists(database) {
+        if process::database_exists(database) {
             REGISTRY.exclusive().database = Database::Unknown;
-            // SAFETY: exit code 1: restarted after the worker's restart time.
-            unsafe { pg_sys::proc_exit(1) };
+            process::exit(1); // restarted after the worker's restart time
         }
-        wait_latch(DATABASE_POLL);
+        process::wait_latch(DATABASE_POLL);
     }
-}
-
-/// Whether `database` is in pg_database, read by a sequential scan as the
-/// autovacuum launcher reads it: a process connected to no database cannot
-/// open pg_database's indexes until a backend has written the shared
-/// relcache init file, which a fresh cluster lacks (`get_database_oid`
-/// failed there with "cannot read pg_class without having selected a
-/// database").
-fn database_exists(database: &str) -> bool {
-    let mut found = false;
-    // SAFETY: a transaction of its own with a snapshot around a catalog
-    // heap scan; each tuple's data is read while the scan holds its page,
-    // as GETSTRUCT does.
-    unsafe {
-        pg_sys::StartTransactionCommand();
-        pg_sys::GetTransactionSnapshot();
-        let relation = pg_sys::table_open(pg_sys::DatabaseRelationId, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let scan = pg_sys::table_beginscan_catalog(relation, 0, std::ptr::null_mut());
-        loop {
-            let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
-            if tuple.is_null() {
-                break;
-            }
-            let header = (*tuple).t_data;
-            let row = (header as *const u8).add((*header).t_hoff as usize) as *const pg_sys::FormData_pg_database;
-            if std::ffi::CStr::from_ptr((*row).datname.data.as_ptr()).to_bytes() == database.as_bytes() {
-                found = true;
-                break;
-            }
-        }
-        pg_sys::heap_endscan(scan);
-        pg_sys::table_close(relation, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        pg_sys::CommitTransactionCommand();
-    }
-    found
 }
 
 /// Whether job runners serve `database` (by configuration: they may be
 /// starting or restarting right now).
 pub(crate) fn running_for(database: &str) -> bool {
     ENABLED.load(Ordering::Relaxed) && crate::gucs::workers() > 0 && crate::gucs::database() == database
-}
-
-fn set_latch(procno: i32) {
-    // SAFETY: ProcGlobal->allProcs is shared memory sized at startup and
-    // procno was taken from MyProc. A stale procno (its process exited)
-    // only sets some other process's latch, which is harmless.
-    unsafe {
-        let proc = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
-        pg_sys::SetLatch(&raw mut (*proc).procLatch);
-    }
-}
-
-fn my_procno() -> i32 {
-    // SAFETY: MyProc is set for every backend and background worker.
-    unsafe { (*pg_sys::MyProc).pgprocno }
 }
 
 /// Wakes every job runner.
@@ -240,7 +190,7 @@ pub(crate) fn wake_workers() {
     }
     let registry = REGISTRY.share();
     for slot in registry.workers.iter().filter(|s| s.procno >= 0) {
-        set_latch(slot.procno);
+        process::set_latch(slot.procno);
     }
 }
 
@@ -251,7 +201,7 @@ pub(crate) fn wake_waiters(job: i64) {
     }
     let registry = REGISTRY.share();
     for slot in registry.waiters.iter().filter(|s| s.procno >= 0 && s.job == job) {
-        set_latch(slot.procno);
+        process::set_latch(slot.procno);
     }
 }
 
@@ -265,9 +215,8 @@ pub(crate) fn running_jobs() -> Vec<i64> {
 
 /// Takes worker slot `index` for this process until it exits.
 pub(crate) fn attach_worker(index: usize) {
-    REGISTRY.exclusive().workers[index] = Slot { procno: my_procno(), job: 0 };
-    // SAFETY: registers a plain function with a by-value argument.
-    unsafe { pg_sys::before_shmem_exit(Some(detach_worker), pg_sys::Datum::from(index)) };
+    REGISTRY.exclusive().workers[index] = Slot { procno: process::procno(), job: 0 };
+    process::before_exit(detach_worker, index);
 }
 
 #[pg_guard]
@@ -293,7 +242,7 @@ impl Waiter {
         let mut registry = REGISTRY.exclusive();
         let slot = registry.waiters.iter().position(|s| s.procno < 0);
         if let Some(index) = slot {
-            registry.waiters[index] = Slot { procno: my_procno(), job };
+            registry.waiters[index] = Slot { procno: process::procno(), job };
         }
         Waiter { slot }
     }
@@ -303,7 +252,7 @@ impl Waiter {
     /// cancel raises its error here).
     pub(crate) fn sleep(&self, left: Duration) {
         let left = if self.slot.is_some() { left } else { left.min(POLL) };
-        wait_latch(left);
+        process::wait_latch(left);
     }
 }
 
@@ -315,66 +264,9 @@ impl Drop for Waiter {
     }
 }
 
-/// Waits on this process's latch for at most `timeout`, then resets it and
-/// processes interrupts.
-pub(crate) fn wait_latch(timeout: Duration) {
-    let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as std::ffi::c_long;
-    // SAFETY: MyLatch is this process's latch; called on the main thread.
-    unsafe {
-        pg_sys::WaitLatch(pg_sys::MyLatch, events as i32, ms, pg_sys::PG_WAIT_EXTENSION);
-        pg_sys::ResetLatch(pg_sys::MyLatch);
-    }
-    pgrx::check_for_interrupts!();
-}
-
-/// Installs PostgreSQL's own handlers, before signals are unblocked.
-/// die() only sets ProcDiePending: a worker acts on it between steps, and
-/// a running lambda's epoch callback stops the lambda first, so SIGTERM
-/// never lands in the middle of wasm.
-pub(crate) fn handle_signals() {
-    // SAFETY: called first thing in the worker, on its main thread.
-    unsafe {
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_handlers::die));
-        pg_sys::pqsignal(pg_sys::SIGHUP as i32, Some(postgres_handlers::SignalHandlerForConfigReload));
-        pg_sys::BackgroundWorkerUnblockSignals();
-    }
-}
-
-/// The C functions themselves: pgrx's `pg_sys` wraps them in Rust
-/// functions, which cannot be signal handlers.
-mod postgres_handlers {
-    unsafe extern "C-unwind" {
-        pub(crate) fn die(signal: std::ffi::c_int);
-        pub(crate) fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
-    }
-}
-
-pub(crate) fn reload_config_if_asked() {
-    // SAFETY: flag set by the SIGHUP handler; read and reset on the main thread.
-    unsafe {
-        if pg_sys::ConfigReloadPending != 0 {
-            pg_sys::ConfigReloadPending = 0;
-            pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
-        }
-    }
-}
-
 /// Runs `body` in a transaction of its own, with a snapshot, under the
 /// fixed `search_path` (a worker is a superuser, and its session's path
 /// comes from settings a database's owner may change).
 pub(crate) fn transaction<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: the worker is connected and between transactions.
-    unsafe {
-        pg_sys::SetCurrentStatementStartTimestamp();
-        pg_sys::StartTransactionCommand();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-    }
-    let result = crate::access::with_fixed_search_path(body);
-    // SAFETY: pairs with the calls above.
-    unsafe {
-        pg_sys::PopActiveSnapshot();
-        pg_sys::CommitTransactionCommand();
-    }
-    result
+    process::in_own_transaction(|| crate::access::with_fixed_search_path(body))
 }

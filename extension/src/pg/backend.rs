@@ -9,6 +9,18 @@ pub(crate) fn database_id() -> u32 {
     unsafe { pg_sys::MyDatabaseId }.to_u32()
 }
 
+/// The name of the database this backend serves ("" before it has one).
+pub(crate) fn database_name() -> String {
+    // SAFETY: MyDatabaseId is set once connected; get_database_name returns a palloc'd copy or NULL.
+    unsafe {
+        let name = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        if name.is_null() {
+            return String::new();
+        }
+        std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+    }
+}
+
 /// Uniform in [0, 1), from the backend's PRNG (seeded at backend start).
 pub(crate) fn random_f64() -> f64 {
     // SAFETY: the global PRNG, used from the main thread only.

@@ -10,6 +10,7 @@
 
 pub(crate) mod backend;
 pub(crate) mod locks;
+pub(crate) mod process;
 pub(crate) mod roles;
 pub(crate) mod settings;
 pub(crate) mod xact;
