@@ -74,7 +74,9 @@ case $cmd in
     ;;
   start)
     mkdir -p "$dir" "$run"
-    [ "$(id -u)" = 0 ] && chown -R postgres:postgres "$base"
+    # This cluster's directory only: another suite's cluster under $base may
+    # be created or deleted at the same moment (make test runs two lanes).
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$base" && chown -R postgres:postgres "$dir"
     if [ ! -f "$data/PG_VERSION" ]; then
       as_pg "$bindir/initdb" -D "$data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$dir/initdb.log"
       cat >>"$data/postgresql.conf" <<CONF
