@@ -64,6 +64,11 @@ fill_prebuilt() {
     if [ -f "$tarball" ]; then
       cp "$tarball" "$prebuilt/citus-$citus_version.tar.gz"
     fi
+  elif [ -n "${LAMBDASTORE_GATEWAY_BINARY:-}" ]; then
+    # A gateway built already (make test: the test build's, unoptimized,
+    # which the compose test's few requests do not notice): no release
+    # build of its own, minutes of CI.
+    cp "$LAMBDASTORE_GATEWAY_BINARY" "$prebuilt/lambdastore-gateway"
   else
     cargo build -q --release -p lambdastore-gateway
     cp "${CARGO_TARGET_DIR:-target}/release/lambdastore-gateway" "$prebuilt/lambdastore-gateway"

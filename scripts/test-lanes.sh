@@ -34,7 +34,9 @@ if [ "$(tail -1 "$logs/status" | cut -d' ' -f2)" != 0 ]; then
   cat "$logs/build-tests.log"; exit 1
 fi
 if scripts/docker.sh engine; then
-  suite build-images scripts/docker.sh build
+  # The gateway image takes the test build's binary (see docker.sh).
+  suite build-images env LAMBDASTORE_GATEWAY_BINARY="${CARGO_TARGET_DIR:-$repo/target}/debug/lambdastore-gateway" \
+    scripts/docker.sh build
   # Built once for both lanes (e2e-citus.sh and e2e-compose.sh would each
   # rebuild): they skip their own build when told.
   export LAMBDASTORE_IMAGES_BUILT=1
