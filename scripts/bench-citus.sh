@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench-citus`: one node against the local Citus cluster, side by
-# side in one run (the machine is noisy). Three parts (PARTS picks them):
+# side in one run (the machine is noisy). Five parts (PARTS picks them):
 #
 # table: pgbench, 8 clients, on 1,000 counters, alternating single node and
 # cluster ROUNDS times; medians (WORKLOADS picks rows).
@@ -44,6 +44,17 @@
 # times: retries per committed operation, operations that gave up after
 # 100 tries, p50 and p99 latency; medians.
 #
+# delegated: what a Citus user writes instead (issue 44), on the cluster
+# only: the same 1,000 counters as rows of a plain table `kv` distributed
+# colocated with lambdastore.objects (a row's key is its counter's object
+# id), read and incremented by PL/pgSQL functions kv_get(k) and kv_incr(k)
+# that create_distributed_function delegates by k to the node holding the
+# row. pgbench, 8 clients, alternating ROUNDS times: through the
+# coordinator (router SELECT, delegated functions, lambda_invoke) and on
+# the worker holding the rows/objects picked (each worker's share of the
+# counters, in a local table there). Medians, and each lambda row's ratio
+# to the delegated function in the same place.
+#
 # The single node is a project cluster ("bench-single", port 54339); the
 # cluster is citus-bench (a coordinator and two workers, ports 54360-54362),
 # started fresh; the gateways listen on 127.0.0.1:18190 and 18191. In the
@@ -52,7 +63,7 @@
 # cluster's ports are docker-compose.yml's defaults too: not beside `make
 # test-compose`.
 #
-#   PARTS="table gateway migration contended"  ROUNDS=3  CONTENDED_OPS=300  CONTENDED_WAITS="0 default"  SECONDS_PER_RUN=10  WORKLOADS="read-only ..."
+#   PARTS="table delegated gateway migration contended"  ROUNDS=3  CONTENDED_OPS=300  CONTENDED_WAITS="0 default"  SECONDS_PER_RUN=10  WORKLOADS="read-only ..."
 #   GATEWAY_WORKLOADS=counter,cloudforum,retwis  GATEWAY_OUT=FILE (keeps the bench's own tables)
 #   MIGRATION_SECONDS=30  MIGRATION_PLOT=bench/results/citus-migration (without extension)
 set -euo pipefail
@@ -63,11 +74,11 @@ bin=${CARGO_TARGET_DIR:-$repo/target}/release
 lambdas=$repo/target/lambdas
 ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
-PARTS=${PARTS:-table gateway migration contended}
+PARTS=${PARTS:-table delegated gateway migration contended}
 MIGRATION_SECONDS=${MIGRATION_SECONDS:-30}
 COUNTERS=1000
 for part in $PARTS; do
-  case $part in table|gateway|migration|contended) ;; *) echo "PARTS: table, gateway, migration or contended, not $part" >&2; exit 2 ;; esac
+  case $part in table|delegated|gateway|migration|contended) ;; *) echo "PARTS: table, delegated, gateway, migration or contended, not $part" >&2; exit 2 ;; esac
 done
 [ -f "$lambdas/retwis.wasm" ] || { echo "no $lambdas/retwis.wasm: make lambdas first" >&2; exit 1; }
 # Built first, so that no cluster idles meanwhile.
@@ -259,6 +270,73 @@ table_part() {
     s_tps=$(median_of "$work/single" 1); c_tps=$(median_of "$work/cluster" 1)
     echo "| $workload | $s_tps | $c_tps | $(ratio "$c_tps" "$s_tps") | $(median_of "$work/single" 2) | $(median_of "$work/cluster" 2) |"
   done
+}
+
+delegated_part() {
+  psql "$coordinator" -X -q -o /dev/null -v ON_ERROR_STOP=1 <<'SQL'
+CREATE TABLE kv (k bigint PRIMARY KEY, v bigint NOT NULL);
+SELECT create_distributed_table('kv', 'k', colocate_with := 'lambdastore.objects');
+INSERT INTO kv SELECT id, 0 FROM ids;
+CREATE FUNCTION kv_get(key bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (SELECT v FROM kv WHERE k = key);
+END $$;
+CREATE FUNCTION kv_incr(key bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    result bigint;
+BEGIN
+    UPDATE kv SET v = v + 1 WHERE k = key RETURNING v INTO result;
+    RETURN result;
+END $$;
+SELECT create_distributed_function('kv_get(bigint)', 'key', colocate_with := 'kv');
+SELECT create_distributed_function('kv_incr(bigint)', 'key', colocate_with := 'kv');
+SQL
+  # Each worker's share of the counters, numbered 1..n there.
+  local url owned n w
+  owned="SELECT row_number() OVER (ORDER BY i.k), i.id FROM ids i
+           JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', i.id)
+           JOIN pg_dist_node n ON n.groupid = p.groupid WHERE n.nodeport = "
+  for w in w1 w2; do
+    url=$("$citus" url citus-bench $w)
+    psql "$coordinator" -X -Atq -c "COPY ($owned$("$cluster" port citus-bench-$w)) TO STDOUT" \
+      | psql "$url" -X -q -v ON_ERROR_STOP=1 -c "CREATE TABLE owned (k int PRIMARY KEY, id bigint NOT NULL)" -c "COPY owned FROM STDIN"
+  done
+  n=$(psql "$("$citus" url citus-bench w1)" -X -Atq -c "SELECT count(*) FROM owned")
+  local statement
+  for statement in "router:SELECT v FROM kv WHERE k = " "kv_get:SELECT kv_get(" "get:SELECT lambda_invoke(" \
+                   "kv_incr:SELECT kv_incr(" "increment:SELECT lambda_invoke("; do
+    # pgbench: the id looked up in a local table, then the statement.
+    local name=${statement%%:*} text=${statement#*:} close=")"
+    case $name in router) close="" ;; get) close=", 'get')" ;; increment) close=", 'increment')" ;; esac
+    for table in ids owned; do
+      # The id first (a constant argument is what Citus delegates by).
+      printf '\\set k random(:first, :last)\nSELECT id FROM %s WHERE k = :k \\gset\n%s:id%s;\n' \
+        "$table" "$text" "$close" >"$work/$name-$table.sql"
+    done
+  done
+  local w1
+  w1=$("$citus" url citus-bench w1)
+  : >"$work/delegated-rows"
+  for _ in $(seq "$ROUNDS"); do
+    for name in router kv_get get kv_incr increment; do
+      echo "$name coordinator $(COUNTERS=1000 run "$coordinator" "$name-ids")" >>"$work/delegated-rows"
+      [ "$name" = router ] && continue
+      echo "$name worker $(COUNTERS=$n run "$w1" "$name-owned")" >>"$work/delegated-rows"
+    done
+  done
+  delegated_median() { awk -v n="$1" -v w="$2" '$1 == n && $2 == w {print $3}' "$work/delegated-rows" | median; }
+  echo "| statement, 8 clients | through the coordinator tx/s | on the worker holding the row/object tx/s |"
+  echo "|---|---:|---:|"
+  echo "| router \`SELECT v FROM kv WHERE k = \$1\` | $(delegated_median router coordinator) | — |"
+  local fn lambda c w
+  for fn in kv_get:get kv_incr:increment; do
+    lambda=${fn#*:} fn=${fn%%:*}
+    echo "| delegated PL/pgSQL \`$fn(k)\` | $(delegated_median "$fn" coordinator) | $(delegated_median "$fn" worker) |"
+    c=$(delegated_median "$lambda" coordinator) w=$(delegated_median "$lambda" worker)
+    echo "| \`lambda_invoke(id, '$lambda')\` | $c ($(ratio "$c" "$(delegated_median "$fn" coordinator)")×) | $w ($(ratio "$w" "$(delegated_median "$fn" worker)")×) |"
+  done
+  echo "runs (statement, where, tx/s, ms):"
+  cat "$work/delegated-rows"
 }
 
 # A gateway on 127.0.0.1:PORT with --placement PLACEMENT, as docs/gateway.md's
@@ -469,7 +547,7 @@ SQL
 }
 
 # The gateway part makes its own data (lambdastore-bench http).
-case $PARTS in *table*|*migration*|*contended*) setup "$coordinator" ;; esac
+case $PARTS in *table*|*delegated*|*migration*|*contended*) setup "$coordinator" ;; esac
 case $PARTS in *table*|*contended*) setup "$single" ;; esac
 for part in $PARTS; do
   echo
