@@ -449,6 +449,39 @@ fn a_call_across_nodes_may_not_come_back_to_an_object_a_stopped_run_touched() {
     assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("new"));
 }
 
+/// An autocommit `SELECT lambda_invoke(...)` through the coordinator is
+/// sent alone, without a distributed transaction, and commits on the
+/// owner by itself (cluster/route.rs, `may_send_alone`). A statement with
+/// two calls is not one call: they commit together or not at all.
+#[test]
+fn two_calls_in_one_autocommit_statement_through_the_coordinator_commit_together() {
+    let Some(_nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_alone", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    // One call, the whole statement: sent alone, committed on x's node.
+    call(&mut c, x, "put", json!({"key": "k", "value": "alone"}));
+    assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("alone"));
+    // x's put, then y's failure, in one statement: the put must not stay.
+    let both = c.query_one(
+        "SELECT lambda_invoke($1, 'put', '{\"key\": \"k\", \"value\": \"lost\"}'),
+                lambda_invoke($2, 'fail', '{\"message\": \"no\"}')",
+        &[&x, &y],
+    );
+    expect_sqlstate(both, "P0001");
+    assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("alone"), "the first call outlived the statement");
+    // A call inside a transaction block is not sent alone either.
+    let mut t = c.transaction().unwrap();
+    call(&mut t, x, "put", json!({"key": "k", "value": "rolled back"}));
+    t.rollback().unwrap();
+    assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("alone"));
+    // Alone, a call that needs another node (y) is driven as before.
+    let relayed = json!({"target": y, "method": "put", "args": {"key": "k", "value": "from x"}});
+    call(&mut c, x, "relay", relayed);
+    assert_eq!(call(&mut c, y, "get", json!({"key": "k"})), json!("from x"));
+    // And a call's own error comes back as it is.
+    expect_sqlstate(invoke(&mut c, x, "fail", json!({"message": "no"})), "P0001");
+}
+
 #[test]
 fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     let Some(_nodes) = workers() else { return };

@@ -30,6 +30,11 @@ fn forward(sql: &'static str, object: i64, node: &str, texts: [&str; 3], caller:
 /// of this node run in a workflow of this node, committed after it.
 pub(crate) fn invoke(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<String> {
     let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
+    if route::may_send_alone()? {
+        if let Some(outcome) = remote::send_alone(caller, &call)? {
+            return outcome.map_err(LambdaError::from);
+        }
+    }
     drive_from_sql(caller, |workflow| remote::drive(workflow, None, node, call, &[], calls::run_needed))
 }
 
@@ -152,6 +157,9 @@ pub(crate) fn create_elsewhere() -> Result<bool> {
 /// stored here: from SQL (checked as `lambda_invoke` is) or nested (run as
 /// a callee of the sender's workflow). Its answer as JSON: `Reply`.
 pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &str, sent: Forwarded) -> Result<String> {
+    if sent.alone {
+        route::arrive_alone();
+    }
     let outcome = match (sent.create, sent.nested) {
         (Some(create), _) => workflow::create_with(caller, &create.app, &create.type_name, args, Some(sent.tape))
             .map(|done| Finished { result: done.result.to_string(), spawned_elsewhere: done.spawned_elsewhere }),

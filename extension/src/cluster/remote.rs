@@ -22,6 +22,7 @@
 //! them back: the hops run in a subtransaction, which Citus rolls back on
 //! every node it reached.
 
+use crate::access::Caller;
 use crate::cluster::route;
 use crate::error::{LambdaError, Result};
 use crate::pg::xact::Subtransaction;
@@ -61,7 +62,7 @@ pub(crate) fn drive(
         depth: call.depth,
         job: workflow.parent_job,
     });
-    drive_with(workflow, node, call, Forwarded { nested, tape: Vec::new(), create: None }, busy, needed)
+    drive_with(workflow, node, call, Forwarded { nested, ..Forwarded::default() }, busy, needed)
 }
 
 /// `create_object` from SQL on a node that holds no objects: driven as a
@@ -75,7 +76,7 @@ pub(crate) fn drive_create(
     needed: Needed,
 ) -> Result<Result<String, CallFailure>> {
     let call = MethodCall { object: route, method: CREATE.into(), args: args.into(), readonly: false, depth: 0 };
-    drive_with(workflow, node, call, Forwarded { nested: None, tape: Vec::new(), create: Some(create) }, &[], needed)
+    drive_with(workflow, node, call, Forwarded { create: Some(create), ..Forwarded::default() }, &[], needed)
 }
 
 /// The method name a forwarded create travels under (no method can have
@@ -100,6 +101,9 @@ fn drive_with(
         match reply {
             Reply::Done { result, spawned } => break queue(workflow, &spawned).map(|_| Ok(result)),
             Reply::Failed { failure } => break Ok(Err(failure)),
+            Reply::Coordinate => {
+                break Err(LambdaError::Internal("a call sent in a distributed transaction answered Coordinate".into()))
+            }
             Reply::Needs { call: needed, mut tape, touched, module } => {
                 hops.get_or_insert_with(Subtransaction::begin);
                 let busy: Vec<i64> = busy.iter().copied().chain(touched).collect();
@@ -133,6 +137,25 @@ fn send(workflow: &Workflow, node: &str, call: &MethodCall, forwarded: &Forwarde
     let timeout = if first_from_sql { workflow.timeout } else { workflow.time_left() };
     let reply = route::send(CALL_HERE, call.object, node, texts, workflow.caller, timeout)?;
     serde_json::from_str(&reply).map_err(|e| LambdaError::Internal(format!("a forwarded call answered {reply:?}: {e}")))
+}
+
+/// A call from SQL sent alone (`route::send_alone`): its outcome, or None
+/// when it needs this node to drive it (it wrote nothing; drive it).
+/// A failure comes validated by the node that ran it, as a call on one
+/// node is before its error leaves.
+pub(crate) fn send_alone(caller: Caller, call: &MethodCall) -> Result<Option<Result<String, CallFailure>>> {
+    let forwarded = Forwarded { alone: true, ..Forwarded::default() };
+    let context = serde_json::to_string(&forwarded).map_err(|e| LambdaError::Internal(e.to_string()))?;
+    let texts = [call.method.as_str(), call.args.as_str(), context.as_str()];
+    let timeout = crate::gucs::timeout(caller.is_superuser());
+    let reply = route::send_alone(CALL_HERE, call.object, texts, caller, timeout)?;
+    match serde_json::from_str(&reply) {
+        Ok(Reply::Done { result, spawned }) if spawned.is_empty() => Ok(Some(Ok(result))),
+        Ok(Reply::Failed { failure }) => Ok(Some(Err(failure))),
+        Ok(Reply::Needs { .. } | Reply::Coordinate) => Ok(None),
+        Ok(Reply::Done { .. }) => Err(LambdaError::Internal("a call sent alone left spawns to queue".into())),
+        Err(e) => Err(LambdaError::Internal(format!("a call sent alone answered {reply:?}: {e}"))),
+    }
 }
 
 /// The calls a committed workflow spawned, by where their objects are:

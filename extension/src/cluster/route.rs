@@ -36,6 +36,15 @@
 //! its writer counts and bumps to shared memory (txn/prepared.rs), the node
 //! that commits validates its own again, and Citus' recovery ends what a
 //! crash left prepared.
+//!
+//! One call is sent outside any distributed transaction (`send_alone`):
+//! an autocommit `SELECT lambda_invoke(...)` that is the whole statement
+//! (`may_send_alone`). Citus sends a routed SELECT outside a coordinated
+//! transaction as it is, without BEGIN and COMMIT, and the node holding the
+//! object runs and commits it as its own transaction: one round trip, as
+//! Citus' function delegation is. The node answers `Coordinate`, having
+//! written nothing, when the call would need this node to drive it (a call
+//! or a spawn on a third node), and the call is sent again the usual way.
 
 use crate::access::{as_storage, Caller};
 use crate::catalog;
@@ -46,7 +55,7 @@ use crate::pg::{self, backend::Citus};
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::{self, BuiltinOid::*};
 use pgrx::PgTryBuilder;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 /// Where the current transaction's lambdastore calls ran.
@@ -76,11 +85,62 @@ impl Reach {
 
 thread_local! {
     static REACH: RefCell<Reach> = RefCell::new(Reach::default());
+    /// This node runs a call sent alone (`send_alone`) in this transaction.
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+    /// `lambda_invoke`'s OID in this database, once looked up.
+    static LAMBDA_INVOKE: Cell<Option<pg_sys::Oid>> = const { Cell::new(None) };
 }
 
 /// At the end of every transaction.
 pub(crate) fn at_transaction_end() {
     REACH.with(|r| *r.borrow_mut() = Reach::default());
+    ALONE.set(false);
+}
+
+/// Whether a call from SQL to an object on another node may be sent alone
+/// (`send_alone`): it is the whole statement, `SELECT lambda_invoke(...)`,
+/// and the statement the whole transaction (autocommit), which has done
+/// nothing else: no call ran yet, nothing written here. Anything more (a
+/// second call in the statement, a transaction block) needs the calls to
+/// commit together, in a distributed transaction.
+pub(crate) fn may_send_alone() -> Result<bool> {
+    let fresh = REACH.with(|r| {
+        let reach = r.borrow();
+        reach.forwarded.is_empty() && !reach.here
+    });
+    if !fresh || arrived() || pg::xact::top_xid() != 0 {
+        return Ok(false);
+    }
+    Ok(pg::xact::only_statement_is_call_of(lambda_invoke()?))
+}
+
+/// `lambda_invoke`'s OID: the function of that name in the extension's
+/// schema. Looked up once per backend; should the extension be created
+/// again, the old OID matches no statement and calls are sent as usual.
+fn lambda_invoke() -> Result<pg_sys::Oid> {
+    if let Some(oid) = LAMBDA_INVOKE.get() {
+        return Ok(oid);
+    }
+    let oid = catalog::query(
+        "SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_extension e ON e.extnamespace = p.pronamespace
+          WHERE e.extname = 'lambdastore' AND p.proname = 'lambda_invoke'",
+        &[],
+        &[],
+        |rows| Ok(rows.first().get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid)),
+    )?;
+    LAMBDA_INVOKE.set(Some(oid));
+    Ok(oid)
+}
+
+/// On the node a call was sent to alone: this transaction is that call's.
+pub(crate) fn arrive_alone() {
+    ALONE.set(true);
+}
+
+/// Whether this transaction runs a call sent alone: it must not commit a
+/// workflow that leaves work for the sender (spawns on other nodes).
+pub(crate) fn alone() -> bool {
+    ALONE.get()
 }
 
 /// Whether this backend runs a part of a transaction driven by another
@@ -362,6 +422,32 @@ pub(crate) fn send(
     timeout: Duration,
 ) -> Result<String> {
     citus_function(Citus::UseCoordinatedTransaction)?;
+    let (wrote, result) = send_routed(sql, object, texts, caller, timeout)?;
+    ran_on(node, object, wrote)?;
+    Ok(result)
+}
+
+/// `send`, outside any distributed transaction (`may_send_alone` said
+/// so): the node runs the statement as a transaction of its own.
+pub(crate) fn send_alone(
+    sql: &'static str,
+    object: i64,
+    texts: [&str; 3],
+    caller: Caller,
+    timeout: Duration,
+) -> Result<String> {
+    Ok(send_routed(sql, object, texts, caller, timeout)?.1)
+}
+
+/// Runs `sql` routed by `object` with the caller's texts, role, time left
+/// and settings; whether the node wrote, and its answer.
+fn send_routed(
+    sql: &'static str,
+    object: i64,
+    texts: [&str; 3],
+    caller: Caller,
+    timeout: Duration,
+) -> Result<(bool, String)> {
     let role = caller.name();
     let timeout = timeout.as_millis().max(1) as i64;
     let settings = gucs::travelling();
@@ -378,8 +464,7 @@ pub(crate) fn send(
         ],
     )?;
     let (flag, result) = out.split_at(out.len().min(1));
-    ran_on(node, object, flag == "w")?;
-    Ok(result.to_string())
+    Ok((flag == "w", result.to_string()))
 }
 
 /// On the node a call was forwarded to: the caller's settings, for this

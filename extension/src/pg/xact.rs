@@ -20,6 +20,44 @@ pub(crate) fn in_block() -> bool {
     unsafe { pg_sys::IsTransactionBlock() }
 }
 
+/// Whether the statement running is `SELECT f(...)` of `function` and
+/// nothing else, the only statement of a transaction that is not a block:
+/// one top-level plan, a Result without input (no FROM; a subquery in an
+/// argument may read), and one column, a call of `function`.
+pub(crate) fn only_statement_is_call_of(function: pg_sys::Oid) -> bool {
+    if in_block() {
+        return false;
+    }
+    // SAFETY: ActivePortal is the portal the client's statement runs in,
+    // with its plans, valid while it runs (this function runs inside it);
+    // every node is read after its tag is checked.
+    unsafe {
+        let portal = pg_sys::ActivePortal;
+        if portal.is_null() || (*portal).stmts.is_null() || (*(*portal).stmts).length != 1 {
+            return false;
+        }
+        let stmt = pg_sys::list_nth((*portal).stmts, 0) as *mut pg_sys::PlannedStmt;
+        if stmt.is_null()
+            || (*stmt).type_ != pg_sys::NodeTag::T_PlannedStmt
+            || (*stmt).commandType != pg_sys::CmdType::CMD_SELECT
+            || (*stmt).hasModifyingCTE
+        {
+            return false;
+        }
+        let plan = (*stmt).planTree;
+        if plan.is_null() || (*plan).type_ != pg_sys::NodeTag::T_Result || !(*plan).lefttree.is_null() {
+            return false;
+        }
+        let targets = (*plan).targetlist;
+        if targets.is_null() || (*targets).length != 1 {
+            return false;
+        }
+        let target = pg_sys::list_nth(targets, 0) as *mut pg_sys::TargetEntry;
+        let expr = (*target).expr as *mut pg_sys::FuncExpr;
+        !expr.is_null() && (*expr).xpr.type_ == pg_sys::NodeTag::T_FuncExpr && (*expr).funcid == function
+    }
+}
+
 /// The top transaction's XID, 0 when it has written nothing.
 pub(crate) fn top_xid() -> u32 {
     // SAFETY: reads this backend's transaction state; assigns nothing.
