@@ -12,6 +12,30 @@
 //! `hash_bytes_uint32`, the final mix of Bob Jenkins' lookup3
 //! (PostgreSQL's src/common/hashfn.c).
 
+/// Citus' shard map of lambdastore's tables, read by the extension
+/// (cluster/layout.rs, through SPI) and by the gateway (placement/citus.rs,
+/// through a client): a row per shard placement on a primary node, by
+/// lowest hash, then table name. Columns: the table, the shard id, its
+/// hash range (0 and 0 for a reference table's one shard, listed only for
+/// this node's copy), the node's group, host and port, whether the node
+/// is active, and the group of the node that answers. By names, not
+/// `'lambdastore.objects'::regclass`: the gateway's role has no USAGE on
+/// the schema (every role may read these catalogs).
+pub const SHARD_MAP: &str = "
+    SELECT c.relname::text, s.shardid, coalesce(s.shardminvalue::int, 0), coalesce(s.shardmaxvalue::int, 0),
+           p.groupid, n.nodename::text, n.nodeport, n.isactive, g.groupid
+      FROM pg_dist_shard s
+      JOIN pg_class c ON c.oid = s.logicalrelid
+      JOIN pg_namespace ns ON ns.oid = c.relnamespace
+      JOIN pg_dist_placement p ON p.shardid = s.shardid
+      JOIN pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+     CROSS JOIN pg_dist_local_group g
+     WHERE ns.nspname = 'lambdastore' AND (s.shardminvalue IS NOT NULL OR p.groupid = g.groupid)
+     ORDER BY 3, 1";
+
+/// Whether Citus' metadata, and so `SHARD_MAP`, can be read here.
+pub const CITUS_HERE: &str = "SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL";
+
 /// The hash Citus places `object` by (`hashint8`, as `int4`).
 pub fn hashint8(object: i64) -> i32 {
     let (low, high) = (object as u32, (object >> 32) as u32);

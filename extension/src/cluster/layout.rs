@@ -130,39 +130,27 @@ pub(crate) fn distributed() -> Result<bool> {
 }
 
 fn read_layout() -> Result<Option<Layout>> {
-    let citus =
-        query("SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL", |rows| rows.first().get_one::<bool>())?;
+    let citus = query(shards::CITUS_HERE, |rows| rows.first().get_one::<bool>())?;
     if citus != Some(true) {
         return Ok(None);
     }
     // Reference tables have a placement on every node: this node's.
-    let rows = query(
-        "SELECT c.relname::text, s.shardid, coalesce(s.shardminvalue::int, 0), coalesce(s.shardmaxvalue::int, 0),
-                p.groupid, n.nodename || ':' || n.nodeport, g.groupid
-           FROM pg_dist_shard s
-           JOIN pg_class c ON c.oid = s.logicalrelid
-           JOIN pg_dist_placement p ON p.shardid = s.shardid
-           JOIN pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
-           CROSS JOIN pg_dist_local_group g
-          WHERE c.relnamespace = 'lambdastore'::regnamespace
-            AND (s.shardminvalue IS NOT NULL OR p.groupid = g.groupid)
-          ORDER BY 3, 1",
-        |rows| {
-            rows.into_iter()
-                .map(|row| {
-                    Ok((
-                        row.get::<String>(1)?.unwrap_or_default(),
-                        row.get::<i64>(2)?.unwrap_or_default(),
-                        row.get::<i32>(3)?.unwrap_or_default(),
-                        row.get::<i32>(4)?.unwrap_or_default(),
-                        row.get::<i32>(5)?.unwrap_or_default(),
-                        row.get::<String>(6)?.unwrap_or_default(),
-                        row.get::<i32>(7)?.unwrap_or_default(),
-                    ))
-                })
-                .collect::<pgrx::spi::Result<Vec<_>>>()
-        },
-    )?;
+    let rows = query(shards::SHARD_MAP, |rows| {
+        rows.into_iter()
+            .map(|row| {
+                let (host, port) = (row.get::<String>(6)?.unwrap_or_default(), row.get::<i32>(7)?.unwrap_or_default());
+                Ok((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<i64>(2)?.unwrap_or_default(),
+                    row.get::<i32>(3)?.unwrap_or_default(),
+                    row.get::<i32>(4)?.unwrap_or_default(),
+                    row.get::<i32>(5)?.unwrap_or_default(),
+                    format!("{host}:{port}"),
+                    row.get::<i32>(9)?.unwrap_or_default(),
+                ))
+            })
+            .collect::<pgrx::spi::Result<Vec<_>>>()
+    })?;
     let (colocation, fence) = query(
         "SELECT colocationid::bigint, 'lambdastore.migrations'::regclass::oid
            FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass",

@@ -4,8 +4,9 @@
 //!
 //! The shard map is `lambdastore.objects`' rows of `pg_dist_shard` (hash
 //! ranges, uneven once a tenant was isolated), `pg_dist_placement` and
-//! `pg_dist_node`, read on the `--database-url` node; every role may read
-//! those catalogs. An object's shard is the range holding Citus' hash of
+//! `pg_dist_node`, read on the `--database-url` node with the extension's
+//! own query (`lambdastore_core::cluster::shards::SHARD_MAP`); every role
+//! may read those catalogs. An object's shard is the range holding Citus' hash of
 //! its id (`lambdastore_core::cluster::shards`, shared with the extension).
 //!
 //! The map goes stale when a shard moves. A call on a node that no longer
@@ -28,21 +29,6 @@ use std::time::{Duration, Instant};
 /// connections, or metadata that keeps disagreeing, does not turn every
 /// call into a reload (the calls still run: forwarded, or 503).
 const RELOAD_FLOOR: Duration = Duration::from_secs(1);
-
-/// Whether lambdastore's shard map can be read here at all.
-const CITUS: &str = "SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL";
-
-/// `lambdastore.objects`' shards and the active primary holding each, by
-/// lowest hash. By name, not `'lambdastore.objects'::regclass`: the gateway's
-/// role has no USAGE on the schema `lambdastore`.
-const SHARDS: &str = "
-    SELECT s.shardminvalue::int, s.shardmaxvalue::int, n.nodename::text, n.nodeport
-      FROM pg_dist_shard s
-      JOIN pg_dist_placement p ON p.shardid = s.shardid
-      JOIN pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary' AND n.isactive
-     WHERE s.logicalrelid = (SELECT c.oid FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
-                              WHERE ns.nspname = 'lambdastore' AND c.relname = 'objects')
-     ORDER BY 1";
 
 /// The `--database-url` node's own name in the metadata.
 const ENTRY: &str = "
@@ -163,10 +149,17 @@ impl Placement for Citus {
 /// Reads the map through `entry`, keeping the pools of `old`'s nodes.
 async fn read(config: &Config, entry: &Pool, old: Option<&Map>) -> anyhow::Result<Option<Map>> {
     let client = entry.get().await?;
-    if !client.query_one(CITUS, &[]).await?.get::<_, bool>(0) {
+    if !client.query_one(shards::CITUS_HERE, &[]).await?.get::<_, bool>(0) {
         return Ok(None);
     }
-    let rows = client.query(SHARDS, &[]).await?;
+    // `lambdastore.objects`' ranges on active nodes (the extension reads
+    // the same map; a range whose node is not active is left out).
+    let rows: Vec<_> = client
+        .query(shards::SHARD_MAP, &[])
+        .await?
+        .into_iter()
+        .filter(|row| row.get::<_, &str>(0) == "objects" && row.get::<_, bool>(7))
+        .collect();
     if rows.is_empty() {
         return Ok(None);
     }
@@ -184,7 +177,7 @@ async fn read(config: &Config, entry: &Pool, old: Option<&Map>) -> anyhow::Resul
     let mut index: HashMap<String, usize> = HashMap::from([(entry_name.clone(), 0)]);
     let mut shards = Vec::with_capacity(rows.len());
     for row in rows {
-        let (host, port): (String, i32) = (row.get(2), row.get(3));
+        let (host, port): (String, i32) = (row.get(5), row.get(6));
         let name = format!("{host}:{port}");
         let node = match index.get(&name) {
             Some(&i) => i,
@@ -198,7 +191,7 @@ async fn read(config: &Config, entry: &Pool, old: Option<&Map>) -> anyhow::Resul
                 nodes.len() - 1
             }
         };
-        shards.push(Shard { min: row.get(0), max: row.get(1), node });
+        shards.push(Shard { min: row.get(2), max: row.get(3), node });
     }
     Ok(Some(Map { generation, shards, nodes, entry: 0 }))
 }
