@@ -81,6 +81,7 @@ pub enum Draw {
 /// The value of a draw of each kind (`Workflow::draw` takes the kind as
 /// its variant and one of these).
 impl Draw {
+    #[inline]
     pub fn random(&self) -> Option<u64> {
         if let Draw::Random(n) = self {
             Some(*n)
@@ -89,6 +90,7 @@ impl Draw {
         }
     }
 
+    #[inline]
     pub fn now(&self) -> Option<i64> {
         if let Draw::Now(micros) = self {
             Some(*micros)
@@ -97,6 +99,7 @@ impl Draw {
         }
     }
 
+    #[inline]
     pub fn object_id(&self) -> Option<i64> {
         if let Draw::ObjectId(id) = self {
             Some(*id)
@@ -193,11 +196,13 @@ pub struct Description {
 }
 
 impl Description {
+    #[inline]
     pub fn type_desc(&self, name: &str) -> Option<&TypeDesc> {
         self.types.iter().find(|t| t.name == name)
     }
 
     /// The function `name` of `type_name`, of whatever kind.
+    #[inline]
     pub fn function(&self, type_name: &str, name: &str) -> Option<&FnDesc> {
         self.type_desc(type_name)?.functions.iter().find(|f| f.name == name)
     }
@@ -236,6 +241,7 @@ pub enum FunctionKind {
 
 impl FunctionKind {
     /// As messages name it.
+    #[inline]
     pub fn name(self) -> &'static str {
         match self {
             FunctionKind::Constructor => "constructor",

@@ -95,13 +95,7 @@ thread_local! {
 /// Registers the callbacks that forget cached answers when a role or a
 /// role membership changes; once per process, from `_PG_init`.
 pub(crate) fn init() {
-    use pg_sys::SysCacheIdentifier::*;
-    // SAFETY: registers a plain function with no argument.
-    unsafe {
-        for cache in [AUTHMEMROLEMEM, AUTHOID] {
-            pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(forget_roles), pg_sys::Datum::from(0));
-        }
-    }
+    pg::roles::on_role_change(forget_roles);
 }
 
 #[pgrx::pg_guard]

@@ -468,11 +468,7 @@ pub(crate) fn travelling() -> String {
 
 /// A setting's value now, as SHOW prints it.
 fn current(name: &CStr) -> Option<String> {
-    // SAFETY: a setting that exists (ours, or PostgreSQL's
-    // transaction_read_only); returns a palloc'd string.
-    let value = unsafe { pgrx::pg_sys::GetConfigOptionByName(name.as_ptr(), std::ptr::null_mut(), false) };
-    // SAFETY: a NUL-terminated string just returned, or NULL.
-    (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned())
+    pg::settings::current(name)
 }
 
 /// Takes `settings` (as `travelling` wrote them) for the rest of the

@@ -16,10 +16,8 @@ mod error;
 mod gucs;
 mod host;
 mod jobs;
-mod jsonb;
 mod pg;
 mod runtime;
-mod shmem;
 mod stats;
 mod txn;
 mod workflow;
@@ -42,8 +40,7 @@ pgrx::extension_sql_file!("../sql/citus.sql", name = "citus", requires = ["views
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::define();
-    // SAFETY: a flag the postmaster sets while loading preload libraries.
-    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+    if pg::backend::preloading() {
         catalog::cache::request_shared_memory();
         txn::versions::request_shared_memory();
         txn::prepared::request_shared_memory();

@@ -10,7 +10,7 @@
 //! scan the table: one lock for every call of every backend.)
 
 use crate::error::LambdaError;
-use crate::shmem::Zeroed;
+use crate::pg::shmem::Zeroed;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;

@@ -12,8 +12,7 @@ use pgrx::pg_sys;
 
 /// Registers the callback; once per process, from `_PG_init`.
 pub(crate) fn init() {
-    // SAFETY: registers a plain function with no argument.
-    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+    crate::pg::xact::on_transaction_events(at_transaction_end);
 }
 
 #[pgrx::pg_guard]

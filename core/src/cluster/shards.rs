@@ -37,6 +37,7 @@ pub const SHARD_MAP: &str = "
 pub const CITUS_HERE: &str = "SELECT to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL";
 
 /// The hash Citus places `object` by (`hashint8`, as `int4`).
+#[inline]
 pub fn hashint8(object: i64) -> i32 {
     let (low, high) = (object as u32, (object >> 32) as u32);
     let folded = low ^ if object >= 0 { high } else { !high };

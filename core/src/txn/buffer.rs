@@ -33,6 +33,7 @@ pub struct WriteBuffer {
 }
 
 impl WriteBuffer {
+    #[inline]
     pub fn savepoint(&self) -> usize {
         self.journal.len()
     }
@@ -63,19 +64,23 @@ impl WriteBuffer {
 
     /// The buffered state of an entry: `None` if this workflow has not
     /// written it, `Some(None)` if it deleted it.
+    #[inline]
     pub fn get(&self, key: &EntryKey) -> Option<&Slot> {
         self.entries.get(key)
     }
 
+    #[inline]
     pub fn put(&mut self, key: EntryKey, value: Vec<u8>) {
         self.write(key, Some(value));
     }
 
+    #[inline]
     pub fn delete(&mut self, key: EntryKey) {
         self.write(key, None);
     }
 
     /// What a write of this entry would bring the buffer's bytes to.
+    #[inline]
     pub fn bytes_after(&self, key: &EntryKey, value: Option<&[u8]>) -> usize {
         self.bytes.saturating_add(WRITE_OVERHEAD + key.1.len() + key.2.len() + value.map_or(0, <[u8]>::len))
     }
@@ -114,14 +119,17 @@ impl WriteBuffer {
         self.entries.range((Bound::Included(lower), upper)).map(|((_, _, key), slot)| (key.as_slice(), slot))
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.created.is_empty() && self.spawned.is_empty()
     }
 
+    #[inline]
     pub fn spawned(&self) -> &[Spawned] {
         &self.spawned
     }
 
+    #[inline]
     pub fn created(&self) -> &[(i64, String, String)] {
         &self.created
     }

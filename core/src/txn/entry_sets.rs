@@ -141,6 +141,7 @@ pub fn guards(mut lowers: Vec<Position>) -> Guards {
 /// The advisory-lock key of an entry set: a 64-bit FNV-1a hash of the object
 /// and lower bound. A collision only makes two sets share a lock (a false
 /// conflict), never a missed one.
+#[inline]
 pub fn lock_key((object, (field, key)): &SetId) -> i64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;

@@ -6,7 +6,7 @@
 use crate::access::{self, as_storage, Caller, Privilege};
 use crate::cluster::{forward, map, route};
 use crate::error::{LambdaError, Result};
-use crate::jsonb::JsonText;
+use crate::pg::jsonb::JsonText;
 use crate::workflow;
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -70,9 +70,7 @@ mod lambdastore {
             Err(err) => {
                 // PostgreSQL would log the failed statement, with the
                 // module's bytes in hex when they were sent as a literal.
-                // SAFETY: the statement text this backend logs on error;
-                // set again when the next statement starts.
-                unsafe { pg_sys::debug_query_string = std::ptr::null() };
+                crate::pg::backend::forget_statement_text();
                 raise(err, format!("deploy('{app}')"))
             }
         }
@@ -395,8 +393,7 @@ mod lambdastore {
         match outcome {
             Ok(json) => JsonB(json),
             Err(err) => {
-                // SAFETY: as in `deploy`: the module's bytes stay out of the log.
-                unsafe { pg_sys::debug_query_string = std::ptr::null() };
+                crate::pg::backend::forget_statement_text(); // the module's bytes stay out of the log
                 raise(err, format!("deploy('{}')", app.unwrap_or_default()))
             }
         }

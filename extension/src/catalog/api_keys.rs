@@ -10,8 +10,7 @@ use sha2::{Digest, Sha256};
 /// only this once. 256 random bits, so a fast hash is enough to store.
 pub(crate) fn create(app: &str, label: Option<&str>, created_by: pg_sys::Oid) -> Result<(i64, String)> {
     let mut random = [0u8; 32];
-    // SAFETY: fills the buffer from the operating system's random source.
-    if !unsafe { pg_sys::pg_strong_random(random.as_mut_ptr().cast(), random.len()) } {
+    if !crate::pg::backend::strong_random(&mut random) {
         return Err(LambdaError::Internal("could not generate a random API key".into()));
     }
     let key = format!("lsk_{}", hex::encode(random));

@@ -31,7 +31,7 @@
 //! PREPARED) has returned, every call that starts sees the change.
 
 use crate::error::LambdaError;
-use crate::shmem::Zeroed;
+use crate::pg::shmem::Zeroed;
 use lambdastore_core::model::{Guards, ModuleKey, ObjectInfo};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -97,8 +97,7 @@ pub(crate) fn at_prepare() -> Result<(), LambdaError> {
     if !changed || !ENABLED.load(Ordering::Relaxed) {
         return Ok(());
     }
-    // SAFETY: a transaction that changed the catalog has an XID.
-    let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner();
+    let xid = crate::pg::xact::top_xid(); // a transaction that changed the catalog has one
     if register(SHARED.get(), xid) {
         return Ok(());
     }
@@ -158,13 +157,10 @@ fn finish_ended(shared: &Shared) {
         if xid == 0 {
             continue;
         }
-        let id = pg_sys::TransactionId::from(xid);
-        // SAFETY: proc-array and commit-log lookups by XID, in a transaction.
-        if unsafe { pg_sys::TransactionIdIsInProgress(id) } {
+        if crate::pg::xact::in_progress(xid) {
             continue;
         }
-        // SAFETY: as above; the transaction has ended.
-        if unsafe { pg_sys::TransactionIdDidCommit(id) } {
+        if crate::pg::xact::committed(xid) {
             shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         if slot.compare_exchange(xid, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
@@ -220,8 +216,7 @@ fn with_valid<R>(f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
 /// Whether rows read now may be cached: not if this transaction has
 /// written anything, since what it read may be its own uncommitted rows.
 pub(crate) fn may_fill() -> bool {
-    // SAFETY: reads the current transaction's state on the main thread.
-    unsafe { pg_sys::GetTopTransactionIdIfAny() == pg_sys::InvalidTransactionId }
+    crate::pg::xact::top_xid() == 0
 }
 
 /// An object's application and type, with the application's module.

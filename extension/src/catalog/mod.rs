@@ -91,14 +91,8 @@ fn find<K: PartialEq, V: Copy>(entries: &[(K, V)], key: &K) -> Option<V> {
 /// Registers the invalidation callbacks of `RELATIONS`; once per process,
 /// from `_PG_init`.
 pub(crate) fn init() {
-    use pgrx::pg_sys::{self, SysCacheIdentifier::*};
-    // SAFETY: registers plain functions with no argument.
-    unsafe {
-        pg_sys::CacheRegisterRelcacheCallback(Some(forget_relations), pg_sys::Datum::from(0));
-        for cache in [AUTHMEMROLEMEM, AUTHOID] {
-            pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(forget_roles), pg_sys::Datum::from(0));
-        }
-    }
+    crate::pg::backend::on_relation_change(forget_relations);
+    crate::pg::roles::on_role_change(forget_roles);
 }
 
 #[pgrx::pg_guard]
@@ -131,12 +125,10 @@ pub(crate) fn relation(name: &'static std::ffi::CStr, place: Place) -> Result<pg
     }
     let suffix = layout::relation_suffix(name.to_str().unwrap_or_default(), place)?;
     let name = match suffix {
-        Some(id) => std::ffi::CString::new(format!("{}_{id}", name.to_string_lossy())).expect("no NUL in a name"),
-        None => name.to_owned(),
+        Some(id) => format!("{}_{id}", name.to_string_lossy()),
+        None => name.to_string_lossy().into_owned(),
     };
-    // SAFETY: syscache lookups by name; both return InvalidOid when missing.
-    let oid =
-        unsafe { pg_sys::get_relname_relid(name.as_ptr(), pg_sys::get_namespace_oid(c"lambdastore".as_ptr(), true)) };
+    let oid = crate::pg::backend::relation_oid(c"lambdastore", &name).unwrap_or(pg_sys::InvalidOid);
     if oid != pg_sys::InvalidOid {
         RELATIONS.with(|r| r.borrow_mut().oids.push((key, oid)));
     }
@@ -234,15 +226,11 @@ pub(crate) fn prepared_gid(xid: u32) -> Result<Option<String>> {
 /// Whether the current user may read relation `oid`: the check SPI makes
 /// on every statement, for the paths that skip SPI (probes, the cache).
 pub(crate) fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
-    use pgrx::pg_sys;
     let user = crate::pg::roles::current_user();
     if let Some(allowed) = RELATIONS.with(|r| find(&r.borrow().readable, &(oid, user))) {
         return allowed;
     }
-    // SAFETY: an ACL check by OID on the main thread.
-    let allowed = unsafe {
-        pg_sys::pg_class_aclcheck(oid, user, pg_sys::ACL_SELECT as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK
-    };
+    let allowed = crate::pg::roles::may_select(oid, user);
     RELATIONS.with(|r| {
         let readable = &mut r.borrow_mut().readable;
         // A backend that switches between many roles starts again.

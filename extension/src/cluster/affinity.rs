@@ -11,7 +11,7 @@
 //! what finds them full is counted as untracked, not lost silently, and
 //! the rebalancer forgets everything after each run (a window per run).
 
-use crate::shmem::Zeroed;
+use crate::pg::shmem::Zeroed;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

@@ -176,7 +176,7 @@ fn here_call(caller: Caller, object: i64, method: &str, args: &str) -> Result<St
 /// A call's result, which must become jsonb: checked while its call can
 /// still be rolled back alone (`lambda_invoke` fails the statement).
 fn as_jsonb(result: String) -> Result<String> {
-    crate::jsonb::result_jsonb(&result)?;
+    crate::pg::jsonb::result_jsonb(&result)?;
     Ok(result)
 }
 

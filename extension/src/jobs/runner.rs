@@ -40,15 +40,7 @@ pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     crate::pg::process::handle_worker_signals();
     super::workers::connect_to_database(index == 0);
     // OCC needs READ COMMITTED, whatever the server's default is.
-    // SAFETY: C strings that outlive the call.
-    unsafe {
-        pg_sys::SetConfigOption(
-            c"default_transaction_isolation".as_ptr(),
-            c"read committed".as_ptr(),
-            pg_sys::GucContext::PGC_SUSET,
-            pg_sys::GucSource::PGC_S_OVERRIDE,
-        );
-    }
+    pg::settings::set_for_process(c"default_transaction_isolation", c"read committed");
     attach_worker(index);
     // The application served last: workers take turns between them.
     let mut last_app = String::new();
@@ -128,7 +120,7 @@ fn run_one(index: usize, last_app: &mut String) -> Step {
 /// checks that jsonb can hold the result, where a bad one fails the job.
 fn run_workflow(job: &Claimed) -> Result<String, Failure> {
     let result = workflow::run_job(Caller(job.role), job.job, job.object, &job.method, &job.args)?;
-    crate::jsonb::result_jsonb(&result)?;
+    crate::pg::jsonb::result_jsonb(&result)?;
     Ok(result)
 }
 
@@ -150,8 +142,7 @@ fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Resu
         // process and aborts the claim. A cancel (pg_cancel_backend) of the
         // worker fails the job instead.
         pgrx::check_for_interrupts!();
-        // SAFETY: flag of this process, main thread.
-        unsafe { pg_sys::QueryCancelPending = 0 };
+        pg::backend::clear_query_cancel();
     }
     if failure.retryable() && job.attempts + 1 < gucs::job_max_attempts() {
         queue::retry_later(job, &failure.message, &failure.sqlstate, backoff_ms(job.attempts))

@@ -169,3 +169,42 @@ pub(crate) fn cancel_sleep() {
     // SAFETY: a no-op when this backend is not prepared to sleep.
     unsafe { pg_sys::ConditionVariableCancelSleep() };
 }
+
+/// Whether the postmaster is loading `shared_preload_libraries` now (the
+/// only time shared memory and background workers can be asked for).
+pub(crate) fn preloading() -> bool {
+    // SAFETY: a flag the postmaster sets while loading preload libraries.
+    unsafe { pg_sys::process_shared_preload_libraries_in_progress }
+}
+
+/// A function PostgreSQL calls when a relation's cache entry is invalidated.
+pub(crate) type RelcacheCallback = unsafe extern "C-unwind" fn(pg_sys::Datum, pg_sys::Oid);
+
+/// Has `callback` called at every relcache invalidation (Citus sends one
+/// when shards are created or moved); once per process.
+pub(crate) fn on_relation_change(callback: RelcacheCallback) {
+    // SAFETY: registers a plain function with no argument.
+    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(callback), pg_sys::Datum::from(0)) };
+}
+
+/// Fills `buffer` from the operating system's random source; false if it
+/// could not.
+pub(crate) fn strong_random(buffer: &mut [u8]) -> bool {
+    // SAFETY: writes exactly `buffer.len()` bytes into the buffer.
+    unsafe { pg_sys::pg_strong_random(buffer.as_mut_ptr().cast(), buffer.len()) }
+}
+
+/// Keeps the running statement's text out of the server log should it
+/// fail now (a deploy's module bytes); set again by the next statement.
+pub(crate) fn forget_statement_text() {
+    // SAFETY: the statement text this backend logs on error, a pointer
+    // this backend owns; NULL is what it holds between statements.
+    unsafe { pg_sys::debug_query_string = std::ptr::null() };
+}
+
+/// Forgets a cancel request already acted on (a job's statement timeout
+/// reached), so that the job runner's next step does not stop for it.
+pub(crate) fn clear_query_cancel() {
+    // SAFETY: a flag of this process, read and written on its main thread.
+    unsafe { pg_sys::QueryCancelPending = 0 };
+}

@@ -1,7 +1,8 @@
 //! The one boundary to PostgreSQL's C API: small safe functions for what
 //! the rest of the extension asks of the server beyond SPI and pgrx's own
 //! safe wrappers (transaction state, locks, the backend's PRNG and clock,
-//! condition variables, table statistics). Each `unsafe` block here says
+//! condition variables, table statistics, shared memory, jsonb as text,
+//! a process's latch and signals). Each `unsafe` block here says
 //! why it holds; the modules above it (txn, host, workflow, the cluster
 //! wing) deny `unsafe` altogether.
 //!
@@ -9,8 +10,10 @@
 //! thread that may call into PostgreSQL.
 
 pub(crate) mod backend;
+pub(crate) mod jsonb;
 pub(crate) mod locks;
 pub(crate) mod process;
 pub(crate) mod roles;
 pub(crate) mod settings;
+pub(crate) mod shmem;
 pub(crate) mod xact;

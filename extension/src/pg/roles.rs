@@ -52,3 +52,27 @@ pub(crate) fn as_bootstrap_superuser<R>(body: impl FnOnce() -> R) -> R {
     let _restore = Restore(user, context);
     body()
 }
+
+/// Whether `role` may SELECT from `relation` (its ACL, by OID).
+pub(crate) fn may_select(relation: Oid, role: Oid) -> bool {
+    // SAFETY: an ACL check by OID on the main thread.
+    unsafe {
+        pg_sys::pg_class_aclcheck(relation, role, pg_sys::ACL_SELECT as pg_sys::AclMode)
+            == pg_sys::AclResult::ACLCHECK_OK
+    }
+}
+
+/// A function PostgreSQL calls when a syscache entry is invalidated.
+pub(crate) type SyscacheCallback = unsafe extern "C-unwind" fn(pg_sys::Datum, i32, u32);
+
+/// Has `callback` called whenever a role or a role membership changes (in
+/// this backend or, through invalidations, any other); once per process.
+pub(crate) fn on_role_change(callback: SyscacheCallback) {
+    use pg_sys::SysCacheIdentifier::*;
+    // SAFETY: registers a plain function with no argument.
+    unsafe {
+        for cache in [AUTHMEMROLEMEM, AUTHOID] {
+            pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(callback), pg_sys::Datum::from(0));
+        }
+    }
+}

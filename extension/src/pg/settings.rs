@@ -70,3 +70,27 @@ fn set(name: &CStr, value: &CStr, rights: Rights, action: pg_sys::GucAction::Typ
         );
     }
 }
+
+/// A setting's value now, as SHOW prints it (None for one that does not
+/// exist).
+pub(crate) fn current(name: &CStr) -> Option<String> {
+    // SAFETY: a setting by name, missing_ok; returns a palloc'd string or NULL.
+    let value = unsafe { pg_sys::GetConfigOptionByName(name.as_ptr(), std::ptr::null_mut(), true) };
+    // SAFETY: a NUL-terminated string just returned, or NULL.
+    (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned())
+}
+
+/// Sets `name` to `value` for the rest of this process, over whatever the
+/// configuration says (a background worker's own defaults).
+pub(crate) fn set_for_process(name: &CStr, value: &CStr) {
+    // SAFETY: valid C strings that outlive the call; raises an ERROR on a
+    // bad value.
+    unsafe {
+        pg_sys::SetConfigOption(
+            name.as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        );
+    }
+}

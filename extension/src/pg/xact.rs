@@ -143,3 +143,13 @@ impl Subtransaction {
         }
     }
 }
+
+/// A function PostgreSQL calls at every transaction event (xact.rs).
+pub(crate) type XactCallback = unsafe extern "C-unwind" fn(pg_sys::XactEvent::Type, *mut std::ffi::c_void);
+
+/// Has `callback` called at every transaction event of this process;
+/// once per process. It must be a `#[pg_guard]` function.
+pub(crate) fn on_transaction_events(callback: XactCallback) {
+    // SAFETY: registers a plain function with no argument.
+    unsafe { pg_sys::RegisterXactCallback(Some(callback), std::ptr::null_mut()) };
+}

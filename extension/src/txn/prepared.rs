@@ -35,7 +35,7 @@
 use super::versions;
 use crate::error::{LambdaError, Result};
 use crate::pg;
-use crate::shmem::Zeroed;
+use crate::pg::shmem::Zeroed;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 

@@ -30,8 +30,8 @@
 //!
 //! Counters reset when the server restarts, with no transaction in flight.
 
+use crate::pg::shmem::Zeroed;
 use crate::pg::{self, backend::Condition};
-use crate::shmem::Zeroed;
 use lambdastore_core::txn::entry_sets::{lock_key, SetId};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
