@@ -126,9 +126,8 @@ pub struct Forwarded {
     pub create: Option<Create>,
     /// The call is the whole of the sender's transaction (an autocommit
     /// `SELECT lambda_invoke(...)`), sent outside any distributed
-    /// transaction: the node runs and commits it alone, or, if it would
-    /// need the sender (a call or a spawn on a third node), writes nothing
-    /// and answers `Coordinate`.
+    /// transaction: the node runs and commits it as a transaction of its
+    /// own, driving the calls and spawns it needs on other nodes itself.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub alone: bool,
 }
@@ -182,10 +181,6 @@ pub enum Reply {
     /// them before it ends) and its code version. Nothing of the run
     /// stays: it runs again, given the outcome.
     Needs { call: MethodCall, tape: Vec<Draw>, touched: Vec<i64>, module: ModuleKey },
-    /// A call sent `alone` that needs the sender to drive it (a nested call
-    /// or a spawn on a third node): it wrote nothing; send it again in a
-    /// distributed transaction.
-    Coordinate,
 }
 
 /// What a module's `describe` export says, as stored in `modules.description`.

@@ -10,7 +10,7 @@
 use crate::access::{self, Caller, Privilege};
 use crate::catalog;
 use crate::cluster::affinity;
-use crate::cluster::{remote, route};
+use crate::cluster::remote;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::calls::create_object;
@@ -19,7 +19,7 @@ use crate::host::Frame;
 use crate::pg;
 use crate::stats;
 use crate::txn::{occ, Workflow};
-use lambdastore_core::model::{Draw, FnDesc, FunctionKind, ObjectInfo, Reply, Spawned};
+use lambdastore_core::model::{Draw, FnDesc, FunctionKind, ObjectInfo, Spawned};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -163,17 +163,6 @@ pub(crate) fn validated<T>(workflow: &Workflow, outcome: Result<T>) -> Result<T>
 /// Calls spawned on objects of other nodes are queued there; returned
 /// when this node cannot send them (a call another node sent runs here).
 pub(crate) fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
-    if route::alone() && !workflow.writes().spawned().is_empty() {
-        // Sent alone, this transaction commits without the sender, who
-        // would queue the spawns on other nodes after it: not atomic. Let
-        // the sender drive the call instead (cluster/route.rs).
-        let (_, elsewhere) = remote::by_node(workflow.writes().spawned())?;
-        if !elsewhere.is_empty() {
-            let coordinate =
-                serde_json::to_string(&Reply::Coordinate).map_err(|e| LambdaError::Internal(e.to_string()))?;
-            return Err(LambdaError::Suspended(coordinate));
-        }
-    }
     occ::commit(workflow)?;
     // Inside BEGIN … COMMIT the answer reaches the client now, not after a
     // COMMIT that validates every node: what calls read on other nodes

@@ -386,11 +386,17 @@ fn a_run_stopped_for_a_call_on_a_third_node_runs_again_with_the_same_draws() {
     let Some(mut nodes) = workers() else { return };
     let (mut c, app) = deployed("citus_stamp", "micro");
     let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
-    // From the coordinator: x's run on its node stops at the call to y and
-    // runs again once the coordinator made it. The key written depends on a
-    // random number drawn before the call: the second run must draw the
-    // same, or it would ask for another call (and fail with 40001).
-    let mut stamps = vec![call(&mut c, x, "stamp", json!({"target": y})).as_u64().unwrap()];
+    // From the coordinator in a transaction block: x's run on its node
+    // stops at the call to y and runs again once the coordinator made it.
+    // The key written depends on a random number drawn before the call: the
+    // second run must draw the same, or it would ask for another call (and
+    // fail with 40001).
+    let mut block = c.transaction().unwrap();
+    let mut stamps = vec![call(&mut block, x, "stamp", json!({"target": y})).as_u64().unwrap()];
+    block.commit().unwrap();
+    // In autocommit the call is sent alone and x's node drives it (no stop);
+    // from the workers, one runs it itself and the other sends it.
+    stamps.push(call(&mut c, x, "stamp", json!({"target": y})).as_u64().unwrap());
     for worker in &mut nodes {
         stamps.push(call(worker, x, "stamp", json!({"target": y})).as_u64().unwrap());
     }
@@ -399,7 +405,7 @@ fn a_run_stopped_for_a_call_on_a_third_node_runs_again_with_the_same_draws() {
         .filter(|(field, key, _)| field == "kv" && String::from_utf8_lossy(key).contains("stamp-"))
         .map(|(_, key, _)| String::from_utf8_lossy(key).into_owned())
         .collect();
-    assert_eq!(written.len(), 3, "one stamp per call: {written:?}");
+    assert_eq!(written.len(), 4, "one stamp per call: {written:?}");
     for n in stamps {
         // Keys are stored with the SDK's terminator after the string.
         assert!(written.iter().any(|key| key.contains(&format!("stamp-{n}\0"))), "no stamp-{n} in {written:?}");
@@ -436,11 +442,18 @@ fn a_call_across_nodes_may_not_come_back_to_an_object_a_stopped_run_touched() {
     // sees "new".
     let back = json!({"key": "k", "value": "new", "target": y, "method": "relay",
                       "args": {"target": x, "method": "get", "args": {"key": "k"}}});
-    // Sent to x's node, x's run stops at y; y's run needs x, whose stopped
-    // run's write is not there (it comes with the next run): refused.
-    let message = expect_sqlstate(invoke(&mut c, x, "put_and_relay", back.clone()), "0A000");
+    // Sent to x's node in a transaction block, x's run stops at y; y's run
+    // needs x, whose stopped run's write is not there (it comes with the
+    // next run): refused.
+    let mut block = c.transaction().unwrap();
+    let message = expect_sqlstate(invoke(&mut block, x, "put_and_relay", back.clone()), "0A000");
     assert!(message.contains(&format!("object {x} is in use")), "{message}");
+    drop(block);
     assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("old"));
+    // Sent alone (autocommit), x's node drives: y's read of x runs in x's
+    // workflow there and sees the write.
+    assert_eq!(call(&mut c, x, "put_and_relay", back.clone()), json!("new"));
+    call(&mut c, x, "put", json!({"key": "k", "value": "old"}));
     // Run on x's own node, y's read of x runs in x's workflow and sees it.
     let x_node = owner(&mut c, x);
     let home = nodes.into_iter().find_map(|mut n| (node(&mut n) == x_node).then_some(n));
@@ -474,10 +487,16 @@ fn two_calls_in_one_autocommit_statement_through_the_coordinator_commit_together
     call(&mut t, x, "put", json!({"key": "k", "value": "rolled back"}));
     t.rollback().unwrap();
     assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("alone"));
-    // Alone, a call that needs another node (y) is driven as before.
+    // Alone, a call that needs another node (y) is driven by x's node.
     let relayed = json!({"target": y, "method": "put", "args": {"key": "k", "value": "from x"}});
     call(&mut c, x, "relay", relayed);
     assert_eq!(call(&mut c, y, "get", json!({"key": "k"})), json!("from x"));
+    // x's failure after its call on y ends x's node's transaction, and the
+    // put on y with it (answered as a failure, it would commit there).
+    let undone = json!({"target": y, "method": "put", "args": {"key": "k", "value": "undone"}});
+    let message = expect_sqlstate(invoke(&mut c, x, "relay_then_fail", undone), "P0001");
+    assert!(message.contains("relay_then_fail: failing after put"), "{message}");
+    assert_eq!(call(&mut c, y, "get", json!({"key": "k"})), json!("from x"), "y's put outlived x's failure");
     // And a call's own error comes back as it is.
     expect_sqlstate(invoke(&mut c, x, "fail", json!({"message": "no"})), "P0001");
 }
@@ -489,7 +508,7 @@ fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
     let spawn = |tag: i32, fail: bool| json!({"target": y, "method": "tally", "args": {"tag": tag}, "fail": fail});
     // A failed parent queues nothing; a committed one queues one job on y's
-    // node (x's run was sent to its node, which hands the spawn back).
+    // node (x's node, sent the call alone, queues it there itself).
     expect_sqlstate(invoke(&mut c, x, "spawn_then", spawn(1, true)), "P0001");
     call(&mut c, x, "spawn_then", spawn(2, false));
     let jobs: Vec<i64> = c
@@ -500,6 +519,17 @@ fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
         .collect();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(finished(&mut c, jobs[0]).result, Some(json!(1)));
+    // In a transaction block, x's node hands the spawn back and the
+    // coordinator queues it, in the same transaction.
+    let mut block = c.transaction().unwrap();
+    call(&mut block, x, "spawn_then", spawn(3, false));
+    block.commit().unwrap();
+    let job: i64 = c
+        .query_one("SELECT max(job_id) FROM lambdastore.jobs WHERE object_id = $1 AND method = 'tally'", &[&y])
+        .unwrap()
+        .get(0);
+    assert_ne!(job, jobs[0]);
+    assert_eq!(finished(&mut c, job).result, Some(json!(2)));
     // A spawn to a method the object does not have, or to an object of
     // another application, on another node, is checked there when the
     // workflow commits: the refusal fails the parent (on one node it comes

@@ -16,7 +16,7 @@ use crate::gucs;
 use crate::host::{calls, registry};
 use crate::txn::Workflow;
 use crate::workflow::{self, commit, start, validated, Finished};
-use lambdastore_core::model::{CallFailure, Create, Forwarded, MethodCall, Reply, Spawned};
+use lambdastore_core::model::{CallFailure, Create, Draw, Forwarded, MethodCall, Reply, Spawned};
 use std::rc::Rc;
 
 /// Sends one of the `_here` functions for `caller`, with the session's
@@ -31,9 +31,7 @@ fn forward(sql: &'static str, object: i64, node: &str, texts: [&str; 3], caller:
 pub(crate) fn invoke(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<String> {
     let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
     if route::may_send_alone()? {
-        if let Some(outcome) = remote::send_alone(caller, &call)? {
-            return outcome.map_err(LambdaError::from);
-        }
+        return remote::send_alone(caller, &call);
     }
     drive_from_sql(caller, |workflow| remote::drive(workflow, None, node, call, &[], calls::run_needed))
 }
@@ -159,6 +157,7 @@ pub(crate) fn create_elsewhere() -> Result<bool> {
 pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &str, sent: Forwarded) -> Result<String> {
     if sent.alone {
         route::arrive_alone();
+        return run_alone(caller, object, method, args, sent.tape);
     }
     let outcome = match (sent.create, sent.nested) {
         (Some(create), _) => workflow::create_with(caller, &create.app, &create.type_name, args, Some(sent.tape))
@@ -182,6 +181,16 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
         return Ok(needs);
     }
     serde_json::to_string(&reply(outcome)?).map_err(|e| LambdaError::Internal(e.to_string()))
+}
+
+/// A call sent alone: this node drives its transaction (cluster/route.rs).
+/// Its failure ends the transaction here with its error, which the sender
+/// raises again: the calls it made on other nodes are rolled back with it.
+fn run_alone(caller: Caller, object: i64, method: &str, args: &str, tape: Vec<Draw>) -> Result<String> {
+    let done = workflow::invoke_replaying(caller, object, method, args, tape)?;
+    route::ran_here()?;
+    serde_json::to_string(&Reply::Done { result: done.result, spawned: done.spawned_elsewhere })
+        .map_err(|e| LambdaError::Internal(e.to_string()))
 }
 
 /// What a forwarded call answers (a run that stopped for a call on

@@ -140,9 +140,6 @@ fn on_other_nodes(
                 let node = layout.owner(object).1.unwrap_or_default().to_string();
                 alone(|| as_jsonb(forward::invoke(caller, object, &node, method, args)?))?
             }
-            Answer::Reply(Reply::Coordinate) => {
-                return Err(LambdaError::Internal("a map call's run answered Coordinate".into()));
-            }
             Answer::Raised(failure) => Err(failure),
         };
         outcomes.push((object, outcome));

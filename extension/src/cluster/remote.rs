@@ -2,9 +2,10 @@
 //!
 //! The node whose session (or job) started the transaction drives every
 //! hop (this file; host/calls.rs hands it, as `Needed`, the host's way of
-//! running a call here): Citus refuses distributed queries on a node that runs a statement
-//! another node sent it, so a lambda there cannot reach a third node
-//! itself. The driving node sends the call to the object's node
+//! running a call here), as does the node a call was sent to alone, whose
+//! transaction it is (route.rs): Citus refuses distributed queries on a
+//! node that runs a statement another node sent it in a distributed
+//! transaction, so a lambda there cannot reach a third node itself. The driving node sends the call to the object's node
 //! (`_call_here`, cluster/route.rs), where it runs as a workflow of its own in the
 //! same transaction. If that lambda calls an object on yet another node,
 //! its run stops there and answers what it needs (`Reply::Needs`), leaving
@@ -101,9 +102,6 @@ fn drive_with(
         match reply {
             Reply::Done { result, spawned } => break queue(workflow, &spawned).map(|_| Ok(result)),
             Reply::Failed { failure } => break Ok(Err(failure)),
-            Reply::Coordinate => {
-                break Err(LambdaError::Internal("a call sent in a distributed transaction answered Coordinate".into()))
-            }
             Reply::Needs { call: needed, mut tape, touched, module } => {
                 hops.get_or_insert_with(Subtransaction::begin);
                 let busy: Vec<i64> = busy.iter().copied().chain(touched).collect();
@@ -139,22 +137,19 @@ fn send(workflow: &Workflow, node: &str, call: &MethodCall, forwarded: &Forwarde
     serde_json::from_str(&reply).map_err(|e| LambdaError::Internal(format!("a forwarded call answered {reply:?}: {e}")))
 }
 
-/// A call from SQL sent alone (`route::send_alone`): its outcome, or None
-/// when it needs this node to drive it (it wrote nothing; drive it).
-/// A failure comes validated by the node that ran it, as a call on one
-/// node is before its error leaves.
-pub(crate) fn send_alone(caller: Caller, call: &MethodCall) -> Result<Option<Result<String, CallFailure>>> {
+/// A call from SQL sent alone (`route::send_alone`): the node holding the
+/// object drives and commits it, and answers its result; a failure comes
+/// back as that node's error, validated there as a call on one node is
+/// before its error leaves.
+pub(crate) fn send_alone(caller: Caller, call: &MethodCall) -> Result<String> {
     let forwarded = Forwarded { alone: true, ..Forwarded::default() };
     let context = serde_json::to_string(&forwarded).map_err(|e| LambdaError::Internal(e.to_string()))?;
     let texts = [call.method.as_str(), call.args.as_str(), context.as_str()];
     let timeout = crate::gucs::timeout(caller.is_superuser());
     let reply = route::send_alone(CALL_HERE, call.object, texts, caller, timeout)?;
     match serde_json::from_str(&reply) {
-        Ok(Reply::Done { result, spawned }) if spawned.is_empty() => Ok(Some(Ok(result))),
-        Ok(Reply::Failed { failure }) => Ok(Some(Err(failure))),
-        Ok(Reply::Needs { .. } | Reply::Coordinate) => Ok(None),
-        Ok(Reply::Done { .. }) => Err(LambdaError::Internal("a call sent alone left spawns to queue".into())),
-        Err(e) => Err(LambdaError::Internal(format!("a call sent alone answered {reply:?}: {e}"))),
+        Ok(Reply::Done { result, spawned }) if spawned.is_empty() => Ok(result),
+        _ => Err(LambdaError::Internal(format!("a call sent alone answered {reply:?}"))),
     }
 }
 

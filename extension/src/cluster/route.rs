@@ -42,9 +42,10 @@
 //! (`may_send_alone`). Citus sends a routed SELECT outside a coordinated
 //! transaction as it is, without BEGIN and COMMIT, and the node holding the
 //! object runs and commits it as its own transaction: one round trip, as
-//! Citus' function delegation is. The node answers `Coordinate`, having
-//! written nothing, when the call would need this node to drive it (a call
-//! or a spawn on a third node), and the call is sent again the usual way.
+//! Citus' function delegation is. That node drives the transaction
+//! (`arrive_alone`): the calls and spawns its lambda needs on other nodes
+//! it sends itself, as the sender would have, and it commits them with its
+//! own part, in two phases if they wrote.
 
 use crate::access::{as_storage, Caller};
 use crate::catalog;
@@ -132,21 +133,22 @@ fn lambda_invoke() -> Result<pg_sys::Oid> {
     Ok(oid)
 }
 
-/// On the node a call was sent to alone: this transaction is that call's.
+/// On the node a call was sent to alone: this transaction is that call's,
+/// and this node drives it. Citus refuses distributed queries in a
+/// statement another node sent unless told it may: the sender's statement
+/// is the call and waits for it, and nothing of the sender's transaction
+/// is in this one to be wrong about (a task of a distributed query would
+/// be: its transaction is the sender's).
 pub(crate) fn arrive_alone() {
     ALONE.set(true);
-}
-
-/// Whether this transaction runs a call sent alone: it must not commit a
-/// workflow that leaves work for the sender (spawns on other nodes).
-pub(crate) fn alone() -> bool {
-    ALONE.get()
+    gucs::set_local("citus.allow_nested_distributed_execution", "on");
 }
 
 /// Whether this backend runs a part of a transaction driven by another
-/// node: calls for objects elsewhere cannot be sent from here.
+/// node: calls for objects elsewhere cannot be sent from here. (A call
+/// sent alone is not such a part: it is the whole transaction.)
 pub(crate) fn arrived() -> bool {
-    layout::arrived()
+    layout::arrived() && !ALONE.get()
 }
 
 /// Whether the current transaction ran calls on more than one node.

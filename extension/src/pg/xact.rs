@@ -23,7 +23,9 @@ pub(crate) fn in_block() -> bool {
 /// Whether the statement running is `SELECT f(...)` of `function` and
 /// nothing else, the only statement of a transaction that is not a block:
 /// one top-level plan, a Result without input (no FROM; a subquery in an
-/// argument may read), and one column, a call of `function`.
+/// argument may read), and one column, a call of `function`, or its
+/// result as text (`::text`: an output function, which cannot fail once
+/// the call has committed).
 pub(crate) fn only_statement_is_call_of(function: pg_sys::Oid) -> bool {
     if in_block() {
         return false;
@@ -53,8 +55,16 @@ pub(crate) fn only_statement_is_call_of(function: pg_sys::Oid) -> bool {
             return false;
         }
         let target = pg_sys::list_nth(targets, 0) as *mut pg_sys::TargetEntry;
-        let expr = (*target).expr as *mut pg_sys::FuncExpr;
-        !expr.is_null() && (*expr).xpr.type_ == pg_sys::NodeTag::T_FuncExpr && (*expr).funcid == function
+        let mut expr = (*target).expr;
+        if !expr.is_null() && (*expr).type_ == pg_sys::NodeTag::T_CoerceViaIO {
+            let coerce = expr as *mut pg_sys::CoerceViaIO;
+            if (*coerce).resulttype != pg_sys::TEXTOID {
+                return false;
+            }
+            expr = (*coerce).arg;
+        }
+        let call = expr as *mut pg_sys::FuncExpr;
+        !call.is_null() && (*call).xpr.type_ == pg_sys::NodeTag::T_FuncExpr && (*call).funcid == function
     }
 }
 
