@@ -88,6 +88,8 @@ thread_local! {
     static REACH: RefCell<Reach> = RefCell::new(Reach::default());
     /// This node runs a call sent alone (`send_alone`) in this transaction.
     static ALONE: Cell<bool> = const { Cell::new(false) };
+    /// Citus was told this transaction may send from here (`sending`).
+    static NESTED_ALLOWED: Cell<bool> = const { Cell::new(false) };
     /// `lambda_invoke`'s OID in this database, once looked up.
     static LAMBDA_INVOKE: Cell<Option<pg_sys::Oid>> = const { Cell::new(None) };
 }
@@ -96,6 +98,7 @@ thread_local! {
 pub(crate) fn at_transaction_end() {
     REACH.with(|r| *r.borrow_mut() = Reach::default());
     ALONE.set(false);
+    NESTED_ALLOWED.set(false);
 }
 
 /// Whether a call from SQL to an object on another node may be sent alone
@@ -103,13 +106,16 @@ pub(crate) fn at_transaction_end() {
 /// and the statement the whole transaction (autocommit), which has done
 /// nothing else: no call ran yet, nothing written here. Anything more (a
 /// second call in the statement, a transaction block) needs the calls to
-/// commit together, in a distributed transaction.
+/// commit together, in a distributed transaction. So does a transaction
+/// READ ONLY or at a stricter isolation than the default: Citus' BEGIN
+/// takes those to the node, a statement of its own would run without.
 pub(crate) fn may_send_alone() -> Result<bool> {
     let fresh = REACH.with(|r| {
         let reach = r.borrow();
         reach.forwarded.is_empty() && !reach.here
     });
-    if !fresh || arrived() || pg::xact::top_xid() != 0 {
+    let plain = !pg::xact::read_only() && !pg::xact::has_transaction_snapshot();
+    if !fresh || !plain || arrived() || pg::xact::top_xid() != 0 {
         return Ok(false);
     }
     Ok(pg::xact::only_statement_is_call_of(lambda_invoke()?))
@@ -134,14 +140,22 @@ fn lambda_invoke() -> Result<pg_sys::Oid> {
 }
 
 /// On the node a call was sent to alone: this transaction is that call's,
-/// and this node drives it. Citus refuses distributed queries in a
-/// statement another node sent unless told it may: the sender's statement
-/// is the call and waits for it, and nothing of the sender's transaction
-/// is in this one to be wrong about (a task of a distributed query would
-/// be: its transaction is the sender's).
+/// and this node drives it.
 pub(crate) fn arrive_alone() {
     ALONE.set(true);
-    gucs::set_local("citus.allow_nested_distributed_execution", "on");
+}
+
+/// Before this node sends a statement through Citus. On a node a call was
+/// sent to alone, Citus refuses distributed queries (the statement came
+/// from another node) unless told it may, once per transaction: the
+/// sender's statement is the call and waits for it, and nothing of the
+/// sender's transaction is in this one to be wrong about (a task of a
+/// distributed query would be: its transaction is the sender's).
+fn sending() {
+    if ALONE.get() && !NESTED_ALLOWED.get() {
+        gucs::set_local("citus.allow_nested_distributed_execution", "on");
+        NESTED_ALLOWED.set(true);
+    }
 }
 
 /// Whether this backend runs a part of a transaction driven by another
@@ -312,8 +326,10 @@ pub(crate) fn here_result(result: String) -> String {
 /// single-shard SELECT outside `BEGIN` as a statement of its own, which
 /// the node commits at once: a forwarded call would commit there even if
 /// the statement calling it failed afterwards); the other marks the
-/// transaction for two-phase commit.
+/// transaction for two-phase commit. Both come before anything this node
+/// sends (`sending`).
 fn citus_function(f: Citus) -> Result<()> {
+    sending();
     if !pg::backend::call_citus(f) {
         return Err(LambdaError::Internal(format!("citus.so has no {f:?}")));
     }
