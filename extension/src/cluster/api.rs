@@ -47,12 +47,16 @@ mod lambdastore {
         timeout_ms: i64,
         settings: &str,
     ) -> String {
-        let call = |caller| forward::run_forwarded(caller, object_id, method, args, sent_context(context)?);
-        let describe = || match sent_context::<Forwarded>(context).ok().and_then(|sent| sent.create) {
+        let sent = sent_context::<Forwarded>(context);
+        if sent.as_ref().is_ok_and(|sent| sent.alone) {
+            route::arrive_alone();
+        }
+        let describe = match sent.as_ref().ok().and_then(|sent| sent.create.as_ref()) {
             Some(create) => format!("create_object('{}', '{}')", create.app, create.type_name),
             None => format!("lambda_invoke({object_id}, '{method}')"),
         };
-        here(role, timeout_ms, settings, call, describe)
+        let call = |caller| forward::run_forwarded(caller, object_id, method, args, sent?);
+        here(role, timeout_ms, settings, call, || describe)
     }
 
     /// The same for a call a lambda on another node spawned on an object

@@ -156,7 +156,6 @@ pub(crate) fn create_elsewhere() -> Result<bool> {
 /// a callee of the sender's workflow). Its answer as JSON: `Reply`.
 pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &str, sent: Forwarded) -> Result<String> {
     if sent.alone {
-        route::arrive_alone();
         return run_alone(caller, object, method, args, sent.tape);
     }
     let outcome = match (sent.create, sent.nested) {

@@ -88,8 +88,6 @@ thread_local! {
     static REACH: RefCell<Reach> = RefCell::new(Reach::default());
     /// This node runs a call sent alone (`send_alone`) in this transaction.
     static ALONE: Cell<bool> = const { Cell::new(false) };
-    /// Citus was told this transaction may send from here (`sending`).
-    static NESTED_ALLOWED: Cell<bool> = const { Cell::new(false) };
     /// `lambda_invoke`'s OID in this database, once looked up.
     static LAMBDA_INVOKE: Cell<Option<pg_sys::Oid>> = const { Cell::new(None) };
 }
@@ -98,7 +96,6 @@ thread_local! {
 pub(crate) fn at_transaction_end() {
     REACH.with(|r| *r.borrow_mut() = Reach::default());
     ALONE.set(false);
-    NESTED_ALLOWED.set(false);
 }
 
 /// Whether a call from SQL to an object on another node may be sent alone
@@ -139,23 +136,22 @@ fn lambda_invoke() -> Result<pg_sys::Oid> {
     Ok(oid)
 }
 
-/// On the node a call was sent to alone: this transaction is that call's,
-/// and this node drives it.
+/// On the node a call was sent to alone, before anything else: this
+/// transaction is that call's, and this node drives it. Citus tells the
+/// backends it connected to by their `application_name` (`citus_internal
+/// gpid=...`), refuses distributed queries there and closes, at the end of
+/// each transaction, every connection they opened: a node driving a call
+/// would open a new one (TLS) to each node it reaches, every time. Renamed
+/// for this transaction (`SET LOCAL`, at the top of the statement so that
+/// it lasts to the commit, where Citus decides), the backend is a client's
+/// to Citus: it may send, and it keeps its connections (at most
+/// `citus.max_cached_conns_per_worker` per node) for the session's next
+/// call. Neither of Citus' reasons holds here: nothing of another
+/// distributed transaction is in this one, and the coordinator keeps its
+/// connection to this backend as long as the client's session.
 pub(crate) fn arrive_alone() {
     ALONE.set(true);
-}
-
-/// Before this node sends a statement through Citus. On a node a call was
-/// sent to alone, Citus refuses distributed queries (the statement came
-/// from another node) unless told it may, once per transaction: the
-/// sender's statement is the call and waits for it, and nothing of the
-/// sender's transaction is in this one to be wrong about (a task of a
-/// distributed query would be: its transaction is the sender's).
-fn sending() {
-    if ALONE.get() && !NESTED_ALLOWED.get() {
-        gucs::set_local("citus.allow_nested_distributed_execution", "on");
-        NESTED_ALLOWED.set(true);
-    }
+    gucs::set_local("application_name", "lambdastore");
 }
 
 /// Whether this backend runs a part of a transaction driven by another
@@ -326,10 +322,8 @@ pub(crate) fn here_result(result: String) -> String {
 /// single-shard SELECT outside `BEGIN` as a statement of its own, which
 /// the node commits at once: a forwarded call would commit there even if
 /// the statement calling it failed afterwards); the other marks the
-/// transaction for two-phase commit. Both come before anything this node
-/// sends (`sending`).
+/// transaction for two-phase commit.
 fn citus_function(f: Citus) -> Result<()> {
-    sending();
     if !pg::backend::call_citus(f) {
         return Err(LambdaError::Internal(format!("citus.so has no {f:?}")));
     }
