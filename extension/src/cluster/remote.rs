@@ -5,9 +5,10 @@
 //! running a call here), as does the node a call was sent to alone, whose
 //! transaction it is (route.rs): Citus refuses distributed queries on a
 //! node that runs a statement another node sent it in a distributed
-//! transaction, so a lambda there cannot reach a third node itself. The driving node sends the call to the object's node
-//! (`_call_here`, cluster/route.rs), where it runs as a workflow of its own in the
-//! same transaction. If that lambda calls an object on yet another node,
+//! transaction, so a lambda there cannot reach a third node itself. The
+//! driving node sends the call to the object's node (`_call_here`,
+//! cluster/route.rs), where it runs as a workflow of its own in the same
+//! transaction. If that lambda calls an object on yet another node,
 //! its run stops there and answers what it needs (`Reply::Needs`), leaving
 //! nothing behind; the driving node makes that call (here, in the calling
 //! workflow, or on its node the same way) and sends the first call again
