@@ -266,6 +266,19 @@ BEGIN
             HINT = 'The nodes: SELECT nodename || '':'' || nodeport FROM pg_dist_node WHERE shouldhaveshards.';
     END IF;
     PERFORM lambdastore._hold_shard_operations();
+    -- Before moving a shard group again, Citus drops what its last move left
+    -- on the old node, waiting 1 s (lock_timeout) for any transaction there
+    -- that still holds it, and fails the move (XX000) if one does (a routed
+    -- call opens its shard before it waits for the fence below). Dropped
+    -- here first, before the fence: each try waits that second, at most ten.
+    FOR attempt IN 1..10 LOOP
+        EXIT WHEN NOT EXISTS (
+            SELECT 1 FROM pg_dist_cleanup c,
+                   unnest(get_colocated_shard_array(
+                       get_shard_id_for_distribution_column('lambdastore.objects', object_id))) AS s(shardid)
+             WHERE c.object_name LIKE '%\_' || s.shardid);
+        PERFORM run_command_on_coordinator('CALL citus_cleanup_orphaned_resources()');
+    END LOOP;
     -- The fence, on every node (see lambdastore.migrations).
     LOCK TABLE lambdastore.migrations IN EXCLUSIVE MODE;
     IF NOT EXISTS (SELECT 1 FROM lambdastore.objects o WHERE o.object_id = migrate_object.object_id) THEN

@@ -3,12 +3,13 @@
 //! from any node, either commits once or fails with a 40001 its client
 //! retries. Each test migrates only objects of its own.
 
-use super::{connect_node, counter_to_move, migrate, shard_mate, spread, worker_at, workers};
+use super::{connect_node, counter_to_move, migrate, shard_mate, shard_of, spread, worker_at, workers};
 use crate::cluster;
 use crate::common::concurrent::{random_transfers, sqlstate, Cc};
 use crate::common::*;
 use postgres::Client;
 use serde_json::json;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -249,6 +250,61 @@ fn migration_waits(observer: &mut Client) -> bool {
         .unwrap()
         .get(0);
     waiting > 0
+}
+
+/// Moving an object back waits for a transaction that still holds the
+/// shard the last move left on the node (Citus drops it first, and on its
+/// own gives up after one second with XX000 "could not be cleaned up").
+#[test]
+fn moving_an_object_back_waits_for_a_transaction_holding_what_the_last_move_left() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_migrate_leftover", "counter");
+    let (counter, from, to) = counter_to_move(&mut c, &app, 7);
+    let at = worker_at(&mut workers, &from);
+    let (mut holder, mut observer) = (workers.remove(at), connect_node(&cluster::citus().unwrap().workers[at]));
+    // Another test's move may drop the leftover before it is held: then
+    // the object goes round again.
+    let mut leftover = None;
+    for _ in 0..3 {
+        migrate(&mut c, counter, &to);
+        let shard = shard_of(&mut c, counter).to_string();
+        let name: String = c.query_one("SELECT 'lambdastore.objects_' || $1", &[&shard]).unwrap().get(0);
+        holder.batch_execute("BEGIN").unwrap();
+        if holder.batch_execute(&format!("SELECT count(*) FROM {name}")).is_ok() {
+            leftover = Some(holder.query_one("SELECT $1::text::regclass::oid", &[&name]).unwrap().get::<_, u32>(0));
+            break;
+        }
+        holder.batch_execute("ROLLBACK").unwrap();
+        migrate(&mut c, counter, &from);
+    }
+    let leftover = leftover.expect("three moves' leftovers were dropped before they could be held");
+
+    let moved_back = std::thread::scope(|s| {
+        let mover = s.spawn(|| {
+            let mut c = connect();
+            c.batch_execute(STATEMENT_TIMEOUT).unwrap();
+            c.query_one("SELECT lambdastore.migrate_object($1, $2)", &[&counter, &from]).map(|_| ())
+        });
+        // Until a second drop waits (the first gave up), or the move ended.
+        let mut droppers = BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !mover.is_finished() && droppers.len() < 2 {
+            assert!(Instant::now() < deadline, "the move neither waited twice nor ended in 30 s");
+            droppers.extend(waiting_for(&mut observer, leftover));
+            std::thread::sleep(Duration::from_millis(20)); // polling pg_locks
+        }
+        holder.batch_execute("COMMIT").unwrap();
+        mover.join().unwrap()
+    });
+    moved_back.unwrap_or_else(|e| panic!("moving {counter} back to {from}: {}", describe(&e)));
+    assert_eq!(owner(&mut c, counter), from);
+    assert_eq!(call(&mut c, counter, "get", json!({})), json!(7));
+}
+
+/// The backends waiting for a lock on relation `oid` on the observer's node.
+fn waiting_for(observer: &mut Client, oid: u32) -> Vec<i32> {
+    let waiting = "SELECT pid FROM pg_locks WHERE relation = $1 AND NOT granted";
+    observer.query(waiting, &[&oid]).unwrap().iter().map(|row| row.get(0)).collect()
 }
 
 /// Bad arguments are refused with a stable SQLSTATE, and nothing moves.
