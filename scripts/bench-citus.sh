@@ -39,10 +39,12 @@
 # one worker and the customers on the other, so every workflow crosses
 # nodes, and the clients are spread over the coordinator and both workers;
 # on the single node all 16 are on it. pgbench retries 40001 and 40P01 up
-# to 100 tries. Each runs with lambdastore.commit_wait at 0 (a reader fails
-# at once on a set being committed) and at its default, alternating ROUNDS
-# times: retries per committed operation, operations that gave up after
-# 100 tries, p50 and p99 latency; medians.
+# to 100 tries. Each runs with the lambdastore settings of each label in
+# CONTENDED_SETTINGS ("default": none; else name=value[,name=value]), by
+# default commit_wait=0 (a reader fails at once on a set being committed)
+# and the defaults, alternating ROUNDS times: retries per committed
+# operation, operations that gave up after 100 tries, p50 and p99 latency;
+# medians.
 #
 # delegated: what a Citus user writes instead (issue 44), on the cluster
 # only: the same 1,000 counters as rows of a plain table `kv` distributed
@@ -63,7 +65,7 @@
 # cluster's ports are docker-compose.yml's defaults too: not beside `make
 # test-compose`.
 #
-#   PARTS="table delegated gateway migration contended"  ROUNDS=3  CONTENDED_OPS=300  CONTENDED_WAITS="0 default"  SECONDS_PER_RUN=10  WORKLOADS="read-only ..."
+#   PARTS="table delegated gateway migration contended"  ROUNDS=3  CONTENDED_OPS=300  CONTENDED_SETTINGS="commit_wait=0 default"  SECONDS_PER_RUN=10  WORKLOADS="read-only ..."
 #   GATEWAY_WORKLOADS=counter,cloudforum,retwis  GATEWAY_OUT=FILE (keeps the bench's own tables)
 #   MIGRATION_SECONDS=30  MIGRATION_PLOT=bench/results/citus-migration (without extension)
 set -euo pipefail
@@ -469,11 +471,14 @@ SELECT lambda_invoke(:hot, 'total_with', jsonb_build_object('other', :customer))
 \endif
 SQL
 
-# pgbench on URL with CLIENTS clients, lambdastore.commit_wait = WAIT (empty:
-# the default), logging each transaction to $work/LOG.*.
+# pgbench on URL with CLIENTS clients, the lambdastore settings of LABEL
+# (see CONTENDED_SETTINGS), logging each transaction to $work/LOG.*.
 contend() {
-  local url=$1 clients=$2 wait=$3 log=$4
-  PGOPTIONS=${wait:+-c lambdastore.commit_wait=$wait} \
+  local url=$1 clients=$2 label=$3 log=$4 options=() setting
+  if [ "$label" != default ]; then
+    for setting in ${label//,/ }; do options+=("-c lambdastore.$setting"); done
+  fi
+  PGOPTIONS="${options[*]}" \
     pgbench "$url" -n -c "$clients" -j 1 -t "${CONTENDED_OPS:-300}" --max-tries=100 -l --log-prefix "$work/$log" \
       -f "$work/contended.sql" >"$work/$log.out" 2>&1 \
     || { cat "$work/$log.out" >&2; return 1; }
@@ -518,31 +523,30 @@ SQL
   psql "$single" -X -q -v ON_ERROR_STOP=1 -c "$table" \
     -c "INSERT INTO contended SELECT 'hot', k, id FROM accounts WHERE k <= 3 UNION ALL SELECT 'customer', k - 3, id FROM accounts WHERE k BETWEEN 4 AND 103"
   : >"$work/contended-rows"
-  local round wait label
+  local round label settings=${CONTENDED_SETTINGS:-commit_wait=0 default}
   for round in $(seq "$ROUNDS"); do
-    for label in ${CONTENDED_WAITS:-0 default}; do
-      wait=${label#default}
-      contend "$coordinator" 6 "$wait" cluster &
+    for label in $settings; do
+      contend "$coordinator" 6 "$label" cluster &
       local c=$!
-      contend "$w1" 5 "$wait" cluster-w1 &
+      contend "$w1" 5 "$label" cluster-w1 &
       local x=$!
-      contend "$w2" 5 "$wait" cluster-w2
+      contend "$w2" 5 "$label" cluster-w2
       wait "$c" "$x"
       echo "cluster $label $(contended_row cluster)" >>"$work/contended-rows"
-      contend "$single" 16 "$wait" single
+      contend "$single" 16 "$label" single
       echo "single $label $(contended_row single)" >>"$work/contended-rows"
     done
   done
-  echo "| 16 clients, 3 hot accounts, 100 others | commit_wait | ops committed | retries / op | gave up (100 tries) | p50 ms | p99 ms |"
+  echo "| 16 clients, 3 hot accounts, 100 others | settings | ops committed | retries / op | gave up (100 tries) | p50 ms | p99 ms |"
   echo "|---|---|---:|---:|---:|---:|---:|"
   local where
   for where in single cluster; do
-    for label in ${CONTENDED_WAITS:-0 default}; do
+    for label in $settings; do
       awk -v w="$where" -v l="$label" '$1 == w && $2 == l' "$work/contended-rows" >"$work/rows"
       echo "| $where | $label | $(median_of "$work/rows" 3) | $(median_of "$work/rows" 4) | $(median_of "$work/rows" 5) | $(median_of "$work/rows" 6) | $(median_of "$work/rows" 7) |"
     done
   done
-  echo "runs (where, commit_wait, ops, retries/op, gave up, p50, p99):"
+  echo "runs (where, settings, ops, retries/op, gave up, p50, p99):"
   cat "$work/contended-rows"
 }
 
