@@ -42,15 +42,6 @@ static TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// reads on the other), waits it out before failing. 0: never wait.
 static COMMIT_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(250);
 
-/// `lambdastore.claim_on_retry` (default on): a transaction that failed
-/// with 40001 on an entry set it was writing leaves the set's key in its
-/// backend, and the backend's next transaction to touch that set within a
-/// second takes the set's write lock before reading it (txn/occ.rs). A
-/// client's retry then no longer loses to the same writers again: on a
-/// contended cluster the calls driven from the far side of a hot object
-/// lost 20 to 59 times in a row to the hot node's own clients.
-static CLAIM_ON_RETRY: GucSetting<bool> = GucSetting::<bool>::new(true);
-
 /// `lambdastore.max_timeout` (ms, default 10 s, superuser only): the most
 /// `lambdastore.timeout` a role that is not a superuser gets, whatever it
 /// sets; a superuser's timeout is not capped.
@@ -261,14 +252,6 @@ pub(crate) fn define() {
         GucContext::Userset,
         GucFlags::UNIT_MS,
     );
-    GucRegistry::define_bool_guc(
-        c"lambdastore.claim_on_retry",
-        c"Whether a retry takes the write lock of the entry set it lost on before reading it.",
-        c"The set is the one a transaction of this backend was writing when it failed with 40001 in the last second.",
-        &CLAIM_ON_RETRY,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
     GucRegistry::define_int_guc(
         c"lambdastore.max_timeout",
         c"The most lambdastore.timeout a role that is not a superuser gets.",
@@ -387,10 +370,6 @@ pub(crate) fn commit_wait() -> Duration {
     Duration::from_millis(COMMIT_WAIT_MS.get().max(0) as u64)
 }
 
-pub(crate) fn claim_on_retry() -> bool {
-    CLAIM_ON_RETRY.get()
-}
-
 pub(crate) fn max_write_bytes() -> usize {
     MAX_WRITE_KB.get() as usize * 1024
 }
@@ -458,11 +437,10 @@ pub(crate) fn job_max_attempts() -> i32 {
 /// (workers, database, job_max_attempts) and `timeout`, which travels as
 /// the caller's capped value; and whether the transaction is READ ONLY
 /// (Citus does not say so to the nodes it reaches).
-const TRAVELLING: [&CStr; 15] = [
+const TRAVELLING: [&CStr; 14] = [
     c"transaction_read_only",
     c"lambdastore.concurrency_control",
     c"lambdastore.commit_wait",
-    c"lambdastore.claim_on_retry",
     c"lambdastore.split_chance",
     c"lambdastore.max_entry_sets",
     c"lambdastore.max_timeout",

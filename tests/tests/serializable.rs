@@ -795,42 +795,6 @@ fn a_reader_waits_for_a_committing_writer_and_reads_what_it_committed() {
     w.batch_execute("ROLLBACK").unwrap();
 }
 
-/// A session whose call lost on a set it was writing (40001) claims that
-/// set at its next call's first touch (`lambdastore.claim_on_retry`): its
-/// retry holds the set, and another session's write to it fails until the
-/// retry's transaction ends, instead of the retry losing to it again. With
-/// the setting off, the other write goes through.
-#[test]
-fn a_retry_claims_the_set_its_call_lost_on() {
-    let (mut c, app) = deployed("claim_on_retry", "counter");
-    for claim in ["on", "off"] {
-        let counter = create(&mut c, &app, "Counter", json!({}));
-        let (mut retrier, mut other) = (connect_cc(Cc::Occ), connect_cc(Cc::Occ));
-        for session in [&mut retrier, &mut other] {
-            // Failing at once instead of waiting for the other's commit.
-            session
-                .batch_execute(&format!("SET lambdastore.commit_wait = 0; SET lambdastore.claim_on_retry = {claim}"))
-                .unwrap();
-        }
-        other.batch_execute("BEGIN").unwrap();
-        call(&mut other, counter, "increment", json!({}));
-        expect_sqlstate(invoke(&mut retrier, counter, "increment", json!({})), "40001");
-        other.batch_execute("COMMIT").unwrap();
-
-        // The retry, held open after a read of the set it lost on.
-        retrier.batch_execute("BEGIN").unwrap();
-        assert_eq!(call(&mut retrier, counter, "get", json!({})), json!(1));
-        let meanwhile = invoke(&mut other, counter, "increment", json!({}));
-        retrier.batch_execute("COMMIT").unwrap();
-        match claim {
-            "on" => {
-                expect_sqlstate(meanwhile, "40001");
-            }
-            _ => assert_eq!(meanwhile.map_err(|e| describe(&e)), Ok(json!(2)), "claim_on_retry = off"),
-        }
-    }
-}
-
 /// Transactions that take the same entry sets in opposite orders (several
 /// invocations each, plus single-call transfers that lock two accounts
 /// through a nested call) must all finish: OCC try-locks, and waits for a

@@ -35,7 +35,6 @@ use crate::gucs;
 use crate::pg::{self, locks::Tried};
 use lambdastore_core::txn::entry_sets::{lock_key, Position, SetId};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 /// OCC reads versions and values with fresh snapshots (READ COMMITTED per
 /// statement); under a transaction snapshot its validation would read stale
@@ -70,55 +69,7 @@ fn describe((object, (field, key)): &SetId) -> String {
 
 fn conflict(set: &SetId, why: &str) -> LambdaError {
     versions::count_conflict(set);
-    if versions::held_here(set) {
-        lost_writing(set);
-    }
     LambdaError::SerializationFailure(format!("{} {why}", describe(set)))
-}
-
-thread_local! {
-    /// Sets this backend's transactions lost while writing them (failed with
-    /// 40001 on them), and when: the next transaction here to touch one
-    /// claims it (`claim_if_lost`).
-    static LOST: std::cell::RefCell<Vec<(SetId, Instant)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// How long a lost set is remembered: a client retries at once, or not.
-const LOST_FOR: Duration = Duration::from_secs(1);
-
-/// At most this many lost sets are remembered (a workflow writes few).
-const LOST_MAX: usize = 8;
-
-fn lost_writing(set: &SetId) {
-    LOST.with(|lost| {
-        let mut lost = lost.borrow_mut();
-        lost.retain(|(s, at)| s != set && at.elapsed() < LOST_FOR);
-        if lost.len() == LOST_MAX {
-            lost.remove(0);
-        }
-        lost.push((set.clone(), Instant::now()));
-    });
-}
-
-/// Takes the write lock of `set`, never waiting, if a transaction of this
-/// backend lost on it while writing it within `LOST_FOR`: the client's
-/// retry, most likely, which would otherwise lose again to the writers
-/// that won before (OCC favours short transactions; on a cluster, those on
-/// the hot object's node over the ones driven from afar). Holding it,
-/// others' writes to it fail until this transaction ends, and their reads
-/// wait for it (`commit_wait`): its writers take turns. Forgotten once
-/// tried; a busy lock leaves the ordinary path.
-fn claim_if_lost(set: &SetId) -> bool {
-    if !gucs::claim_on_retry() {
-        return false;
-    }
-    let lost = LOST.with(|lost| {
-        let mut lost = lost.borrow_mut();
-        let found = lost.iter().any(|(s, at)| s == set && at.elapsed() < LOST_FOR);
-        lost.retain(|(s, at)| s != set && at.elapsed() < LOST_FOR);
-        found
-    });
-    lost && try_lock(set)
 }
 
 /// Exclusive advisory lock on an entry set, like
@@ -151,9 +102,6 @@ fn try_lock(set: &SetId) -> bool {
 /// `keep_going`. A transaction that holds sets on this node never waits
 /// (two of them could wait for each other).
 pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow) -> i64 {
-    if claim_if_lost(set) {
-        return versions::version(set);
-    }
     if versions::written_by_others(set) && !versions::holding_any() {
         wait_for_writers(workflow, set);
     }
@@ -165,12 +113,12 @@ pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow) -> i64 {
 /// waited must still have time to run, else a long wait would end as a
 /// timeout instead of a 40001.
 fn wait_for_writers(workflow: &Workflow, set: &SetId) {
-    let until = Instant::now() + gucs::commit_wait().min(workflow.time_left() / 2);
+    let until = std::time::Instant::now() + gucs::commit_wait().min(workflow.time_left() / 2);
     loop {
         // A prepared transaction that has ended lets go only when a sweep
         // finishes it (prepared.rs).
         prepared::finish_ended();
-        let left = until.saturating_duration_since(Instant::now());
+        let left = until.saturating_duration_since(std::time::Instant::now());
         if !versions::written_by_others(set) || left.is_zero() || workflow.keep_going().is_err() {
             break;
         }
@@ -183,7 +131,7 @@ fn wait_for_writers(workflow: &Workflow, set: &SetId) {
 
 /// How often a waiting reader sweeps for ended prepared transactions
 /// itself, should no one else finish them.
-const PREPARED_SWEEP: Duration = Duration::from_millis(5);
+const PREPARED_SWEEP: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Validates the workflow and applies its writes (see the module doc).
 pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
@@ -206,7 +154,6 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     // 1. Lock the written sets, in one order: (object, lower bound).
     for set in written.keys() {
         if !try_lock(set) {
-            lost_writing(set);
             return Err(conflict(set, "is locked by a concurrent transaction"));
         }
     }

@@ -369,11 +369,6 @@ pub(crate) fn written_by_others(set: &SetId) -> bool {
     shared.writers[stripe].load(Ordering::SeqCst) > ours
 }
 
-/// Whether this transaction holds `set` (its stripe) for writing.
-pub(crate) fn held_here(set: &SetId) -> bool {
-    HELD.with(|h| h.borrow().contains_key(&stripe(set)))
-}
-
 /// Whether this transaction holds any entry set for writing on this node.
 pub(crate) fn holding_any() -> bool {
     HELD.with(|h| !h.borrow().is_empty())
