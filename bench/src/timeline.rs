@@ -194,6 +194,7 @@ impl Counts {
             latency_us: Default::default(),
             timeline: rates(per_step, step),
             timeline_step_s: step,
+            cpu_us: None,
         }
     }
 }

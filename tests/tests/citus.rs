@@ -499,6 +499,13 @@ fn two_calls_in_one_autocommit_statement_through_the_coordinator_commit_together
     assert_eq!(call(&mut c, y, "get", json!({"key": "k"})), json!("from x"), "y's put outlived x's failure");
     // And a call's own error comes back as it is.
     expect_sqlstate(invoke(&mut c, x, "fail", json!({"message": "no"})), "P0001");
+    // A READ ONLY transaction reads, and its writing call is refused with
+    // nothing written.
+    c.batch_execute("SET default_transaction_read_only = on").unwrap();
+    assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("alone"));
+    expect_sqlstate(invoke(&mut c, x, "put", json!({"key": "k", "value": "read only"})), "25006");
+    c.batch_execute("RESET default_transaction_read_only").unwrap();
+    assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("alone"));
 }
 
 #[test]

@@ -13,7 +13,8 @@
 //! disaggregated baseline runs wasmtime and blocking SQL in this process)
 //! get a thread each.
 
-use super::results::{Latency, Run};
+use super::results::{CpuPerOp, Latency, Run};
+use crate::cpu;
 use anyhow::Result;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -61,6 +62,10 @@ pub struct Timing {
     pub measure: Duration,
     /// Width of a timeline slice.
     pub step: Duration,
+    /// The client (this process) and the server's processes, whose CPU
+    /// time in the measured window each run reports per operation; empty
+    /// when the server is not on this machine.
+    pub watched: Vec<cpu::Watched>,
 }
 
 impl Timing {
@@ -302,7 +307,18 @@ where
     ready.wait();
     let started = Instant::now();
     start_cell.set(started).expect("set once");
-    watch(label, timing, started, || handles.iter().all(|h| h.is_finished()));
+    let mut warm = None;
+    watch(
+        label,
+        timing,
+        started,
+        || handles.iter().all(|h| h.is_finished()),
+        || warm = Some(cpu::sample(&timing.watched)),
+    );
+    let cpu = match warm {
+        Some(before) => Some((before?, cpu::sample(&timing.watched)?)),
+        None => None,
+    };
     stop.store(true, Ordering::Relaxed);
     let mut results = Vec::new();
     for h in handles {
@@ -311,7 +327,13 @@ where
             Err(e) => results.push(Err(e)),
         }
     }
-    Measured::merge(results.into_iter(), timing, clients, mode)
+    let mut measured = Measured::merge(results.into_iter(), timing, clients, mode)?;
+    if let (Some((before, after)), false) = (cpu, timing.watched.is_empty()) {
+        let per_op =
+            |i: usize| after[i].saturating_sub(before[i]).as_secs_f64() * 1e6 / measured.result.ops.max(1) as f64;
+        measured.cpu_us = Some(CpuPerOp { client: per_op(0), server: per_op(1) });
+    }
+    Ok(measured)
 }
 
 /// One task's load loop: the same as a client thread's (in `drive`),
@@ -346,8 +368,10 @@ async fn run_task<C: AsyncClient>(
     Ok(pace.result)
 }
 
-/// Shows the run's progress until its time is up (or `all_failed`).
-fn watch(label: &str, timing: &Timing, started: Instant, all_failed: impl Fn() -> bool) {
+/// Shows the run's progress until its time is up (or `all_failed`), and
+/// calls `warm` once, when the warm-up is over.
+fn watch(label: &str, timing: &Timing, started: Instant, all_failed: impl Fn() -> bool, warm: impl FnOnce()) {
+    let mut warm = Some(warm);
     let total = timing.warmup + timing.measure;
     let bar = ProgressBar::new(total.as_millis() as u64).with_message(label.to_string());
     bar.set_style(
@@ -356,7 +380,15 @@ fn watch(label: &str, timing: &Timing, started: Instant, all_failed: impl Fn() -
             .progress_chars("=> "),
     );
     while started.elapsed() < total {
-        std::thread::sleep(Duration::from_millis(100)); // the run's duration, not synchronisation
+        if started.elapsed() >= timing.warmup {
+            if let Some(warm) = warm.take() {
+                warm();
+            }
+        }
+        // Woken at the end of the warm-up too, to sample there.
+        let to_warm = timing.warmup.checked_sub(started.elapsed()).filter(|left| !left.is_zero());
+        let tick = to_warm.map_or(Duration::from_millis(100), |left| left.min(Duration::from_millis(100)));
+        std::thread::sleep(tick); // the run's duration, not synchronisation
         bar.set_position(started.elapsed().as_millis().min(total.as_millis()) as u64);
         if all_failed() {
             break; // every client failed
@@ -372,6 +404,7 @@ pub struct Measured {
     step: f64,
     clients: usize,
     mode: Mode,
+    cpu_us: Option<CpuPerOp>,
 }
 
 impl Measured {
@@ -398,6 +431,7 @@ impl Measured {
             step: timing.step.as_secs_f64(),
             clients,
             mode,
+            cpu_us: None,
         })
     }
 
@@ -421,6 +455,7 @@ impl Measured {
             latency_us: latency(h),
             timeline: self.result.timeline.iter().map(|&n| n as f64 / self.step).collect(),
             timeline_step_s: self.step,
+            cpu_us: self.cpu_us,
         }
     }
 }
@@ -500,7 +535,12 @@ mod tests {
     }
 
     fn timing() -> Timing {
-        Timing { warmup: Duration::ZERO, measure: Duration::from_millis(300), step: Duration::from_millis(100) }
+        Timing {
+            warmup: Duration::ZERO,
+            measure: Duration::from_millis(300),
+            step: Duration::from_millis(100),
+            watched: Vec::new(),
+        }
     }
 
     #[test]

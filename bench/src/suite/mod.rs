@@ -12,6 +12,7 @@ mod results;
 mod systems;
 mod workloads;
 
+use crate::cpu;
 use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
 pub use report::{write_timeline, Span};
@@ -70,6 +71,21 @@ pub fn redraw(from: &std::path::Path, out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// The server's process tree (its postmaster, the parent of this
+/// connection's backend), when it runs on this machine.
+fn server_on_this_machine(admin: &mut Client) -> Result<Option<cpu::Watched>> {
+    let backend: i32 = admin.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+    let parent = procfs::process::Process::new(backend).and_then(|p| p.stat()).map(|stat| stat.ppid);
+    // The same PID here may be another program's: check that it is a postgres.
+    let postgres = |pid: i32| {
+        procfs::process::Process::new(pid).and_then(|p| p.stat()).is_ok_and(|s| s.comm.starts_with("postgres"))
+    };
+    Ok(parent
+        .ok()
+        .filter(|&pid| postgres(pid) && postgres(backend))
+        .map(|pid| cpu::Watched { name: "server".into(), pid }))
+}
+
 pub fn run(options: Options) -> Result<()> {
     let mut admin = Client::connect(&options.url, NoTls).context("connect to --url")?;
     admin.batch_execute("CREATE EXTENSION IF NOT EXISTS lambdastore")?;
@@ -85,6 +101,7 @@ pub fn run(options: Options) -> Result<()> {
     } else {
         (Duration::from_secs(2), Duration::from_secs(10))
     };
+    let watched = server_on_this_machine(&mut admin)?.map_or_else(Vec::new, |server| cpu::with_client(&[server]));
     let mut suite = Suite {
         url: options.url.clone(),
         lambdas: options.lambdas.clone(),
@@ -97,6 +114,7 @@ pub fn run(options: Options) -> Result<()> {
             warmup: options.warmup.unwrap_or(warmup),
             measure: options.duration.unwrap_or(measure),
             step: Duration::from_millis(100),
+            watched,
         },
         systems: options.systems.clone(),
         results: Results {

@@ -210,6 +210,7 @@ fn section(md: &mut String, w: &Workload) -> fmt::Result {
         table_row(md, row.iter().map(String::as_str))?;
     }
     writeln!(md)?;
+    cpu_table(md, w, &others)?;
 
     // The column sums the systems: say which of them retried, and which run
     // lost operations for good.
@@ -240,6 +241,36 @@ fn section(md: &mut String, w: &Workload) -> fmt::Result {
         writeln!(md)?;
     }
     writeln!(md, "![{}]({}.svg)\n", w.name, plot_file(w.name))
+}
+
+/// CPU time per operation, where the runs measured it: client · server µs
+/// for each system, and the server's against the baseline's, whose CPU
+/// throughput on a machine shared by clients and server does not show.
+fn cpu_table(md: &mut String, w: &Workload, others: &[&str]) -> fmt::Result {
+    if !w.runs.iter().any(|r| r.cpu_us.is_some()) {
+        return Ok(());
+    }
+    writeln!(md, "CPU per operation in the measured window, µs (client · server):\n")?;
+    let mut head = vec!["variant".to_string()];
+    head.extend(w.systems.iter().map(|system| system.to_string()));
+    head.extend(others.iter().map(|other| format!("server: {BASELINE} ÷ {other}")));
+    table_row(md, head.iter().map(String::as_str))?;
+    table_row(md, std::iter::once(":---").chain(std::iter::repeat_n("---:", head.len() - 1)))?;
+    for variant in &w.variants {
+        let cpu = |system: &str| w.run(variant, system).and_then(|run| run.cpu_us);
+        let mut row = vec![escape_cell(variant)];
+        for system in &w.systems {
+            row.push(cpu(system).map_or(MISSING.to_string(), |c| format!("{:.0} · {:.0}", c.client, c.server)));
+        }
+        for other in others {
+            row.push(match (cpu(BASELINE), cpu(other)) {
+                (Some(a), Some(b)) => ratio(a.server, b.server),
+                _ => MISSING.to_string(),
+            });
+        }
+        table_row(md, row.iter().map(String::as_str))?;
+    }
+    writeln!(md)
 }
 
 fn table_row<'a>(md: &mut String, cells: impl IntoIterator<Item = &'a str>) -> fmt::Result {
@@ -850,6 +881,7 @@ fn timeline_plot(title: &str, runs: &[&Run], spans: &[Span]) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suite::results::CpuPerOp;
 
     fn run(workload: &str, variant: &str, x: Option<f64>, system: &str, throughput: f64) -> Run {
         Run {
@@ -867,6 +899,7 @@ mod tests {
             latency_us: Latency { p50: 1_500.0, p90: 2_000.0, p99: 12_345.0, max: 20_000.0, mean: 1_600.0 },
             timeline: vec![],
             timeline_step_s: 0.0,
+            cpu_us: None,
         }
     }
 
@@ -972,6 +1005,21 @@ mod tests {
         ] {
             assert!(md.contains(expected), "missing {expected:?} in\n{md}");
         }
+    }
+
+    #[test]
+    fn cpu_per_operation_gets_a_table_of_its_own_with_the_servers_ratio() {
+        let mut results = results();
+        assert!(!markdown(&results).contains("CPU per operation"), "a table with nothing measured");
+        for r in results.runs.iter_mut().filter(|r| r.workload == "rw-mix" && r.variant == "0% writes") {
+            let server = if r.system == "lambdastore" { 150.0 } else { 100.0 };
+            r.cpu_us = Some(CpuPerOp { client: 20.0, server });
+        }
+        let md = markdown(&results);
+        let section = md.split("### rw-mix\n").nth(1).unwrap().split("CPU per operation").nth(1).expect("a CPU table");
+        let line = section.lines().find(|l| l.starts_with("| 0% writes |")).expect("its row");
+        assert!(line.contains("| 20 · 150 |"), "{line}");
+        assert!(line.contains("| 1.5× |"), "{line}");
     }
 
     #[test]

@@ -65,6 +65,19 @@ pub struct Run {
     /// as a rate (ops/s); empty where not recorded.
     pub timeline: Vec<f64>,
     pub timeline_step_s: f64,
+    /// CPU time per completed operation in the measured window, where the
+    /// server runs on the bench's machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_us: Option<CpuPerOp>,
+}
+
+/// Microseconds of CPU per operation: this process (the clients, and the
+/// disaggregated system's wasmtime host) and the server's processes (its
+/// backends and workers, the PL/pgSQL and lambdas run there).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct CpuPerOp {
+    pub client: f64,
+    pub server: f64,
 }
 
 /// Microseconds.

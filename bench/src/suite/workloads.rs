@@ -424,6 +424,7 @@ impl Suite {
                     latency_us: driver::latency(h),
                     timeline: Vec::new(),
                     timeline_step_s: 0.0,
+                    cpu_us: None,
                 });
             }
             println!(

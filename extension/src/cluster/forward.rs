@@ -10,7 +10,7 @@ use crate::access::Caller;
 use crate::catalog;
 use crate::cluster::layout;
 use crate::cluster::remote;
-use crate::cluster::route::{self, owner_elsewhere};
+use crate::cluster::route::{self, here, owner_elsewhere, Routed};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::{calls, registry};
@@ -21,7 +21,7 @@ use std::rc::Rc;
 
 /// Sends one of the `_here` functions for `caller`, with the session's
 /// `lambdastore.timeout`.
-fn forward(sql: &'static str, object: i64, node: &str, texts: [&str; 3], caller: Caller) -> Result<String> {
+fn forward(sql: Routed, object: i64, node: &str, texts: [&str; 3], caller: Caller) -> Result<String> {
     route::send(sql, object, node, texts, caller, gucs::timeout(caller.is_superuser()))
 }
 
@@ -61,8 +61,7 @@ pub(crate) fn submit(
     key: Option<&str>,
 ) -> Result<i64> {
     let job = forward(
-        "SELECT lambdastore._submit_here($1, $2, $3, $4, $5, $6, $7)
-           FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed",
+        here!("lambdastore._submit_here($1, $2, $3, $4, $5, $6, $7)"),
         object,
         node,
         [method, args, key.unwrap_or_default()],
@@ -107,22 +106,15 @@ pub(crate) fn record_job_key(app: &str, key: &str, job: i64) -> Result<()> {
 /// `lambdastore.delete_object` of an object stored on `node`: whether it
 /// existed.
 pub(crate) fn delete(caller: Caller, object: i64, node: &str) -> Result<bool> {
-    let existed = forward(
-        "SELECT lambdastore._delete_here($1, $2, $3, $4, $5, $6, $7)
-           FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed",
-        object,
-        node,
-        ["", "", ""],
-        caller,
-    )?;
+    let existed =
+        forward(here!("lambdastore._delete_here($1, $2, $3, $4, $5, $6, $7)"), object, node, ["", "", ""], caller)?;
     Ok(existed == "true")
 }
 
 /// `lambdastore.split` on an object stored on `node` (the key as hex).
 pub(crate) fn split(caller: Caller, object: i64, node: &str, field: &str, key: &[u8]) -> Result<bool> {
     let split = forward(
-        "SELECT lambdastore._split_here($1, $2, $3, $4, $5, $6, $7)
-           FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed",
+        here!("lambdastore._split_here($1, $2, $3, $4, $5, $6, $7)"),
         object,
         node,
         [field, &hex::encode(key), ""],

@@ -25,17 +25,15 @@
 //! every node it reached.
 
 use crate::access::Caller;
-use crate::cluster::route;
+use crate::cluster::route::{self, here, Routed};
 use crate::error::{LambdaError, Result};
 use crate::pg::xact::Subtransaction;
 use crate::txn::Workflow;
 use lambdastore_core::model::{CallFailure, Create, Draw, Forwarded, MethodCall, ModuleKey, Nested, Reply, Spawned};
 use std::rc::Rc;
 
-const CALL_HERE: &str = "SELECT lambdastore._call_here($1, $2, $3, $4, $5, $6, $7)
-                           FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
-const SPAWN_HERE: &str = "SELECT lambdastore._spawn_here($1, $2, $3, $4, $5, $6, $7)
-                            FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
+const CALL_HERE: Routed = here!("lambdastore._call_here($1, $2, $3, $4, $5, $6, $7)");
+const SPAWN_HERE: Routed = here!("lambdastore._spawn_here($1, $2, $3, $4, $5, $6, $7)");
 
 /// How the host runs a call that a run on another node needs, with the
 /// code version that run has: in the workflow if its object is stored
@@ -134,7 +132,9 @@ fn send(workflow: &Workflow, node: &str, call: &MethodCall, forwarded: &Forwarde
     let texts = [call.method.as_str(), call.args.as_str(), context.as_str()];
     let first_from_sql = forwarded.nested.is_none() && forwarded.tape.is_empty();
     let timeout = if first_from_sql { workflow.timeout } else { workflow.time_left() };
-    let reply = route::send(CALL_HERE, call.object, node, texts, workflow.caller, timeout)?;
+    // A created object has no row before its create runs.
+    let sql = if forwarded.create.is_some() { CALL_HERE.any_row() } else { CALL_HERE };
+    let reply = route::send(sql, call.object, node, texts, workflow.caller, timeout)?;
     serde_json::from_str(&reply).map_err(|e| LambdaError::Internal(format!("a forwarded call answered {reply:?}: {e}")))
 }
 

@@ -3,12 +3,11 @@
 //!
 //! A call for an object stored on another node (from SQL: forward.rs; from
 //! a lambda: remote.rs) is one statement routed by the object id to
-//! the shard's node: `SELECT lambdastore._call_here(...) FROM (SELECT
-//! count(*) FROM lambdastore.objects WHERE object_id = $1) routed`. Citus
-//! sends a query whose tables all fall in one shard to that shard's node as
-//! it is, so the function runs there, in the backend that holds this
-//! distributed transaction's part on that node (the aggregate makes one row
-//! whether or not the object exists). There it is an ordinary local
+//! the shard's node: `SELECT lambdastore._call_here(...) FROM
+//! lambdastore.objects WHERE object_id = $1` (`Routed`). Citus sends a
+//! query whose tables all fall in one shard to that shard's node as it is,
+//! so the function runs there, in the backend that holds this distributed
+//! transaction's part on that node. There it is an ordinary local
 //! workflow: its entry sets are locked and validated in that node's shared
 //! memory, its writes go to that node's shards.
 //!
@@ -58,6 +57,42 @@ use pgrx::pg_sys::{self, BuiltinOid::*};
 use pgrx::PgTryBuilder;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
+
+/// A statement that runs a `_here` function on the node holding the shard
+/// of the object `$1`, in two forms. `by_row` reads the object's row:
+/// Citus takes a query of one table filtered by its distribution column on
+/// its fast path, planned once and routed at each execution, where a query
+/// over a subquery is planned again at every call. Without the row (no
+/// such object, one being created) it returns nothing, and `any_row` runs
+/// instead: its aggregate makes one row whether or not the object exists,
+/// so that the node answers as for any call. (`here!` writes both.)
+#[derive(Clone, Copy)]
+pub(crate) struct Routed {
+    pub(crate) by_row: &'static str,
+    pub(crate) any_row: &'static str,
+}
+
+impl Routed {
+    /// Only the `any_row` form: for an object that has no row yet.
+    pub(crate) const fn any_row(self) -> Routed {
+        Routed { by_row: self.any_row, any_row: self.any_row }
+    }
+}
+
+/// The `Routed` statement selecting `$call` (a `_here` function).
+macro_rules! here {
+    ($call:literal) => {
+        $crate::cluster::route::Routed {
+            by_row: concat!("SELECT ", $call, " FROM lambdastore.objects WHERE object_id = $1"),
+            any_row: concat!(
+                "SELECT ",
+                $call,
+                " FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed"
+            ),
+        }
+    };
+}
+pub(crate) use here;
 
 /// Where the current transaction's lambdastore calls ran.
 #[derive(Default)]
@@ -196,9 +231,7 @@ pub(crate) fn validate_reached() -> Result<()> {
     // At pre-commit no statement is running: SPI needs a snapshot.
     pg::xact::with_snapshot(|| {
         for (object, _) in objects {
-            let sql = "SELECT lambdastore._validate_here()
-                         FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed";
-            routed(sql, object, Vec::new())?;
+            routed(here!("lambdastore._validate_here()"), object, Vec::new())?;
         }
         Ok(())
     })
@@ -336,12 +369,22 @@ fn citus_function(f: Citus) -> Result<()> {
 /// the SPI call, which pgrx turns into a panic carrying a Rust backtrace:
 /// caught, and raised again as that node's error, which ends the
 /// transaction.
-fn routed(sql: &'static str, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>) -> Result<String> {
+fn routed(sql: Routed, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>) -> Result<String> {
     const TYPES: [pg_sys::PgBuiltInOids; 7] = [INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID];
     let mut all = vec![object.into()];
     all.extend(args);
-    let run = || catalog::query_cluster(sql, &TYPES[..all.len()], &all, |rows| rows.first().get_one::<String>());
-    Ok(as_storage(|_| caught(run))?.unwrap_or_default())
+    let types = &TYPES[..all.len()];
+    let run = |sql| {
+        let one = |rows: pgrx::spi::SpiTupleTable<'_>| match rows.is_empty() {
+            true => Ok(None),
+            false => rows.first().get_one::<String>().map(|value| Some(value.unwrap_or_default())),
+        };
+        as_storage(|_| caught(|| catalog::query_cluster(sql, types, &all, one)))
+    };
+    match run(sql.by_row)? {
+        Some(answer) => Ok(answer),
+        None => Ok(run(sql.any_row)?.unwrap_or_default()),
+    }
 }
 
 /// Runs `run` with an ERROR raised inside it (for a statement Citus sent
@@ -426,7 +469,7 @@ pub(crate) fn send_to_shards(
 /// and returns its result. The caller's three texts are its first
 /// arguments after the object.
 pub(crate) fn send(
-    sql: &'static str,
+    sql: Routed,
     object: i64,
     node: &str,
     texts: [&str; 3],
@@ -442,7 +485,7 @@ pub(crate) fn send(
 /// `send`, outside any distributed transaction (`may_send_alone` said
 /// so): the node runs the statement as a transaction of its own.
 pub(crate) fn send_alone(
-    sql: &'static str,
+    sql: Routed,
     object: i64,
     texts: [&str; 3],
     caller: Caller,
@@ -454,7 +497,7 @@ pub(crate) fn send_alone(
 /// Runs `sql` routed by `object` with the caller's texts, role, time left
 /// and settings; whether the node wrote, and its answer.
 fn send_routed(
-    sql: &'static str,
+    sql: Routed,
     object: i64,
     texts: [&str; 3],
     caller: Caller,
