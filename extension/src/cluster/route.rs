@@ -375,9 +375,11 @@ fn routed(sql: Routed, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>) ->
     all.extend(args);
     let types = &TYPES[..all.len()];
     let run = |sql| {
-        let one = |rows: pgrx::spi::SpiTupleTable<'_>| match rows.is_empty() {
-            true => Ok(None),
-            false => rows.first().get_one::<String>().map(|value| Some(value.unwrap_or_default())),
+        let one = |rows: pgrx::spi::SpiTupleTable<'_>| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            rows.first().get_one::<String>().map(|value| Some(value.unwrap_or_default()))
         };
         as_storage(|_| caught(|| catalog::query_cluster(sql, types, &all, one)))
     };
