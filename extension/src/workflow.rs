@@ -164,13 +164,7 @@ pub(crate) fn validated<T>(workflow: &Workflow, outcome: Result<T>) -> Result<T>
 /// when this node cannot send them (a call another node sent runs here).
 pub(crate) fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     occ::commit(workflow)?;
-    // Inside BEGIN … COMMIT the answer reaches the client now, not after a
-    // COMMIT that validates every node: what calls read on other nodes
-    // must hold now too, as on one node (issue 41; in autocommit the
-    // COMMIT right after does it, and an error there replaces the answer).
-    if pg::xact::in_block() {
-        occ::reads_elsewhere_hold()?;
-    }
+    before_answer()?;
     let writes = workflow.writes();
     if writes.spawned().is_empty() {
         return Ok(Vec::new());
@@ -178,6 +172,19 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<Vec<Spawned>> {
     let (here, elsewhere) = remote::by_node(writes.spawned())?;
     crate::jobs::queue::insert_spawned(&here, workflow.caller.0, workflow.parent_job)?;
     remote::queue_or_return(workflow, elsewhere)
+}
+
+/// Before a call's answer leaves: inside BEGIN … COMMIT it reaches the
+/// client now, not after a COMMIT that validates every node, so what calls
+/// read on other nodes must hold now too, as on one node (issue 41; in
+/// autocommit the COMMIT right after does it, and an error there replaces
+/// the answer). Also for a call that ran only on other nodes, with nothing
+/// to commit here (cluster/forward.rs).
+pub(crate) fn before_answer() -> Result<()> {
+    if pg::xact::in_block() {
+        occ::reads_elsewhere_hold()?;
+    }
+    Ok(())
 }
 
 /// What `lambdastore.submit` checks before queueing a job, so that a typo

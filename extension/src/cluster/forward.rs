@@ -47,12 +47,10 @@ fn drive_from_sql(
     if !workflow.touched().is_empty() {
         commit(&workflow)?;
         route::ran_here()?;
-    } else if crate::pg::xact::in_block() {
-        // What `commit` does before an answer leaves inside BEGIN … COMMIT
-        // (workflow.rs): the reads on the nodes the calls ran on must all
-        // hold now. Skipped when nothing ran here, an answer computed from
-        // reads on two nodes at two moments left unchecked (issue 41).
-        crate::txn::occ::reads_elsewhere_hold()?;
+    } else {
+        // Nothing to commit here; the nodes the calls ran on still validate
+        // (skipped, an answer from reads at two moments went unchecked).
+        workflow::before_answer()?;
     }
     Ok(result)
 }
