@@ -121,7 +121,7 @@ if [ -n "$suites" ]; then
   # call crosses nodes here (tests/tests/serializable.rs, `scaled`).
   LAMBDASTORE_TEST_SCALE=${LAMBDASTORE_TEST_SCALE:-0.5} LAMBDASTORE_TEST_URL="$url" \
     cargo test "${packages[@]}" --test apps --test deploy --test errors \
-    --test limits --test jobs --test serializable --no-fail-fast -- \
+    --test limits --test jobs --test time --test serializable --no-fail-fast -- \
     --skip pg_cancel_backend_stops_ --skip a_transaction_holds_its_write_locks_ --skip adaptive_splitting_ \
     --skip a_workflow_whose_guards_a_split_made_stale_fails --skip a_reader_waits_for_a_committing_writer_ \
     "$@"

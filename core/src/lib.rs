@@ -1,11 +1,12 @@
 //! What LambdaStore's parts share and that needs no PostgreSQL: the
 //! vocabulary (model), a workflow's pure state (the write buffer, entry-set
 //! arithmetic, the tape of a replayed run), the rebalancer's planner,
-//! Citus' hash and shard ranges, and (feature `wasmtime`) the generated
+//! Citus' hash and shard ranges, cron schedules' times, and (feature `wasmtime`) the generated
 //! host side of the WIT world. The extension, the gateway and the bench
 //! use it; its unit tests run under plain `cargo test`.
 
 pub mod model;
+pub mod schedule;
 
 /// A workflow's state that is plain data.
 pub mod txn {

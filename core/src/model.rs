@@ -32,13 +32,22 @@ pub type Guards = Rc<Vec<Position>>;
 
 /// A call spawned by a workflow: inserted as a job when the workflow
 /// commits (an outbox), so it exists only if the workflow commits.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Spawned {
     pub object: i64,
     pub app: String,
     pub method: String,
     /// JSON text.
     pub args: String,
+    /// When the job is due, in microseconds since the Unix epoch; None:
+    /// at once.
+    #[serde(default)]
+    pub due_micros: Option<i64>,
+    /// The timer of `object` this job is: it replaces the job of a timer
+    /// of that name still pending. With an empty `method`, the timer is
+    /// cleared and no job queued.
+    #[serde(default)]
+    pub timer: Option<String>,
 }
 
 /// What identifies a loaded module version in a backend's cache. The id

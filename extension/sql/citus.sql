@@ -21,7 +21,7 @@ SELECT pg_catalog.pg_extension_config_dump('lambdastore.migrations', '');  -- ke
 
 -- Distributes the catalog, on the coordinator of a Citus cluster whose
 -- workers have been added: the per-object tables (objects, entries,
--- entry_sets, jobs) hash-distributed by object id and colocated, so that an
+-- entry_sets, jobs, schedules) hash-distributed by object id and colocated, so that an
 -- object's rows are on one node; the application tables as reference
 -- tables, with a copy on every node. Idempotent.
 CREATE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RETURNS text
@@ -29,8 +29,9 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     fk record;
     reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations'];
-    colocated text[] := ARRAY['entries', 'entry_sets', 'jobs'];
+    colocated text[] := ARRAY['entries', 'entry_sets', 'jobs', 'schedules'];
     t text;
+    added int := 0;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
         RAISE EXCEPTION 'lambdastore.distribute() needs the citus extension in this database'
@@ -41,7 +42,18 @@ BEGIN
         RAISE EXCEPTION 'lambdastore.distribute() runs on the coordinator' USING ERRCODE = '55000';
     END IF;
     IF EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
-        RETURN 'already distributed';
+        -- Tables a later version added: ALTER EXTENSION ... UPDATE made them
+        -- on every node, not distributed.
+        FOREACH t IN ARRAY colocated LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                            WHERE logicalrelid = format('lambdastore.%I', t)::regclass) THEN
+                PERFORM create_distributed_table(format('lambdastore.%I', t), 'object_id',
+                                                 colocate_with => 'lambdastore.objects');
+                added := added + 1;
+            END IF;
+        END LOOP;
+        RETURN CASE WHEN added = 0 THEN 'already distributed'
+                    ELSE format('already distributed; %s new tables distributed', added) END;
     END IF;
     IF shard_count < 1 THEN
         RAISE EXCEPTION 'shard_count must be positive, not %', shard_count USING ERRCODE = '22023';
@@ -123,7 +135,7 @@ REVOKE ALL ON FUNCTION lambdastore._advance_sequences() FROM PUBLIC;
 -- superusers (the forwarding node connects as one) may call them.
 REVOKE ALL ON FUNCTION lambdastore._call_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._spawn_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._delete_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._validate_here() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._split_here(bigint, text, text, text, text, bigint, text) FROM PUBLIC;

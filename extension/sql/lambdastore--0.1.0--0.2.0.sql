@@ -310,8 +310,9 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     fk record;
     reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations'];
-    colocated text[] := ARRAY['entries', 'entry_sets', 'jobs'];
+    colocated text[] := ARRAY['entries', 'entry_sets', 'jobs', 'schedules'];
     t text;
+    added int := 0;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
         RAISE EXCEPTION 'lambdastore.distribute() needs the citus extension in this database'
@@ -322,7 +323,18 @@ BEGIN
         RAISE EXCEPTION 'lambdastore.distribute() runs on the coordinator' USING ERRCODE = '55000';
     END IF;
     IF EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
-        RETURN 'already distributed';
+        -- Tables a later version added: ALTER EXTENSION ... UPDATE made them
+        -- on every node, not distributed.
+        FOREACH t IN ARRAY colocated LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                            WHERE logicalrelid = format('lambdastore.%I', t)::regclass) THEN
+                PERFORM create_distributed_table(format('lambdastore.%I', t), 'object_id',
+                                                 colocate_with => 'lambdastore.objects');
+                added := added + 1;
+            END IF;
+        END LOOP;
+        RETURN CASE WHEN added = 0 THEN 'already distributed'
+                    ELSE format('already distributed; %s new tables distributed', added) END;
     END IF;
     IF shard_count < 1 THEN
         RAISE EXCEPTION 'shard_count must be positive, not %', shard_count USING ERRCODE = '22023';
@@ -488,3 +500,124 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Delayed and cancelled jobs, and the workers' retention of finished ones
+-- (schema.sql, views.sql). On a Citus cluster the coordinator's ALTER
+-- reaches the shards and the workers' tables, and the workers then run
+-- this script too: IF EXISTS, IF NOT EXISTS.
+ALTER TABLE lambdastore.jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
+ALTER TABLE lambdastore.jobs
+    ADD CONSTRAINT jobs_state_check CHECK (state IN ('queued', 'done', 'failed', 'cancelled'));
+CREATE INDEX IF NOT EXISTS jobs_finished ON lambdastore.jobs (finished_at) WHERE state <> 'queued';
+-- Timers and schedules' ticks: jobs of their object, by name. (On a
+-- Citus cluster, lambdastore.distribute() distributes the new table.)
+ALTER TABLE lambdastore.jobs ADD COLUMN IF NOT EXISTS timer text;
+ALTER TABLE lambdastore.jobs ADD COLUMN IF NOT EXISTS schedule text;
+CREATE TABLE IF NOT EXISTS lambdastore.schedules (
+    object_id   bigint NOT NULL,
+    name        text NOT NULL,
+    app         text NOT NULL,
+    method      text NOT NULL,
+    args        jsonb NOT NULL DEFAULT '{}',
+    cron        text NOT NULL,
+    time_zone   text NOT NULL,
+    missed      text NOT NULL CHECK (missed IN ('run_once', 'skip')),
+    created_by  oid NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (object_id, name)
+);
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.schedules', '');
+REVOKE ALL ON lambdastore.schedules FROM PUBLIC;
+CREATE INDEX IF NOT EXISTS jobs_timers ON lambdastore.jobs (object_id, timer)
+    WHERE timer IS NOT NULL AND state = 'queued';
+CREATE OR REPLACE VIEW lambdastore.app_jobs WITH (security_barrier) AS
+SELECT j.object_id, j.job_id, j.app, j.method, j.args, j.state, j.attempts, j.result, j.error, j.sqlstate,
+       j.idempotency_key, j.submitted_by, j.parent_job_id, j.submitted_at, j.run_after, j.finished_at, j.timer,
+       j.schedule
+  FROM lambdastore.jobs j
+ WHERE lambdastore.has_app_privilege(j.app, 'invoke') OR lambdastore.has_app_privilege(j.app, 'read');
+CREATE OR REPLACE VIEW lambdastore.timers AS
+SELECT j.object_id, j.timer AS name, j.run_after AS due, j.method AS function, j.args, j.job_id
+  FROM lambdastore.app_jobs j
+ WHERE j.timer IS NOT NULL AND j.state = 'queued';
+CREATE OR REPLACE VIEW lambdastore.app_schedules WITH (security_barrier) AS
+SELECT s.object_id, s.name, s.app, s.method AS function, s.args, s.cron, s.time_zone, s.missed,
+       s.created_by::regrole AS created_by, s.created_at, min(j.run_after) AS next_tick
+  FROM lambdastore.schedules s
+  LEFT JOIN lambdastore.jobs j ON j.object_id = s.object_id AND j.schedule = s.name AND j.state = 'queued'
+ WHERE lambdastore.has_app_privilege(s.app, 'invoke') OR lambdastore.has_app_privilege(s.app, 'read')
+ GROUP BY s.object_id, s.name, s.app, s.method, s.args, s.cron, s.time_zone, s.missed, s.created_by, s.created_at;
+GRANT SELECT ON lambdastore.timers, lambdastore.app_schedules TO PUBLIC;
+DROP FUNCTION lambdastore."submit"(bigint, text, jsonb, text);
+CREATE FUNCTION lambdastore."submit"(
+	"object_id" bigint, /* Option < i64 > */
+	"method" TEXT, /* Option < & str > */
+	"args" jsonb DEFAULT '{}', /* Option < JsonText > */
+	"idempotency_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"run_at" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"delay" interval DEFAULT NULL /* Option < Interval > */
+) RETURNS bigint /* i64 */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'submit_wrapper';
+CREATE FUNCTION lambdastore."schedule"(
+	"name" TEXT, /* Option < & str > */
+	"cron" TEXT, /* Option < & str > */
+	"object_id" bigint, /* Option < i64 > */
+	"method" TEXT, /* Option < & str > */
+	"args" jsonb DEFAULT '{}', /* Option < JsonText > */
+	"time_zone" TEXT DEFAULT 'UTC', /* Option < & str > */
+	"missed" TEXT DEFAULT 'run_once' /* Option < & str > */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'schedule_wrapper';
+CREATE FUNCTION lambdastore."unschedule"(
+	"object_id" bigint, /* Option < i64 > */
+	"name" TEXT /* Option < & str > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'unschedule_wrapper';
+CREATE FUNCTION lambdastore."cancel"(
+	"job_id" bigint /* Option < i64 > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cancel_wrapper';
+DROP FUNCTION lambdastore."_submit_here"(bigint, text, text, text, text, bigint, text);
+CREATE FUNCTION lambdastore."_submit_here"(
+	"object_id" bigint, /* i64 */
+	"method" TEXT, /* &str */
+	"args" TEXT, /* &str */
+	"idempotency_key" TEXT, /* &str */
+	"role" TEXT, /* &str */
+	"timeout_ms" bigint, /* i64 */
+	"settings" TEXT, /* &str */
+	"due" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"schedule" TEXT /* Option < & str > */
+) RETURNS TEXT /* String */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_submit_here_wrapper';
+REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, text, timestamptz, text) FROM PUBLIC;
+-- Per application and function: jobs due and waiting (not running),
+-- running now, done and failed, how long the oldest waiting job has been
+-- due, jobs not due yet (delayed, or backing off after a conflict), and
+-- cancelled. 'running' comes from the runners' shared memory (of every
+-- node): a claimed job is only row-locked, its 'done' commits with its
+-- effects.
+CREATE OR REPLACE VIEW lambdastore.queue AS
+WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id)
+SELECT j.app,
+       j.method AS function,
+       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now()) AS depth,
+       count(r.job_id) AS running,
+       count(*) FILTER (WHERE j.state = 'done') AS done,
+       count(*) FILTER (WHERE j.state = 'failed') AS failed,
+       now() - min(j.run_after) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now())
+           AS oldest_waiting,
+       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after > now()) AS not_due,
+       count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
+  FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
+ GROUP BY j.app, j.method;

@@ -100,7 +100,8 @@ CREATE TABLE lambdastore.jobs (
     app              text NOT NULL,
     method           text NOT NULL,
     args             jsonb NOT NULL DEFAULT '{}',
-    state            text NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'done', 'failed')),
+    state            text NOT NULL DEFAULT 'queued'
+                     CONSTRAINT jobs_state_check CHECK (state IN ('queued', 'done', 'failed', 'cancelled')),
     attempts         int NOT NULL DEFAULT 0,   -- runs started, including retried conflicts
     result           jsonb,
     error            text,                     -- the last error, also kept while retrying
@@ -109,8 +110,10 @@ CREATE TABLE lambdastore.jobs (
     submitted_by     oid NOT NULL,             -- the role the job runs as
     parent_job_id    bigint,                   -- set when a job's lambda spawned it
     submitted_at     timestamptz NOT NULL DEFAULT now(),
-    run_after        timestamptz NOT NULL DEFAULT now(),  -- later while backing off
+    run_after        timestamptz NOT NULL DEFAULT now(),  -- later when delayed, or while backing off
     finished_at      timestamptz,
+    timer            text,                     -- the object's timer it is (a lambda's set_timer)
+    schedule         text,                     -- the object's schedule it is a tick of
     PRIMARY KEY (object_id, job_id)
 );
 CREATE INDEX jobs_by_id ON lambdastore.jobs (job_id);
@@ -124,8 +127,33 @@ ALTER TABLE lambdastore.jobs SET (autovacuum_vacuum_scale_factor = 0, autovacuum
 -- application's flood of jobs must not starve another's.
 CREATE INDEX jobs_queued_by_app ON lambdastore.jobs (app, run_after, job_id) WHERE state = 'queued';
 -- "The same idempotency key on the same application returns the same job."
+-- An object's pending timers (set_timer replaces the one of its name).
+CREATE INDEX jobs_timers ON lambdastore.jobs (object_id, timer) WHERE timer IS NOT NULL AND state = 'queued';
+-- Finished jobs by age, for the workers' retention (lambdastore.job_retention).
+CREATE INDEX jobs_finished ON lambdastore.jobs (finished_at) WHERE state <> 'queued';
 CREATE UNIQUE INDEX jobs_idempotency ON lambdastore.jobs (app, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+
+-- Cron schedules (lambdastore.schedule): a method of an object run at the
+-- times a cron pattern names, as the role that made the schedule. Each
+-- tick is a job of the object (jobs.schedule), and the transaction that
+-- records a tick's outcome queues the next tick, so that every tick runs
+-- once, across crashes and restarts. Named per object, as timers are; on a
+-- Citus cluster colocated with the object, so that it moves with it.
+CREATE TABLE lambdastore.schedules (
+    object_id   bigint NOT NULL,
+    name        text NOT NULL,
+    app         text NOT NULL,
+    method      text NOT NULL,
+    args        jsonb NOT NULL DEFAULT '{}',
+    cron        text NOT NULL,
+    time_zone   text NOT NULL,
+    -- What a tick found late (its next tick due too) does: runs once, or not.
+    missed      text NOT NULL CHECK (missed IN ('run_once', 'skip')),
+    created_by  oid NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (object_id, name)
+);
 
 -- On a Citus cluster, the idempotency keys of jobs: the jobs are spread
 -- over the nodes by object, so a unique index on them cannot span the
@@ -162,6 +190,7 @@ SELECT pg_catalog.pg_extension_config_dump('lambdastore.entry_sets', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.schedules', '');
 
 -- Ordinary roles get no privilege on any of these: every change and every
 -- read of application data goes through the extension's functions, which

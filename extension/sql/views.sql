@@ -63,9 +63,27 @@ SELECT s.object_id, s.lower_field, s.lower_key
 -- Jobs of the applications a role may invoke or read.
 CREATE VIEW lambdastore.app_jobs WITH (security_barrier) AS
 SELECT j.object_id, j.job_id, j.app, j.method, j.args, j.state, j.attempts, j.result, j.error, j.sqlstate,
-       j.idempotency_key, j.submitted_by, j.parent_job_id, j.submitted_at, j.run_after, j.finished_at
+       j.idempotency_key, j.submitted_by, j.parent_job_id, j.submitted_at, j.run_after, j.finished_at, j.timer,
+       j.schedule
   FROM lambdastore.jobs j
  WHERE lambdastore.has_app_privilege(j.app, 'invoke') OR lambdastore.has_app_privilege(j.app, 'read');
+
+-- The schedules (lambdastore.schedule) of the applications a role may
+-- invoke or read, each with the time of its next tick (its queued job).
+CREATE VIEW lambdastore.app_schedules WITH (security_barrier) AS
+SELECT s.object_id, s.name, s.app, s.method AS function, s.args, s.cron, s.time_zone, s.missed,
+       s.created_by::regrole AS created_by, s.created_at, min(j.run_after) AS next_tick
+  FROM lambdastore.schedules s
+  LEFT JOIN lambdastore.jobs j ON j.object_id = s.object_id AND j.schedule = s.name AND j.state = 'queued'
+ WHERE lambdastore.has_app_privilege(s.app, 'invoke') OR lambdastore.has_app_privilege(s.app, 'read')
+ GROUP BY s.object_id, s.name, s.app, s.method, s.args, s.cron, s.time_zone, s.missed, s.created_by, s.created_at;
+
+-- The objects' pending timers (set by their lambdas: set_timer), of the
+-- applications a role may invoke or read: each is the job that runs it.
+CREATE VIEW lambdastore.timers AS
+SELECT j.object_id, j.timer AS name, j.run_after AS due, j.method AS function, j.args, j.job_id
+  FROM lambdastore.app_jobs j
+ WHERE j.timer IS NOT NULL AND j.state = 'queued';
 
 -- An object's entry sets in key order: where its guards are, and each set's
 -- version and recent conflicts (shared memory: they restart from 0 with the
@@ -128,19 +146,24 @@ BEGIN
 END
 $$;
 
--- Per application and function: jobs queued (waiting, not running), running
--- now, done and failed, and how long the oldest waiting job has waited.
--- 'running' comes from the runners' shared memory (of every node): a
--- claimed job is only row-locked, its 'done' commits with its effects.
+-- Per application and function: jobs due and waiting (not running),
+-- running now, done and failed, how long the oldest waiting job has been
+-- due, jobs not due yet (delayed, or backing off after a conflict), and
+-- cancelled. 'running' comes from the runners' shared memory (of every
+-- node): a claimed job is only row-locked, its 'done' commits with its
+-- effects.
 CREATE VIEW lambdastore.queue AS
 WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id)
 SELECT j.app,
        j.method AS function,
-       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL) AS depth,
+       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now()) AS depth,
        count(r.job_id) AS running,
        count(*) FILTER (WHERE j.state = 'done') AS done,
        count(*) FILTER (WHERE j.state = 'failed') AS failed,
-       now() - min(j.submitted_at) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL) AS oldest_waiting
+       now() - min(j.run_after) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now())
+           AS oldest_waiting,
+       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after > now()) AS not_due,
+       count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
   FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
  GROUP BY j.app, j.method;
 
@@ -151,7 +174,8 @@ SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by::regrole AS c
  WHERE lambdastore.has_app_privilege(k.app, 'owner');
 
 GRANT SELECT ON lambdastore.stats, lambdastore.app_objects, lambdastore.app_entries, lambdastore.app_entry_sets,
-    lambdastore.app_jobs, lambdastore.queue, lambdastore.app_api_keys TO PUBLIC;
+    lambdastore.app_jobs, lambdastore.app_schedules, lambdastore.timers, lambdastore.queue, lambdastore.app_api_keys
+    TO PUBLIC;
 
 -- The prepared transactions that hold entry sets on this node, for an
 -- operator to end (README "Prepared transactions"): until one is committed

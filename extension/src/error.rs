@@ -77,6 +77,8 @@ pub(crate) enum LambdaError {
     InvalidModule(String),
     #[error("job {0} does not exist")]
     UnknownJob(i64),
+    #[error("object {object} has a schedule named \"{name}\" already (lambdastore.unschedule removes it)")]
+    DuplicateSchedule { object: i64, name: String },
     #[error("API key {0} does not exist")]
     UnknownApiKey(i64),
     #[error("role with OID {0} does not exist")]
@@ -176,6 +178,7 @@ impl LambdaError {
             | UnknownRole(_) => ERRCODE_UNDEFINED_OBJECT,
             InvalidApiKey => ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION,
             IdempotencyKeyReused { .. } => ERRCODE_UNIQUE_VIOLATION,
+            DuplicateSchedule { .. } => ERRCODE_DUPLICATE_OBJECT,
             IdempotencyKeyLength { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             JobNotCommitted(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             UnknownFunction { .. } => ERRCODE_UNDEFINED_FUNCTION,

@@ -127,6 +127,12 @@ static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::ne
 /// (or a node that stays down) from retrying forever.
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(20);
 
+/// `lambdastore.job_retention` (seconds, default 7 days; -1 keeps them;
+/// reloadable): how long a finished job (done, failed or cancelled) stays
+/// in `lambdastore.jobs` before the workers delete it, with its
+/// idempotency key: a retry with that key after that queues a new job.
+static JOB_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 24 * 3600);
+
 /// `lambdastore.rebalance_interval` (ms, default 0: off; reloadable): how
 /// often the coordinator's rebalancer runs `lambdastore.rebalance()` by
 /// itself. Off by default: every move pauses the cluster's calls briefly
@@ -171,6 +177,16 @@ pub(crate) fn define() {
         1000,
         GucContext::Sighup,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"lambdastore.job_retention",
+        c"How long finished jobs are kept before the workers delete them (-1: kept).",
+        c"Their idempotency keys go with them.",
+        &JOB_RETENTION_S,
+        -1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
     );
     GucRegistry::define_enum_guc(
         c"lambdastore.concurrency_control",
@@ -432,9 +448,14 @@ pub(crate) fn job_max_attempts() -> i32 {
     JOB_MAX_ATTEMPTS.get()
 }
 
+/// How long finished jobs are kept; None: for ever.
+pub(crate) fn job_retention() -> Option<std::time::Duration> {
+    u64::try_from(JOB_RETENTION_S.get()).ok().map(std::time::Duration::from_secs)
+}
+
 /// The settings a call runs with, which travel with it to the node that
 /// runs it on a Citus cluster (cluster/forward.rs): all but the node's own
-/// (workers, database, job_max_attempts) and `timeout`, which travels as
+/// (workers, database, job_max_attempts, job_retention) and `timeout`, which travels as
 /// the caller's capped value; and whether the transaction is READ ONLY
 /// (Citus does not say so to the nodes it reaches).
 const TRAVELLING: [&CStr; 14] = [

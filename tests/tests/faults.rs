@@ -45,6 +45,73 @@ fn runner_pids(c: &mut Client) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// A schedule's ticks that ended `done`, with their due times (µs), or
+/// None while the server cannot answer.
+fn done_ticks(c: &mut Client, object: i64) -> Option<Vec<i64>> {
+    let rows = c
+        .query(
+            "SELECT (extract(epoch FROM run_after) * 1000000)::bigint FROM lambdastore.jobs
+              WHERE object_id = $1 AND schedule IS NOT NULL AND state = 'done' ORDER BY run_after",
+            &[&object],
+        )
+        .ok()?;
+    Some(rows.iter().map(|row| row.get(0)).collect())
+}
+
+#[test]
+#[ignore = "kills the server: run by scripts/faults.sh"]
+fn a_schedule_runs_each_tick_once_across_worker_kills_and_a_restart() {
+    const TICKS: usize = 20;
+    let (mut c, app) = deployed("faults_schedule", "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    c.query_one("SELECT lambdastore.schedule('beat', '* * * * * *', $1, 'tally', '{\"tag\": 0}')", &[&id]).unwrap();
+    // Three SIGKILLs of a worker, then an immediate restart, by progress.
+    let mut faults = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let ticks = loop {
+        let Some(ticks) = done_ticks(&mut c, id) else {
+            c = reconnect();
+            continue;
+        };
+        if ticks.len() >= TICKS {
+            break ticks;
+        }
+        assert!(Instant::now() < deadline, "{} ticks done after five minutes", ticks.len());
+        if faults.len() < 4 && ticks.len() >= 4 * (faults.len() + 1) {
+            if faults.len() < 3 {
+                let Some(pid) = runner_pids(&mut c).first().copied() else { continue };
+                assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+                faults.push(format!("SIGKILL worker {pid} at {} ticks", ticks.len()));
+            } else {
+                cluster("crash");
+                faults.push(format!("restart -m immediate at {} ticks", ticks.len()));
+            }
+            c = reconnect();
+            continue;
+        }
+        std::thread::sleep(Duration::from_millis(50)); // progress polling interval
+    };
+    eprintln!("faults injected: {faults:#?}");
+    assert_eq!(faults.len(), 4, "the run ended before every fault was injected: {faults:?}");
+    let removed: bool = c.query_one("SELECT lambdastore.unschedule($1, 'beat')", &[&id]).unwrap().get(0);
+    assert!(removed);
+    // Read after unschedule: no tick runs any more.
+    let ticks_then = done_ticks(&mut c, id).unwrap();
+    assert!(ticks_then.len() >= ticks.len());
+    let mut distinct = ticks_then.clone();
+    distinct.dedup();
+    assert_eq!(distinct, ticks_then, "a tick ran twice");
+    let count: String = c
+        .query_one(
+            "SELECT convert_from(value, 'UTF8') FROM lambdastore.entries WHERE object_id = $1 AND field = 'count'",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(count, ticks_then.len().to_string(), "the method ran a different number of times than ticks ended done");
+    assert_eq!(jobs_in_state(&mut c, &app, "failed"), Some(0));
+}
+
 #[test]
 #[ignore = "kills the server: run by scripts/faults.sh"]
 fn every_job_is_applied_exactly_once_across_kills_and_restarts() {

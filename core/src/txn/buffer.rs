@@ -188,7 +188,7 @@ mod tests {
     }
 
     fn spawned() -> Spawned {
-        Spawned { object: 2, app: "a".into(), method: "m".into(), args: "{}".into() }
+        Spawned { object: 2, app: "a".into(), method: "m".into(), args: "{}".into(), ..Default::default() }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::cluster::{forward, map, route};
 use crate::error::{LambdaError, Result};
 use crate::pg::jsonb::JsonText;
 use crate::workflow;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -165,22 +166,76 @@ mod lambdastore {
     /// Queues a call of `method` on the object as a job that a background
     /// worker runs in a transaction of its own; returns the job id. With an
     /// idempotency key already used in this application, returns that job.
+    /// The job is due at once, at `run_at`, or `delay` after the
+    /// transaction's start, and runs once it is due and committed.
     #[pg_extern(volatile, parallel_unsafe)]
-    /// Not strict (the idempotency key may be NULL): any other NULL is 22004.
+    /// Not strict (the key and the time may be NULL): any other NULL is 22004.
     fn submit(
         object_id: Option<i64>,
         method: Option<&str>,
         args: default!(Option<JsonText>, "'{}'"),
         idempotency_key: default!(Option<&str>, "NULL"),
+        run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
+        delay: default!(Option<Interval>, "NULL"),
     ) -> i64 {
         let (Some(object_id), Some(method), Some(args)) = (object_id, method, args) else {
             raise(LambdaError::NullArgument("submit's object_id, method and args".into()), String::new())
         };
-        let outcome = submit_anywhere(object_id, method, &args.0, idempotency_key);
+        let outcome = crate::jobs::due(run_at, delay)
+            .and_then(|due| submit_anywhere(object_id, method, &args.0, idempotency_key, due, None));
         match outcome {
             Ok(job) => job,
             Err(err) => raise(err, format!("submit({object_id}, '{method}')")),
         }
+    }
+
+    /// Runs `method(args)` of the object at the times the cron pattern
+    /// names (5 fields, or 6 with seconds first) in `time_zone`, as the
+    /// calling role, each time as a job, until `unschedule`. `missed`: what
+    /// a tick found late does ('run_once' or 'skip'). Returns when the first
+    /// tick is due.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn schedule(
+        name: Option<&str>,
+        cron: Option<&str>,
+        object_id: Option<i64>,
+        method: Option<&str>,
+        args: default!(Option<JsonText>, "'{}'"),
+        time_zone: default!(Option<&str>, "'UTC'"),
+        missed: default!(Option<&str>, "'run_once'"),
+    ) -> TimestampWithTimeZone {
+        let (Some(name), Some(cron), Some(object_id), Some(method), Some(args), Some(zone), Some(missed)) =
+            (name, cron, object_id, method, args, time_zone, missed)
+        else {
+            raise(LambdaError::NullArgument("schedule's arguments".into()), String::new())
+        };
+        let outcome = writing("schedule").and_then(|()| {
+            as_storage(|caller| {
+                crate::jobs::schedules::schedule(caller, name, cron, object_id, method, &args.0, zone, missed)
+            })
+        });
+        outcome.unwrap_or_else(|err| raise(err, format!("schedule('{name}', '{cron}', {object_id}, '{method}')")))
+    }
+
+    /// Removes the object's schedule `name` and its queued tick: whether
+    /// there was one.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn unschedule(object_id: Option<i64>, name: Option<&str>) -> bool {
+        let (Some(object_id), Some(name)) = (object_id, name) else {
+            raise(LambdaError::NullArgument("unschedule's object_id and name".into()), String::new())
+        };
+        let outcome = writing("unschedule")
+            .and_then(|()| as_storage(|caller| crate::jobs::schedules::unschedule(caller, object_id, name)));
+        outcome.unwrap_or_else(|err| raise(err, format!("unschedule({object_id}, '{name}')")))
+    }
+
+    /// Cancels a queued job: whether it was queued (a running job's
+    /// attempt is waited for, and finishes).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn cancel(job_id: Option<i64>) -> bool {
+        let Some(job_id) = job_id else { raise(LambdaError::NullArgument("cancel's job_id".into()), String::new()) };
+        let outcome = writing("cancel").and_then(|()| as_storage(|caller| crate::jobs::cancel(caller, job_id)));
+        outcome.unwrap_or_else(|err| raise(err, format!("cancel({job_id})")))
     }
 
     /// Runs `method` with `args` on every object of `app`'s type
@@ -426,15 +481,27 @@ mod lambdastore {
     }
 }
 
+/// Refuses (25006) `what`, a write, in a READ ONLY transaction, before it
+/// reaches another node, which would not know.
+fn writing(what: &str) -> Result<()> {
+    if crate::pg::xact::read_only() {
+        return Err(LambdaError::ReadOnlyTransaction(format!("{what} is a write: the transaction is READ ONLY")));
+    }
+    Ok(())
+}
+
 /// `lambdastore.submit`, on the node holding the object; on a Citus
 /// cluster with its idempotency key claimed cluster-wide first.
-fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) -> Result<i64> {
+pub(crate) fn submit_anywhere(
+    object_id: i64,
+    method: &str,
+    args: &str,
+    key: Option<&str>,
+    due: Option<TimestampWithTimeZone>,
+    schedule: Option<&str>,
+) -> Result<i64> {
     use forward::KeyClaim;
-    if crate::pg::xact::read_only() {
-        return Err(LambdaError::ReadOnlyTransaction(
-            "submit queues a job, which is a write: the transaction is READ ONLY".into(),
-        ));
-    }
+    writing("submit")?;
     let claim = match key {
         Some(key) => as_storage(|caller| forward::claim_job_key(caller, object_id, key, method, args))?,
         None => KeyClaim::NotNeeded,
@@ -444,9 +511,9 @@ fn submit_anywhere(object_id: i64, method: &str, args: &str, key: Option<&str>) 
     }
     let job = route::at_owner(
         object_id,
-        |caller| crate::jobs::submit(caller, object_id, method, args, key),
+        |caller| crate::jobs::submit(caller, object_id, method, args, key, due, schedule),
         |caller, node| {
-            let job = forward::submit(caller, object_id, node, method, args, key)?;
+            let job = forward::submit(caller, object_id, node, method, args, key, due, schedule)?;
             crate::jobs::queued_elsewhere(job);
             Ok(job)
         },

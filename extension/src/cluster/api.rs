@@ -60,7 +60,8 @@ mod lambdastore {
     }
 
     /// The same for a call a lambda on another node spawned on an object
-    /// stored here; `context` is `[application, parent job]`.
+    /// stored here; `context` is `[application, parent job, due]` (due in
+    /// microseconds since the Unix epoch, or null).
     #[pg_extern(volatile, parallel_unsafe)]
     fn _spawn_here(
         object_id: i64,
@@ -72,16 +73,19 @@ mod lambdastore {
         settings: &str,
     ) -> String {
         let spawn = |caller| {
-            let (app, parent): (String, Option<i64>) = sent_context(context)?;
-            let spawned = Spawned { object: object_id, app, method: method.into(), args: args.into() };
+            let (app, parent, due_micros): (String, Option<i64>, Option<i64>) = sent_context(context)?;
+            let spawned =
+                Spawned { object: object_id, app, method: method.into(), args: args.into(), due_micros, timer: None };
             forward::queue_spawned(caller, &spawned, parent).map(|_| String::new())
         };
         here(role, timeout_ms, settings, spawn, || format!("spawn({object_id}, '{method}')"))
     }
 
     /// The same for `lambdastore.submit` (its key claimed by the sending
-    /// node, '' for none); the result is the job id.
+    /// node, '' for none; when it is due, NULL for at once; the schedule it
+    /// is a tick of, if any); the result is the job id.
     #[pg_extern(volatile, parallel_unsafe)]
+    #[allow(clippy::too_many_arguments)]
     fn _submit_here(
         object_id: i64,
         method: &str,
@@ -90,9 +94,13 @@ mod lambdastore {
         role: &str,
         timeout_ms: i64,
         settings: &str,
+        due: Option<TimestampWithTimeZone>,
+        schedule: Option<&str>,
     ) -> String {
         let key = Some(idempotency_key).filter(|key| !key.is_empty());
-        let submit = |caller| crate::jobs::submit(caller, object_id, method, args, key).map(|job| job.to_string());
+        let submit = |caller| {
+            crate::jobs::submit(caller, object_id, method, args, key, due, schedule).map(|job| job.to_string())
+        };
         here(role, timeout_ms, settings, submit, || format!("submit({object_id}, '{method}')"))
     }
 

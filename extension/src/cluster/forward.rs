@@ -17,12 +17,13 @@ use crate::host::{calls, registry};
 use crate::txn::Workflow;
 use crate::workflow::{self, commit, start, validated, Finished};
 use lambdastore_core::model::{CallFailure, Create, Draw, Forwarded, MethodCall, Reply, Spawned};
+use pgrx::datum::TimestampWithTimeZone;
 use std::rc::Rc;
 
 /// Sends one of the `_here` functions for `caller`, with the session's
 /// `lambdastore.timeout`.
 fn forward(sql: Routed, object: i64, node: &str, texts: [&str; 3], caller: Caller) -> Result<String> {
-    route::send(sql, object, node, texts, caller, gucs::timeout(caller.is_superuser()))
+    route::send(sql, object, node, texts, Vec::new(), caller, gucs::timeout(caller.is_superuser()))
 }
 
 /// `lambda_invoke` of an object stored on `node`: sent there, with the
@@ -55,7 +56,9 @@ fn drive_from_sql(
     Ok(result)
 }
 
-/// `lambdastore.submit` for an object stored on `node`.
+/// `lambdastore.submit` for an object stored on `node` (a schedule's
+/// first tick too).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn submit(
     caller: Caller,
     object: i64,
@@ -63,13 +66,17 @@ pub(crate) fn submit(
     method: &str,
     args: &str,
     key: Option<&str>,
+    due: Option<TimestampWithTimeZone>,
+    schedule: Option<&str>,
 ) -> Result<i64> {
-    let job = forward(
-        here!("lambdastore._submit_here($1, $2, $3, $4, $5, $6, $7)"),
+    let job = route::send(
+        here!("lambdastore._submit_here($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
         object,
         node,
         [method, args, key.unwrap_or_default()],
+        vec![due.into(), schedule.into()],
         caller,
+        gucs::timeout(caller.is_superuser()),
     )?;
     job.parse().map_err(|_| LambdaError::Internal(format!("a forwarded submit returned {job:?}")))
 }

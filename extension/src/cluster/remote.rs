@@ -134,7 +134,7 @@ fn send(workflow: &Workflow, node: &str, call: &MethodCall, forwarded: &Forwarde
     let timeout = if first_from_sql { workflow.timeout } else { workflow.time_left() };
     // A created object has no row before its create runs.
     let sql = if forwarded.create.is_some() { CALL_HERE.any_row() } else { CALL_HERE };
-    let reply = route::send(sql, call.object, node, texts, workflow.caller, timeout)?;
+    let reply = route::send(sql, call.object, node, texts, Vec::new(), workflow.caller, timeout)?;
     serde_json::from_str(&reply).map_err(|e| LambdaError::Internal(format!("a forwarded call answered {reply:?}: {e}")))
 }
 
@@ -181,10 +181,10 @@ pub(crate) fn queue_or_return(workflow: &Workflow, elsewhere: Vec<Spawned>) -> R
 pub(crate) fn queue(workflow: &Workflow, spawned: &[Spawned]) -> Result<()> {
     for call in spawned {
         let node = route::owner_elsewhere(call.object)?.unwrap_or_default();
-        let context = serde_json::to_string(&(call.app.as_str(), workflow.parent_job))
+        let context = serde_json::to_string(&(call.app.as_str(), workflow.parent_job, call.due_micros))
             .map_err(|e| LambdaError::Internal(e.to_string()))?;
         let texts = [call.method.as_str(), call.args.as_str(), context.as_str()];
-        route::send(SPAWN_HERE, call.object, &node, texts, workflow.caller, workflow.time_left())?;
+        route::send(SPAWN_HERE, call.object, &node, texts, Vec::new(), workflow.caller, workflow.time_left())?;
     }
     Ok(())
 }

@@ -364,13 +364,15 @@ fn citus_function(f: Citus) -> Result<()> {
 }
 
 /// Runs `sql`, routed by `object` (its $1) to the node holding it, with
-/// the other arguments (all text but the fifth, a bigint), and returns its
+/// the other arguments (text but the sixth, a bigint, and the eighth, a
+/// time: `_submit_here`'s due time, then its schedule), and returns its
 /// one text value. An error on the other node comes back as an ERROR of
 /// the SPI call, which pgrx turns into a panic carrying a Rust backtrace:
 /// caught, and raised again as that node's error, which ends the
 /// transaction.
 fn routed(sql: Routed, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>) -> Result<String> {
-    const TYPES: [pg_sys::PgBuiltInOids; 7] = [INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID];
+    const TYPES: [pg_sys::PgBuiltInOids; 9] =
+        [INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID];
     let mut all = vec![object.into()];
     all.extend(args);
     let types = &TYPES[..all.len()];
@@ -469,17 +471,18 @@ pub(crate) fn send_to_shards(
 /// Runs `sql` (one of the `_here` functions) on `node`, routed by
 /// `object`, for `caller` with `timeout` left and this session's settings,
 /// and returns its result. The caller's three texts are its first
-/// arguments after the object.
+/// arguments after the object, `more` its last.
 pub(crate) fn send(
     sql: Routed,
     object: i64,
     node: &str,
     texts: [&str; 3],
+    more: Vec<pgrx::datum::DatumWithOid<'_>>,
     caller: Caller,
     timeout: Duration,
 ) -> Result<String> {
     citus_function(Citus::UseCoordinatedTransaction)?;
-    let (wrote, result) = send_routed(sql, object, texts, caller, timeout)?;
+    let (wrote, result) = send_routed(sql, object, texts, more, caller, timeout)?;
     ran_on(node, object, wrote)?;
     Ok(result)
 }
@@ -493,7 +496,7 @@ pub(crate) fn send_alone(
     caller: Caller,
     timeout: Duration,
 ) -> Result<String> {
-    Ok(send_routed(sql, object, texts, caller, timeout)?.1)
+    Ok(send_routed(sql, object, texts, Vec::new(), caller, timeout)?.1)
 }
 
 /// Runs `sql` routed by `object` with the caller's texts, role, time left
@@ -502,24 +505,23 @@ fn send_routed(
     sql: Routed,
     object: i64,
     texts: [&str; 3],
+    more: Vec<pgrx::datum::DatumWithOid<'_>>,
     caller: Caller,
     timeout: Duration,
 ) -> Result<(bool, String)> {
     let role = caller.name();
     let timeout = timeout.as_millis().max(1) as i64;
     let settings = gucs::travelling();
-    let out = routed(
-        sql,
-        object,
-        vec![
-            texts[0].into(),
-            texts[1].into(),
-            texts[2].into(),
-            role.as_str().into(),
-            timeout.into(),
-            settings.as_str().into(),
-        ],
-    )?;
+    let mut args = vec![
+        texts[0].into(),
+        texts[1].into(),
+        texts[2].into(),
+        role.as_str().into(),
+        timeout.into(),
+        settings.as_str().into(),
+    ];
+    args.extend(more);
+    let out = routed(sql, object, args)?;
     let (flag, result) = out.split_at(out.len().min(1));
     Ok((flag == "w", result.to_string()))
 }

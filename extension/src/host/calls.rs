@@ -225,22 +225,76 @@ pub(crate) fn create_nested(caller: &HostState, type_name: &str, args: &str) -> 
 /// a job when the workflow commits. A callee's spawns are undone with its
 /// savepoint, like its writes. For an object stored on another node, the
 /// node queuing the job checks the object and the method then.
-pub(crate) fn spawn(caller: &HostState, target: i64, function: &str, args: &str) -> Result<()> {
-    if caller.frame.readonly {
-        return Err(LambdaError::ReadonlyWrite {
-            ty: caller.frame.type_name.clone(),
-            function: caller.frame.function.clone(),
-        });
-    }
+pub(crate) fn spawn(
+    caller: &HostState,
+    target: i64,
+    function: &str,
+    args: &str,
+    due_micros: Option<i64>,
+) -> Result<()> {
+    check_writable(caller)?;
     if route::owner_elsewhere(target)?.is_none() {
         let info = same_application_object(&caller.workflow, &caller.app, target)?;
         // Protected methods are allowed: the call comes from a lambda.
         caller.app.function(&info.type_name, function, FunctionKind::Method)?;
     }
     registry::check_args_size(args)?;
-    let call =
-        Spawned { object: target, app: caller.app.app.clone(), method: function.to_string(), args: args.to_string() };
+    let call = Spawned {
+        object: target,
+        app: caller.app.app.clone(),
+        method: function.to_string(),
+        args: args.to_string(),
+        due_micros,
+        timer: None,
+    };
     caller.workflow.spawn(call, gucs::max_spawns())
+}
+
+/// Host `set-timer` (`call` is when, what and with what) and
+/// `clear-timer` (None): a change of the running object's timer `name`,
+/// made when the workflow commits (jobs/queue.rs), undone with a callee's
+/// savepoint like a spawn. A timer is a job of its object, which is
+/// stored on this node.
+pub(crate) fn set_timer(caller: &HostState, name: &str, call: Option<(i64, &str, &str)>) -> Result<()> {
+    check_writable(caller)?;
+    let object = caller.frame.object;
+    if object == 0 {
+        return Err(LambdaError::InvalidParameter(format!(
+            "{}.{} is static: timers belong to an object",
+            caller.frame.type_name, caller.frame.function
+        )));
+    }
+    if name.is_empty() || name.len() > MAX_TIMER_NAME {
+        return Err(LambdaError::InvalidParameter(format!(
+            "a timer's name is 1 to {MAX_TIMER_NAME} bytes, not {}",
+            name.len()
+        )));
+    }
+    let (due_micros, method, args) = match call {
+        Some((at, function, args)) => {
+            caller.app.function(&caller.frame.type_name, function, FunctionKind::Method)?;
+            registry::check_args_size(args)?;
+            (Some(at), function.to_string(), args.to_string())
+        }
+        None => (None, String::new(), String::new()),
+    };
+    let change =
+        Spawned { object, app: caller.app.app.clone(), method, args, due_micros, timer: Some(name.to_string()) };
+    caller.workflow.spawn(change, gucs::max_spawns())
+}
+
+/// The longest timer name: a name, not data.
+const MAX_TIMER_NAME: usize = 255;
+
+/// Spawns and timers are writes: not from a readonly function.
+fn check_writable(caller: &HostState) -> Result<()> {
+    if caller.frame.readonly {
+        return Err(LambdaError::ReadonlyWrite {
+            ty: caller.frame.type_name.clone(),
+            function: caller.frame.function.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// A spawned call for an object of this node, queued by a lambda on

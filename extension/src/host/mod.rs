@@ -126,7 +126,31 @@ impl lambdastore::lambda::host::Host for HostState {
     }
 
     fn spawn(&mut self, target: i64, function: String, args: String) -> wasmtime::Result<Result<(), CallError>> {
-        recoverable(calls::spawn(self, target, &function, &args))
+        recoverable(calls::spawn(self, target, &function, &args, None))
+    }
+
+    fn spawn_at(
+        &mut self,
+        target: i64,
+        function: String,
+        args: String,
+        at_micros: i64,
+    ) -> wasmtime::Result<Result<(), CallError>> {
+        recoverable(calls::spawn(self, target, &function, &args, Some(at_micros)))
+    }
+
+    fn set_timer(
+        &mut self,
+        name: String,
+        at_micros: i64,
+        function: String,
+        args: String,
+    ) -> wasmtime::Result<Result<(), CallError>> {
+        recoverable(calls::set_timer(self, &name, Some((at_micros, &function, &args))))
+    }
+
+    fn clear_timer(&mut self, name: String) -> wasmtime::Result<Result<(), CallError>> {
+        recoverable(calls::set_timer(self, &name, None))
     }
 
     fn now_micros(&mut self) -> wasmtime::Result<i64> {

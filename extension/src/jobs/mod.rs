@@ -9,11 +9,13 @@
 
 pub(crate) mod queue;
 pub(crate) mod runner;
+pub(crate) mod schedules;
 pub(crate) mod workers;
 
 use crate::access::{self, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::{gucs, workflow};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
 use queue::NewJob;
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
@@ -23,6 +25,9 @@ thread_local! {
     /// could only time out.
     static UNCOMMITTED: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
     static WARNED_NO_RUNNER: Cell<bool> = const { Cell::new(false) };
+    /// Jobs the current transaction cancelled: their waiters are woken
+    /// when it commits.
+    static CANCELLED: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// After the commit record: wakes the workers if the transaction queued
@@ -33,10 +38,14 @@ pub(crate) fn at_commit() {
     if queue::take_inserted() {
         workers::wake_workers();
     }
+    for job in CANCELLED.take() {
+        workers::wake_waiters(job);
+    }
 }
 
 pub(crate) fn at_abort() {
     UNCOMMITTED.with(|jobs| jobs.borrow_mut().clear());
+    CANCELLED.take();
     queue::take_inserted();
 }
 
@@ -61,18 +70,72 @@ pub(crate) fn submit(
     method: &str,
     args: &str,
     idempotency_key: Option<&str>,
+    due: Option<TimestampWithTimeZone>,
+    schedule: Option<&str>,
 ) -> Result<i64> {
     if let Some(key) = idempotency_key {
         check_key_length(key)?;
     }
     let app = workflow::check_submittable(caller, object, method, args)?;
-    let job = NewJob { object, app: &app, method, args, idempotency_key, parent: None, role: caller.0 };
+    let job = NewJob {
+        object,
+        app: &app,
+        method,
+        args,
+        idempotency_key,
+        parent: None,
+        role: caller.0,
+        due,
+        timer: None,
+        schedule,
+    };
     let (id, inserted) = queue::insert(&job)?;
     if inserted {
         UNCOMMITTED.with(|jobs| jobs.borrow_mut().push(id));
         warn_if_no_runner();
     }
     Ok(id)
+}
+
+/// When a submitted job is due: at `run_at`, or `delay` after the
+/// transaction's start (`now()`, when an undelayed job is due); None: at
+/// once. A time already past is due at once.
+pub(crate) fn due(
+    run_at: Option<TimestampWithTimeZone>,
+    delay: Option<Interval>,
+) -> Result<Option<TimestampWithTimeZone>> {
+    match (run_at, delay) {
+        (Some(_), Some(_)) => Err(LambdaError::InvalidParameter("submit takes run_at or delay, not both".into())),
+        (at, None) => Ok(at),
+        (None, Some(delay)) => crate::catalog::query(
+            "SELECT now() + $1",
+            &[pgrx::pg_sys::BuiltinOid::INTERVALOID],
+            &[delay.into()],
+            |rows| rows.first().get::<TimestampWithTimeZone>(1),
+        ),
+    }
+}
+
+/// `lambdastore.cancel`: whether the queued job `job` was cancelled (it
+/// will not run, and ends 'cancelled'). A job that is running holds its
+/// row until its attempt ends, and the cancel waits for that: false if it
+/// finished, true if it is queued again for a retry. A finished job stays
+/// as it ended (false). A role that may not invoke the job's application
+/// may not cancel it (42501); to one that may not read it either, the job
+/// does not exist (42704), as for `lambdastore.wait`.
+pub(crate) fn cancel(caller: Caller, job: i64) -> Result<bool> {
+    let Some((object, app)) = queue::object_of(job)? else { return Err(LambdaError::UnknownJob(job)) };
+    if !access::allowed(caller, &app, Privilege::Invoke)? {
+        if !access::allowed(caller, &app, Privilege::Read)? {
+            return Err(LambdaError::UnknownJob(job));
+        }
+        access::check(caller, &app, Privilege::Invoke)?;
+    }
+    let cancelled = queue::cancel(object, job)?;
+    if cancelled {
+        CANCELLED.with(|jobs| jobs.borrow_mut().push(job));
+    }
+    Ok(cancelled)
 }
 
 /// A job this transaction queued on another node (cluster/forward.rs): waiting for

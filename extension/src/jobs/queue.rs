@@ -6,6 +6,7 @@ use crate::catalog::{query_at, query_cluster, Place};
 use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
 use lambdastore_core::model::Spawned;
+use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys::{self, BuiltinOid::*};
 use std::cell::Cell;
 
@@ -21,6 +22,12 @@ pub(crate) struct NewJob<'a> {
     pub(crate) parent: Option<i64>,
     /// The role the job runs as.
     pub(crate) role: pg_sys::Oid,
+    /// When the job is due: None, at once (the transaction's start).
+    pub(crate) due: Option<TimestampWithTimeZone>,
+    /// The timer of the object the job is (`set_timer`).
+    pub(crate) timer: Option<&'a str>,
+    /// The schedule of the object the job is a tick of.
+    pub(crate) schedule: Option<&'a str>,
 }
 
 thread_local! {
@@ -45,20 +52,20 @@ pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
     // index to infer it from.
     let sql = if job.idempotency_key.is_some() && place == Place::Tables {
         "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id,
-                                       job_id)
-         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
+                                       job_id, run_after, timer, schedule)
+         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, coalesce($9, now()), $10, $11)
          ON CONFLICT (app, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
          RETURNING job_id"
     } else {
         "INSERT INTO lambdastore.jobs (object_id, app, method, args, idempotency_key, submitted_by, parent_job_id,
-                                       job_id)
-         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
+                                       job_id, run_after, timer, schedule)
+         VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, coalesce($9, now()), $10, $11)
          RETURNING job_id"
     };
     let inserted = query_at(
         place,
         sql,
-        &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, OIDOID, INT8OID, INT8OID],
+        &[INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, OIDOID, INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID, TEXTOID],
         &[
             job.object.into(),
             job.app.into(),
@@ -68,6 +75,9 @@ pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
             job.role.into(),
             job.parent.into(),
             next_job_id()?.into(),
+            job.due.into(),
+            job.timer.into(),
+            job.schedule.into(),
         ],
         |rows| Ok(rows.into_iter().next().map(|row| row.get::<i64>(1)).transpose()?.flatten()),
     )?;
@@ -166,10 +176,18 @@ fn next_job_id() -> Result<i64> {
     crate::catalog::unique_id(c"lambdastore.job_id_seq")
 }
 
-/// Inserts the calls a workflow spawned, in spawn order, to run as `role`.
+/// Inserts the calls a workflow spawned, in spawn order, to run as `role`;
+/// a timer's replaces the pending job of its timer (`set_timer`).
 pub(crate) fn insert_spawned(spawned: &[Spawned], role: pg_sys::Oid, parent: Option<i64>) -> Result<()> {
     for call in spawned {
-        insert(&NewJob {
+        let due = call.due_micros.map(due_at).transpose()?;
+        if let Some(timer) = &call.timer {
+            cancel_timer(call.object, timer, parent)?;
+            if call.method.is_empty() {
+                continue; // cleared
+            }
+        }
+        let job = NewJob {
             object: call.object,
             app: &call.app,
             method: &call.method,
@@ -177,9 +195,45 @@ pub(crate) fn insert_spawned(spawned: &[Spawned], role: pg_sys::Oid, parent: Opt
             idempotency_key: None,
             parent,
             role,
-        })?;
+            due,
+            timer: call.timer.as_deref(),
+            schedule: None,
+        };
+        insert(&job)?;
     }
     Ok(())
+}
+
+/// A time in microseconds since the Unix epoch, as PostgreSQL's.
+pub(crate) fn due_at(micros: i64) -> Result<TimestampWithTimeZone> {
+    // Exact: to_timestamp goes through a double, which a microsecond
+    // count since 1970 does not always fit.
+    let sql = "SELECT 'epoch'::timestamptz + $1 * interval '1 microsecond'";
+    crate::catalog::query(sql, &[INT8OID], &[micros.into()], |rows| rows.first().get::<TimestampWithTimeZone>(1))?
+        .ok_or_else(|| LambdaError::Internal(format!("no time at {micros} µs")))
+}
+
+/// Cancels the pending job of `object`'s timer `timer`, but not `running`
+/// (the timer's own job, setting itself again: it finishes). Setters of
+/// one timer take turns (a transaction-level advisory lock on the object
+/// and name), so that a second one sees the first's job and replaces it.
+fn cancel_timer(object: i64, timer: &str, running: Option<i64>) -> Result<()> {
+    // Its own statement: the UPDATE's snapshot, taken after the wait,
+    // sees what the setter before committed.
+    crate::catalog::query(
+        "SELECT pg_advisory_xact_lock(hashtextextended($2, $1))",
+        &[INT8OID, TEXTOID],
+        &[object.into(), timer.into()],
+        |_| Ok(()),
+    )?;
+    query_at(
+        layout::place(object)?,
+        "UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = clock_timestamp()
+          WHERE object_id = $1 AND timer = $2 AND state = 'queued' AND job_id IS DISTINCT FROM $3",
+        &[INT8OID, TEXTOID, INT8OID],
+        &[object.into(), timer.into(), running.into()],
+        |_| Ok(()),
+    )
 }
 
 /// A queued job, claimed (row-locked) by this transaction.
@@ -191,6 +245,10 @@ pub(crate) struct Claimed {
     pub(crate) args: String,
     pub(crate) attempts: i32,
     pub(crate) role: pg_sys::Oid,
+    /// When it was due, in microseconds since the Unix epoch.
+    pub(crate) due_micros: i64,
+    /// The schedule of the object it is a tick of.
+    pub(crate) schedule: Option<String>,
 }
 
 /// Locks a due job no other worker holds, until the transaction ends
@@ -242,7 +300,8 @@ fn claim_at(place: Place, after: &str) -> Result<Option<Claimed>> {
     let Some(app) = next_app else { return Ok(None) };
     let claimed = query_at(
         place,
-        "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by
+        "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by,
+                (extract(epoch FROM run_after) * 1000000)::bigint, schedule
            FROM lambdastore.jobs
           WHERE app = $1 AND state = 'queued' AND run_after <= now()
           ORDER BY run_after, job_id
@@ -257,7 +316,8 @@ fn claim_at(place: Place, after: &str) -> Result<Option<Claimed>> {
     }
     query_at(
         place,
-        "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by
+        "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by,
+                (extract(epoch FROM run_after) * 1000000)::bigint, schedule
            FROM lambdastore.jobs
           WHERE state = 'queued' AND run_after <= now()
           ORDER BY run_after, job_id
@@ -279,6 +339,8 @@ fn first_claimed(rows: pgrx::spi::SpiTupleTable<'_>) -> pgrx::spi::Result<Option
         args: row.get(5)?.unwrap_or_default(),
         attempts: row.get(6)?.unwrap_or_default(),
         role: row.get(7)?.unwrap_or(pg_sys::InvalidOid),
+        due_micros: row.get(8)?.unwrap_or_default(),
+        schedule: row.get(9)?,
     }))
 }
 
@@ -299,6 +361,57 @@ pub(crate) fn next_backoff_ms() -> Result<Option<i64>> {
         next = next.into_iter().chain(at).min();
     }
     Ok(next)
+}
+
+/// Deletes up to `batch` of this node's jobs that finished more than
+/// `retention` ago (oldest first, through `jobs_finished`), with their
+/// idempotency keys; how many. Finished rows are locked by no one (a
+/// running job's row is queued), so the queue never waits for this.
+pub(crate) fn delete_finished(retention: std::time::Duration, batch: i64) -> Result<i64> {
+    let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let mut deleted = 0;
+    for place in here()? {
+        let place = match place {
+            Place::Local(shard) => layout::hold_local(shard)?,
+            tables => Some(tables),
+        };
+        let Some(place) = place else { continue }; // moved away meanwhile
+        let keys: Vec<(String, String)> = query_at(
+            place,
+            "DELETE FROM lambdastore.jobs j
+              WHERE (j.object_id, j.job_id) IN (
+                    SELECT object_id, job_id FROM lambdastore.jobs
+                     WHERE state <> 'queued'
+                       AND finished_at < clock_timestamp() - $1 * interval '1 millisecond'
+                     ORDER BY finished_at LIMIT $2)
+             RETURNING j.app, j.idempotency_key",
+            &[INT8OID, INT8OID],
+            &[retention_ms.into(), (batch - deleted).into()],
+            |rows| {
+                rows.into_iter()
+                    .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<String>(2)?)))
+                    .filter_map(|key| key.map(|(app, key)| key.map(|key| (app, key))).transpose())
+                    .collect()
+            },
+        )?;
+        deleted += keys.len() as i64;
+        // On a Citus cluster a key's uniqueness is held in job_keys, on the
+        // key's node: it goes with its job (on one server, in the row).
+        if place != Place::Tables {
+            for (app, key) in keys {
+                query_cluster(
+                    "DELETE FROM lambdastore.job_keys WHERE idempotency_key = $1 AND app = $2",
+                    &[TEXTOID, TEXTOID],
+                    &[key.as_str().into(), app.as_str().into()],
+                    |_| Ok(()),
+                )?;
+            }
+        }
+        if deleted >= batch {
+            break;
+        }
+    }
+    Ok(deleted)
 }
 
 pub(crate) fn finish_done(claimed: &Claimed, result: &str) -> Result<()> {
@@ -327,6 +440,18 @@ pub(crate) fn finish_failed(claimed: &Claimed, error: &str, sqlstate: &str) -> R
     )
 }
 
+/// Ends the job as 'cancelled', with `why` as its error, without running it.
+pub(crate) fn finish_cancelled(claimed: &Claimed, why: &str) -> Result<()> {
+    query_at(
+        layout::place(claimed.object)?,
+        "UPDATE lambdastore.jobs SET state = 'cancelled', error = $3, finished_at = clock_timestamp()
+          WHERE object_id = $1 AND job_id = $2",
+        &[INT8OID, INT8OID, TEXTOID],
+        &[claimed.object.into(), claimed.job.into(), why.into()],
+        |_| Ok(()),
+    )
+}
+
 /// Leaves the job queued, due again after `backoff_ms`.
 pub(crate) fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i64) -> Result<()> {
     query_at(
@@ -338,6 +463,28 @@ pub(crate) fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backof
         &[INT8OID, INT8OID, TEXTOID, TEXTOID, INT8OID],
         &[claimed.object.into(), claimed.job.into(), error.into(), sqlstate.into(), backoff_ms.into()],
         |_| Ok(()),
+    )
+}
+
+/// The object and application of `job`, through Citus from any node.
+pub(crate) fn object_of(job: i64) -> Result<Option<(i64, String)>> {
+    query_cluster("SELECT object_id, app FROM lambdastore.jobs WHERE job_id = $1", &[INT8OID], &[job.into()], |rows| {
+        let Some(row) = rows.into_iter().next() else { return Ok(None) };
+        Ok(Some((row.get::<i64>(1)?.unwrap_or_default(), row.get::<String>(2)?.unwrap_or_default())))
+    })
+}
+
+/// Cancels `job` of `object` if it is queued (waiting for the worker
+/// that runs it, if one does); whether it was. Routed by the object on a
+/// Citus cluster.
+pub(crate) fn cancel(object: i64, job: i64) -> Result<bool> {
+    query_cluster(
+        "UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = clock_timestamp()
+          WHERE object_id = $1 AND job_id = $2 AND state = 'queued'
+         RETURNING true",
+        &[INT8OID, INT8OID],
+        &[object.into(), job.into()],
+        |rows| Ok(!rows.is_empty()),
     )
 }
 

@@ -18,6 +18,7 @@ use crate::access::Caller;
 use crate::cluster::route;
 use crate::error::LambdaError;
 use crate::jobs::queue::{self, Claimed};
+use crate::jobs::schedules::{self, Plan};
 use crate::pg::process::{reload_config_if_asked, wait_latch};
 use crate::pg::{self, backend::sqlstate_text, xact::Subtransaction};
 use crate::{gucs, workflow};
@@ -69,6 +70,9 @@ fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
         return None; // woken again by the first submit, which needs the extension
     }
     transaction(crate::txn::prepared::sweep).unwrap_or_else(|e| e.report("finishing prepared transactions"));
+    if index == 0 {
+        delete_expired();
+    }
     loop {
         match transaction(|| run_one(index, last_app)) {
             Step::Ran(job) => {
@@ -79,6 +83,37 @@ fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
             }
             Step::Idle(next) => return next,
         }
+    }
+}
+
+/// Finished jobs deleted per transaction: small, so that no batch holds
+/// much WAL or many locks.
+const RETENTION_BATCH: i64 = 500;
+/// How often the first worker of a node looks for jobs past
+/// `lambdastore.job_retention`, when it wakes.
+const RETENTION_EVERY: Duration = Duration::from_secs(1);
+
+thread_local! {
+    static RETENTION_LOOKED: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Deletes the finished jobs past `lambdastore.job_retention`, a batch per
+/// transaction, at most every `RETENTION_EVERY`.
+fn delete_expired() {
+    let Some(retention) = gucs::job_retention() else { return };
+    if RETENTION_LOOKED.get().is_some_and(|at| at.elapsed() < RETENTION_EVERY) {
+        return;
+    }
+    RETENTION_LOOKED.set(Some(std::time::Instant::now()));
+    // A failure is logged and tried again later: the queue matters more.
+    let batch = || {
+        transaction(|| queue::delete_finished(retention, RETENTION_BATCH)).unwrap_or_else(|e| {
+            pgrx::warning!("lambdastore: deleting finished jobs failed: {e}");
+            0
+        })
+    };
+    while batch() >= RETENTION_BATCH {
+        pgrx::check_for_interrupts!();
     }
 }
 
@@ -103,14 +138,43 @@ fn run_one(index: usize, last_app: &mut String) -> Step {
     };
     set_running(index, job.job);
     last_app.clone_from(&job.app);
-    let outcome = in_subtransaction(|| run_workflow(&job));
-    // Recording can fail too (a result or an error PostgreSQL will not
-    // store): that fails the job, never the worker, which would otherwise
-    // die, restart and claim the same job first, forever.
-    let recorded = in_subtransaction(|| record(&job, outcome).map_err(Failure::from));
-    if let Err(failure) = recorded {
-        let message = format!("recording the job's outcome failed: {}", failure.message);
-        queue::finish_failed(&job, &message, "38000").unwrap_or_else(|e| e.report("recording a job's failure"));
+    // A schedule's tick: whether it runs, and the tick after it.
+    let (runs, next) = match job.schedule.as_deref() {
+        None => (true, None),
+        Some(name) => {
+            let now = pg::backend::now_unix_micros();
+            match schedules::plan(&job, name, now).unwrap_or_else(|e| e.report("reading a tick's schedule")) {
+                Plan::Removed => {
+                    queue::finish_cancelled(&job, "its schedule was removed")
+                        .unwrap_or_else(|e| e.report("cancelling a tick"));
+                    return Step::Ran(job.job);
+                }
+                Plan::Tick { runs, next } => (runs, next.map(|next| (name, next))),
+            }
+        }
+    };
+    let ended = if runs {
+        let outcome = in_subtransaction(|| run_workflow(&job));
+        // Recording can fail too (a result or an error PostgreSQL will not
+        // store): that fails the job, never the worker, which would
+        // otherwise die, restart and claim the same job first, forever.
+        match in_subtransaction(|| record(&job, outcome).map_err(Failure::from)) {
+            Ok(ended) => ended,
+            Err(failure) => {
+                let message = format!("recording the job's outcome failed: {}", failure.message);
+                queue::finish_failed(&job, &message, "38000").unwrap_or_else(|e| e.report("recording a job's failure"));
+                true
+            }
+        }
+    } else {
+        queue::finish_cancelled(&job, "skipped: its time had passed with its next tick's (missed = 'skip')")
+            .unwrap_or_else(|e| e.report("skipping a tick"));
+        true
+    };
+    // In the transaction that records this tick: the next one exists if
+    // and only if this one's outcome commits.
+    if let (true, Some((name, next))) = (ended, &next) {
+        schedules::queue_next(&job, name, next).unwrap_or_else(|e| e.report("queueing a schedule's next tick"));
     }
     Step::Ran(job.job)
 }
@@ -124,7 +188,9 @@ fn run_workflow(job: &Claimed) -> Result<String, Failure> {
     Ok(result)
 }
 
-fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Result<()> {
+/// Records the job's outcome; whether it ended (false: queued again, to
+/// retry after a backoff).
+fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Result<bool> {
     let failure = match outcome {
         Ok(result) => {
             queue::finish_done(job, &result)?;
@@ -133,7 +199,8 @@ fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Resu
             // phases with this node. Otherwise it commits them first, in
             // its pre-commit, and a crash before this node's commit ran the
             // job again with its effects elsewhere already committed.
-            return route::ran_here();
+            route::ran_here()?;
+            return Ok(true);
         }
         Err(failure) => failure,
     };
@@ -145,10 +212,11 @@ fn record(job: &Claimed, outcome: Result<String, Failure>) -> crate::error::Resu
         pg::backend::clear_query_cancel();
     }
     if failure.retryable() && job.attempts + 1 < gucs::job_max_attempts() {
-        queue::retry_later(job, &failure.message, &failure.sqlstate, backoff_ms(job.attempts))
-    } else {
-        queue::finish_failed(job, &failure.message, &failure.sqlstate)
+        queue::retry_later(job, &failure.message, &failure.sqlstate, backoff_ms(job.attempts))?;
+        return Ok(false);
     }
+    queue::finish_failed(job, &failure.message, &failure.sqlstate)?;
+    Ok(true)
 }
 
 /// Exponential from 10 ms, capped at 1 s, with jitter so that two jobs

@@ -99,6 +99,22 @@ pub fn spawn(target: ObjectId, function: &str, args: &str) -> Result<(), CallErr
     imp::spawn(target, function, args)
 }
 
+/// [`spawn`], due at `at_micros` (microseconds since the Unix epoch) or later.
+pub fn spawn_at(target: ObjectId, function: &str, args: &str, at_micros: i64) -> Result<(), CallError> {
+    imp::spawn_at(target, function, args, at_micros)
+}
+
+/// Sets the timer `name` of the current object: `function` runs once with
+/// `args` at `at_micros` or later, replacing the timer's pending run.
+pub fn set_timer(name: &str, at_micros: i64, function: &str, args: &str) -> Result<(), CallError> {
+    imp::set_timer(name, at_micros, function, args)
+}
+
+/// Clears the timer `name` of the current object.
+pub fn clear_timer(name: &str) -> Result<(), CallError> {
+    imp::clear_timer(name)
+}
+
 /// Microseconds since the Unix epoch (the transaction's clock).
 pub fn now_micros() -> i64 {
     imp::now_micros()
@@ -157,6 +173,15 @@ mod wasm {
     }
     pub fn spawn(target: ObjectId, function: &str, args: &str) -> Result<(), CallError> {
         host::spawn(target, function, args).map_err(Into::into)
+    }
+    pub fn spawn_at(target: ObjectId, function: &str, args: &str, at_micros: i64) -> Result<(), CallError> {
+        host::spawn_at(target, function, args, at_micros).map_err(Into::into)
+    }
+    pub fn set_timer(name: &str, at_micros: i64, function: &str, args: &str) -> Result<(), CallError> {
+        host::set_timer(name, at_micros, function, args).map_err(Into::into)
+    }
+    pub fn clear_timer(name: &str) -> Result<(), CallError> {
+        host::clear_timer(name).map_err(Into::into)
     }
     pub fn now_micros() -> i64 {
         host::now_micros()

@@ -248,9 +248,67 @@ pub fn spawn<A: serde::Serialize + ?Sized>(
     function: &str,
     args: &A,
 ) -> Result<(), CallError> {
-    let args =
-        serde_json::to_string(args).map_err(|e| CallError::BadArguments(format!("cannot encode arguments: {e}")))?;
-    host::spawn(target.into(), function, &args)
+    host::spawn(target.into(), function, &encode_args(args)?)
+}
+
+/// [`spawn`], due `delay` after the workflow's clock ([`now_micros`]) or
+/// later: the job runs then, not earlier, exactly once.
+pub fn spawn_after<A: serde::Serialize + ?Sized>(
+    target: impl Into<ObjectId>,
+    function: &str,
+    args: &A,
+    delay: std::time::Duration,
+) -> Result<(), CallError> {
+    spawn_at(target, function, args, now_micros().saturating_add(micros(delay)))
+}
+
+/// [`spawn`], due at `at_micros` (microseconds since the Unix epoch, as
+/// [`now_micros`] counts) or later; a time already past is due at once.
+pub fn spawn_at<A: serde::Serialize + ?Sized>(
+    target: impl Into<ObjectId>,
+    function: &str,
+    args: &A,
+    at_micros: i64,
+) -> Result<(), CallError> {
+    host::spawn_at(target.into(), function, &encode_args(args)?, at_micros)
+}
+
+/// Sets the timer `name` of the current object: its method `function`
+/// runs once with `args` (serialized as JSON), as a job, at `at_micros`
+/// (microseconds since the Unix epoch) or later. Setting a timer again
+/// before it fires replaces it; any number of named timers per object.
+/// Like every effect of a workflow, it exists only if the workflow commits.
+pub fn set_timer<A: serde::Serialize + ?Sized>(
+    name: &str,
+    at_micros: i64,
+    function: &str,
+    args: &A,
+) -> Result<(), CallError> {
+    host::set_timer(name, at_micros, function, &encode_args(args)?)
+}
+
+/// [`set_timer`], `delay` after the workflow's clock.
+pub fn set_timer_after<A: serde::Serialize + ?Sized>(
+    name: &str,
+    delay: std::time::Duration,
+    function: &str,
+    args: &A,
+) -> Result<(), CallError> {
+    set_timer(name, now_micros().saturating_add(micros(delay)), function, args)
+}
+
+/// Clears the timer `name` of the current object (its pending run does
+/// not happen), when the workflow commits.
+pub fn clear_timer(name: &str) -> Result<(), CallError> {
+    host::clear_timer(name)
+}
+
+fn micros(delay: std::time::Duration) -> i64 {
+    i64::try_from(delay.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn encode_args<A: serde::Serialize + ?Sized>(args: &A) -> Result<String, CallError> {
+    serde_json::to_string(args).map_err(|e| CallError::BadArguments(format!("cannot encode arguments: {e}")))
 }
 
 /// Calls method `function` of each of `targets` (each once, in the order
@@ -280,9 +338,7 @@ pub fn map_call<R: serde::de::DeserializeOwned, A: serde::Serialize + ?Sized>(
     function: &str,
     args: &A,
 ) -> Result<Vec<(ObjectId, Result<R, CallError>)>, CallError> {
-    let args =
-        serde_json::to_string(args).map_err(|e| CallError::BadArguments(format!("cannot encode arguments: {e}")))?;
-    let outcomes = host::map_call(targets, function, &args);
+    let outcomes = host::map_call(targets, function, &encode_args(args)?);
     Ok(outcomes
         .into_iter()
         .map(|(id, outcome)| (id, outcome.and_then(|json| __private::decode_return(function, &json))))

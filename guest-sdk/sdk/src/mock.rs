@@ -85,7 +85,7 @@ pub struct LogRecord {
 }
 
 /// A call a lambda spawned, to run after its workflow commits.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SpawnedCall {
     /// The object to call.
     pub target: ObjectId,
@@ -93,6 +93,17 @@ pub struct SpawnedCall {
     pub function: String,
     /// The JSON arguments.
     pub args: String,
+    /// When it is due (microseconds since the Unix epoch, the host's
+    /// clock); None: at once.
+    pub due_micros: Option<i64>,
+    /// The timer of `target` it is, if a timer set it.
+    pub timer: Option<String>,
+}
+
+impl SpawnedCall {
+    fn due_at(&self, now: i64) -> bool {
+        self.due_micros.is_none_or(|due| due <= now)
+    }
 }
 
 /// One stored entry, for assertions.
@@ -147,6 +158,9 @@ thread_local! {
 pub struct MockHost {
     state: Rc<State>,
 }
+
+/// The longest timer name, as on the server.
+const MAX_TIMER_NAME: usize = 255;
 
 /// Nested calls beyond this depth abort the workflow.
 pub const DEFAULT_MAX_DEPTH: usize = 32;
@@ -225,13 +239,25 @@ impl MockHost {
         self.state.workflow(|s| s.call_static(type_name, function, &args.to_string())).map(|json| parse_result(&json))
     }
 
-    /// Runs each spawned call as its own workflow, in spawn order (calls
-    /// they spawn run too), and returns their results.
+    /// Runs each spawned call (timers too) that is due at the host's clock
+    /// ([`now_micros`](Self::now_micros)) as its own workflow, the earliest
+    /// due first and in spawn order among equals (calls they spawn run
+    /// too, once due), and returns their results. Calls not due yet stay
+    /// queued: move the clock ([`set_now_micros`](Self::set_now_micros))
+    /// and run again.
     pub fn run_spawned(&self) -> Vec<Result<Value, CallError>> {
         let mut results = Vec::new();
         while let Some(call) = {
             let mut store = self.state.store.borrow_mut();
-            (!store.spawned.is_empty()).then(|| store.spawned.remove(0))
+            let now = self.state.now_micros.get();
+            let next = store
+                .spawned
+                .iter()
+                .enumerate()
+                .filter(|(_, call)| call.due_at(now))
+                .min_by_key(|(index, call)| (call.due_micros.unwrap_or(i64::MIN), *index))
+                .map(|(index, _)| index);
+            next.map(|index| store.spawned.remove(index))
         } {
             let args = serde_json::from_str(&call.args).unwrap_or(Value::Null);
             results.push(self.invoke(call.target, &call.function, args));
@@ -598,14 +624,45 @@ impl State {
         }
     }
 
-    fn spawn(&self, target: ObjectId, function: &str, args: &str) -> Result<(), CallError> {
+    fn spawn(&self, target: ObjectId, function: &str, args: &str, due_micros: Option<i64>) -> Result<(), CallError> {
         self.current_object("spawn");
         self.check_write(&format!("spawn {function}"));
         let mut store = self.store.borrow_mut();
         if !store.objects.contains_key(&target) {
             return Err(CallError::UnknownObject(target));
         }
-        store.spawned.push(SpawnedCall { target, function: function.to_string(), args: args.to_string() });
+        let call = SpawnedCall { target, function: function.into(), args: args.into(), due_micros, timer: None };
+        store.spawned.push(call);
+        Ok(())
+    }
+
+    /// Sets (with a call) or clears the timer `name` of the current object:
+    /// its pending run, if any, is replaced, as on the server.
+    fn set_timer(&self, name: &str, call: Option<(i64, &str, &str)>) -> Result<(), CallError> {
+        let target = self.current_object("set a timer");
+        self.check_write(&format!("set or clear timer `{name}`"));
+        // As the server: a bad name aborts the workflow (22023 there).
+        assert!(
+            !name.is_empty() && name.len() <= MAX_TIMER_NAME,
+            "a timer's name is 1 to {MAX_TIMER_NAME} bytes, not {}",
+            name.len()
+        );
+        if let Some((_, function, _)) = call {
+            let type_name = self.store.borrow().objects.get(&target).cloned().unwrap_or_default();
+            self.function(&type_name, function, FunctionKind::Method)?;
+        }
+        let mut store = self.store.borrow_mut();
+        store.spawned.retain(|pending| !(pending.target == target && pending.timer.as_deref() == Some(name)));
+        if let Some((at, function, args)) = call {
+            let timer = Some(name.to_string());
+            store.spawned.push(SpawnedCall {
+                target,
+                function: function.into(),
+                args: args.into(),
+                due_micros: Some(at),
+                timer,
+            });
+        }
         Ok(())
     }
 
@@ -670,7 +727,16 @@ pub(crate) mod host {
         with(|s| s.entry(|s| s.call_static(type_name, function, args)))
     }
     pub fn spawn(target: ObjectId, function: &str, args: &str) -> Result<(), CallError> {
-        with(|s| s.spawn(target, function, args))
+        with(|s| s.spawn(target, function, args, None))
+    }
+    pub fn spawn_at(target: ObjectId, function: &str, args: &str, at_micros: i64) -> Result<(), CallError> {
+        with(|s| s.spawn(target, function, args, Some(at_micros)))
+    }
+    pub fn set_timer(name: &str, at_micros: i64, function: &str, args: &str) -> Result<(), CallError> {
+        with(|s| s.set_timer(name, Some((at_micros, function, args))))
+    }
+    pub fn clear_timer(name: &str) -> Result<(), CallError> {
+        with(|s| s.set_timer(name, None))
     }
     pub fn now_micros() -> i64 {
         with(|s| s.now_micros.get())

@@ -291,6 +291,62 @@ impl Bench {
         Ok(())
     }
 
+    /// `tally(tag)`, and the time it ran (the clock, in microseconds) kept
+    /// in `kv` under `at:<tag>`: a delayed job or a timer shows when it fired.
+    fn tally_at(&self, tag: u64) -> i64 {
+        self.kv.insert(&format!("at:{tag}"), &now_micros().to_string());
+        self.tally(tag)
+    }
+
+    /// How many times `tally` ran with each tag, and when each tag last ran
+    /// (`tally_at`'s clock, in microseconds; 0 if only `tally` ran it).
+    #[readonly]
+    fn tallies(&self) -> Vec<(u64, u32, i64)> {
+        let at = |tag: u64| self.kv.get(&format!("at:{tag}")).and_then(|at| at.parse().ok()).unwrap_or(0);
+        self.seen.iter().map(|(tag, runs)| (tag, runs, at(tag))).collect()
+    }
+
+    /// Spawns `method(args)` on `target`, due `delay_ms` after now.
+    fn spawn_after(&self, target: ObjectId, method: String, args: serde_json::Value, delay_ms: u64) -> Result<()> {
+        lambdastore_sdk::spawn_after(target, &method, &args, std::time::Duration::from_millis(delay_ms))?;
+        Ok(())
+    }
+
+    /// Sets this object's timer `name` to run `method(args)` `delay_ms`
+    /// after now, then fails if `fail`: a failed workflow's timer must
+    /// never fire.
+    fn set_timer(
+        &self,
+        name: String,
+        delay_ms: u64,
+        method: String,
+        args: serde_json::Value,
+        fail: bool,
+    ) -> Result<()> {
+        lambdastore_sdk::set_timer_after(&name, std::time::Duration::from_millis(delay_ms), &method, &args)?;
+        if fail {
+            bail!("set_timer: failing after setting {name}");
+        }
+        Ok(())
+    }
+
+    /// Clears this object's timer `name`.
+    fn clear_timer(&self, name: String) -> Result<()> {
+        lambdastore_sdk::clear_timer(&name)?;
+        Ok(())
+    }
+
+    /// A repeating timer: `tally_at(tag)`, then, while `left` > 1, sets
+    /// timer `name` again to tick `every_ms` later with the next tag.
+    fn tick(&self, name: String, every_ms: u64, left: u32, tag: u64) -> Result<i64> {
+        let count = self.tally_at(tag);
+        if left > 1 {
+            let next = serde_json::json!({"name": name, "every_ms": every_ms, "left": left - 1, "tag": tag + 1});
+            lambdastore_sdk::set_timer_after(&name, std::time::Duration::from_millis(every_ms), "tick", &next)?;
+        }
+        Ok(count)
+    }
+
     /// Calls `spawn_then(.., fail: true)` on itself and ignores the error:
     /// the callee's spawn goes with its other effects.
     fn spawn_in_failed_callee(&self, target: ObjectId, method: String, args: serde_json::Value) -> bool {
@@ -722,7 +778,7 @@ mod tests {
         let (host, id) = bench();
         let spawned = host.invoke(id, "spawn_many", json!({"count": 2, "method": "tally"}));
         assert_eq!(spawned, Ok(json!(2)));
-        let tally = SpawnedCall { target: id, function: "tally".into(), args: "{}".into() };
+        let tally = SpawnedCall { target: id, function: "tally".into(), args: "{}".into(), ..Default::default() };
         assert_eq!(host.take_spawned(), [tally.clone(), tally]);
     }
 
@@ -732,6 +788,53 @@ mod tests {
         host.invoke(id, "tally", json!({"tag": 7})).unwrap();
         assert_eq!(host.invoke(id, "tally", json!({"tag": 8})).unwrap(), json!(2));
         assert_eq!(host.cell::<i64>(id, "count"), Some(2));
+    }
+
+    #[test]
+    fn a_delayed_spawn_runs_once_due() {
+        let (host, id) = bench();
+        let start = host.now_micros();
+        let args = json!({"target": id, "method": "tally", "args": {"tag": 1}, "delay_ms": 500});
+        host.invoke(id, "spawn_after", args).unwrap();
+        assert!(host.run_spawned().is_empty(), "ran before it was due");
+        host.set_now_micros(start + 500_000);
+        assert_eq!(host.run_spawned(), [Ok(json!(1))]);
+    }
+
+    #[test]
+    fn a_timer_set_again_replaces_it_and_a_failed_workflow_sets_none() {
+        let (host, id) = bench();
+        let start = host.now_micros();
+        let set = |tag: u64, delay_ms: u64, fail: bool| {
+            let args = json!({"tag": tag});
+            host.invoke(
+                id,
+                "set_timer",
+                json!({"name": "t", "delay_ms": delay_ms, "method": "tally_at", "args": args, "fail": fail}),
+            )
+        };
+        set(1, 100, false).unwrap();
+        set(2, 200, false).unwrap();
+        assert!(set(3, 50, true).is_err());
+        host.set_now_micros(start + 10_000_000);
+        assert_eq!(host.run_spawned(), [Ok(json!(1))], "only the last timer set fires");
+        assert_eq!(host.map::<u64, u32>(id, "seen"), [(2, 1)]);
+        set(4, 100, false).unwrap();
+        host.invoke(id, "clear_timer", json!({"name": "t"})).unwrap();
+        host.set_now_micros(start + 20_000_000);
+        assert!(host.run_spawned().is_empty(), "a cleared timer fired");
+    }
+
+    #[test]
+    fn a_repeating_timer_ticks_once_per_period() {
+        let (host, id) = bench();
+        let start = host.now_micros();
+        host.invoke(id, "tick", json!({"name": "t", "every_ms": 1000, "left": 3, "tag": 1})).unwrap();
+        for second in 1..=3 {
+            host.set_now_micros(start + second * 1_000_000 + 5_000);
+            host.run_spawned();
+        }
+        assert_eq!(host.map::<u64, u32>(id, "seen"), [(1, 1), (2, 1), (3, 1)]);
     }
 
     #[test]

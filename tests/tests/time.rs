@@ -1,0 +1,344 @@
+//! Time and the queue, against the test server's background workers:
+//! delayed jobs (`submit`'s `run_at` and `delay`, a lambda's
+//! `spawn_after`), `cancel`, timers set by lambdas, cron schedules, and
+//! the retention of finished jobs. Times are checked as lower bounds (a job
+//! never runs before it is due), never as upper bounds: the machine is
+//! shared. Crashes during schedules are in faults.rs.
+
+mod common;
+
+use common::*;
+use postgres::{Client, GenericClient};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Polls `done` (every 20 ms) until it holds, for at most a minute.
+#[track_caller]
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within a minute");
+        std::thread::sleep(Duration::from_millis(20)); // polling interval
+    }
+}
+
+/// `tallies()` of a Bench: (tag, runs, µs since the epoch of its last run).
+fn tallies(c: &mut Client, object: i64) -> Vec<(u64, u32, i64)> {
+    serde_json::from_value(call(c, object, "tallies", json!({}))).unwrap()
+}
+
+/// The job's due time, in µs since the Unix epoch.
+fn due_micros(c: &mut impl GenericClient, job: i64) -> i64 {
+    c.query_one(
+        "SELECT (extract(epoch FROM run_after) * 1000000)::bigint FROM lambdastore.app_jobs WHERE job_id = $1",
+        &[&job],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn state(c: &mut impl GenericClient, job: i64) -> String {
+    c.query_one("SELECT state FROM lambdastore.job($1)", &[&job]).unwrap().get(0)
+}
+
+#[test]
+fn a_delayed_job_runs_once_due_and_not_before() {
+    let (mut c, app, id) = micro_object("time_delayed");
+    let submit_in = |c: &mut Client, tag: i64, when: &str| -> i64 {
+        c.query_one(
+            &format!("SELECT lambdastore.submit($1, 'tally_at', jsonb_build_object('tag', $2::bigint), {when})"),
+            &[&id, &tag],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let delayed = submit_in(&mut c, 1, "delay => interval '1500 milliseconds'");
+    let at = submit_in(&mut c, 2, "run_at => now() + interval '1 second'");
+    let now = submit_in(&mut c, 3, "NULL");
+    assert_eq!(finished(&mut c, now).state, "done");
+    let waiting: i64 = c
+        .query_one("SELECT not_due FROM lambdastore.queue WHERE app = $1 AND function = 'tally_at'", &[&app])
+        .unwrap()
+        .get(0);
+    assert_eq!(waiting, 2, "the two delayed jobs show as not due");
+    for job in [delayed, at] {
+        assert_eq!(finished(&mut c, job).state, "done");
+    }
+    let ran = tallies(&mut c, id);
+    assert_eq!(ran.iter().map(|(tag, runs, _)| (*tag, *runs)).collect::<Vec<_>>(), [(1, 1), (2, 1), (3, 1)]);
+    assert!(ran[0].2 >= due_micros(&mut c, delayed), "the delayed job ran before it was due");
+    assert!(ran[1].2 >= due_micros(&mut c, at), "the job with run_at ran before it");
+
+    let both = c.query_one("SELECT lambdastore.submit($1, 'tally', '{}', NULL, now(), interval '1 s')", &[&id]);
+    expect_sqlstate(both, "22023");
+}
+
+#[test]
+fn a_lambda_spawns_a_job_for_later() {
+    let (mut c, _, id) = micro_object("time_spawn_after");
+    let args = json!({"target": id, "method": "tally_at", "args": {"tag": 7}, "delay_ms": 1000});
+    call(&mut c, id, "spawn_after", args);
+    let job: i64 = c
+        .query_one("SELECT job_id FROM lambdastore.app_jobs WHERE object_id = $1 AND method = 'tally_at'", &[&id])
+        .unwrap()
+        .get(0);
+    assert_eq!(finished(&mut c, job).state, "done");
+    let (_, runs, at) = tallies(&mut c, id)[0];
+    assert_eq!(runs, 1);
+    assert!(at >= due_micros(&mut c, job), "the spawned job ran before it was due");
+    let delayed: bool = c
+        .query_one(
+            "SELECT run_after >= submitted_at + interval '900 milliseconds' FROM lambdastore.app_jobs WHERE job_id = $1",
+            &[&job],
+        )
+        .unwrap()
+        .get(0);
+    assert!(delayed, "spawn_after's delay was not kept");
+}
+
+#[test]
+fn cancel_stops_a_queued_job_and_leaves_others_as_they_ended() {
+    let (mut c, app, id) = micro_object("time_cancel");
+    let later: i64 = c
+        .query_one("SELECT lambdastore.submit($1, 'tally', '{\"tag\": 1}', delay => interval '1 hour')", &[&id])
+        .unwrap()
+        .get(0);
+    // A waiter wakes when the cancel commits.
+    let waiter = std::thread::spawn(move || wait_job(&mut connect(), later, 60).unwrap());
+    let cancelled: bool = c.query_one("SELECT lambdastore.cancel($1)", &[&later]).unwrap().get(0);
+    assert!(cancelled);
+    assert_eq!(waiter.join().unwrap().state, "cancelled");
+    assert_eq!(state(&mut c, later), "cancelled");
+    let again: bool = c.query_one("SELECT lambdastore.cancel($1)", &[&later]).unwrap().get(0);
+    assert!(!again, "a cancelled job cancelled twice");
+
+    let done = submit(&mut c, id, "tally", json!({"tag": 2}), None).unwrap();
+    assert_eq!(finished(&mut c, done).state, "done");
+    let cancelled: bool = c.query_one("SELECT lambdastore.cancel($1)", &[&done]).unwrap().get(0);
+    assert!(!cancelled, "a finished job was cancelled");
+    assert_eq!(state(&mut c, done), "done");
+    assert_eq!(tallies(&mut c, id), [(2, 1, 0)], "the cancelled job ran");
+    let shown: i64 = c
+        .query_one("SELECT cancelled FROM lambdastore.queue WHERE app = $1 AND function = 'tally'", &[&app])
+        .unwrap()
+        .get(0);
+    assert_eq!(shown, 1);
+
+    expect_sqlstate(c.query_one("SELECT lambdastore.cancel(-1)", &[]), "42704");
+    expect_sqlstate(c.query_one("SELECT lambdastore.cancel(NULL)", &[]), "22004");
+    let mut tx = c.build_transaction().read_only(true).start().unwrap();
+    expect_sqlstate(tx.query_one("SELECT lambdastore.cancel($1)", &[&later]), "25006");
+}
+
+/// The object's pending timers: (name, function, args).
+fn timers(c: &mut Client, object: i64) -> Vec<(String, String, Value)> {
+    c.query("SELECT name, function, args::text FROM lambdastore.timers WHERE object_id = $1 ORDER BY name", &[&object])
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.get(0), row.get(1), serde_json::from_str(&row.get::<_, String>(2)).unwrap()))
+        .collect()
+}
+
+fn timer_job(c: &mut Client, object: i64, name: &str) -> i64 {
+    c.query_one("SELECT job_id FROM lambdastore.timers WHERE object_id = $1 AND name = $2", &[&object, &name])
+        .unwrap()
+        .get(0)
+}
+
+fn set_timer(
+    c: &mut impl GenericClient,
+    object: i64,
+    name: &str,
+    delay_ms: u64,
+    tag: u64,
+    fail: bool,
+) -> Result<Value, postgres::Error> {
+    let args = json!({"name": name, "delay_ms": delay_ms, "method": "tally_at", "args": {"tag": tag}, "fail": fail});
+    invoke(c, object, "set_timer", args)
+}
+
+#[test]
+fn a_timer_set_again_before_it_fires_is_replaced() {
+    let (mut c, _, id) = micro_object("time_timer_replaced");
+    set_timer(&mut c, id, "t", 800, 1, false).unwrap();
+    set_timer(&mut c, id, "t", 1200, 2, false).unwrap();
+    set_timer(&mut c, id, "other", 600, 3, false).unwrap();
+    assert_eq!(
+        timers(&mut c, id),
+        [
+            ("other".to_string(), "tally_at".to_string(), json!({"tag": 3})),
+            ("t".to_string(), "tally_at".to_string(), json!({"tag": 2})),
+        ],
+        "one pending timer per name, the last set"
+    );
+    let (t, other) = (timer_job(&mut c, id, "t"), timer_job(&mut c, id, "other"));
+    assert_eq!(finished(&mut c, t).state, "done");
+    assert_eq!(finished(&mut c, other).state, "done");
+    let ran = tallies(&mut c, id);
+    assert_eq!(ran.iter().map(|(tag, runs, _)| (*tag, *runs)).collect::<Vec<_>>(), [(2, 1), (3, 1)], "tag 1 fired");
+    assert!(ran[0].2 >= due_micros(&mut c, t), "a timer fired before its time");
+    assert!(timers(&mut c, id).is_empty());
+}
+
+#[test]
+fn a_timer_set_by_a_failed_workflow_never_fires_and_a_cleared_one_neither() {
+    let (mut c, _, id) = micro_object("time_timer_rollback");
+    expect_sqlstate(set_timer(&mut c, id, "t", 0, 1, true), "P0001");
+    assert!(timers(&mut c, id).is_empty(), "a failed workflow's timer is pending");
+    let queued = count(&mut c, &format!("SELECT count(*) FROM lambdastore.app_jobs WHERE object_id = {id}"));
+    assert_eq!(queued, 0, "a failed workflow's timer was queued");
+
+    set_timer(&mut c, id, "t", 60_000, 2, false).unwrap();
+    let job = timer_job(&mut c, id, "t");
+    call(&mut c, id, "clear_timer", json!({"name": "t"}));
+    assert!(timers(&mut c, id).is_empty());
+    assert_eq!(state(&mut c, job), "cancelled");
+
+    // A rolled-back transaction takes its timer with it.
+    let mut tx = c.transaction().unwrap();
+    set_timer(&mut tx, id, "t", 0, 3, false).unwrap();
+    tx.rollback().unwrap();
+    assert!(timers(&mut c, id).is_empty());
+    expect_sqlstate(
+        invoke(
+            &mut c,
+            id,
+            "set_timer",
+            json!({"name": "", "delay_ms": 0, "method": "tally", "args": {}, "fail": false}),
+        ),
+        "22023",
+    );
+    let unknown = json!({"name": "t", "delay_ms": 0, "method": "nothing", "args": {}, "fail": false});
+    expect_sqlstate(invoke(&mut c, id, "set_timer", unknown), "P0001");
+}
+
+#[test]
+fn a_repeating_timer_ticks_once_per_period_in_order() {
+    let (mut c, _, id) = micro_object("time_timer_repeats");
+    call(&mut c, id, "tick", json!({"name": "beat", "every_ms": 300, "left": 4, "tag": 1}));
+    eventually("four ticks", || tallies(&mut c, id).len() == 4 && timers(&mut c, id).is_empty());
+    let ran = tallies(&mut c, id);
+    assert!(ran.iter().all(|(_, runs, _)| *runs == 1), "a tick ran twice: {ran:?}");
+    for pair in ran.windows(2) {
+        assert!(pair[1].2 - pair[0].2 >= 300_000, "ticks closer than their period: {ran:?}");
+    }
+}
+
+fn schedule(
+    c: &mut impl GenericClient,
+    name: &str,
+    cron: &str,
+    object: i64,
+    missed: &str,
+) -> Result<(), postgres::Error> {
+    c.query_one(
+        "SELECT lambdastore.schedule($1, $2, $3, 'tally_at', '{\"tag\": 0}', 'UTC', $4)",
+        &[&name, &cron, &object, &missed],
+    )
+    .map(|_| ())
+}
+
+/// A schedule's done ticks, and their due times in µs.
+fn ticks(c: &mut impl GenericClient, object: i64, name: &str) -> Vec<i64> {
+    c.query(
+        "SELECT (extract(epoch FROM run_after) * 1000000)::bigint FROM lambdastore.app_jobs
+          WHERE object_id = $1 AND schedule = $2 AND state = 'done' ORDER BY run_after",
+        &[&object, &name],
+    )
+    .unwrap()
+    .into_iter()
+    .map(|row| row.get(0))
+    .collect()
+}
+
+#[test]
+fn a_schedule_ticks_each_second_once_until_unscheduled() {
+    let (mut c, _, id) = micro_object("time_schedule");
+    schedule(&mut c, "every second", "* * * * * *", id, "run_once").unwrap();
+    let next: Option<std::time::SystemTime> =
+        c.query_one("SELECT next_tick FROM lambdastore.app_schedules WHERE object_id = $1", &[&id]).unwrap().get(0);
+    assert!(next.is_some(), "no next tick shown");
+    eventually("three ticks", || ticks(&mut c, id, "every second").len() >= 3);
+    let removed: bool = c.query_one("SELECT lambdastore.unschedule($1, 'every second')", &[&id]).unwrap().get(0);
+    assert!(removed);
+    let unscheduled: i64 =
+        c.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint", &[]).unwrap().get(0);
+    // A tick running then finishes; the one it queued is cancelled when
+    // claimed, without running.
+    let queued = format!("SELECT count(*) FROM lambdastore.app_jobs WHERE object_id = {id} AND state = 'queued'");
+    eventually("no tick queued", || count(&mut c, &queued) == 0);
+    let due = ticks(&mut c, id, "every second");
+    assert!(due.iter().all(|at| *at <= unscheduled), "a tick ran after unschedule: {due:?}");
+    let mut distinct = due.clone();
+    distinct.dedup();
+    assert_eq!(distinct, due, "two ticks for one second");
+    assert!(due.iter().all(|at| at % 1_000_000 == 0), "ticks off the second: {due:?}");
+    let (_, runs, _) = tallies(&mut c, id)[0];
+    assert_eq!(runs as usize, due.len(), "ticks done and runs of the method differ");
+    let again: bool = c.query_one("SELECT lambdastore.unschedule($1, 'every second')", &[&id]).unwrap().get(0);
+    assert!(!again);
+}
+
+#[test]
+fn schedule_refuses_bad_input() {
+    let (mut c, _, id) = micro_object("time_schedule_input");
+    expect_sqlstate(schedule(&mut c, "s", "61 * * * *", id, "run_once"), "22023");
+    expect_sqlstate(schedule(&mut c, "s", "not cron", id, "run_once"), "22023");
+    expect_sqlstate(schedule(&mut c, "s", "* * * * *", id, "sometimes"), "22023");
+    expect_sqlstate(schedule(&mut c, "", "* * * * *", id, "run_once"), "22023");
+    expect_sqlstate(
+        c.query_one("SELECT lambdastore.schedule('s', '* * * * *', $1, 'tally', '{}', 'Mars/Olympus')", &[&id]),
+        "22023",
+    );
+    expect_sqlstate(schedule(&mut c, "s", "* * * * *", -1, "run_once"), "42704");
+    expect_sqlstate(
+        c.query_one("SELECT lambdastore.schedule('s', '* * * * *', $1, 'no_such_method')", &[&id]),
+        "42883",
+    );
+    expect_sqlstate(c.query_one("SELECT lambdastore.schedule(NULL, '* * * * *', $1, 'tally')", &[&id]), "22004");
+    let none = count(&mut c, &format!("SELECT count(*) FROM lambdastore.app_schedules WHERE object_id = {id}"));
+    assert_eq!(none, 0, "a refused schedule was kept");
+    schedule(&mut c, "hourly", "0 * * * *", id, "skip").unwrap();
+    expect_sqlstate(schedule(&mut c, "hourly", "0 * * * *", id, "skip"), "42710");
+    assert!(c.query_one("SELECT lambdastore.unschedule($1, 'hourly')", &[&id]).unwrap().get::<_, bool>(0));
+}
+
+#[test]
+fn finished_jobs_past_their_retention_are_deleted_and_no_others() {
+    let (mut c, _, id) = micro_object("time_retention");
+    let old = submit(&mut c, id, "tally", json!({"tag": 1}), Some("time_retention-old")).unwrap();
+    let recent = submit(&mut c, id, "tally", json!({"tag": 2}), None).unwrap();
+    let queued: i64 = c
+        .query_one("SELECT lambdastore.submit($1, 'tally', '{\"tag\": 3}', delay => interval '1 hour')", &[&id])
+        .unwrap()
+        .get(0);
+    for job in [old, recent] {
+        assert_eq!(finished(&mut c, job).state, "done");
+    }
+    // Aged by hand past the default retention (7 days); a queued job is
+    // never finished, however old.
+    c.execute(
+        "UPDATE lambdastore.jobs SET finished_at = now() - interval '8 days' WHERE object_id = $1 AND job_id = $2",
+        &[&id, &old],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE lambdastore.jobs SET submitted_at = now() - interval '30 days' WHERE object_id = $1 AND job_id = $2",
+        &[&id, &queued],
+    )
+    .unwrap();
+    // The first worker looks when it wakes: a job wakes it.
+    let wake = submit(&mut c, id, "tally", json!({"tag": 4}), None).unwrap();
+    finished(&mut c, wake);
+    eventually("the old job deleted", || {
+        let wake = submit(&mut c, id, "tally", json!({"tag": 5}), None).unwrap();
+        finished(&mut c, wake);
+        c.query("SELECT 1 FROM lambdastore.job($1)", &[&old]).unwrap().is_empty()
+    });
+    assert_eq!(state(&mut c, recent), "done", "a recent job was deleted");
+    assert_eq!(state(&mut c, queued), "queued", "a queued job was deleted");
+    // Its idempotency key went with it: the key queues a new job.
+    let again = submit(&mut c, id, "tally", json!({"tag": 1}), Some("time_retention-old")).unwrap();
+    assert_ne!(again, old);
+    c.query_one("SELECT lambdastore.cancel($1)", &[&queued]).unwrap();
+}
