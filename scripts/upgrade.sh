@@ -62,6 +62,25 @@ if [ ! -f "$old_package/done" ]; then
 fi
 old_version=$(sed -n 's/^default_version = .\(.*\).$/\1/p' "$old_package/package$("$pg_config" --sharedir)/extension/lambdastore.control")
 
+# The previous release's lambdas, built from its source (in a target
+# directory of their own): the data it holds was made by lambdas of its
+# time, and lambdas built now may import what it lacks (the `later`
+# interface of timers). Componentized by this build's tool.
+old_lambdas=$old_package/lambdas
+if [ ! -f "$old_lambdas/done" ]; then
+  echo "== building $from_tag's lambdas"
+  rm -rf "$old_lambdas" && mkdir -p "$old_lambdas"
+  (cd "$old_package/src" && CARGO_TARGET_DIR=$old_package/target \
+    cargo build --release --target wasm32-unknown-unknown -p counter -p micro >"$old_package/lambdas.log" 2>&1) \
+    || { tail -20 "$old_package/lambdas.log" >&2; exit 1; }
+  [ -x "$target/release/lambdastore-componentize" ] || cargo build --release -q -p lambdastore-componentize
+  for app in counter micro; do
+    "$target/release/lambdastore-componentize" "$old_package/target/wasm32-unknown-unknown/release/$app.wasm" \
+      "$old_lambdas/$app.wasm"
+  done
+  touch "$old_lambdas/done"
+fi
+
 # The private installation: a copy of the server's bin, lib and share.
 "$cluster" stop "$name" 2>/dev/null || true
 base=$(dirname "$("$cluster" dir "$name")")
@@ -96,14 +115,27 @@ check() { # check WHAT EXPECTED ACTUAL
   echo "ok: $1"
 }
 restart() { "$cluster" stop "$name" && "$cluster" start "$name" >/dev/null; }
-# Every row of every table of the extension, in key order: a digest per table.
-contents() {
+# The extension's tables and their columns in the old version
+# (remember_tables, before the update): what the update must keep. A table
+# or column the update adds is new (checked by the calls after it).
+declare -A columns=()
+remember_tables() {
   local table
+  columns=()
   for table in $(sql -c "SELECT c.oid::regclass FROM pg_class c
                            JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
                           WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'lambdastore')
                             AND c.relkind = 'r' ORDER BY 1"); do
-    sql -c "SELECT format('%s %s %s', '$table', count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '')) FROM $table t"
+    columns[$table]=$(sql -c "SELECT string_agg(format('t.%I', attname), ', ' ORDER BY attnum) FROM pg_attribute
+                               WHERE attrelid = '$table'::regclass AND attnum > 0 AND NOT attisdropped")
+  done
+}
+# Every row of those tables, in key order: a digest per table.
+contents() {
+  local table row
+  for table in $(printf '%s\n' "${!columns[@]}" | sort); do
+    row="ROW(${columns[$table]})::text"
+    sql -c "SELECT format('%s %s %s', '$table', count(*), coalesce(md5(string_agg($row, '|' ORDER BY $row)), '')) FROM $table t"
   done
 }
 
@@ -112,7 +144,7 @@ install_package "$old_package/package"
 "$cluster" fresh "$name" >/dev/null
 sql -c "CREATE EXTENSION lambdastore"
 check "the old version" "$old_version" "$(sql -c "SELECT extversion FROM pg_extension WHERE extname = 'lambdastore'")"
-deploy() { sql -c "SELECT lambdastore.deploy('$1', pg_read_binary_file('$repo/target/lambdas/$2.wasm')) IS NOT NULL" >/dev/null; }
+deploy() { sql -c "SELECT lambdastore.deploy('$1', pg_read_binary_file('$old_lambdas/$2.wasm')) IS NOT NULL" >/dev/null; }
 deploy counter counter
 deploy counter micro # a second version,
 deploy counter counter # and back: three rows of modules
@@ -132,6 +164,7 @@ check "a job run by $old_version" done "$(sql -c "SELECT state FROM lambdastore.
 # A job still queued at the upgrade: the runners are off until after it.
 sql -c "ALTER SYSTEM SET lambdastore.workers = 0" && restart
 queued_job=$(sql -c "SET client_min_messages = error" -c "SELECT lambdastore.submit($other, 'increment', '{}', 'queued-job')")
+remember_tables
 before=$(contents)
 check "rows in every table but the Citus ones" 0 \
   "$(printf '%s\n' "$before" | awk '$2 == 0 && $1 != "lambdastore.migrations" && $1 != "lambdastore.job_keys"' | wc -l)"
@@ -273,6 +306,7 @@ placement_keys() {
 }
 placements=$(placement_keys | cut -d'|' -f1)
 check "$old_version's foreign key on each placement of applications" "$placements|$placements" "$(placement_keys)"
+remember_tables
 before=$(contents)
 
 echo "== on a Citus cluster: $old_version -> $new_version"

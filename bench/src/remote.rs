@@ -275,6 +275,21 @@ fn sql_error(e: postgres::Error) -> wasmtime::Error {
 
 impl lambdastore::lambda::types::Host for State {}
 
+/// The baseline runs no jobs, so nothing for later either.
+impl lambdastore::lambda::later::Host for State {
+    fn spawn_at(&mut self, _: i64, function: String, _: String, _: i64) -> wasmtime::Result<Result<(), CallError>> {
+        Ok(Err(CallError::NotAllowed(format!("the disaggregated baseline cannot spawn jobs ({function})"))))
+    }
+
+    fn set_timer(&mut self, name: String, _: i64, _: String, _: String) -> wasmtime::Result<Result<(), CallError>> {
+        Ok(Err(CallError::NotAllowed(format!("the disaggregated baseline has no timers ({name})"))))
+    }
+
+    fn clear_timer(&mut self, name: String) -> wasmtime::Result<Result<(), CallError>> {
+        Ok(Err(CallError::NotAllowed(format!("the disaggregated baseline has no timers ({name})"))))
+    }
+}
+
 impl lambdastore::lambda::host::Host for State {
     fn self_id(&mut self) -> wasmtime::Result<i64> {
         Ok(self.frame.object)

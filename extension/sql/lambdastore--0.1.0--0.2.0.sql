@@ -501,10 +501,14 @@ BEGIN
 END
 $$;
 
--- Delayed and cancelled jobs, and the workers' retention of finished ones
--- (schema.sql, views.sql). On a Citus cluster the coordinator's ALTER
--- reaches the shards and the workers' tables, and the workers then run
--- this script too: IF EXISTS, IF NOT EXISTS.
+-- Delayed and cancelled jobs, timers, schedules, and the workers' retention
+-- of finished jobs (schema.sql, views.sql). On a Citus cluster, Citus would
+-- send this whole script to the workers as the text of each ALTER TABLE of
+-- a distributed table (the statement's text in an extension script), which
+-- they refuse ("cannot insert multiple commands into a prepared
+-- statement"): here each node changes its own tables (the workers run this
+-- script after the coordinator), and the coordinator the shards, below.
+SET LOCAL citus.enable_ddl_propagation TO off;
 ALTER TABLE lambdastore.jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
 ALTER TABLE lambdastore.jobs
     ADD CONSTRAINT jobs_state_check CHECK (state IN ('queued', 'done', 'failed', 'cancelled'));
@@ -621,3 +625,46 @@ SELECT j.app,
        count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
   FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
  GROUP BY j.app, j.method;
+
+-- The shards of jobs on a Citus cluster, from the coordinator: each in its
+-- own transaction on its node (run_command_on_shards), so that every step
+-- may run again. Citus names a shard's constraints and indexes after its
+-- shard id.
+DO $upgrade$
+DECLARE
+    failed text;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid = 'lambdastore.jobs'::regclass)
+       OR (SELECT groupid FROM pg_catalog.pg_dist_local_group) <> 0 THEN
+        RETURN;
+    END IF;
+    SELECT string_agg(format('shard %s: %s', r.shardid, r.result), '; ') INTO failed
+      FROM run_command_on_shards('lambdastore.jobs', $shard$
+DO $do$
+DECLARE
+    c text;
+    id text := substring('%1$s' FROM '_(\d+)$');
+BEGIN
+    ALTER TABLE %1$s ADD COLUMN IF NOT EXISTS timer text, ADD COLUMN IF NOT EXISTS schedule text;
+    FOR c IN SELECT conname FROM pg_catalog.pg_constraint
+              WHERE conrelid = '%1$s'::regclass AND contype = 'c' AND conname LIKE 'jobs\_state\_check%%' LOOP
+        EXECUTE format('ALTER TABLE %1$s DROP CONSTRAINT %%I', c);
+    END LOOP;
+    EXECUTE format('ALTER TABLE %1$s ADD CONSTRAINT %%I CHECK (state IN (''queued'', ''done'', ''failed'', ''cancelled''))',
+                   'jobs_state_check_' || id);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %%I ON %1$s (finished_at) WHERE state <> ''queued''',
+                   'jobs_finished_' || id);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %%I ON %1$s (object_id, timer) WHERE timer IS NOT NULL AND state = ''queued''',
+                   'jobs_timers_' || id);
+END
+$do$
+$shard$) r
+     WHERE NOT r.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'updating the shards of lambdastore.jobs failed: %', failed;
+    END IF;
+END
+$upgrade$;

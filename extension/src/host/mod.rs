@@ -66,6 +66,32 @@ fn call_error(failure: CallFailure) -> CallError {
 
 impl lambdastore::lambda::types::Host for HostState {}
 
+impl lambdastore::lambda::later::Host for HostState {
+    fn spawn_at(
+        &mut self,
+        target: i64,
+        function: String,
+        args: String,
+        at_micros: i64,
+    ) -> wasmtime::Result<Result<(), CallError>> {
+        recoverable(calls::spawn(self, target, &function, &args, Some(at_micros)))
+    }
+
+    fn set_timer(
+        &mut self,
+        name: String,
+        at_micros: i64,
+        function: String,
+        args: String,
+    ) -> wasmtime::Result<Result<(), CallError>> {
+        recoverable(calls::set_timer(self, &name, Some((at_micros, &function, &args))))
+    }
+
+    fn clear_timer(&mut self, name: String) -> wasmtime::Result<Result<(), CallError>> {
+        recoverable(calls::set_timer(self, &name, None))
+    }
+}
+
 impl lambdastore::lambda::host::Host for HostState {
     fn self_id(&mut self) -> wasmtime::Result<i64> {
         Ok(self.frame.object)
@@ -127,30 +153,6 @@ impl lambdastore::lambda::host::Host for HostState {
 
     fn spawn(&mut self, target: i64, function: String, args: String) -> wasmtime::Result<Result<(), CallError>> {
         recoverable(calls::spawn(self, target, &function, &args, None))
-    }
-
-    fn spawn_at(
-        &mut self,
-        target: i64,
-        function: String,
-        args: String,
-        at_micros: i64,
-    ) -> wasmtime::Result<Result<(), CallError>> {
-        recoverable(calls::spawn(self, target, &function, &args, Some(at_micros)))
-    }
-
-    fn set_timer(
-        &mut self,
-        name: String,
-        at_micros: i64,
-        function: String,
-        args: String,
-    ) -> wasmtime::Result<Result<(), CallError>> {
-        recoverable(calls::set_timer(self, &name, Some((at_micros, &function, &args))))
-    }
-
-    fn clear_timer(&mut self, name: String) -> wasmtime::Result<Result<(), CallError>> {
-        recoverable(calls::set_timer(self, &name, None))
     }
 
     fn now_micros(&mut self) -> wasmtime::Result<i64> {

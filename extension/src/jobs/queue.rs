@@ -476,10 +476,11 @@ pub(crate) fn object_of(job: i64) -> Result<Option<(i64, String)>> {
 
 /// Cancels `job` of `object` if it is queued (waiting for the worker
 /// that runs it, if one does); whether it was. Routed by the object on a
-/// Citus cluster.
+/// Citus cluster, which takes no VOLATILE function in an UPDATE of a
+/// distributed table (so not clock_timestamp()).
 pub(crate) fn cancel(object: i64, job: i64) -> Result<bool> {
     query_cluster(
-        "UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = clock_timestamp()
+        "UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = statement_timestamp()
           WHERE object_id = $1 AND job_id = $2 AND state = 'queued'
          RETURNING true",
         &[INT8OID, INT8OID],

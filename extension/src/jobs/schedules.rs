@@ -98,7 +98,7 @@ pub(crate) fn unschedule(caller: Caller, object: i64, name: &str) -> Result<bool
     // the second, a statement with a new snapshot, sees that one.
     for _ in 0..2 {
         query_cluster(
-            "UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = clock_timestamp()
+            "UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = statement_timestamp()
               WHERE object_id = $1 AND schedule = $2 AND state = 'queued'",
             &[INT8OID, TEXTOID],
             &[object.into(), name.into()],

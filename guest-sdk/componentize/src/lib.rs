@@ -15,7 +15,7 @@ use wit_parser::{Resolve, WorldItem, WorldKey};
 /// The only package a lambda may import from.
 const PACKAGE: (&str, &str) = ("lambdastore", "lambda");
 /// Its interfaces a lambda may import.
-const INTERFACES: &[&str] = &["host", "types"];
+const INTERFACES: &[&str] = &["host", "later", "types"];
 /// What a lambda must export, and all it may export.
 const EXPORTS: &[&str] = &["describe", "dispatch"];
 
@@ -32,7 +32,7 @@ pub fn componentize(core: &[u8]) -> Result<Vec<u8>> {
     Ok(component)
 }
 
-/// Checks that `component` imports only `lambdastore:lambda/{host,types}`
+/// Checks that `component` imports only `lambdastore:lambda/{host,later,types}`
 /// and exports exactly `describe` and `dispatch`.
 pub fn check(component: &[u8]) -> Result<()> {
     let (resolve, world) = match wit_component::decode(component).context("cannot decode the component's WIT")? {

@@ -134,7 +134,7 @@ pub fn log(level: LogLevel, message: &str) {
 #[cfg(target_arch = "wasm32")]
 mod wasm {
     use super::{Direction, Entry, LogLevel};
-    use crate::bindings::lambdastore::lambda::{host, types};
+    use crate::bindings::lambdastore::lambda::{host, later, types};
     use crate::{CallError, ObjectId};
 
     pub fn self_id() -> ObjectId {
@@ -175,13 +175,13 @@ mod wasm {
         host::spawn(target, function, args).map_err(Into::into)
     }
     pub fn spawn_at(target: ObjectId, function: &str, args: &str, at_micros: i64) -> Result<(), CallError> {
-        host::spawn_at(target, function, args, at_micros).map_err(Into::into)
+        later::spawn_at(target, function, args, at_micros).map_err(Into::into)
     }
     pub fn set_timer(name: &str, at_micros: i64, function: &str, args: &str) -> Result<(), CallError> {
-        host::set_timer(name, at_micros, function, args).map_err(Into::into)
+        later::set_timer(name, at_micros, function, args).map_err(Into::into)
     }
     pub fn clear_timer(name: &str) -> Result<(), CallError> {
-        host::clear_timer(name).map_err(Into::into)
+        later::clear_timer(name).map_err(Into::into)
     }
     pub fn now_micros() -> i64 {
         host::now_micros()

@@ -3,7 +3,7 @@
 //! from any node, either commits once or fails with a 40001 its client
 //! retries. Each test migrates only objects of its own.
 
-use super::{connect_node, counter_to_move, migrate, shard_mate, shard_of, spread, worker_at, workers};
+use super::{calls_here, connect_node, counter_to_move, migrate, shard_mate, shard_of, spread, worker_at, workers};
 use crate::cluster;
 use crate::common::concurrent::{random_transfers, sqlstate, Cc};
 use crate::common::*;
@@ -308,6 +308,43 @@ fn waiting_for(observer: &mut Client, oid: u32) -> Vec<i32> {
 }
 
 /// Bad arguments are refused with a stable SQLSTATE, and nothing moves.
+/// A timer and a schedule belong to their object: they are jobs in its
+/// shard, so a migration takes them along, and they fire once, on the
+/// object's new node.
+#[test]
+fn a_timer_and_a_schedule_of_a_migrated_object_fire_once_on_its_new_node() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_migrate_time", "micro");
+    let by_node = spread(&mut c, &app, "Bench", json!({}), 1);
+    let nodes: Vec<&String> = by_node.keys().collect();
+    let (bench, from, to) = (by_node[nodes[0]][0], nodes[0].clone(), nodes[1].clone());
+    let timer = json!({"name": "t", "delay_ms": 8000, "method": "tally_at", "args": {"tag": 1}, "fail": false});
+    call(&mut c, bench, "set_timer", timer);
+    let timer_job: i64 =
+        c.query_one("SELECT job_id FROM lambdastore.timers WHERE object_id = $1", &[&bench]).unwrap().get(0);
+    c.query_one("SELECT lambdastore.schedule('beat', '* * * * * *', $1, 'tally', '{\"tag\": 0}')", &[&bench]).unwrap();
+    migrate(&mut c, bench, &to);
+    let done_ticks = |c: &mut Client| {
+        count(c, &format!("SELECT count(*) FROM lambdastore.jobs WHERE object_id = {bench} AND schedule IS NOT NULL AND state = 'done'"))
+    };
+    let moved_at = done_ticks(&mut c);
+    assert_eq!(finished(&mut c, timer_job).state, "done");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done_ticks(&mut c) < moved_at + 2 {
+        assert!(Instant::now() < deadline, "no two ticks on the new node within a minute");
+        std::thread::sleep(Duration::from_millis(50)); // polling interval
+    }
+    assert!(c.query_one("SELECT lambdastore.unschedule($1, 'beat')", &[&bench]).unwrap().get::<_, bool>(0));
+    let (old, new) = (worker_at(&mut workers, &from), worker_at(&mut workers, &to));
+    assert_eq!(calls_here(&mut workers[old], &app, "tally_at"), 0, "the timer fired on the old node");
+    assert_eq!(calls_here(&mut workers[new], &app, "tally_at"), 1, "the timer did not fire once on the new node");
+    assert!(calls_here(&mut workers[new], &app, "tally") >= 2, "no tick ran on the new node");
+    let ticks: Vec<(u64, u32, i64)> = serde_json::from_value(call(&mut c, bench, "tallies", json!({}))).unwrap();
+    let runs = |tag| ticks.iter().find(|t| t.0 == tag).map_or(0, |t| t.1);
+    assert_eq!(runs(1), 1, "the timer fired {} times", runs(1));
+    assert_eq!(i64::from(runs(0)), done_ticks(&mut c), "ticks done and runs differ");
+}
+
 #[test]
 fn migrate_object_refuses_bad_input() {
     let Some(mut workers) = workers() else { return };

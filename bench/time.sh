@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Time and the queue (issue 45), on a cluster of its own with the default
+# two job runners:
+#
+#   1. Due-to-done latency of delayed jobs: 200 `tally` jobs, one per
+#      object, due every 10 ms from 2 s after they are submitted; the time
+#      from each one's `run_after` to its `finished_at` (when its worker
+#      committed it: the start plus a sub-millisecond run). With idle
+#      workers, then with busy ones (a backlog of 3,000 jobs of another
+#      application, `hash` of 64 SHA-512 rounds each, queued first).
+#   2. Jobs per second draining 2,000 `tally` jobs (one per object, one
+#      transaction submits them all), with no delayed jobs pending and
+#      with 10,000 (then 100,000) pending for tomorrow, ROUNDS alternating
+#      rounds, medians.
+#   3. The runners' resident memory (VmRSS, summed) with none, 10,000 and
+#      100,000 delayed jobs pending, after a drain.
+#
+#   bench/time.sh        # needs `make lambdas install` first; ROUNDS=3
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cluster=$repo/scripts/cluster.sh
+ROUNDS=${ROUNDS:-3}
+export LAMBDASTORE_PORT=${LAMBDASTORE_PORT:-54337}
+"$cluster" fresh benchtime >/dev/null
+trap '"$cluster" stop benchtime' EXIT
+sql() { "$cluster" psql benchtime -d lambdastore_test -X -v ON_ERROR_STOP=1 -Atq "$@"; }
+
+sql -c "CREATE EXTENSION lambdastore"
+LAMBDASTORE_WASM=$repo/target/lambdas/micro.wasm sql >/dev/null <<'SQL'
+\set wasm `base64 -w0 "$LAMBDASTORE_WASM"`
+SELECT lambdastore.deploy('timed', decode(:'wasm', 'base64'));
+SELECT lambdastore.deploy('other', decode(:'wasm', 'base64'));
+CREATE TABLE objects AS
+SELECT k, lambdastore.create_object('timed', 'Bench', '{"entries": 0}') AS id FROM generate_series(1, 2000) k;
+CREATE TABLE others AS
+SELECT k, lambdastore.create_object('other', 'Bench', '{"entries": 0}') AS id FROM generate_series(1, 100) k;
+SQL
+
+# Polls (every 20 ms, at most 10 minutes) until no job of `app` is queued and due.
+drained() {
+  local app=$1
+  for _ in $(seq 30000); do
+    [ "$(sql -c "SELECT count(*) FROM lambdastore.jobs WHERE app = '$app' AND state = 'queued' AND run_after <= now()")" = 0 ] && return
+    sleep 0.02 # polling interval
+  done
+  echo "FAIL: $app's jobs still queued after 10 minutes" >&2; exit 1
+}
+
+# latency LABEL: p50 and p99 of due-to-done, in ms, of 200 delayed jobs.
+latency() {
+  sql -c "DELETE FROM lambdastore.jobs WHERE app = 'timed'"
+  sql -c "SELECT lambdastore.submit(id, 'tally', jsonb_build_object('tag', k),
+                                    delay => interval '2 seconds' + k * interval '10 milliseconds')
+            FROM objects WHERE k <= 200" >/dev/null
+  sleep 4.5 # the last job is due 4 s after submission; drained() then waits for the rest
+  drained timed
+  sql -c "SELECT format('| %s | %s | %s |', '$1',
+                        round((percentile_cont(0.5) WITHIN GROUP (ORDER BY ms))::numeric, 1),
+                        round((percentile_cont(0.99) WITHIN GROUP (ORDER BY ms))::numeric, 1))
+            FROM (SELECT extract(epoch FROM finished_at - run_after) * 1000 AS ms
+                    FROM lambdastore.jobs WHERE app = 'timed' AND state = 'done') l"
+}
+
+echo "| 200 delayed jobs, due every 10 ms | due-to-done p50 ms | p99 ms |"
+echo "|---|---:|---:|"
+latency "idle workers"
+sql -c "SELECT lambdastore.submit(id, 'hash', '{\"n\": 64}') FROM others, generate_series(1, 30)" >/dev/null
+latency "busy workers (3,000 jobs of another application queued first)"
+drained other
+
+# drain: seconds to run 2,000 jobs submitted in one transaction.
+drain() {
+  sql -c "DELETE FROM lambdastore.jobs WHERE app = 'timed' AND state <> 'queued'"
+  local start end
+  start=$(date +%s.%N)
+  sql -c "SELECT lambdastore.submit(id, 'tally', '{\"tag\": 1}') FROM objects" >/dev/null
+  drained timed
+  end=$(date +%s.%N)
+  echo "$start $end" | awk '{printf "%.0f", 2000 / ($2 - $1)}'
+}
+runner_rss_mb() {
+  sql -c "SELECT sum(substring(pg_read_file('/proc/' || pid || '/status') FROM 'VmRSS:\s+(\d+)')::bigint) / 1024
+            FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'"
+}
+# pending N: N delayed jobs (due tomorrow) of `other`, in all.
+pending() {
+  local have
+  have=$(sql -c "SELECT count(*) FROM lambdastore.jobs WHERE app = 'other' AND state = 'queued'")
+  [ "$1" -gt "$have" ] || return 0
+  sql -c "SELECT lambdastore.submit(o.id, 'tally', '{\"tag\": 2}', delay => interval '1 day')
+            FROM others o, generate_series(1, ($1 - $have) / 100)" >/dev/null
+}
+
+declare -A rates=() memory=()
+for pending_jobs in 0 10000 100000; do
+  pending "$pending_jobs"
+  for round in $(seq "$ROUNDS"); do
+    rates[$pending_jobs]+="$(drain) "
+  done
+  memory[$pending_jobs]=$(runner_rss_mb)
+done
+median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+echo
+echo "| delayed jobs pending | jobs/s draining 2,000 (median of $ROUNDS) | runs | runners' RSS after, MB |"
+echo "|---:|---:|---|---:|"
+for pending_jobs in 0 10000 100000; do
+  echo "| $pending_jobs | $(echo "${rates[$pending_jobs]}" | median) | ${rates[$pending_jobs]}| ${memory[$pending_jobs]} |"
+done
