@@ -28,7 +28,8 @@ CREATE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RETURNS text
 LANGUAGE plpgsql AS $fn$
 DECLARE
     fk record;
-    reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations'];
+    reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations',
+                              'queue_limits'];
     colocated text[] := ARRAY['entries', 'entry_sets', 'jobs', 'schedules'];
     t text;
     added int := 0;
@@ -44,6 +45,13 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
         -- Tables a later version added: ALTER EXTENSION ... UPDATE made them
         -- on every node, not distributed.
+        FOREACH t IN ARRAY reference LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                            WHERE logicalrelid = format('lambdastore.%I', t)::regclass) THEN
+                PERFORM create_reference_table(format('lambdastore.%I', t));
+                added := added + 1;
+            END IF;
+        END LOOP;
         FOREACH t IN ARRAY colocated LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
                             WHERE logicalrelid = format('lambdastore.%I', t)::regclass) THEN

@@ -309,7 +309,8 @@ CREATE OR REPLACE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RE
 LANGUAGE plpgsql AS $fn$
 DECLARE
     fk record;
-    reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations'];
+    reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations',
+                              'queue_limits'];
     colocated text[] := ARRAY['entries', 'entry_sets', 'jobs', 'schedules'];
     t text;
     added int := 0;
@@ -325,6 +326,13 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'lambdastore.objects'::regclass) THEN
         -- Tables a later version added: ALTER EXTENSION ... UPDATE made them
         -- on every node, not distributed.
+        FOREACH t IN ARRAY reference LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
+                            WHERE logicalrelid = format('lambdastore.%I', t)::regclass) THEN
+                PERFORM create_reference_table(format('lambdastore.%I', t));
+                added := added + 1;
+            END IF;
+        END LOOP;
         FOREACH t IN ARRAY colocated LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_dist_partition
                             WHERE logicalrelid = format('lambdastore.%I', t)::regclass) THEN
@@ -532,6 +540,15 @@ CREATE TABLE IF NOT EXISTS lambdastore.schedules (
 );
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.schedules', '');
 REVOKE ALL ON lambdastore.schedules FROM PUBLIC;
+CREATE TABLE IF NOT EXISTS lambdastore.queue_limits (
+    app          text PRIMARY KEY,
+    max_running  int CHECK (max_running > 0),
+    rate         int CHECK (rate > 0),
+    per          interval NOT NULL DEFAULT '1 second',
+    priority     int NOT NULL DEFAULT 0
+);
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.queue_limits', '');
+REVOKE ALL ON lambdastore.queue_limits FROM PUBLIC;
 CREATE INDEX IF NOT EXISTS jobs_timers ON lambdastore.jobs (object_id, timer)
     WHERE timer IS NOT NULL AND state = 'queued';
 CREATE OR REPLACE VIEW lambdastore.app_jobs WITH (security_barrier) AS
@@ -583,6 +600,16 @@ CREATE FUNCTION lambdastore."unschedule"(
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'unschedule_wrapper';
+CREATE FUNCTION lambdastore."set_queue_limits"(
+	"app" TEXT, /* Option < & str > */
+	"max_running" INT DEFAULT NULL, /* Option < i32 > */
+	"rate" INT DEFAULT NULL, /* Option < i32 > */
+	"per" interval DEFAULT '1 second', /* Option < Interval > */
+	"priority" INT DEFAULT 0 /* Option < i32 > */
+) RETURNS void
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'set_queue_limits_wrapper';
 CREATE FUNCTION lambdastore."cancel"(
 	"job_id" bigint /* Option < i64 > */
 ) RETURNS bool /* bool */
@@ -607,12 +634,15 @@ AS 'MODULE_PATHNAME', '_submit_here_wrapper';
 REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, text, timestamptz, text) FROM PUBLIC;
 -- Per application and function: jobs due and waiting (not running),
 -- running now, done and failed, how long the oldest waiting job has been
--- due, jobs not due yet (delayed, or backing off after a conflict), and
--- cancelled. 'running' comes from the runners' shared memory (of every
--- node): a claimed job is only row-locked, its 'done' commits with its
--- effects.
+-- due, jobs not due yet (delayed, or backing off after a conflict),
+-- cancelled; then the application's queue limits, and its waiting jobs
+-- held back because it runs max_running jobs (counted on one server: on a
+-- Citus cluster each node applies max_running to its own jobs). 'running'
+-- comes from the runners' shared memory (of every node): a claimed job is
+-- only row-locked, its 'done' commits with its effects.
 CREATE OR REPLACE VIEW lambdastore.queue AS
-WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id)
+WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id),
+functions AS (
 SELECT j.app,
        j.method AS function,
        count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now()) AS depth,
@@ -624,7 +654,11 @@ SELECT j.app,
        count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after > now()) AS not_due,
        count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
   FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
- GROUP BY j.app, j.method;
+ GROUP BY j.app, j.method)
+SELECT f.app, f.function, f.depth, f.running, f.done, f.failed, f.oldest_waiting, f.not_due, f.cancelled,
+       l.max_running, l.rate, l.per, coalesce(l.priority, 0) AS priority,
+       CASE WHEN l.max_running <= sum(f.running) OVER (PARTITION BY f.app) THEN f.depth ELSE 0 END AS held_back
+  FROM functions f LEFT JOIN lambdastore.queue_limits l ON l.app = f.app;
 
 -- The shards of jobs on a Citus cluster, from the coordinator: each in its
 -- own transaction on its node (run_command_on_shards), so that every step

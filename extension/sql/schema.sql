@@ -155,6 +155,19 @@ CREATE TABLE lambdastore.schedules (
     PRIMARY KEY (object_id, name)
 );
 
+-- Limits on an application's jobs (lambdastore.set_queue_limits), which
+-- each node's job runners enforce on the jobs they run: at most
+-- max_running at once, at most rate started per `per` (NULL: no limit),
+-- and the priority applications are served in (highest first; in turns
+-- among equals). A reference table on a Citus cluster.
+CREATE TABLE lambdastore.queue_limits (
+    app          text PRIMARY KEY,
+    max_running  int CHECK (max_running > 0),
+    rate         int CHECK (rate > 0),
+    per          interval NOT NULL DEFAULT '1 second',
+    priority     int NOT NULL DEFAULT 0
+);
+
 -- On a Citus cluster, the idempotency keys of jobs: the jobs are spread
 -- over the nodes by object, so a unique index on them cannot span the
 -- cluster; this table, distributed by key, does (forward.rs). Unused on a
@@ -191,6 +204,7 @@ SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.schedules', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.queue_limits', '');
 
 -- Ordinary roles get no privilege on any of these: every change and every
 -- read of application data goes through the extension's functions, which

@@ -148,12 +148,15 @@ $$;
 
 -- Per application and function: jobs due and waiting (not running),
 -- running now, done and failed, how long the oldest waiting job has been
--- due, jobs not due yet (delayed, or backing off after a conflict), and
--- cancelled. 'running' comes from the runners' shared memory (of every
--- node): a claimed job is only row-locked, its 'done' commits with its
--- effects.
+-- due, jobs not due yet (delayed, or backing off after a conflict),
+-- cancelled; then the application's queue limits, and its waiting jobs
+-- held back because it runs max_running jobs (counted on one server: on a
+-- Citus cluster each node applies max_running to its own jobs). 'running'
+-- comes from the runners' shared memory (of every node): a claimed job is
+-- only row-locked, its 'done' commits with its effects.
 CREATE VIEW lambdastore.queue AS
-WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id)
+WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id),
+functions AS (
 SELECT j.app,
        j.method AS function,
        count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now()) AS depth,
@@ -165,7 +168,11 @@ SELECT j.app,
        count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after > now()) AS not_due,
        count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
   FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
- GROUP BY j.app, j.method;
+ GROUP BY j.app, j.method)
+SELECT f.app, f.function, f.depth, f.running, f.done, f.failed, f.oldest_waiting, f.not_due, f.cancelled,
+       l.max_running, l.rate, l.per, coalesce(l.priority, 0) AS priority,
+       CASE WHEN l.max_running <= sum(f.running) OVER (PARTITION BY f.app) THEN f.depth ELSE 0 END AS held_back
+  FROM functions f LEFT JOIN lambdastore.queue_limits l ON l.app = f.app;
 
 -- The API keys of the applications a role owns: never the hashes.
 CREATE VIEW lambdastore.app_api_keys WITH (security_barrier) AS

@@ -52,8 +52,8 @@ fn a_delayed_job_runs_once_due_and_not_before() {
         .unwrap()
         .get(0)
     };
-    let delayed = submit_in(&mut c, 1, "delay => interval '1500 milliseconds'");
-    let at = submit_in(&mut c, 2, "run_at => now() + interval '1 second'");
+    let delayed = submit_in(&mut c, 1, "delay => interval '4 seconds'");
+    let at = submit_in(&mut c, 2, "run_at => now() + interval '3 seconds'");
     let now = submit_in(&mut c, 3, "NULL");
     assert_eq!(finished(&mut c, now).state, "done");
     let waiting: i64 = c
@@ -341,4 +341,143 @@ fn finished_jobs_past_their_retention_are_deleted_and_no_others() {
     let again = submit(&mut c, id, "tally", json!({"tag": 1}), Some("time_retention-old")).unwrap();
     assert_ne!(again, old);
     c.query_one("SELECT lambdastore.cancel($1)", &[&queued]).unwrap();
+}
+
+/// `n` Bench objects of `app`, without entries.
+fn benches(c: &mut Client, app: &str, n: usize) -> Vec<i64> {
+    (0..n).map(|_| create(c, app, "Bench", json!({"entries": 0}))).collect()
+}
+
+/// Submits `method(args(i))` on each of `objects` in one transaction and
+/// waits for them all; their job ids.
+fn run_jobs(c: &mut Client, objects: &[i64], method: &str, args: impl Fn(usize) -> Value) -> Vec<i64> {
+    let mut tx = c.transaction().unwrap();
+    let jobs: Vec<i64> =
+        objects.iter().enumerate().map(|(i, &id)| submit(&mut tx, id, method, args(i), None).unwrap()).collect();
+    tx.commit().unwrap();
+    for &job in &jobs {
+        assert_eq!(finished(c, job).state, "done");
+    }
+    jobs
+}
+
+/// The most `busy` jobs of `objects` that ran at one moment (each kept
+/// its start and end in `ran:<i>`).
+fn most_at_once(c: &mut Client, objects: &[i64]) -> usize {
+    let mut edges: Vec<(i64, i32)> = Vec::new();
+    for (i, &id) in objects.iter().enumerate() {
+        let ran = call(c, id, "get", json!({"key": format!("ran:{i}")}));
+        let (start, end) = ran.as_str().unwrap().split_once(' ').unwrap();
+        edges.push((start.parse().unwrap(), 1));
+        edges.push((end.parse().unwrap(), -1));
+    }
+    edges.sort(); // an end before a start at the same microsecond
+    let (mut now, mut most) = (0, 0);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// The finish times (µs) of `jobs`, in order.
+fn finish_times(c: &mut Client, jobs: &[i64]) -> Vec<i64> {
+    let mut times: Vec<i64> = jobs
+        .iter()
+        .map(|job| {
+            c.query_one(
+                "SELECT (extract(epoch FROM finished_at) * 1000000)::bigint FROM lambdastore.app_jobs WHERE job_id = $1",
+                &[job],
+            )
+            .unwrap()
+            .get(0)
+        })
+        .collect();
+    times.sort();
+    times
+}
+
+fn set_limits(c: &mut Client, app: &str, max_running: Option<i32>, rate: Option<i32>, priority: i32) {
+    c.execute(
+        "SELECT lambdastore.set_queue_limits($1, max_running => $2, rate => $3, per => interval '1 second',
+                                             priority => $4)",
+        &[&app, &max_running, &rate, &priority],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_concurrency_limit_of_one_holds_and_without_it_two_run_at_once() {
+    // The test server runs two job runners.
+    let (mut c, app) = deployed("time_limit_running", "micro");
+    let objects = benches(&mut c, &app, 6);
+    let busy = |i: usize| json!({"tag": i, "ms": 200});
+    set_limits(&mut c, &app, Some(1), None, 0);
+    let shown: Option<i32> = c
+        .query_one("SELECT max_running FROM lambdastore.queue WHERE app = $1 LIMIT 1", &[&app])
+        .map(|row| row.get(0))
+        .unwrap_or(Some(1)); // no row before its first job
+    assert_eq!(shown, Some(1));
+    run_jobs(&mut c, &objects, "busy", busy);
+    assert_eq!(most_at_once(&mut c, &objects), 1, "two jobs ran at once under max_running = 1");
+    // Switched off, the two runners take two at a time (given a few tries:
+    // other tests' jobs share the runners).
+    set_limits(&mut c, &app, None, None, 0);
+    let overlapped = (0..3).any(|_| {
+        run_jobs(&mut c, &objects, "busy", busy);
+        most_at_once(&mut c, &objects) == 2
+    });
+    assert!(overlapped, "without the limit no two jobs ever ran at once: the test shows nothing");
+}
+
+#[test]
+fn a_rate_limit_holds_over_its_window() {
+    let (mut c, app) = deployed("time_limit_rate", "micro");
+    let objects = benches(&mut c, &app, 6);
+    set_limits(&mut c, &app, None, Some(2), 0);
+    let jobs = run_jobs(&mut c, &objects, "tally", |i| json!({"tag": i}));
+    let done = finish_times(&mut c, &jobs);
+    for (i, pair) in done.windows(3).enumerate() {
+        assert!(pair[2] - pair[0] >= 1_000_000, "jobs {i} to {} finished within a second: {done:?}", i + 2);
+    }
+    // Switched off, six quick jobs finish within a second.
+    set_limits(&mut c, &app, None, None, 0);
+    let jobs = run_jobs(&mut c, &objects, "tally", |i| json!({"tag": i}));
+    let done = finish_times(&mut c, &jobs);
+    assert!(done[5] - done[0] < 1_000_000, "without the rate limit: {done:?}");
+}
+
+#[test]
+fn a_higher_priority_application_is_served_first() {
+    let (mut c, low) = deployed("time_priority_low", "micro");
+    let (_, high) = deployed("time_priority_high", "micro");
+    let (lows, highs) = (benches(&mut c, &low, 8), benches(&mut c, &high, 8));
+    // Low priority's jobs before the high one's in one transaction: the
+    // runners find both queued at once.
+    let served_late = |c: &mut Client| {
+        let mut all = lows.clone();
+        all.extend(&highs);
+        let jobs = run_jobs(c, &all, "busy", |i| json!({"tag": i % 8, "ms": 20}));
+        let (low_jobs, high_jobs) = jobs.split_at(8);
+        let last_high = *finish_times(c, high_jobs).last().unwrap();
+        finish_times(c, low_jobs).iter().filter(|&&at| at < last_high).count()
+    };
+    set_limits(&mut c, &high, None, None, 10);
+    let before = served_late(&mut c);
+    assert!(before <= 2, "{before} low-priority jobs finished before the last high-priority one");
+    // Switched off (equal priorities), the runners take turns.
+    set_limits(&mut c, &high, None, None, 0);
+    let interleaved = (0..3).any(|_| served_late(&mut c) > 2);
+    assert!(interleaved, "without priorities the high application still went first: the test shows nothing");
+}
+
+#[test]
+fn set_queue_limits_refuses_bad_input() {
+    let (mut c, app) = deployed("time_limits_input", "micro");
+    let set = |c: &mut Client, sql: &str| c.execute(sql, &[&app]).map(|_| ());
+    expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, max_running => 0)"), "22023");
+    expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, rate => -1)"), "22023");
+    expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, rate => 1, per => interval '0')"), "22023");
+    expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, priority => NULL)"), "22004");
+    expect_sqlstate(c.execute("SELECT lambdastore.set_queue_limits('no_such_app_time')", &[]), "42704");
 }

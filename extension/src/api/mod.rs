@@ -229,6 +229,27 @@ mod lambdastore {
         outcome.unwrap_or_else(|err| raise(err, format!("unschedule({object_id}, '{name}')")))
     }
 
+    /// Limits on `app`'s jobs, set by its owner, which the workers of each
+    /// node enforce on the jobs they run: at most `max_running` at once and
+    /// `rate` started per `per` (NULL: no limit), and the `priority`
+    /// applications are served in (highest first; in turns among equals).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn set_queue_limits(
+        app: Option<&str>,
+        max_running: default!(Option<i32>, "NULL"),
+        rate: default!(Option<i32>, "NULL"),
+        per: default!(Option<Interval>, "'1 second'"),
+        priority: default!(Option<i32>, "0"),
+    ) {
+        let (Some(app), Some(per), Some(priority)) = (app, per, priority) else {
+            raise(LambdaError::NullArgument("set_queue_limits' app, per and priority".into()), String::new())
+        };
+        let outcome = writing("set_queue_limits").and_then(|()| {
+            as_storage(|caller| crate::jobs::limits::set(caller, app, max_running, rate, per, priority))
+        });
+        outcome.unwrap_or_else(|err| raise(err, format!("set_queue_limits('{app}')")))
+    }
+
     /// Cancels a queued job: whether it was queued (a running job's
     /// attempt is waited for, and finishes).
     #[pg_extern(volatile, parallel_unsafe)]

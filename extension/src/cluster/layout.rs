@@ -39,9 +39,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 /// Distributed by object id, colocated: one shard of each per hash range.
-const COLOCATED: [&str; 4] = ["objects", "entries", "entry_sets", "jobs"];
+const COLOCATED: [&str; 5] = ["objects", "entries", "entry_sets", "jobs", "schedules"];
 /// Reference tables: one shard, a placement on every node.
-const REFERENCE: [&str; 5] = ["applications", "modules", "object_types", "grants", "api_keys"];
+const REFERENCE: [&str; 6] = ["applications", "modules", "object_types", "grants", "api_keys", "queue_limits"];
 
 /// One hash range of the colocated tables.
 struct Shard {

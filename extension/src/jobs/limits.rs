@@ -19,6 +19,7 @@
 use crate::access::{self, Caller, Privilege};
 use crate::catalog::{query, query_at, query_cluster, Place};
 use crate::error::{LambdaError, Result};
+use pgrx::datum::Interval;
 use pgrx::pg_sys::BuiltinOid::*;
 use std::time::Duration;
 
@@ -129,7 +130,7 @@ fn try_slots(key: i32, slots: i32) -> Result<Taken> {
 /// Takes (or gives back) the session-level lock under which a worker
 /// decides about `key`'s rate.
 fn lock(key: i32, take: bool) -> Result<()> {
-    let sql = if take { "SELECT pg_advisory_lock($1, $2)::text" } else { "SELECT pg_advisory_unlock($1, $2)::text" };
+    let sql = if take { "SELECT 1 FROM pg_advisory_lock($1, $2)" } else { "SELECT pg_advisory_unlock($1, $2)" };
     query(sql, &[INT4OID, INT4OID], &[key.into(), DECIDING.into()], |_| Ok(()))
 }
 
@@ -140,10 +141,15 @@ pub(crate) fn set(
     app: &str,
     max_running: Option<i32>,
     rate: Option<i32>,
-    per_ms: i64,
+    per: Interval,
     priority: i32,
 ) -> Result<()> {
+    // A superuser passes any check: the application must exist all the same.
+    crate::catalog::grants::owner(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
     access::check(caller, app, Privilege::Owner)?;
+    let per_ms = query("SELECT (extract(epoch FROM $1) * 1000)::bigint", &[INTERVALOID], &[per.into()], |rows| {
+        Ok(rows.first().get::<i64>(1)?.unwrap_or_default())
+    })?;
     if max_running.is_some_and(|n| n < 1) || rate.is_some_and(|n| n < 1) || per_ms < 1 {
         return Err(LambdaError::InvalidParameter(
             "max_running and rate are at least 1 (or NULL: no limit), and per at least 1 millisecond".into(),

@@ -7,6 +7,7 @@
 //! job's row is invisible to them before that, so waking them earlier would
 //! find nothing and lose the wake-up.
 
+pub(crate) mod limits;
 pub(crate) mod queue;
 pub(crate) mod runner;
 pub(crate) mod schedules;

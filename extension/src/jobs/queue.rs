@@ -5,10 +5,13 @@
 use crate::catalog::{query_at, query_cluster, Place};
 use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
+use crate::jobs::limits::{self, Limits, Taken};
+use crate::pg::xact::Subtransaction;
 use lambdastore_core::model::Spawned;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys::{self, BuiltinOid::*};
 use std::cell::Cell;
+use std::time::Duration;
 
 /// A job to insert.
 pub(crate) struct NewJob<'a> {
@@ -251,24 +254,67 @@ pub(crate) struct Claimed {
     pub(crate) schedule: Option<String>,
 }
 
+/// What `claim` found: a job, and whether its application has limits
+/// (its end then wakes the workers: one may wait for its slot); or none,
+/// with how soon a rate limit lets a held-back job start.
+pub(crate) enum Claim {
+    Job(Claimed, bool),
+    None(Option<Duration>),
+}
+
 /// Locks a due job no other worker holds, until the transaction ends
-/// (which is also when its outcome commits): the oldest of the first
-/// application after `after` (in name order, wrapping around) that has
-/// one, so that workers take turns between applications and one
-/// application's flood of jobs cannot starve another's; else, when that
-/// application's due jobs are all held, the oldest due job of any.
-pub(crate) fn claim(after: &str) -> Result<Option<Claimed>> {
-    for place in here()? {
-        let place = match place {
-            Place::Local(shard) => layout::hold_local(shard)?,
-            tables => Some(tables),
-        };
-        let Some(place) = place else { continue }; // moved away meanwhile
-        if let Some(claimed) = claim_at(place, after)? {
-            return Ok(Some(claimed));
+/// (which is also when its outcome commits), with a running slot of its
+/// application if it has limits (jobs/limits.rs). Applications are served
+/// by priority, highest first, and among equals in turns: the first after
+/// `after` in name order, wrapping around, so that one application's flood
+/// of jobs cannot starve another's. One at its limits, or whose due jobs
+/// other workers hold, is passed over for the next.
+pub(crate) fn claim(after: &str) -> Result<Claim> {
+    let places = held_here()?;
+    let mut candidates: Vec<(String, i32, Limits)> = Vec::new();
+    for &place in &places {
+        for due in due_apps(place)? {
+            if !candidates.iter().any(|known| known.0 == due.0) {
+                candidates.push(due);
+            }
         }
     }
-    Ok(None)
+    candidates.sort_by(|a, b| {
+        let turn = |name: &str| (name <= after, name.to_string());
+        b.1.cmp(&a.1).then_with(|| turn(&a.0).cmp(&turn(&b.0)))
+    });
+    let mut held: Option<Duration> = None;
+    for (app, _, limits) in candidates {
+        if !limits.limited() {
+            if let Some(job) = oldest_due(&places, &app)? {
+                return Ok(Claim::Job(job, false));
+            }
+            continue;
+        }
+        // The slot and the claim together, or neither: a slot taken for a
+        // job another worker took first would idle until this job's end.
+        let both = Subtransaction::begin();
+        let job = limits::take_slot(&app, limits, &places).and_then(|taken| match taken {
+            Taken::Yes => oldest_due(&places, &app),
+            Taken::Full => Ok(None), // woken when a slot is given back
+            Taken::RateUntil(wait) => {
+                held = Some(held.map_or(wait, |h| h.min(wait)));
+                Ok(None)
+            }
+        });
+        match job {
+            Ok(Some(job)) => {
+                both.release();
+                return Ok(Claim::Job(job, true));
+            }
+            Ok(None) => both.roll_back(),
+            Err(err) => {
+                both.roll_back();
+                return Err(err);
+            }
+        }
+    }
+    Ok(Claim::None(held))
 }
 
 /// Where this node's jobs are: the table, or (on a Citus node) each of its
@@ -280,53 +326,65 @@ fn here() -> Result<Vec<Place>> {
     })
 }
 
-fn claim_at(place: Place, after: &str) -> Result<Option<Claimed>> {
-    let next_app = query_at(
-        place,
-        "(SELECT a.name FROM lambdastore.applications a
-           WHERE a.name > $1 AND EXISTS (SELECT 1 FROM lambdastore.jobs j
-                                          WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now())
-           ORDER BY a.name LIMIT 1)
-         UNION ALL
-         (SELECT a.name FROM lambdastore.applications a
-           WHERE EXISTS (SELECT 1 FROM lambdastore.jobs j
-                          WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now())
-           ORDER BY a.name LIMIT 1)
-         LIMIT 1",
-        &[TEXTOID],
-        &[after.into()],
-        |rows| Ok(rows.into_iter().next().map(|row| row.get::<String>(1)).transpose()?.flatten()),
-    )?;
-    let Some(app) = next_app else { return Ok(None) };
-    let claimed = query_at(
-        place,
-        "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by,
-                (extract(epoch FROM run_after) * 1000000)::bigint, schedule
-           FROM lambdastore.jobs
-          WHERE app = $1 AND state = 'queued' AND run_after <= now()
-          ORDER BY run_after, job_id
-          LIMIT 1
-            FOR UPDATE SKIP LOCKED",
-        &[TEXTOID],
-        &[app.as_str().into()],
-        first_claimed,
-    )?;
-    if claimed.is_some() {
-        return Ok(claimed);
+/// `here`, each shard held against a move until the transaction ends
+/// (one that moved away meanwhile left out).
+fn held_here() -> Result<Vec<Place>> {
+    let mut places = Vec::new();
+    for place in here()? {
+        match place {
+            Place::Local(shard) => places.extend(layout::hold_local(shard)?),
+            tables => places.push(tables),
+        }
     }
+    Ok(places)
+}
+
+/// The applications with due jobs at `place`, with their priority and
+/// limits.
+fn due_apps(place: Place) -> Result<Vec<(String, i32, Limits)>> {
     query_at(
         place,
-        "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by,
-                (extract(epoch FROM run_after) * 1000000)::bigint, schedule
-           FROM lambdastore.jobs
-          WHERE state = 'queued' AND run_after <= now()
-          ORDER BY run_after, job_id
-          LIMIT 1
-            FOR UPDATE SKIP LOCKED",
+        "SELECT a.name, coalesce(l.priority, 0), l.max_running, l.rate,
+                (extract(epoch FROM coalesce(l.per, interval '1 second')) * 1000)::bigint
+           FROM lambdastore.applications a LEFT JOIN lambdastore.queue_limits l ON l.app = a.name
+          WHERE EXISTS (SELECT 1 FROM lambdastore.jobs j
+                         WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now())",
         &[],
         &[],
-        first_claimed,
+        |rows| {
+            rows.into_iter()
+                .map(|row| {
+                    let limits =
+                        Limits { max_running: row.get(3)?, rate: row.get(4)?, per_ms: row.get(5)?.unwrap_or(1000) };
+                    Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<i32>(2)?.unwrap_or_default(), limits))
+                })
+                .collect()
+        },
     )
+}
+
+/// Row-locks the oldest due job of `app` that no other worker holds, at
+/// the first of `places` that has one.
+fn oldest_due(places: &[Place], app: &str) -> Result<Option<Claimed>> {
+    for &place in places {
+        let claimed = query_at(
+            place,
+            "SELECT object_id, job_id, app, method, args::text, attempts, submitted_by,
+                    (extract(epoch FROM run_after) * 1000000)::bigint, schedule
+               FROM lambdastore.jobs
+              WHERE app = $1 AND state = 'queued' AND run_after <= now()
+              ORDER BY run_after, job_id
+              LIMIT 1
+                FOR UPDATE SKIP LOCKED",
+            &[TEXTOID],
+            &[app.into()],
+            first_claimed,
+        )?;
+        if claimed.is_some() {
+            return Ok(claimed);
+        }
+    }
+    Ok(None)
 }
 
 fn first_claimed(rows: pgrx::spi::SpiTupleTable<'_>) -> pgrx::spi::Result<Option<Claimed>> {
@@ -370,12 +428,7 @@ pub(crate) fn next_backoff_ms() -> Result<Option<i64>> {
 pub(crate) fn delete_finished(retention: std::time::Duration, batch: i64) -> Result<i64> {
     let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
     let mut deleted = 0;
-    for place in here()? {
-        let place = match place {
-            Place::Local(shard) => layout::hold_local(shard)?,
-            tables => Some(tables),
-        };
-        let Some(place) = place else { continue }; // moved away meanwhile
+    for place in held_here()? {
         let keys: Vec<(String, String)> = query_at(
             place,
             "DELETE FROM lambdastore.jobs j

@@ -13,11 +13,11 @@
 //! serialization failure or a node that could not be reached, as a retry
 //! after a backoff.
 
-use super::workers::{attach_worker, set_running, transaction, wake_waiters};
+use super::workers::{attach_worker, set_running, transaction, wake_waiters, wake_workers};
 use crate::access::Caller;
 use crate::cluster::route;
 use crate::error::LambdaError;
-use crate::jobs::queue::{self, Claimed};
+use crate::jobs::queue::{self, Claim, Claimed};
 use crate::jobs::schedules::{self, Plan};
 use crate::pg::process::{reload_config_if_asked, wait_latch};
 use crate::pg::{self, backend::sqlstate_text, xact::Subtransaction};
@@ -75,9 +75,14 @@ fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
     }
     loop {
         match transaction(|| run_one(index, last_app)) {
-            Step::Ran(job) => {
+            Step::Ran(job, limited) => {
                 set_running(index, 0);
                 wake_waiters(job);
+                if limited {
+                    // A slot of its application is free again: a worker
+                    // may be idle for it (jobs/limits.rs).
+                    wake_workers();
+                }
                 pgrx::check_for_interrupts!();
                 reload_config_if_asked();
             }
@@ -125,16 +130,20 @@ fn installed() -> bool {
 }
 
 enum Step {
-    Ran(i64),
+    /// A job, and whether its application has queue limits.
+    Ran(i64, bool),
     Idle(Option<Duration>),
 }
 
 /// One job, in the caller's transaction: claim, run, record.
 fn run_one(index: usize, last_app: &mut String) -> Step {
-    let claimed = queue::claim(last_app).unwrap_or_else(|e| e.report("claiming a job"));
-    let Some(job) = claimed else {
-        let next = queue::next_backoff_ms().unwrap_or_else(|e| e.report("looking for backed-off jobs"));
-        return Step::Idle(next.map(|ms| Duration::from_millis(ms.max(1) as u64)));
+    let (job, limited) = match queue::claim(last_app).unwrap_or_else(|e| e.report("claiming a job")) {
+        Claim::Job(job, limited) => (job, limited),
+        Claim::None(held) => {
+            let next = queue::next_backoff_ms().unwrap_or_else(|e| e.report("looking for backed-off jobs"));
+            let next = next.map(|ms| Duration::from_millis(ms.max(1) as u64));
+            return Step::Idle(next.into_iter().chain(held).min());
+        }
     };
     set_running(index, job.job);
     last_app.clone_from(&job.app);
@@ -147,7 +156,7 @@ fn run_one(index: usize, last_app: &mut String) -> Step {
                 Plan::Removed => {
                     queue::finish_cancelled(&job, "its schedule was removed")
                         .unwrap_or_else(|e| e.report("cancelling a tick"));
-                    return Step::Ran(job.job);
+                    return Step::Ran(job.job, limited);
                 }
                 Plan::Tick { runs, next } => (runs, next.map(|next| (name, next))),
             }
@@ -176,7 +185,7 @@ fn run_one(index: usize, last_app: &mut String) -> Step {
     if let (true, Some((name, next))) = (ended, &next) {
         schedules::queue_next(&job, name, next).unwrap_or_else(|e| e.report("queueing a schedule's next tick"));
     }
-    Step::Ran(job.job)
+    Step::Ran(job.job, limited)
 }
 
 /// Runs the job's call as the role that submitted it, as a synchronous call

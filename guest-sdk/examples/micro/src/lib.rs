@@ -306,6 +306,22 @@ impl Bench {
         self.seen.iter().map(|(tag, runs)| (tag, runs, at(tag))).collect()
     }
 
+    /// Runs for `ms` milliseconds of the clock, and keeps when it started
+    /// and ended in `kv` (`ran:<tag>`: "start end", in microseconds): jobs
+    /// of an application with a concurrency limit show how many ran at once.
+    fn busy(&self, tag: u64, ms: u64) {
+        let start = now_micros();
+        let mut x = 1u64;
+        while now_micros() < start + 1000 * ms as i64 {
+            // Between looks at the clock: each look is a host call, kept
+            // for a replay.
+            for _ in 0..100_000 {
+                x = black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+            }
+        }
+        self.kv.insert(&format!("ran:{tag}"), &format!("{start} {}", now_micros()));
+    }
+
     /// Spawns `method(args)` on `target`, due `delay_ms` after now.
     fn spawn_after(&self, target: ObjectId, method: String, args: serde_json::Value, delay_ms: u64) -> Result<()> {
         lambdastore_sdk::spawn_after(target, &method, &args, std::time::Duration::from_millis(delay_ms))?;
