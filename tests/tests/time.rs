@@ -75,9 +75,16 @@ fn a_delayed_job_runs_once_due_and_not_before() {
 
 #[test]
 fn a_lambda_spawns_a_job_for_later() {
-    let (mut c, _, id) = micro_object("time_spawn_after");
+    let (mut c, app, spawner) = micro_object("time_spawn_after");
+    // On a Citus cluster, on another node than the spawner's.
+    let local = c.query_one("SELECT lambdastore.node() = 'local'", &[]).unwrap().get::<_, bool>(0);
+    let home = if local { String::new() } else { owner(&mut c, spawner) };
+    let mut id = create(&mut c, &app, "Bench", json!({"entries": 0}));
+    while !local && owner(&mut c, id) == home {
+        id = create(&mut c, &app, "Bench", json!({"entries": 0}));
+    }
     let args = json!({"target": id, "method": "tally_at", "args": {"tag": 7}, "delay_ms": 1000});
-    call(&mut c, id, "spawn_after", args);
+    call(&mut c, spawner, "spawn_after", args);
     let job: i64 = c
         .query_one("SELECT job_id FROM lambdastore.app_jobs WHERE object_id = $1 AND method = 'tally_at'", &[&id])
         .unwrap()
@@ -343,9 +350,23 @@ fn finished_jobs_past_their_retention_are_deleted_and_no_others() {
     c.query_one("SELECT lambdastore.cancel($1)", &[&queued]).unwrap();
 }
 
-/// `n` Bench objects of `app`, without entries.
-fn benches(c: &mut Client, app: &str, n: usize) -> Vec<i64> {
-    (0..n).map(|_| create(c, app, "Bench", json!({"entries": 0}))).collect()
+/// `n` Bench objects of `app`, without entries, all on one node: queue
+/// limits are per node (on a Citus cluster each node's runners enforce
+/// them on the jobs of its objects).
+/// (With `near`, on that object's node.)
+fn benches(c: &mut Client, app: &str, n: usize, near: Option<i64>) -> Vec<i64> {
+    let local = c.query_one("SELECT lambdastore.node() = 'local'", &[]).unwrap().get::<_, bool>(0);
+    let mut objects: Vec<i64> = Vec::new();
+    for _ in 0..20 * n {
+        let id = create(c, app, "Bench", json!({"entries": 0}));
+        if local || near.or(objects.first().copied()).is_none_or(|first| owner(c, first) == owner(c, id)) {
+            objects.push(id);
+        }
+        if objects.len() == n {
+            return objects;
+        }
+    }
+    panic!("{} objects of {app} on one node after {} tries", objects.len(), 20 * n);
 }
 
 /// Submits `method(args(i))` on each of `objects` in one transaction and
@@ -410,7 +431,7 @@ fn set_limits(c: &mut Client, app: &str, max_running: Option<i32>, rate: Option<
 fn a_concurrency_limit_of_one_holds_and_without_it_two_run_at_once() {
     // The test server runs two job runners.
     let (mut c, app) = deployed("time_limit_running", "micro");
-    let objects = benches(&mut c, &app, 6);
+    let objects = benches(&mut c, &app, 6, None);
     let busy = |i: usize| json!({"tag": i, "ms": 200});
     set_limits(&mut c, &app, Some(1), None, 0);
     let shown: Option<i32> = c
@@ -433,7 +454,7 @@ fn a_concurrency_limit_of_one_holds_and_without_it_two_run_at_once() {
 #[test]
 fn a_rate_limit_holds_over_its_window() {
     let (mut c, app) = deployed("time_limit_rate", "micro");
-    let objects = benches(&mut c, &app, 6);
+    let objects = benches(&mut c, &app, 6, None);
     set_limits(&mut c, &app, None, Some(2), 0);
     let jobs = run_jobs(&mut c, &objects, "tally", |i| json!({"tag": i}));
     let done = finish_times(&mut c, &jobs);
@@ -451,7 +472,8 @@ fn a_rate_limit_holds_over_its_window() {
 fn a_higher_priority_application_is_served_first() {
     let (mut c, low) = deployed("time_priority_low", "micro");
     let (_, high) = deployed("time_priority_high", "micro");
-    let (lows, highs) = (benches(&mut c, &low, 8), benches(&mut c, &high, 8));
+    let lows = benches(&mut c, &low, 8, None);
+    let highs = benches(&mut c, &high, 8, Some(lows[0]));
     // Low priority's jobs before the high one's in one transaction: the
     // runners find both queued at once.
     let served_late = |c: &mut Client| {
