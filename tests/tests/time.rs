@@ -503,3 +503,31 @@ fn set_queue_limits_refuses_bad_input() {
     expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, priority => NULL)"), "22004");
     expect_sqlstate(c.execute("SELECT lambdastore.set_queue_limits('no_such_app_time')", &[]), "42704");
 }
+
+/// Two transactions set one timer at once: the second waits for the
+/// first's commit (an advisory lock on the object and the name), then
+/// replaces its timer, so one is pending. (Without the lock both cancel
+/// nothing, and two timers of one name fire.) Skipped on a Citus cluster,
+/// whose waiting backend is not the client's.
+#[test]
+fn two_sessions_setting_one_timer_leave_one_pending() {
+    let (mut c, _, id) = micro_object("time_timer_race");
+    let mut first = connect();
+    let mut tx = first.transaction().unwrap();
+    set_timer(&mut tx, id, "t", 60_000, 1, false).unwrap();
+    let mut second = connect();
+    let pid = backend_pid(&mut second);
+    let setter = std::thread::spawn(move || set_timer(&mut second, id, "t", 60_000, 2, false).map(|_| ()));
+    // The second waits for the first; without the lock it would be done.
+    eventually("the second setter waits or is done", || {
+        setter.is_finished()
+            || c.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", &[&pid])
+                .unwrap()
+                .get::<_, i64>(0)
+                == 1
+    });
+    tx.commit().unwrap();
+    setter.join().unwrap().unwrap();
+    assert_eq!(timers(&mut c, id), [("t".to_string(), "tally_at".to_string(), json!({"tag": 2}))]);
+    call(&mut c, id, "clear_timer", json!({"name": "t"}));
+}
