@@ -340,15 +340,17 @@ fn held_here() -> Result<Vec<Place>> {
 }
 
 /// The applications with due jobs at `place`, with their priority and
-/// limits.
+/// limits. A subquery with LIMIT, not EXISTS: PostgreSQL turns an EXISTS
+/// into a semi-join that reads every due job (0.75 ms with 2,000 due),
+/// where this probes `jobs_queued_by_app` once per application (0.07 ms).
 fn due_apps(place: Place) -> Result<Vec<(String, i32, Limits)>> {
     query_at(
         place,
         "SELECT a.name, coalesce(l.priority, 0), l.max_running, l.rate,
                 (extract(epoch FROM coalesce(l.per, interval '1 second')) * 1000)::bigint
            FROM lambdastore.applications a LEFT JOIN lambdastore.queue_limits l ON l.app = a.name
-          WHERE EXISTS (SELECT 1 FROM lambdastore.jobs j
-                         WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now())",
+          WHERE (SELECT true FROM lambdastore.jobs j
+                  WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now() LIMIT 1)",
         &[],
         &[],
         |rows| {

@@ -32,6 +32,11 @@ use std::time::Duration;
 const MAX_IDLE: Duration = Duration::from_secs(60);
 /// How often an idle worker looks for prepared transactions that ended.
 const PREPARED_POLL: Duration = Duration::from_millis(100);
+/// Longest sleep on a Citus node: a shard that a migration (or the
+/// rebalancer) moved here brings its queued jobs, timers and ticks along,
+/// and nothing wakes this node's workers for them; without this they
+/// waited for MAX_IDLE (a timer of a migrated object fired a minute late).
+const MOVED_IN_POLL: Duration = Duration::from_secs(1);
 
 /// Entry point, named in the worker's registration (`workers::register`).
 #[pg_guard]
@@ -73,6 +78,7 @@ fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
     if index == 0 {
         delete_expired();
     }
+    let distributed = transaction(|| crate::cluster::layout::distributed().unwrap_or(false));
     loop {
         match transaction(|| run_one(index, last_app)) {
             Step::Ran(job, limited) => {
@@ -86,6 +92,7 @@ fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
                 pgrx::check_for_interrupts!();
                 reload_config_if_asked();
             }
+            Step::Idle(next) if distributed => return Some(next.map_or(MOVED_IN_POLL, |n| n.min(MOVED_IN_POLL))),
             Step::Idle(next) => return next,
         }
     }
