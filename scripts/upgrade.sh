@@ -115,6 +115,18 @@ check() { # check WHAT EXPECTED ACTUAL
   echo "ok: $1"
 }
 restart() { "$cluster" stop "$name" && "$cluster" start "$name" >/dev/null; }
+# What 0.2.0 added to the jobs, on an updated table: a delayed job of
+# OBJECT cancelled (the new state passes the table's check) and a
+# schedule's tick run. jobs_of_0_2_0 OBJECT WHERE
+jobs_of_0_2_0() {
+  local delayed tick
+  delayed=$(sql -c "SELECT lambdastore.submit($1, 'increment', '{}', delay => interval '1 hour')")
+  check "a delayed job cancelled $2" t "$(sql -c "SELECT lambdastore.cancel($delayed)")"
+  sql -c "SELECT lambdastore.schedule('upgraded', '* * * * * *', $1, 'increment')" >/dev/null
+  tick=$(sql -c "SELECT min(job_id) FROM lambdastore.jobs WHERE schedule = 'upgraded'")
+  check "a schedule's tick $2" done "$(sql -c "SELECT state FROM lambdastore.wait($tick, '60 seconds')")"
+  check "unschedule $2" t "$(sql -c "SELECT lambdastore.unschedule($1, 'upgraded')")"
+}
 # The extension's tables and their columns in the old version
 # (remember_tables, before the update): what the update must keep. A table
 # or column the update adds is new (checked by the calls after it).
@@ -196,14 +208,7 @@ sql -c "ALTER SYSTEM RESET lambdastore.workers" && restart
 check "the queued job ran after the update" done "$(sql -c "SELECT state FROM lambdastore.wait($queued_job, '60 seconds')")"
 # other: 1 (the idempotent call) + 1 (the done job) + 1 (the queued job, once).
 check "the queued job ran once" 3 "$(sql -c "SELECT lambda_invoke($other, 'get')")"
-# What 0.2.0 added to the jobs on the updated table: a delayed job cancelled
-# (the new state passes the table's check) and a schedule's tick.
-delayed=$(sql -c "SELECT lambdastore.submit($other, 'increment', '{}', delay => interval '1 hour')")
-check "a delayed job cancelled after the update" t "$(sql -c "SELECT lambdastore.cancel($delayed)")"
-sql -c "SELECT lambdastore.schedule('upgraded', '* * * * * *', $other, 'increment')" >/dev/null
-tick=$(sql -c "SELECT min(job_id) FROM lambdastore.jobs WHERE schedule = 'upgraded'")
-check "a schedule's tick after the update" done "$(sql -c "SELECT state FROM lambdastore.wait($tick, '60 seconds')")"
-check "unschedule after the update" t "$(sql -c "SELECT lambdastore.unschedule($other, 'upgraded')")"
+jobs_of_0_2_0 "$other" "after the update"
 
 echo "== the upgraded schema against a fresh install of $new_version"
 sql -c "CREATE DATABASE fresh"
@@ -340,14 +345,8 @@ new_object=$(sql -c "SELECT lambdastore.create_object('counter', 'Counter')")
 echo "ok: a new object after the old ids on the cluster"
 # What the update changed in the catalog holds on the workers' shards too.
 check "no foreign key on any placement of applications" "$placements|0" "$(placement_keys)"
-# The jobs' new check and column reached the workers' shards: a delayed
-# job of a worker's object cancelled, a schedule's tick run there.
-delayed=$(sql -c "SELECT lambdastore.submit($first, 'increment', '{}', delay => interval '1 hour')")
-check "a delayed job cancelled on its worker after the update" t "$(sql -c "SELECT lambdastore.cancel($delayed)")"
-sql -c "SELECT lambdastore.schedule('upgraded', '* * * * * *', $first, 'increment')" >/dev/null
-tick=$(sql -c "SELECT min(job_id) FROM lambdastore.jobs WHERE schedule = 'upgraded'")
-check "a schedule's tick on its worker after the update" done "$(sql -c "SELECT state FROM lambdastore.wait($tick, '60 seconds')")"
-check "unschedule on the cluster after the update" t "$(sql -c "SELECT lambdastore.unschedule($first, 'upgraded')")"
+# The jobs' new check and columns reached the workers' shards.
+jobs_of_0_2_0 "$first" "on its worker after the update"
 "$citus" stop citus-upgrade
 for n in $(nodes); do
   if grep -E "terminated by signal|PANIC" "$("$cluster" log "citus-upgrade-$n")"; then

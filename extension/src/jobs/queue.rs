@@ -343,6 +343,10 @@ fn held_here() -> Result<Vec<Place>> {
 /// limits. A subquery with LIMIT, not EXISTS: PostgreSQL turns an EXISTS
 /// into a semi-join that reads every due job (0.75 ms with 2,000 due),
 /// where this probes `jobs_queued_by_app` once per application (0.07 ms).
+/// Its ORDER BY is that index's: without it, with statistics saying half
+/// the rows are another application's, the generic plan read the table
+/// sequentially (2.9 ms against 0.03 with 10,000 pending jobs), and a
+/// drain of 10,000 jobs ran at a quarter of its speed.
 fn due_apps(place: Place) -> Result<Vec<(String, i32, Limits)>> {
     query_at(
         place,
@@ -350,7 +354,8 @@ fn due_apps(place: Place) -> Result<Vec<(String, i32, Limits)>> {
                 (extract(epoch FROM coalesce(l.per, interval '1 second')) * 1000)::bigint
            FROM lambdastore.applications a LEFT JOIN lambdastore.queue_limits l ON l.app = a.name
           WHERE (SELECT true FROM lambdastore.jobs j
-                  WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now() LIMIT 1)",
+                  WHERE j.app = a.name AND j.state = 'queued' AND j.run_after <= now()
+                  ORDER BY j.app, j.run_after LIMIT 1)",
         &[],
         &[],
         |rows| {
