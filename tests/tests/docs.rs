@@ -74,6 +74,7 @@ struct Setting {
 fn display(value: i64, unit: &str) -> String {
     let units: &[(&str, i64)] = match unit {
         "ms" => &[("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000), ("ms", 1)],
+        "s" => &[("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1)],
         "kB" => &[("TB", 1 << 30), ("GB", 1 << 20), ("MB", 1 << 10), ("kB", 1)],
         _ => &[("", 1)],
     };
@@ -124,6 +125,7 @@ fn settings_in_code() -> BTreeMap<String, Setting> {
         let setting = after(at, "&");
         let unit = match after(at, "GucFlags::").as_str() {
             "UNIT_MS" => "ms",
+            "UNIT_S" => "s",
             "UNIT_KB" => "kB",
             _ => "",
         };
@@ -195,6 +197,7 @@ const ERRCODES: &[(&str, &str, &str)] = &[
     ("ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED", "38002", "modifying_sql_data_not_permitted"),
     ("ERRCODE_EXTERNAL_ROUTINE_EXCEPTION", "38000", "external_routine_exception"),
     ("ERRCODE_FEATURE_NOT_SUPPORTED", "0A000", "feature_not_supported"),
+    ("ERRCODE_DUPLICATE_OBJECT", "42710", "duplicate_object"),
     ("ERRCODE_INSUFFICIENT_PRIVILEGE", "42501", "insufficient_privilege"),
     ("ERRCODE_INTERNAL_ERROR", "XX000", "internal_error"),
     ("ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION", "28000", "invalid_authorization_specification"),

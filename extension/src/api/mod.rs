@@ -210,9 +210,11 @@ mod lambdastore {
             raise(LambdaError::NullArgument("schedule's arguments".into()), String::new())
         };
         let outcome = writing("schedule").and_then(|()| {
-            as_storage(|caller| {
-                crate::jobs::schedules::schedule(caller, name, cron, object_id, method, &args.0, zone, missed)
-            })
+            let first = as_storage(|caller| {
+                crate::jobs::schedules::add(caller, name, cron, object_id, method, &args.0, zone, missed)
+            })?;
+            submit_anywhere(object_id, method, &args.0, None, Some(first), Some(name))?;
+            Ok(first)
         });
         outcome.unwrap_or_else(|err| raise(err, format!("schedule('{name}', '{cron}', {object_id}, '{method}')")))
     }
@@ -245,7 +247,7 @@ mod lambdastore {
             raise(LambdaError::NullArgument("set_queue_limits' app, per and priority".into()), String::new())
         };
         let outcome = writing("set_queue_limits").and_then(|()| {
-            as_storage(|caller| crate::jobs::limits::set(caller, app, max_running, rate, per, priority))
+            as_storage(|caller| crate::jobs::set_queue_limits(caller, app, max_running, rate, per, priority))
         });
         outcome.unwrap_or_else(|err| raise(err, format!("set_queue_limits('{app}')")))
     }
@@ -513,7 +515,7 @@ fn writing(what: &str) -> Result<()> {
 
 /// `lambdastore.submit`, on the node holding the object; on a Citus
 /// cluster with its idempotency key claimed cluster-wide first.
-pub(crate) fn submit_anywhere(
+fn submit_anywhere(
     object_id: i64,
     method: &str,
     args: &str,

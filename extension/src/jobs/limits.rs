@@ -1,5 +1,5 @@
 //! Queue limits per application (`lambdastore.queue_limits`, set by its
-//! owner with `lambdastore.set_queue_limits`): at most `max_running` of its
+//! owner with `lambdastore.set_queue_limits`, jobs/mod.rs): at most `max_running` of its
 //! jobs at once, at most `rate` started per `per`, and a `priority` the
 //! workers serve applications in. Enforced by the job runners of each node
 //! for that node's jobs; on a Citus cluster every node enforces them on its
@@ -16,10 +16,8 @@
 //! while a worker decides, so that two workers cannot both take the last
 //! place.
 
-use crate::access::{self, Caller, Privilege};
-use crate::catalog::{query, query_at, query_cluster, Place};
-use crate::error::{LambdaError, Result};
-use pgrx::datum::Interval;
+use crate::catalog::{query, query_at, Place};
+use crate::error::Result;
 use pgrx::pg_sys::BuiltinOid::*;
 use std::time::Duration;
 
@@ -132,37 +130,4 @@ fn try_slots(key: i32, slots: i32) -> Result<Taken> {
 fn lock(key: i32, take: bool) -> Result<()> {
     let sql = if take { "SELECT 1 FROM pg_advisory_lock($1, $2)" } else { "SELECT pg_advisory_unlock($1, $2)" };
     query(sql, &[INT4OID, INT4OID], &[key.into(), DECIDING.into()], |_| Ok(()))
-}
-
-/// `lambdastore.set_queue_limits`, by the application's owner: NULL for
-/// no limit; `per` of at least a millisecond.
-pub(crate) fn set(
-    caller: Caller,
-    app: &str,
-    max_running: Option<i32>,
-    rate: Option<i32>,
-    per: Interval,
-    priority: i32,
-) -> Result<()> {
-    // A superuser passes any check: the application must exist all the same.
-    crate::catalog::grants::owner(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
-    access::check(caller, app, Privilege::Owner)?;
-    let per_ms = query("SELECT (extract(epoch FROM $1) * 1000)::bigint", &[INTERVALOID], &[per.into()], |rows| {
-        Ok(rows.first().get::<i64>(1)?.unwrap_or_default())
-    })?;
-    if max_running.is_some_and(|n| n < 1) || rate.is_some_and(|n| n < 1) || per_ms < 1 {
-        return Err(LambdaError::InvalidParameter(
-            "max_running and rate are at least 1 (or NULL: no limit), and per at least 1 millisecond".into(),
-        ));
-    }
-    query_cluster(
-        "INSERT INTO lambdastore.queue_limits (app, max_running, rate, per, priority)
-         VALUES ($1, $2, $3, $4 * interval '1 millisecond', $5)
-         ON CONFLICT (app) DO UPDATE
-            SET max_running = excluded.max_running, rate = excluded.rate, per = excluded.per,
-                priority = excluded.priority",
-        &[TEXTOID, INT4OID, INT4OID, INT8OID, INT4OID],
-        &[app.into(), max_running.into(), rate.into(), per_ms.into(), priority.into()],
-        |_| Ok(()),
-    )
 }

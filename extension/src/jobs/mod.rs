@@ -17,6 +17,7 @@ use crate::access::{self, Caller, Privilege};
 use crate::error::{LambdaError, Result};
 use crate::{gucs, workflow};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys::BuiltinOid::*;
 use queue::NewJob;
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
@@ -108,12 +109,9 @@ pub(crate) fn due(
     match (run_at, delay) {
         (Some(_), Some(_)) => Err(LambdaError::InvalidParameter("submit takes run_at or delay, not both".into())),
         (at, None) => Ok(at),
-        (None, Some(delay)) => crate::catalog::query(
-            "SELECT now() + $1",
-            &[pgrx::pg_sys::BuiltinOid::INTERVALOID],
-            &[delay.into()],
-            |rows| rows.first().get::<TimestampWithTimeZone>(1),
-        ),
+        (None, Some(delay)) => crate::catalog::query("SELECT now() + $1", &[INTERVALOID], &[delay.into()], |rows| {
+            rows.first().get::<TimestampWithTimeZone>(1)
+        }),
     }
 }
 
@@ -202,3 +200,39 @@ pub(crate) fn wait(caller: Caller, job: i64, timeout: Duration) -> Result<()> {
 
 /// How often `wait` looks at a job's state on a Citus cluster.
 const CLUSTER_WAIT_POLL: Duration = Duration::from_millis(20);
+
+/// `lambdastore.set_queue_limits`, by the application's owner: NULL for
+/// no limit; `per` of at least a millisecond.
+pub(crate) fn set_queue_limits(
+    caller: Caller,
+    app: &str,
+    max_running: Option<i32>,
+    rate: Option<i32>,
+    per: Interval,
+    priority: i32,
+) -> Result<()> {
+    // A superuser passes any check: the application must exist all the same.
+    crate::catalog::grants::owner(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
+    access::check(caller, app, Privilege::Owner)?;
+    let per_ms = crate::catalog::query(
+        "SELECT (extract(epoch FROM $1) * 1000)::bigint",
+        &[INTERVALOID],
+        &[per.into()],
+        |rows| Ok(rows.first().get::<i64>(1)?.unwrap_or_default()),
+    )?;
+    if max_running.is_some_and(|n| n < 1) || rate.is_some_and(|n| n < 1) || per_ms < 1 {
+        return Err(LambdaError::InvalidParameter(
+            "max_running and rate are at least 1 (or NULL: no limit), and per at least 1 millisecond".into(),
+        ));
+    }
+    crate::catalog::query_cluster(
+        "INSERT INTO lambdastore.queue_limits (app, max_running, rate, per, priority)
+         VALUES ($1, $2, $3, $4 * interval '1 millisecond', $5)
+         ON CONFLICT (app) DO UPDATE
+            SET max_running = excluded.max_running, rate = excluded.rate, per = excluded.per,
+                priority = excluded.priority",
+        &[TEXTOID, INT4OID, INT4OID, INT8OID, INT4OID],
+        &[app.into(), max_running.into(), rate.into(), per_ms.into(), priority.into()],
+        |_| Ok(()),
+    )
+}

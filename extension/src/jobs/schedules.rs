@@ -20,12 +20,12 @@ use pgrx::pg_sys::{self, BuiltinOid::*};
 /// The longest schedule name, as for timers: a name, not data.
 const MAX_NAME: usize = 255;
 
-/// `lambdastore.schedule`: schedules `method(args)` of `object` at the
-/// times `cron` names in `zone`, as `caller`; returns when the first tick
-/// is due. The first tick is queued as `lambdastore.submit` queues a job
-/// (checked as it is), in the caller's transaction.
+/// `lambdastore.schedule`, up to its first tick: checks the schedule and
+/// records it for `caller`; returns when the first tick is due. The SQL
+/// surface then queues that tick as `lambdastore.submit` queues a job
+/// (checked as it is, on the object's node), in the caller's transaction.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn schedule(
+pub(crate) fn add(
     caller: Caller,
     name: &str,
     cron: &str,
@@ -69,9 +69,7 @@ pub(crate) fn schedule(
     if !inserted {
         return Err(LambdaError::DuplicateSchedule { object, name: name.into() });
     }
-    let first = queue::due_at(first)?;
-    crate::api::submit_anywhere(object, method, args, None, Some(first), Some(name))?;
-    Ok(first)
+    queue::due_at(first)
 }
 
 /// `lambdastore.unschedule`: removes `object`'s schedule `name` and
