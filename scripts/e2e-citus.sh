@@ -96,8 +96,9 @@ if [ "$mode" = docker ]; then
   status=0
   run --no-fail-fast -- --skip survive --skip background_ --skip a_dump_of_ "$@" || status=1
   # The fault tests kill and restart workers, the background rebalancer
-  # moves every test's objects, and a dump needs nothing else writing
-  # (docs/operations.md): alone, one at a time, after the others.
+  # moves every test's objects, a dump needs nothing else writing
+  # (docs/operations.md), and a migrated object's timers are timed against
+  # moves of their own: alone, one at a time, after the others.
   run -- survive background_ a_dump_of_ --test-threads=1 "$@" || status=1
   [ $status = 0 ] && echo "the containers survived the suite: no crash in their logs"
   exit $status
@@ -133,8 +134,9 @@ else
     cargo test "${packages[@]}" --test citus --no-fail-fast -- --skip survive --skip background_ --skip a_dump_of_ "$@"
   status=$?
   # The fault tests kill and restart workers, the background rebalancer
-  # moves every test's objects, and a dump needs nothing else writing
-  # (docs/operations.md): alone, one at a time, after the others.
+  # moves every test's objects, a dump needs nothing else writing
+  # (docs/operations.md), and a migrated object's timers are timed against
+  # moves of their own: alone, one at a time, after the others.
   LAMBDASTORE_CITUS_URL="$url" LAMBDASTORE_TEST_URL="$url" LAMBDASTORE_CITUS_WORKER_URLS="$workers" \
     LAMBDASTORE_CITUS_CRASH="$citus crash-node citus-test" \
     cargo test "${packages[@]}" --test citus -- survive background_ a_dump_of_ --test-threads=1 "$@" || status=1

@@ -312,7 +312,7 @@ fn waiting_for(observer: &mut Client, oid: u32) -> Vec<i32> {
 /// shard, so a migration takes them along, and they fire once, on the
 /// object's new node.
 #[test]
-fn a_timer_and_a_schedule_of_a_migrated_object_fire_once_on_its_new_node() {
+fn a_timer_and_a_schedule_survive_their_objects_migration_and_fire_once_on_its_new_node() {
     let Some(mut workers) = workers() else { return };
     let (mut c, app) = deployed("citus_migrate_time", "micro");
     let by_node = spread(&mut c, &app, "Bench", json!({}), 1);
