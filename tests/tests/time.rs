@@ -104,6 +104,12 @@ fn a_lambda_spawns_a_job_for_later() {
     let (_, runs, at) = tallies(&mut c, id)[0];
     assert_eq!(runs, 1);
     assert!(at >= due_micros(&mut c, job), "the spawned job ran before it was due");
+    // And as the database saw it: committed after it was due.
+    let kept: bool = c
+        .query_one("SELECT finished_at >= run_after FROM lambdastore.app_jobs WHERE job_id = $1", &[&job])
+        .unwrap()
+        .get(0);
+    assert!(kept, "the spawned job finished before it was due");
     let delayed: bool = c
         .query_one(
             "SELECT run_after >= submitted_at + interval '900 milliseconds' FROM lambdastore.app_jobs WHERE job_id = $1",
