@@ -24,6 +24,22 @@ SELECT pg_catalog.pg_extension_config_dump('lambdastore.migrations', '');  -- ke
 -- entry_sets, jobs, schedules) hash-distributed by object id and colocated, so that an
 -- object's rows are on one node; the application tables as reference
 -- tables, with a copy on every node. Idempotent.
+-- lambda_invoke as Citus delegates it (extension/src/cluster/delegate.rs):
+-- distributed by the object id, colocated with the objects, so that Citus
+-- sends a call that is a whole statement to the node holding its object.
+CREATE FUNCTION lambdastore._distribute_calls() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_object
+                    WHERE objid = '@extschema@._lambda_invoke_delegated(text,bigint,text,jsonb)'::regprocedure
+                      AND distribution_argument_index IS NOT NULL) THEN
+        PERFORM create_distributed_function('@extschema@._lambda_invoke_delegated(text,bigint,text,jsonb)', 'object_id',
+                                            colocate_with := 'lambdastore.objects');
+    END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._distribute_calls() FROM PUBLIC;
+
 CREATE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RETURNS text
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -60,6 +76,7 @@ BEGIN
                 added := added + 1;
             END IF;
         END LOOP;
+        PERFORM lambdastore._distribute_calls();
         RETURN CASE WHEN added = 0 THEN 'already distributed'
                     ELSE format('already distributed; %s new tables distributed', added) END;
     END IF;
@@ -100,6 +117,7 @@ BEGIN
     FOR fk IN SELECT * FROM lambdastore_fks LOOP
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fk.rel, fk.conname, fk.def);
     END LOOP;
+    PERFORM lambdastore._distribute_calls();
     PERFORM lambdastore._advance_sequences();
     RETURN format('distributed over %s shards', shard_count);
 END

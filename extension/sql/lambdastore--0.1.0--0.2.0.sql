@@ -30,6 +30,17 @@ SELECT pg_catalog.pg_extension_config_dump('lambdastore.api_keys_key_id_seq', ''
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.idempotency_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.migrations', '');
 
+-- lambda_invoke as Citus delegates it (extension/src/cluster/delegate.rs).
+CREATE FUNCTION @extschema@."_lambda_invoke_delegated"(
+	"settings" TEXT, /* & str */
+	"object_id" bigint, /* i64 */
+	"method" TEXT, /* & str */
+	"args" jsonb DEFAULT '{}' /* JsonText */
+) RETURNS jsonb /* JsonText */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_lambda_invoke_delegated_wrapper';
+
 -- Functions in Rust (api/): NULL arguments fail closed inside them now,
 -- and the functions behind the views and the gateway's deploy.
 CREATE OR REPLACE FUNCTION lambdastore."_api_key_app"(
@@ -305,6 +316,22 @@ BEGIN
                               'moved', source.groupid <> target.groupid);
 END
 $fn$;
+-- lambda_invoke as Citus delegates it (extension/src/cluster/delegate.rs):
+-- distributed by the object id, colocated with the objects, so that Citus
+-- sends a call that is a whole statement to the node holding its object.
+CREATE FUNCTION lambdastore._distribute_calls() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_object
+                    WHERE objid = '@extschema@._lambda_invoke_delegated(text,bigint,text,jsonb)'::regprocedure
+                      AND distribution_argument_index IS NOT NULL) THEN
+        PERFORM create_distributed_function('@extschema@._lambda_invoke_delegated(text,bigint,text,jsonb)', 'object_id',
+                                            colocate_with := 'lambdastore.objects');
+    END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._distribute_calls() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RETURNS text
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -341,6 +368,7 @@ BEGIN
                 added := added + 1;
             END IF;
         END LOOP;
+        PERFORM lambdastore._distribute_calls();
         RETURN CASE WHEN added = 0 THEN 'already distributed'
                     ELSE format('already distributed; %s new tables distributed', added) END;
     END IF;
@@ -381,6 +409,7 @@ BEGIN
     FOR fk IN SELECT * FROM lambdastore_fks LOOP
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fk.rel, fk.conname, fk.def);
     END LOOP;
+    PERFORM lambdastore._distribute_calls();
     PERFORM lambdastore._advance_sequences();
     RETURN format('distributed over %s shards', shard_count);
 END

@@ -507,6 +507,34 @@ pub(crate) fn arrive(settings: &str) {
     }
 }
 
+/// What a call delegated by Citus carries (cluster/delegate.rs): the
+/// session's `timeout` as `caller` may have it, then `travelling`.
+pub(crate) fn delegated(superuser: bool) -> String {
+    format!("lambdastore.timeout={}\n{}", timeout(superuser).as_millis(), travelling())
+}
+
+/// Takes what `delegated` wrote for the rest of the transaction, each
+/// setting only as far as the caller (`superuser` or not) may change it
+/// here: anyone may send this function any text. A setting the caller may
+/// not change keeps this node's value.
+pub(crate) fn arrive_delegated(settings: &str, superuser: bool) {
+    let rights = if superuser { Rights::Superuser } else { Rights::User };
+    for line in settings.lines() {
+        let Some((name, value)) = line.split_once('=') else { continue };
+        let same = if name == "lambdastore.timeout" {
+            TIMEOUT_MS.get().to_string() == value
+        } else if let Some(setting) = TRAVELLING.iter().find(|t| t.to_bytes() == name.as_bytes()) {
+            current(setting).as_deref() == Some(value)
+        } else {
+            continue;
+        };
+        let (Ok(name), Ok(value)) = (CString::new(name), CString::new(value)) else { continue };
+        if !same {
+            pg::settings::set_local_if_allowed(&name, &value, rights);
+        }
+    }
+}
+
 /// Sets one of our settings for the rest of the transaction, as
 /// `SET LOCAL` would with a superuser's rights: a call forwarded to another
 /// Citus node takes its caller's settings along (cluster/forward.rs).

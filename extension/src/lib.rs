@@ -52,4 +52,5 @@ pub extern "C-unwind" fn _PG_init() {
     access::init();
     catalog::init();
     xact::init();
+    cluster::delegate::init();
 }

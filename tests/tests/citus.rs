@@ -508,6 +508,89 @@ fn two_calls_in_one_autocommit_statement_through_the_coordinator_commit_together
     assert_eq!(call(&mut c, x, "get", json!({"key": "k"})), json!("alone"));
 }
 
+/// The statements Citus sent to other nodes for the last statements of a
+/// session with `citus.log_remote_commands` on, as it logged them.
+fn sent_by(notices: &Notices) -> Vec<String> {
+    let mut notices = notices.lock().unwrap();
+    notices.drain(..).map(|n| n.message().to_string()).filter(|m| m.starts_with("issuing")).collect()
+}
+
+/// A call that is a whole autocommit statement is sent by Citus' own
+/// function delegation (cluster/delegate.rs): one statement to the node
+/// holding the object, with the session's settings. Not where that would
+/// be wrong: in a transaction block (which wrote on another node first),
+/// in a READ ONLY transaction; and a kept plan (a prepared statement
+/// without parameters) made under other settings is refused before it
+/// runs, then planned again.
+#[test]
+fn a_call_alone_is_delegated_by_citus_and_only_where_that_is_right() {
+    let Some(_nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_delegated", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    let (mut s, notices) = connect_keeping_notices();
+    s.batch_execute("SET citus.log_remote_commands = on").unwrap();
+    let delegated = |sent: &[String]| sent.iter().any(|m| m.contains("_lambda_invoke_delegated("));
+    call(&mut s, x, "put", json!({"key": "k", "value": "delegated"}));
+    call(&mut s, y, "put", json!({"key": "k", "value": "delegated"}));
+    let sent = sent_by(&notices);
+    assert!(delegated(&sent), "an autocommit call: {sent:?}");
+    // A block that wrote on y, then calls x: coordinated, and undone together.
+    let mut t = s.transaction().unwrap();
+    call(&mut t, y, "put", json!({"key": "k", "value": "block"}));
+    call(&mut t, x, "put", json!({"key": "k", "value": "block"}));
+    t.rollback().unwrap();
+    let sent = sent_by(&notices);
+    assert!(!delegated(&sent) && sent.iter().any(|m| m.contains("_call_here(")), "in a block: {sent:?}");
+    for object in [x, y] {
+        assert_eq!(call(&mut s, object, "get", json!({"key": "k"})), json!("delegated"));
+    }
+    sent_by(&notices);
+    // READ ONLY: its writing call is refused, the coordinated way.
+    s.batch_execute("SET default_transaction_read_only = on").unwrap();
+    expect_sqlstate(invoke(&mut s, x, "put", json!({"key": "k", "value": "read only"})), "25006");
+    let sent = sent_by(&notices);
+    assert!(!delegated(&sent), "READ ONLY: {sent:?}");
+    s.batch_execute("RESET default_transaction_read_only").unwrap();
+    // A kept plan, then other settings: refused once (0A000), then planned
+    // for the new ones.
+    let alloc = s.prepare(&format!("SELECT lambda_invoke({x}, 'alloc', '{{\"bytes\": 33554432}}')")).unwrap();
+    s.query_one(&alloc, &[]).unwrap();
+    s.batch_execute("SET lambdastore.memory_limit = '16MB'").unwrap();
+    expect_sqlstate(s.query_one(&alloc, &[]), "0A000");
+    let message = expect_sqlstate(s.query_one(&alloc, &[]), "53200");
+    assert!(message.contains("16777216 bytes"), "{message}");
+    s.batch_execute("RESET lambdastore.memory_limit").unwrap();
+    let put =
+        s.prepare(&format!("SELECT lambda_invoke({x}, 'put', '{{\"key\": \"k\", \"value\": \"kept\"}}')")).unwrap();
+    s.query_one(&put, &[]).unwrap();
+    s.batch_execute("SET default_transaction_read_only = on").unwrap();
+    expect_sqlstate(s.query_one(&put, &[]), "0A000");
+    expect_sqlstate(s.query_one(&put, &[]), "25006");
+    s.batch_execute("RESET default_transaction_read_only").unwrap();
+    // A rewritten plan in a block: refused once, then the coordinated way.
+    let put =
+        s.prepare(&format!("SELECT lambda_invoke({x}, 'put', '{{\"key\": \"k\", \"value\": \"kept\"}}')")).unwrap();
+    s.query_one(&put, &[]).unwrap();
+    assert!(delegated(&sent_by(&notices)));
+    let mut t = s.transaction().unwrap();
+    expect_sqlstate(t.query_one(&put, &[]), "0A000");
+    t.rollback().unwrap();
+    let mut t = s.transaction().unwrap();
+    call(&mut t, y, "put", json!({"key": "k", "value": "block"}));
+    t.query_one(&put, &[]).unwrap();
+    t.rollback().unwrap();
+    assert_eq!(call(&mut s, y, "get", json!({"key": "k"})), json!("delegated"));
+    // Anyone may call the delegated function, but its settings count only
+    // as far as the caller may set them: a superuser's 1 GB memory limit
+    // holds, an ordinary role's is this node's 64 MB.
+    let alloc_96mb =
+        "SELECT _lambda_invoke_delegated('lambdastore.memory_limit=1GB', $1, 'alloc', '{\"bytes\": 100663296}')";
+    s.query_one(alloc_96mb, &[&x]).unwrap();
+    let role = TestRole::new("citus_delegated");
+    grant(&mut c, &app, &role.name, "invoke").unwrap();
+    expect_sqlstate(role.connect().query_one(alloc_96mb, &[&x]), "53200");
+}
+
 #[test]
 fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     let Some(_nodes) = workers() else { return };

@@ -23,7 +23,7 @@ pub(crate) fn raise(err: LambdaError, context: String) -> ! {
 }
 
 /// A lambda's result; jsonb checks it when it is returned (`JsonText`).
-fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> JsonText {
+pub(crate) fn json_result(result: Result<String>, context: impl FnOnce() -> String) -> JsonText {
     JsonText(result.unwrap_or_else(|err| raise(err, context())))
 }
 
@@ -35,7 +35,7 @@ fn lambda_invoke(object_id: i64, method: &str, args: default!(JsonText, "'{}'"))
     json_result(invoke(object_id, method, &args.0), || format!("lambda_invoke({object_id}, '{method}')"))
 }
 
-fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
+pub(crate) fn invoke(object_id: i64, method: &str, args: &str) -> Result<String> {
     route::at_owner(
         object_id,
         |caller| workflow::invoke_method(caller, object_id, method, args),

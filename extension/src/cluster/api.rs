@@ -7,13 +7,32 @@
 
 use crate::access::{as_storage, Caller};
 use crate::api::raise;
-use crate::cluster::{forward, layout, map, route};
+use crate::cluster::{delegate, forward, layout, map, route};
 use crate::error::{LambdaError, Result};
+use crate::pg::jsonb::JsonText;
 use crate::workflow;
 use lambdastore_core::cluster::rebalance;
 use lambdastore_core::model::{Forwarded, Spawned};
 use pgrx::prelude::*;
 use pgrx::JsonB;
+
+/// `lambda_invoke` as Citus delegates it (cluster/delegate.rs), with the
+/// caller's `settings` in front, distributed by `object_id`. Beside
+/// `lambda_invoke` in the extension's schema, which every role that calls
+/// may use on every node. Anyone may call it: the settings count only as
+/// far as the caller may set them.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _lambda_invoke_delegated(
+    settings: &str,
+    object_id: i64,
+    method: &str,
+    args: default!(JsonText, "'{}'"),
+) -> JsonText {
+    delegate::arrive(settings);
+    crate::api::json_result(crate::api::invoke(object_id, method, &args.0), || {
+        format!("lambda_invoke({object_id}, '{method}')")
+    })
+}
 
 #[pg_schema]
 mod lambdastore {

@@ -9,11 +9,13 @@
 //! (the one answer to "where does this object run": `owner_elsewhere`),
 //! `remote` below `host` (the driver of nested calls on other nodes, handed
 //! the host's way of running a call here), and `forward`, `map`,
-//! `rebalancer` and `api` (the `_here` SQL functions) above the workflow.
+//! `rebalancer`, `delegate` (calls Citus sends by its own delegation) and
+//! `api` (the `_here` SQL functions) above the workflow.
 #![deny(unsafe_code)] // PostgreSQL's C API only through the pg module
 
 pub(crate) mod affinity;
 pub(crate) mod api;
+pub(crate) mod delegate;
 pub(crate) mod forward;
 pub(crate) mod layout;
 pub(crate) mod map;

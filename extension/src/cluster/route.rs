@@ -123,8 +123,8 @@ thread_local! {
     static REACH: RefCell<Reach> = RefCell::new(Reach::default());
     /// This node runs a call sent alone (`send_alone`) in this transaction.
     static ALONE: Cell<bool> = const { Cell::new(false) };
-    /// `lambda_invoke`'s OID in this database, once looked up.
-    static LAMBDA_INVOKE: Cell<Option<pg_sys::Oid>> = const { Cell::new(None) };
+    /// `call_functions`, once looked up.
+    static CALL_FUNCTIONS: Cell<Option<(pg_sys::Oid, pg_sys::Oid)>> = const { Cell::new(None) };
 }
 
 /// At the end of every transaction.
@@ -150,25 +150,32 @@ pub(crate) fn may_send_alone() -> Result<bool> {
     if !fresh || !plain || arrived() || pg::xact::top_xid() != 0 {
         return Ok(false);
     }
-    Ok(pg::xact::only_statement_is_call_of(lambda_invoke()?))
+    Ok(pg::xact::only_statement_is_call_of(call_functions()?.0))
 }
 
-/// `lambda_invoke`'s OID: the function of that name in the extension's
-/// schema. Looked up once per backend; should the extension be created
-/// again, the old OID matches no statement and calls are sent as usual.
-fn lambda_invoke() -> Result<pg_sys::Oid> {
-    if let Some(oid) = LAMBDA_INVOKE.get() {
-        return Ok(oid);
+/// The OIDs of `lambda_invoke` and of `_lambda_invoke_delegated`
+/// (InvalidOid before an update made it) in this database. Looked up
+/// once per backend; should the extension be created again, the old OIDs
+/// match no statement and calls are sent as usual.
+pub(crate) fn call_functions() -> Result<(pg_sys::Oid, pg_sys::Oid)> {
+    if let Some(oids) = CALL_FUNCTIONS.get() {
+        return Ok(oids);
     }
-    let oid = catalog::query(
-        "SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_extension e ON e.extnamespace = p.pronamespace
-          WHERE e.extname = 'lambdastore' AND p.proname = 'lambda_invoke'",
+    let oids = catalog::query(
+        "SELECT (SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_extension e ON e.extnamespace = p.pronamespace
+                  WHERE e.extname = 'lambdastore' AND p.proname = 'lambda_invoke'),
+                (SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_extension e ON e.extnamespace = p.pronamespace
+                  WHERE e.extname = 'lambdastore' AND p.proname = '_lambda_invoke_delegated')",
         &[],
         &[],
-        |rows| Ok(rows.first().get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid)),
+        |rows| {
+            let row = rows.first();
+            let oid = |i| row.get::<pg_sys::Oid>(i).map(|oid| oid.unwrap_or(pg_sys::InvalidOid));
+            Ok((oid(1)?, oid(2)?))
+        },
     )?;
-    LAMBDA_INVOKE.set(Some(oid));
-    Ok(oid)
+    CALL_FUNCTIONS.set(Some(oids));
+    Ok(oids)
 }
 
 /// On the node a call was sent to alone, before anything else: this

@@ -79,6 +79,17 @@ pub(crate) fn relation_oid(schema: &std::ffi::CStr, name: &str) -> Option<pg_sys
     (oid != pg_sys::InvalidOid).then_some(oid)
 }
 
+/// Whether function `oid` is named `name` (a syscache lookup, nothing
+/// else: safe in any statement's planning).
+pub(crate) fn function_is_named(oid: pg_sys::Oid, name: &std::ffi::CStr) -> bool {
+    // SAFETY: a syscache lookup by OID; NULL when missing, else a palloc'd
+    // name read at once.
+    unsafe {
+        let found = pg_sys::get_func_name(oid);
+        !found.is_null() && std::ffi::CStr::from_ptr(found) == name
+    }
+}
+
 /// Whether the open transaction has counted changes to `relation` (its
 /// pending statistics, kept while `track_counts` is on); `None` when
 /// statistics are off and nothing can be told.

@@ -2,7 +2,7 @@
 //! the rest of the extension asks of the server beyond SPI and pgrx's own
 //! safe wrappers (transaction state, locks, the backend's PRNG and clock,
 //! condition variables, table statistics, shared memory, jsonb as text,
-//! a process's latch and signals). Each `unsafe` block here says
+//! a process's latch and signals, a planner hook). Each `unsafe` block here says
 //! why it holds; the modules above it (txn, host, workflow, the cluster
 //! wing) deny `unsafe` altogether.
 //!
@@ -12,6 +12,7 @@
 pub(crate) mod backend;
 pub(crate) mod jsonb;
 pub(crate) mod locks;
+pub(crate) mod planner;
 pub(crate) mod process;
 pub(crate) mod roles;
 pub(crate) mod settings;

@@ -51,17 +51,39 @@ pub(crate) fn with<R>(settings: &[(&CStr, &CStr)], rights: Rights, body: impl Fn
     body()
 }
 
-fn set(name: &CStr, value: &CStr, rights: Rights, action: pg_sys::GucAction::Type) {
-    let context = match rights {
+/// `set_local`, where `rights` allow it: false (and nothing set) for a
+/// setting they may not change.
+pub(crate) fn set_local_if_allowed(name: &CStr, value: &CStr, rights: Rights) -> bool {
+    // SAFETY: valid C strings; below ERROR, a refusal is reported (at
+    // DEBUG1) and answered 0 instead of raised. A bad value still raises.
+    unsafe {
+        pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            context_of(rights),
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_LOCAL,
+            true,
+            pg_sys::DEBUG1 as i32,
+            false,
+        ) > 0
+    }
+}
+
+fn context_of(rights: Rights) -> pg_sys::GucContext::Type {
+    match rights {
         Rights::User => pg_sys::GucContext::PGC_USERSET,
         Rights::Superuser => pg_sys::GucContext::PGC_SUSET,
-    };
+    }
+}
+
+fn set(name: &CStr, value: &CStr, rights: Rights, action: pg_sys::GucAction::Type) {
     // SAFETY: valid C strings; raises an ERROR on a bad value.
     unsafe {
         pg_sys::set_config_option(
             name.as_ptr(),
             value.as_ptr(),
-            context,
+            context_of(rights),
             pg_sys::GucSource::PGC_S_SESSION,
             action,
             true,

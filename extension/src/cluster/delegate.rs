@@ -1,0 +1,72 @@
+//! A call from SQL sent by Citus' own function delegation. A statement
+//! that is one call, `SELECT lambda_invoke(id, method, args)`, committing
+//! on its own, is planned as `SELECT _lambda_invoke_delegated(settings, id,
+//! method, args)` (pg/planner.rs), a function `distribute()` made
+//! Citus distribute by `id`, colocated with the objects. Citus' planner
+//! then sends it, as it is, to the node holding the object, in one round
+//! trip and without a distributed transaction: this node runs none of
+//! lambdastore's code for it (no fence, no layout, no routed statement).
+//! There it runs as a call made on that node: the node drives its
+//! transaction (`route::arrive_alone`), so it may call objects elsewhere,
+//! and a call that finds its object gone (moved meanwhile) is sent on as
+//! any call there would be. Where Citus does not delegate (the object is
+//! here, or the function is not distributed yet), it runs here as
+//! `lambda_invoke` does.
+//!
+//! What makes a call's outcome depend on the session travels as the first
+//! argument: `lambdastore.timeout` and the settings other forwarded calls
+//! take along (`gucs::delegated`). A transaction block, READ ONLY, an
+//! isolation level above the default, or an XID already taken are never
+//! rewritten: those calls need the distributed transaction
+//! (`route::may_send_alone` says the same of calls sent alone). A plan
+//! kept by a prepared statement is checked before each run against the
+//! session as it is then (pg/planner.rs).
+
+use crate::access::Caller;
+use crate::cluster::{layout, route};
+use crate::gucs;
+use crate::pg::{self, planner};
+use pgrx::pg_sys;
+
+static REWRITER: planner::Rewriter = planner::Rewriter { instead_of, text };
+
+/// Has this process's top-level calls rewritten (once per process).
+pub(crate) fn init() {
+    planner::rewrite_calls(&REWRITER);
+}
+
+/// `_lambda_invoke_delegated` for a call of `lambda_invoke` on a Citus cluster.
+fn instead_of(function: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    // Any statement's planning comes here (Citus' own on a node where the
+    // extension does not exist yet): nothing more than a syscache lookup
+    // for any other function.
+    if !pg::backend::function_is_named(function, c"lambda_invoke") {
+        return None;
+    }
+    let (lambda_invoke, delegated) = route::call_functions().ok()?;
+    let ours = function == lambda_invoke && delegated != pg_sys::InvalidOid;
+    (ours && layout::distributed().unwrap_or(false)).then_some(delegated)
+}
+
+/// The settings a delegated call takes along, when this transaction may
+/// send one.
+fn text() -> Option<String> {
+    let alone = !pg::xact::in_block()
+        && !pg::xact::read_only()
+        && !pg::xact::has_transaction_snapshot()
+        && pg::xact::top_xid() == 0
+        && !route::arrived();
+    alone.then(|| gucs::delegated(Caller::current().is_superuser()))
+}
+
+/// On the node running a delegated call, before the call: the caller's
+/// settings (as far as the caller may set them here), and, when Citus
+/// sent it from another node, this node drives the transaction.
+pub(crate) fn arrive(settings: &str) {
+    if !pg::settings::current(c"application_name").is_some_and(|name| name.starts_with("citus_internal")) {
+        // Run where it was planned: the settings are this session's own.
+        return;
+    }
+    gucs::arrive_delegated(settings, Caller::current().is_superuser());
+    route::arrive_alone();
+}
