@@ -95,9 +95,11 @@ unsafe fn rewrite(parse: *mut pg_sys::Query) -> Option<String> {
     let rewriter = REWRITER.get()?;
     // SAFETY: read-only checks of the query's nodes, each after its tag.
     unsafe {
-        // Top level: no portal runs (a function's statements, EXPLAIN and
-        // EXECUTE are planned inside one).
-        if !pg_sys::ActivePortal.is_null() || parse.is_null() {
+        // Top level: a client's backend (a background worker's SPI runs
+        // no portal), where no portal runs (a function's statements,
+        // EXPLAIN and EXECUTE are planned inside one).
+        if pg_sys::MyBackendType != pg_sys::BackendType::B_BACKEND || !pg_sys::ActivePortal.is_null() || parse.is_null()
+        {
             return None;
         }
         let query = &*parse;
