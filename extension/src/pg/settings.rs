@@ -52,22 +52,10 @@ pub(crate) fn with<R>(settings: &[(&CStr, &CStr)], rights: Rights, body: impl Fn
 }
 
 /// `set_local`, where `rights` allow it: false (and nothing set) for a
-/// setting they may not change.
+/// setting they may not change, or a value it does not take.
 pub(crate) fn set_local_if_allowed(name: &CStr, value: &CStr, rights: Rights) -> bool {
-    // SAFETY: valid C strings; below ERROR, a refusal is reported (at
-    // DEBUG1) and answered 0 instead of raised. A bad value still raises.
-    unsafe {
-        pg_sys::set_config_option(
-            name.as_ptr(),
-            value.as_ptr(),
-            context_of(rights),
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_LOCAL,
-            true,
-            pg_sys::DEBUG1 as i32,
-            false,
-        ) > 0
-    }
+    // Below ERROR, a refusal is reported (at DEBUG1) and answered 0.
+    set_at(name, value, rights, pg_sys::GucAction::GUC_ACTION_LOCAL, pg_sys::DEBUG1 as i32)
 }
 
 fn context_of(rights: Rights) -> pg_sys::GucContext::Type {
@@ -78,7 +66,14 @@ fn context_of(rights: Rights) -> pg_sys::GucContext::Type {
 }
 
 fn set(name: &CStr, value: &CStr, rights: Rights, action: pg_sys::GucAction::Type) {
-    // SAFETY: valid C strings; raises an ERROR on a bad value.
+    // 0: a refusal or a bad value raises an ERROR.
+    set_at(name, value, rights, action, 0);
+}
+
+/// `set_config_option` for this session, a refusal reported at `elevel`;
+/// whether it took the value.
+fn set_at(name: &CStr, value: &CStr, rights: Rights, action: pg_sys::GucAction::Type, elevel: i32) -> bool {
+    // SAFETY: valid C strings that outlive the call.
     unsafe {
         pg_sys::set_config_option(
             name.as_ptr(),
@@ -87,9 +82,9 @@ fn set(name: &CStr, value: &CStr, rights: Rights, action: pg_sys::GucAction::Typ
             pg_sys::GucSource::PGC_S_SESSION,
             action,
             true,
-            0,
+            elevel,
             false,
-        );
+        ) > 0
     }
 }
 
