@@ -51,12 +51,7 @@ fn instead_of(function: pg_sys::Oid) -> Option<pg_sys::Oid> {
 /// The settings a delegated call takes along, when this transaction may
 /// send one.
 fn text() -> Option<String> {
-    let alone = !pg::xact::in_block()
-        && !pg::xact::read_only()
-        && !pg::xact::has_transaction_snapshot()
-        && pg::xact::top_xid() == 0
-        && !route::arrived();
-    alone.then(|| gucs::delegated(Caller::current().is_superuser()))
+    route::transaction_may_go_alone().then(|| gucs::delegated(Caller::current().is_superuser()))
 }
 
 /// On the node running a delegated call, before the call: the caller's

@@ -142,15 +142,26 @@ pub(crate) fn at_transaction_end() {
 /// READ ONLY or at a stricter isolation than the default: Citus' BEGIN
 /// takes those to the node, a statement of its own would run without.
 pub(crate) fn may_send_alone() -> Result<bool> {
+    if !transaction_may_go_alone() {
+        return Ok(false);
+    }
+    Ok(pg::xact::only_statement_is_call_of(call_functions()?.0))
+}
+
+/// The transaction's part of `may_send_alone` (Citus' delegation asks it
+/// too, cluster/delegate.rs): not a block, not READ ONLY, at READ
+/// COMMITTED, nothing written, no call run, not a part another node drives.
+pub(crate) fn transaction_may_go_alone() -> bool {
     let fresh = REACH.with(|r| {
         let reach = r.borrow();
         reach.forwarded.is_empty() && !reach.here
     });
-    let plain = !pg::xact::read_only() && !pg::xact::has_transaction_snapshot();
-    if !fresh || !plain || arrived() || pg::xact::top_xid() != 0 {
-        return Ok(false);
-    }
-    Ok(pg::xact::only_statement_is_call_of(call_functions()?.0))
+    fresh
+        && !pg::xact::in_block()
+        && !pg::xact::read_only()
+        && !pg::xact::has_transaction_snapshot()
+        && pg::xact::top_xid() == 0
+        && !arrived()
 }
 
 /// The OIDs of `lambda_invoke` and of `_lambda_invoke_delegated`
