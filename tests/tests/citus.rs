@@ -657,6 +657,49 @@ fn a_deploy_on_one_node_reaches_the_cached_sessions_of_every_node() {
     }
 }
 
+/// Plain SQL over a distributed table of the user's own, across two
+/// workers: every transaction commits in two phases, in worker backends
+/// that ran no lambdastore call and so count, at PREPARE, as changing the
+/// catalog (catalog/cache.rs). A node's 128 slots for those must be freed
+/// as they end, or the 129th PREPARE there is refused, and with it every
+/// such transaction of a Citus application that never calls a lambda.
+#[test]
+fn plain_sql_across_nodes_keeps_committing_where_no_call_runs() {
+    let Some(_workers) = workers() else { return };
+    let mut c = connect();
+    c.batch_execute(
+        "DROP TABLE IF EXISTS plain_accounts;
+         CREATE TABLE plain_accounts (k bigint PRIMARY KEY, v bigint NOT NULL);
+         SELECT create_distributed_table('plain_accounts', 'k');
+         INSERT INTO plain_accounts SELECT k, 1000 FROM generate_series(1, 20) k;",
+    )
+    .unwrap();
+    let pair = c
+        .query_one(
+            "WITH placed AS (SELECT k::bigint, p.groupid FROM generate_series(1, 20) k
+                               JOIN pg_dist_placement p
+                                 ON p.shardid = get_shard_id_for_distribution_column('plain_accounts', k))
+             SELECT x.k, y.k FROM placed x JOIN placed y ON x.groupid < y.groupid LIMIT 1",
+            &[],
+        )
+        .unwrap();
+    let (a, b): (i64, i64) = (pair.get(0), pair.get(1));
+    for n in 0..200 {
+        let mut tx = c.transaction().unwrap();
+        tx.execute("UPDATE plain_accounts SET v = v - 1 WHERE k = $1", &[&a]).unwrap();
+        tx.execute("UPDATE plain_accounts SET v = v + 1 WHERE k = $1", &[&b]).unwrap();
+        tx.commit().unwrap_or_else(|e| panic!("transfer {n}: {}", describe(&e)));
+    }
+    let balances = c
+        .query_one(
+            "SELECT (SELECT v FROM plain_accounts WHERE k = $1), (SELECT v FROM plain_accounts WHERE k = $2)",
+            &[&a, &b],
+        )
+        .unwrap();
+    assert_eq!((balances.get::<_, i64>(0), balances.get::<_, i64>(1)), (800, 1200));
+    c.batch_execute("DROP TABLE plain_accounts").unwrap();
+}
+
 /// The gateway sends calls straight to the workers, whose backends
 /// remember the API keys they checked (catalog/cache.rs): a key revoked on
 /// the coordinator must be refused at once by every node's sessions that

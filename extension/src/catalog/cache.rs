@@ -98,7 +98,18 @@ pub(crate) fn at_prepare() -> Result<(), LambdaError> {
         return Ok(());
     }
     let xid = crate::pg::xact::top_xid(); // a transaction that changed the catalog has one
-    if register(SHARED.get(), xid) {
+    let shared = SHARED.get();
+    // Slots are otherwise cleared by the next look at the generation, and
+    // a node may prepare many transactions without a call looking: those
+    // of plain SQL over distributed tables, from backends that ran no
+    // lambdastore code and so count as changing the catalog
+    // (`wrote_reference_tables`). So
+    // the ended ones are cleared here before any slot is found wanting.
+    if register(shared, xid) {
+        return Ok(());
+    }
+    finish_ended(shared);
+    if register(shared, xid) {
         return Ok(());
     }
     Err(LambdaError::Prepared(format!(
