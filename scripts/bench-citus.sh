@@ -55,7 +55,11 @@
 # coordinator (router SELECT, delegated functions, lambda_invoke) and on
 # the worker holding the rows/objects picked (each worker's share of the
 # counters, in a local table there). Medians, and each lambda row's ratio
-# to the delegated function in the same place.
+# to the delegated function in the same place. Then the bank transfer a →
+# b, a and b on one node or on two, through the coordinator, three ways:
+# kv_transfer(a, b) in PL/pgSQL delegated by a (two UPDATEs), the two
+# UPDATEs in BEGIN ... COMMIT, and the nested lambda call of the table
+# part; each way's two-node time over its one-node time.
 #
 # The single node is a project cluster ("bench-single", port 54339); the
 # cluster is citus-bench (a coordinator and two workers, ports 54360-54362),
@@ -181,6 +185,14 @@ pairs() {
     psql "$single" -X -q -c "INSERT INTO ${objects#*:} SELECT k, s, k, 1001 - k FROM generate_series(1, 500) k, (VALUES (true), (false)) v(s);
                              UPDATE ${objects#*:} p SET a = (SELECT id FROM ${objects%:*} i WHERE i.k = p.a),
                                                         b = (SELECT id FROM ${objects%:*} i WHERE i.k = p.b)"
+  done
+  cluster_pairs
+}
+
+# The cluster's pairs, once.
+cluster_pairs() {
+  [ "$(psql "$coordinator" -X -Atq -c "SELECT count(*) FROM pair")" = 0 ] || return 0
+  for objects in ids:pair accounts:account_pair; do
     psql "$coordinator" -X -q <<SQL
 CREATE TEMP TABLE placed AS
 SELECT i.id, p.groupid FROM ${objects%:*} i
@@ -290,9 +302,16 @@ BEGIN
     UPDATE kv SET v = v + 1 WHERE k = key RETURNING v INTO result;
     RETURN result;
 END $$;
+CREATE FUNCTION kv_transfer(a bigint, b bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE kv SET v = v - 1 WHERE k = a;
+    UPDATE kv SET v = v + 1 WHERE k = b;
+END $$;
 SELECT create_distributed_function('kv_get(bigint)', 'key', colocate_with := 'kv');
 SELECT create_distributed_function('kv_incr(bigint)', 'key', colocate_with := 'kv');
+SELECT create_distributed_function('kv_transfer(bigint, bigint)', 'a', colocate_with := 'kv');
 SQL
+  cluster_pairs
   # Each worker's share of the counters, numbered 1..n there.
   local url owned n w
   owned="SELECT row_number() OVER (ORDER BY i.k), i.id FROM ids i
@@ -316,6 +335,17 @@ SQL
         "$table" "$text" "$close" >"$work/$name-$table.sql"
     done
   done
+  # The transfers: kv's rows are the counters' (pair), the lambda's the
+  # accounts' (account_pair), placed alike.
+  local same way
+  for same in one:true two:false; do
+    for way in "kv_transfer:SELECT kv_transfer(:a, :b);" \
+               "block:BEGIN; UPDATE kv SET v = v - 1 WHERE k = :a; UPDATE kv SET v = v + 1 WHERE k = :b; COMMIT;"; do
+      printf '\\set k random(1, 400)\nSELECT a, b FROM pair WHERE same = %s AND k = :k \\gset\n%s\n' "${same#*:}" \
+        "${way#*:}" >"$work/${way%%:*}-${same%%:*}.sql"
+    done
+    cp "$work/nested-${same%%:*}-node.sql" "$work/transfer-${same%%:*}.sql"
+  done
   local w1
   w1=$("$citus" url citus-bench w1)
   : >"$work/delegated-rows"
@@ -324,6 +354,11 @@ SQL
       echo "$name coordinator $(COUNTERS=1000 run "$coordinator" "$name-ids")" >>"$work/delegated-rows"
       [ "$name" = router ] && continue
       echo "$name worker $(COUNTERS=$n run "$w1" "$name-owned")" >>"$work/delegated-rows"
+    done
+    for name in kv_transfer block transfer; do
+      for same in one two; do
+        echo "$name-$same coordinator $(run "$coordinator" "$name-$same")" >>"$work/delegated-rows"
+      done
     done
   done
   delegated_median() { awk -v n="$1" -v w="$2" '$1 == n && $2 == w {print $3}' "$work/delegated-rows" | median; }
@@ -336,6 +371,16 @@ SQL
     echo "| delegated PL/pgSQL \`$fn(k)\` | $(delegated_median "$fn" coordinator) | $(delegated_median "$fn" worker) |"
     c=$(delegated_median "$lambda" coordinator) w=$(delegated_median "$lambda" worker)
     echo "| \`lambda_invoke(id, '$lambda')\` | $c ($(ratio "$c" "$(delegated_median "$fn" coordinator)")×) | $w ($(ratio "$w" "$(delegated_median "$fn" worker)")×) |"
+  done
+  echo
+  echo "| transfer a → b through the coordinator, 8 clients | a, b on one node tx/s | on two nodes tx/s | two nodes ÷ one, in time |"
+  echo "|---|---:|---:|---:|"
+  local way label one two
+  for way in "kv_transfer:delegated PL/pgSQL \`kv_transfer(a, b)\`" "block:\`BEGIN\`, two \`UPDATE\`s, \`COMMIT\`" \
+             "transfer:\`lambda_invoke(a, 'transfer', b)\` (a nested call)"; do
+    label=${way#*:} way=${way%%:*}
+    one=$(delegated_median "$way-one" coordinator) two=$(delegated_median "$way-two" coordinator)
+    echo "| $label | $one | $two | $(ratio "$one" "$two")× |"
   done
   echo "runs (statement, where, tx/s, ms):"
   cat "$work/delegated-rows"

@@ -23,7 +23,7 @@ use std::rc::Rc;
 /// Sends one of the `_here` functions for `caller`, with the session's
 /// `lambdastore.timeout`.
 fn forward(sql: Routed, object: i64, node: &str, texts: [&str; 3], caller: Caller) -> Result<String> {
-    route::send(sql, object, node, texts, Vec::new(), caller, gucs::timeout(caller.is_superuser()))
+    route::send(sql, object, node, texts, Vec::new(), caller, gucs::timeout(caller.is_superuser()), false)
 }
 
 /// `lambda_invoke` of an object stored on `node`: sent there, with the
@@ -77,6 +77,7 @@ pub(crate) fn submit(
         vec![due.into(), schedule.into()],
         caller,
         gucs::timeout(caller.is_superuser()),
+        true, // a submission writes
     )?;
     job.parse().map_err(|_| LambdaError::Internal(format!("a forwarded submit returned {job:?}")))
 }

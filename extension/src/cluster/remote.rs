@@ -134,7 +134,11 @@ fn send(workflow: &Workflow, node: &str, call: &MethodCall, forwarded: &Forwarde
     let timeout = if first_from_sql { workflow.timeout } else { workflow.time_left() };
     // A created object has no row before its create runs.
     let sql = if forwarded.create.is_some() { CALL_HERE.any_row() } else { CALL_HERE };
-    let reply = route::send(sql, call.object, node, texts, Vec::new(), workflow.caller, timeout)?;
+    // A lambda that may write marks the node it calls as written at once:
+    // should the transaction write, it does so on two nodes, which all
+    // take part in the two-phase commit (route.rs).
+    let mark = forwarded.nested.as_ref().is_some_and(|nested| !nested.readonly);
+    let reply = route::send(sql, call.object, node, texts, Vec::new(), workflow.caller, timeout, mark)?;
     serde_json::from_str(&reply).map_err(|e| LambdaError::Internal(format!("a forwarded call answered {reply:?}: {e}")))
 }
 
@@ -184,7 +188,8 @@ pub(crate) fn queue(workflow: &Workflow, spawned: &[Spawned]) -> Result<()> {
         let context = serde_json::to_string(&(call.app.as_str(), workflow.parent_job, call.due_micros))
             .map_err(|e| LambdaError::Internal(e.to_string()))?;
         let texts = [call.method.as_str(), call.args.as_str(), context.as_str()];
-        route::send(SPAWN_HERE, call.object, &node, texts, Vec::new(), workflow.caller, workflow.time_left())?;
+        // A queued job is a write there.
+        route::send(SPAWN_HERE, call.object, &node, texts, Vec::new(), workflow.caller, workflow.time_left(), true)?;
     }
     Ok(())
 }

@@ -65,17 +65,21 @@ use std::time::Duration;
 /// over a subquery is planned again at every call. Without the row (no
 /// such object, one being created) it returns nothing, and `any_row` runs
 /// instead: its aggregate makes one row whether or not the object exists,
-/// so that the node answers as for any call. (`here!` writes both.)
+/// so that the node answers as for any call. `by_row_marked` is `by_row`
+/// with `engage`'s no-op UPDATE in a CTE, which makes Citus count the
+/// node as written without a round trip of its own (`send`'s `mark`).
+/// (`here!` writes all three.)
 #[derive(Clone, Copy)]
 pub(crate) struct Routed {
     pub(crate) by_row: &'static str,
     pub(crate) any_row: &'static str,
+    pub(crate) by_row_marked: Option<&'static str>,
 }
 
 impl Routed {
     /// Only the `any_row` form: for an object that has no row yet.
     pub(crate) const fn any_row(self) -> Routed {
-        Routed { by_row: self.any_row, any_row: self.any_row }
+        Routed { by_row: self.any_row, any_row: self.any_row, by_row_marked: None }
     }
 }
 
@@ -89,6 +93,12 @@ macro_rules! here {
                 $call,
                 " FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed"
             ),
+            by_row_marked: Some(concat!(
+                "WITH marked AS (UPDATE lambdastore.objects SET app = app WHERE object_id = $1 AND created IS NULL RETURNING 1) ",
+                "SELECT ",
+                $call,
+                " FROM lambdastore.objects WHERE object_id = $1"
+            )),
         }
     };
 }
@@ -249,7 +259,7 @@ pub(crate) fn validate_reached() -> Result<()> {
     // At pre-commit no statement is running: SPI needs a snapshot.
     pg::xact::with_snapshot(|| {
         for (object, _) in objects {
-            routed(here!("lambdastore._validate_here()"), object, Vec::new())?;
+            routed(here!("lambdastore._validate_here()"), object, Vec::new(), false)?;
         }
         Ok(())
     })
@@ -300,17 +310,19 @@ pub(crate) fn ran_here() -> Result<()> {
     engage(None)
 }
 
-/// After a call ran on `node`, for `object`. A call that wrote marks its
-/// node as written for Citus at once, whatever else the transaction does:
-/// Citus commits the nodes it saw modified together (in two phases when
-/// there are several: the gateway's idempotency key and the call it
-/// records, say), and the others after them.
-fn ran_on(node: &str, object: i64, wrote: bool) -> Result<()> {
+/// After a call ran on `node`, for `object`, sent `marked` as written
+/// or not. A call that wrote marks its node as written for Citus at once,
+/// whatever else the transaction does: Citus commits the nodes it saw
+/// modified together (in two phases when there are several: the
+/// gateway's idempotency key and the call it records, say), and the
+/// others after them.
+fn ran_on(node: &str, object: i64, wrote: bool, marked: bool) -> Result<()> {
     REACH.with(|r| {
         let mut reach = r.borrow_mut();
         reach.wrote |= wrote;
-        if !reach.forwarded.iter().any(|(o, _, _)| *o == object) {
-            reach.forwarded.push((object, node.to_string(), false));
+        match reach.forwarded.iter_mut().find(|(o, _, _)| *o == object) {
+            Some(known) => known.2 |= marked,
+            None => reach.forwarded.push((object, node.to_string(), marked)),
         }
     });
     engage(wrote.then_some(object))
@@ -384,11 +396,12 @@ fn citus_function(f: Citus) -> Result<()> {
 /// Runs `sql`, routed by `object` (its $1) to the node holding it, with
 /// the other arguments (text but the sixth, a bigint, and the eighth, a
 /// time: `_submit_here`'s due time, then its schedule), and returns its
-/// one text value. An error on the other node comes back as an ERROR of
-/// the SPI call, which pgrx turns into a panic carrying a Rust backtrace:
-/// caught, and raised again as that node's error, which ends the
-/// transaction.
-fn routed(sql: Routed, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>) -> Result<String> {
+/// one text value, and whether the statement marked the node written
+/// (`mark`, when `sql` has that form and the object a row). An error on
+/// the other node comes back as an ERROR of the SPI call, which pgrx turns
+/// into a panic carrying a Rust backtrace: caught, and raised again as
+/// that node's error, which ends the transaction.
+fn routed(sql: Routed, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>, mark: bool) -> Result<(String, bool)> {
     const TYPES: [pg_sys::PgBuiltInOids; 9] =
         [INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID];
     let mut all = vec![object.into()];
@@ -403,9 +416,13 @@ fn routed(sql: Routed, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>) ->
         };
         as_storage(|_| caught(|| catalog::query_cluster(sql, types, &all, one)))
     };
-    match run(sql.by_row)? {
-        Some(answer) => Ok(answer),
-        None => Ok(run(sql.any_row)?.unwrap_or_default()),
+    let (first, marked) = match sql.by_row_marked {
+        Some(marked) if mark => (marked, true),
+        _ => (sql.by_row, false),
+    };
+    match run(first)? {
+        Some(answer) => Ok((answer, marked)),
+        None => Ok((run(sql.any_row)?.unwrap_or_default(), false)),
     }
 }
 
@@ -481,7 +498,7 @@ pub(crate) fn send_to_shards(
         answers.push((object, answer.to_string()));
     }
     for (object, node, wrote) in parts.into_values() {
-        ran_on(&node, object, wrote)?;
+        ran_on(&node, object, wrote, false)?;
     }
     Ok(answers)
 }
@@ -489,7 +506,13 @@ pub(crate) fn send_to_shards(
 /// Runs `sql` (one of the `_here` functions) on `node`, routed by
 /// `object`, for `caller` with `timeout` left and this session's settings,
 /// and returns its result. The caller's three texts are its first
-/// arguments after the object, `more` its last.
+/// arguments after the object, `more` its last. `mark`: the node will
+/// have to be counted as written whatever it does there (a spawn, or a
+/// call from a lambda that may write: once the transaction writes on two
+/// nodes, every node it reached is), so the statement marks it itself
+/// (`by_row_marked`) instead of `engage`'s UPDATE after it, one round trip
+/// more.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn send(
     sql: Routed,
     object: i64,
@@ -498,10 +521,11 @@ pub(crate) fn send(
     more: Vec<pgrx::datum::DatumWithOid<'_>>,
     caller: Caller,
     timeout: Duration,
+    mark: bool,
 ) -> Result<String> {
     citus_function(Citus::UseCoordinatedTransaction)?;
-    let (wrote, result) = send_routed(sql, object, texts, more, caller, timeout)?;
-    ran_on(node, object, wrote)?;
+    let (wrote, marked, result) = send_routed(sql, object, texts, more, caller, timeout, mark)?;
+    ran_on(node, object, wrote, marked)?;
     Ok(result)
 }
 
@@ -514,11 +538,12 @@ pub(crate) fn send_alone(
     caller: Caller,
     timeout: Duration,
 ) -> Result<String> {
-    Ok(send_routed(sql, object, texts, Vec::new(), caller, timeout)?.1)
+    Ok(send_routed(sql, object, texts, Vec::new(), caller, timeout, false)?.2)
 }
 
 /// Runs `sql` routed by `object` with the caller's texts, role, time left
-/// and settings; whether the node wrote, and its answer.
+/// and settings (`mark`ing the node written if it can, `send`); whether
+/// the node wrote, whether it was marked, and its answer.
 fn send_routed(
     sql: Routed,
     object: i64,
@@ -526,7 +551,8 @@ fn send_routed(
     more: Vec<pgrx::datum::DatumWithOid<'_>>,
     caller: Caller,
     timeout: Duration,
-) -> Result<(bool, String)> {
+    mark: bool,
+) -> Result<(bool, bool, String)> {
     let role = caller.name();
     let timeout = timeout.as_millis().max(1) as i64;
     let settings = gucs::travelling();
@@ -539,9 +565,9 @@ fn send_routed(
         settings.as_str().into(),
     ];
     args.extend(more);
-    let out = routed(sql, object, args)?;
+    let (out, marked) = routed(sql, object, args, mark)?;
     let (flag, result) = out.split_at(out.len().min(1));
-    Ok((flag == "w", result.to_string()))
+    Ok((flag == "w", marked, result.to_string()))
 }
 
 /// On the node a call was forwarded to: the caller's settings, for this
