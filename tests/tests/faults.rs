@@ -210,18 +210,24 @@ fn workers_stop_cleanly_on_shutdown_and_an_interrupted_job_runs_again() {
 /// sets it wrote (kept on disk at PREPARE, txn/prepared.rs): calls on
 /// other objects go on, calls reading its sets fail with 40001 naming its
 /// gid, `lambdastore.prepared()` lists it, and COMMIT PREPARED ends it.
-/// Before, every call on every object failed until it ended.
+/// Before, every call on every object failed until it ended. The files
+/// are kept per slot and written over: one prepared after the first
+/// restart must not take the place of the one still prepared from before.
 #[test]
 #[ignore = "restarts the server: run by scripts/faults.sh"]
 fn after_a_restart_a_prepared_transaction_holds_only_what_it_wrote() {
     let (mut c, app) = deployed("prepared_restart", "micro");
     let written = create(&mut c, &app, "Bench", json!({ "entries": 0 }));
+    let later = create(&mut c, &app, "Bench", json!({ "entries": 0 }));
     let other = create(&mut c, &app, "Bench", json!({ "entries": 0 }));
     call(&mut c, other, "put", json!({"key": "k", "value": "other"}));
-    let gid = format!("{app}_gid");
-    c.batch_execute("BEGIN").unwrap();
-    call(&mut c, written, "put", json!({"key": "k", "value": "prepared"}));
-    c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).unwrap();
+    let prepare = |c: &mut Client, object: i64, gid: &str| {
+        c.batch_execute("BEGIN").unwrap();
+        call(c, object, "put", json!({"key": "k", "value": gid}));
+        c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).unwrap();
+    };
+    let (gid, later_gid) = (format!("{app}_gid"), format!("{app}_later"));
+    prepare(&mut c, written, &gid);
 
     let held = |c: &mut Client| -> Vec<(String, i32, bool)> {
         c.query("SELECT gid, entry_set_locks, sets_known FROM lambdastore.prepared()", &[])
@@ -230,20 +236,28 @@ fn after_a_restart_a_prepared_transaction_holds_only_what_it_wrote() {
             .map(|row| (row.get(0), row.get(1), row.get(2)))
             .collect()
     };
-    for moment in ["before the restart", "after the restart"] {
-        let message = expect_sqlstate(invoke(&mut c, written, "get", json!({"key": "k"})), "40001");
+    let holds_only_its_own = |c: &mut Client, moment: &str, object: i64, gid: &str| {
+        let message = expect_sqlstate(invoke(c, object, "get", json!({"key": "k"})), "40001");
         assert!(message.contains(&format!("prepared transaction '{gid}'")), "{moment}: {message}");
-        assert_eq!(call(&mut c, other, "get", json!({"key": "k"})), json!("other"), "{moment}");
-        let holders = held(&mut c);
-        assert!(holders.iter().any(|(g, locks, known)| g == &gid && *locks >= 1 && *known), "{moment}: {holders:?}");
-        if moment == "before the restart" {
-            cluster("crash");
-            c = reconnect();
-        }
+        assert_eq!(call(c, other, "get", json!({"key": "k"})), json!("other"), "{moment}");
+        let holders = held(c);
+        assert!(holders.iter().any(|(g, locks, known)| g == gid && *locks >= 1 && *known), "{moment}: {holders:?}");
+    };
+    holds_only_its_own(&mut c, "before the restart", written, &gid);
+    cluster("crash");
+    c = reconnect();
+    holds_only_its_own(&mut c, "after the restart", written, &gid);
+    prepare(&mut c, later, &later_gid);
+    cluster("crash");
+    c = reconnect();
+    for (object, gid) in [(written, &gid), (later, &later_gid)] {
+        holds_only_its_own(&mut c, "after a second restart", object, gid);
     }
-    c.batch_execute(&format!("COMMIT PREPARED '{gid}'")).unwrap();
-    assert_eq!(call(&mut c, written, "get", json!({"key": "k"})), json!("prepared"));
-    assert!(held(&mut c).iter().all(|(g, _, _)| g != &gid));
+    for (object, gid) in [(written, &gid), (later, &later_gid)] {
+        c.batch_execute(&format!("COMMIT PREPARED '{gid}'")).unwrap();
+        assert_eq!(call(&mut c, object, "get", json!({"key": "k"})), json!(gid));
+    }
+    assert!(held(&mut c).iter().all(|(g, _, _)| g != &gid && g != &later_gid));
 }
 
 /// Connects to `database` of the faults cluster.

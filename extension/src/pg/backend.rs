@@ -1,5 +1,5 @@
 //! This backend: its database, PRNG, clock, stack, pending interrupts,
-//! and what it looks up by name.
+//! the flushing of its files, and what it looks up by name.
 
 use pgrx::pg_sys;
 
@@ -18,6 +18,29 @@ pub(crate) fn database_name() -> String {
             return String::new();
         }
         std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+    }
+}
+
+/// Flushes `file`'s data (and the size that reading it needs) to disk as
+/// PostgreSQL flushes its own: not at all under `fsync = off`.
+pub(crate) fn flush_data(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a plain system call on an open descriptor; it reads the
+    // `fsync` setting, from the main thread.
+    match unsafe { pg_sys::pg_fdatasync(file.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Flushes `file` (a directory too: its entries) as `flush_data` does,
+/// metadata included.
+pub(crate) fn flush(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: as in `flush_data`.
+    match unsafe { pg_sys::pg_fsync(file.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
 }
 
