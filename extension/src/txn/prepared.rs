@@ -29,7 +29,7 @@
 //! create, a rename, an unlink and two flushes: on a node taking part in
 //! two-node transactions, more CPU than the call itself. A prepared
 //! transaction without a file (its file lost, or prepared by a build
-//! without them; 0.1.0's `<xid>` files are still read) is registered as
+//! without them) is registered as
 //! having written everything: every validation on this node fails (40001)
 //! until it ends, and when it commits every version moves on. Files of
 //! transactions no longer prepared are cleared then. Citus' 2PC recovery
@@ -250,15 +250,9 @@ fn recover(shared: &Registry) -> Result<()> {
             break;
         };
         shared.used.fetch_add(1, SeqCst);
-        match read_legacy_file(xid) {
-            Some(entries) => hold(slot, xid, &entries),
-            None => {
-                shared.unknown.fetch_add(1, SeqCst);
-                slot.state.store(UNKNOWN | u64::from(xid) << 2, SeqCst);
-            }
-        }
+        shared.unknown.fetch_add(1, SeqCst);
+        slot.state.store(UNKNOWN | u64::from(xid) << 2, SeqCst);
     }
-    remove_legacy_files();
     shared.recovered.store(true, SeqCst);
     Ok(())
 }
@@ -336,23 +330,6 @@ fn clear_slot_file(index: usize) {
     use std::os::unix::fs::FileExt;
     if let Ok(file) = std::fs::OpenOptions::new().write(true).open(slot_path(index)) {
         let _ = file.write_all_at(&[0; 4], 0);
-    }
-}
-
-/// A file of 0.1.0 (one per transaction, named by its XID), if there.
-fn read_legacy_file(xid: u32) -> Option<Vec<u64>> {
-    let bytes = std::fs::read(std::path::Path::new(DIRECTORY).join(xid.to_string())).ok()?;
-    (bytes.len() % 8 == 0 && bytes.len() / 8 <= ENTRIES)
-        .then(|| bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect())
-}
-
-/// Removes 0.1.0's files, read by now.
-fn remove_legacy_files() {
-    let Ok(files) = std::fs::read_dir(DIRECTORY) else { return };
-    for file in files.flatten() {
-        if !file.file_name().to_string_lossy().starts_with("slot-") {
-            let _ = std::fs::remove_file(file.path());
-        }
     }
 }
 
