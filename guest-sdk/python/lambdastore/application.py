@@ -1,0 +1,91 @@
+"""An application: its object types, described and dispatched by name.
+`App(...)` is what the component exports (through `App.wit_world()`) and
+what the `MockHost` runs in tests."""
+
+from dataclasses import dataclass
+
+from .errors import ApplicationError, UnknownFunctionError, as_call_error
+from .failures import run_function
+from .jsontext import NON_FINITE, NotJson, dumps
+
+SDK_VERSION = "lambdastore-python 0.1.0"
+
+
+@dataclass
+class AppDesc:
+    """What `describe` reports: the SDK and the types (`TypeSpec`s, whose
+    fields and functions have `name`, `kind` and, for functions,
+    `protected` and `readonly`)."""
+
+    sdk: str
+    types: list
+
+    def type_desc(self, name):
+        return next((t for t in self.types if t.name == name), None)
+
+
+class App:
+    """The application made of `classes` (each a `@lambda_object`)."""
+
+    def __init__(self, *classes):
+        if not classes:
+            raise TypeError("an application has at least one object type")
+        for cls in classes:
+            if not hasattr(cls, "__lambda_type__"):
+                raise TypeError(f"{cls!r} is not a @lambda_object class")
+        self.types = [cls.__lambda_type__ for cls in classes]
+
+    def describe(self) -> AppDesc:
+        """The application's types and functions, in declaration order."""
+        return AppDesc(SDK_VERSION, list(self.types))
+
+    def dispatch(self, kind: str, type_name: str, function: str, object_id: int, args: str) -> str:
+        """Runs one function (`kind` is "constructor", "method" or
+        "static"): its JSON result, or a `CallError` raised."""
+        spec = next((t for t in self.types if t.name == type_name), None)
+        if spec is None:
+            raise UnknownFunctionError(type_name)
+        f = spec.function(function)
+        if f is None or f.kind != kind:
+            raise UnknownFunctionError(f"{type_name}.{function}")
+        return run_function(lambda: _run(spec, f, args))
+
+    def wit_world(self):
+        """The class componentize-py exports as the component's world:
+        `WitWorld = app.wit_world()` in the module `app`."""
+        app = self
+
+        class WitWorld:
+            def describe(self):
+                from . import wit
+
+                return wit.describe(app)
+
+            def dispatch(self, kind, type_name, function, object, args):
+                from . import wit
+
+                return wit.dispatch(app, kind, type_name, function, object, args)
+
+        return WitWorld
+
+
+def _run(spec, f, args: str) -> str:
+    values = f.decode_args(args)
+    try:
+        if f.kind == "static":
+            result = f.function(*values)
+        else:
+            # Fields live on the class, so a bare instance is the object.
+            result = f.function(spec.cls.__new__(spec.cls), *values)
+    except Exception as e:
+        # Whatever the function let escape fails its call (and only its
+        # call): a traceback in a lambda is the application's error.
+        raise as_call_error(e) from None
+    if f.kind == "constructor":
+        return "null"
+    try:
+        return dumps(result)
+    except NotJson:
+        raise ApplicationError(f"cannot encode the result as JSON: {NON_FINITE}") from None
+    except TypeError as e:
+        raise ApplicationError(f"cannot encode the result as JSON: {e}") from None

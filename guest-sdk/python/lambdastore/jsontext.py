@@ -1,0 +1,92 @@
+"""JSON text exactly as the Rust SDK (serde_json) writes it, so a value
+stored or returned by a Python lambda has the same bytes as a Rust one.
+
+The standard library's compact output already matches serde_json's for
+strings (only `"`, `\\` and control characters escaped, lowercase `\\u00XX`),
+integers, booleans and null. Floats differ: Python writes `1e+16` and
+`1e-05` where serde_json (ryu) writes `1e16` and `0.00001`, so floats are
+formatted here by ryu's rules.
+"""
+
+import json
+import json.encoder
+import math
+
+NON_FINITE = "it contains a non-finite float (NaN or infinity), which JSON cannot represent"
+
+
+class NotJson(ValueError):
+    """A value JSON cannot represent."""
+
+
+def float_text(x: float) -> str:
+    """`x` as serde_json writes an f64 (ryu's shortest form)."""
+    if not math.isfinite(x):
+        raise NotJson(NON_FINITE)
+    if x == 0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    sign = "-" if x < 0 else ""
+    # repr gives the shortest digits that round-trip, as ryu does; only
+    # the layout around them differs.
+    mantissa, _, exponent = repr(abs(x)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    all_digits = whole + fraction
+    digits = all_digits.lstrip("0")
+    # The value is 0.DIGITS * 10**point.
+    point = len(whole) + int(exponent or 0) - (len(all_digits) - len(digits))
+    digits = digits.rstrip("0")
+    n = len(digits)
+    if n <= point <= 16:
+        return f"{sign}{digits}{'0' * (point - n)}.0"
+    if 0 < point <= 16:
+        return f"{sign}{digits[:point]}.{digits[point:]}"
+    if -5 < point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    rest = f".{digits[1:]}" if n > 1 else ""
+    return f"{sign}{digits[0]}{rest}e{point - 1}"
+
+
+def _default(value):
+    # serde serializes `Vec<u8>` as an array of numbers.
+    if isinstance(value, (bytes, bytearray)):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def dumps(value) -> str:
+    """Compact JSON of `value`; `NotJson` for NaN or infinities, `TypeError`
+    for what JSON has no form for."""
+    # The pure-Python encoder is the one that takes a float formatter; its
+    # signature has been stable since Python 2.7.
+    iterencode = json.encoder._make_iterencode(
+        {}, _default, json.encoder.py_encode_basestring, None, float_text, ":", ",", False, False, True
+    )
+    return "".join(iterencode(value, 0))
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(text):
+    """The value of JSON `text` (NaN and Infinity refused, as serde_json does)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def describe_value(value) -> str:
+    """How serde names a JSON value in "invalid type" messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean `{'true' if value else 'false'}`"
+    if isinstance(value, int):
+        return f"integer `{value}`"
+    if isinstance(value, float):
+        return f"floating point `{float_text(value)}`"
+    if isinstance(value, str):
+        return f"string {json.dumps(value, ensure_ascii=False)}"
+    if isinstance(value, (list, tuple)):
+        return "sequence"
+    if isinstance(value, dict):
+        return "map"
+    return type(value).__name__
