@@ -54,16 +54,20 @@ class App:
         """The class componentize-py exports as the component's world:
         `WitWorld = app.wit_world()` in the module `app`."""
         app = self
+        try:
+            # Imported now, not at the first call: componentize-py keeps only
+            # the modules imported while it initializes the component (the
+            # Python files are not in it), so a first import at run time
+            # would fail. Without the bindings (pytest), the mock is the host.
+            from . import wit
+        except ImportError:
+            wit = None
 
         class WitWorld:
             def describe(self):
-                from . import wit
-
                 return wit.describe(app)
 
             def dispatch(self, kind, type_name, function, object, args):
-                from . import wit
-
                 return wit.dispatch(app, kind, type_name, function, object, args)
 
         return WitWorld

@@ -20,6 +20,7 @@ def current():
     global _current
     if _current is None:
         try:
+            # Already imported inside a component (see App.wit_world).
             from . import wit
         except ImportError:
             raise RuntimeError(

@@ -1,6 +1,6 @@
 """The component side: the WIT imports as a host, and the exports built
-from an application. Imported only inside a component, where
-componentize-py provides the `wit_world` bindings."""
+from an application. Importable only where componentize-py's `wit_world`
+bindings are: inside a component, and while it builds one."""
 
 from componentize_py_types import Err
 from wit_world.imports import host, later, types

@@ -59,7 +59,10 @@ def wit(tmp_path_factory):
     import lambdastore.wit as wit_module
     yield wit_module
     sys.path.remove(str(out))
-    # No test after these may find the bindings' host.
+    # No test after these may find the bindings or their host.
+    for name in [m for m in sys.modules if m.split(".")[0] in ("wit_world", "componentize_py_types")]:
+        del sys.modules[name]
+    del sys.modules["lambdastore.wit"]
     host_module.install(None)
 
 
