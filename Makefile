@@ -2,6 +2,11 @@
 # See README.md and docs/ for the user view, docs/ARCHITECTURE.md for the design.
 
 LAMBDAS      := counter counter_v2 bank forum micro retwis
+# Python examples (guest-sdk/python/examples), built to target/lambdas/py_<name>.wasm
+# by componentize-py from the virtualenv scripts/setup.sh makes.
+PY_LAMBDAS   := counter
+PYTHON_VENV  := target/python
+PY_SDK       := $(wildcard guest-sdk/python/lambdastore/*.py) guest-sdk/python/build.sh guest-sdk/wit/lambda.wit
 WASM_TARGET  := wasm32-unknown-unknown
 LAMBDA_DIR   := target/lambdas
 # Cargo's output: CARGO_TARGET_DIR when set (e.g. shared by worktrees).
@@ -18,13 +23,20 @@ setup: ## Install what a fresh Debian 12 lacks: packages (root), wasm target, ca
 	@scripts/setup.sh
 
 .PHONY: lambdas
-lambdas: setup ## Build the example applications to target/lambdas/<name>.wasm (components)
+lambdas: setup ## Build the example applications to target/lambdas/<name>.wasm (components; Python ones py_<name>.wasm)
 	cargo build --release -p lambdastore-componentize
 	cargo build --release --target $(WASM_TARGET) $(addprefix -p ,$(LAMBDAS))
 	mkdir -p $(LAMBDA_DIR)
 	for app in $(LAMBDAS); do \
 	  $(COMPONENTIZE) $(CARGO_OUT)/$(WASM_TARGET)/release/$$app.wasm $(LAMBDA_DIR)/$$app.wasm || exit 1; \
 	done
+	$(MAKE) --no-print-directory $(PY_LAMBDAS:%=$(LAMBDA_DIR)/py_%.wasm)
+
+# A Python example, again only when its sources or the SDK changed (6 s each).
+$(LAMBDA_DIR)/py_%.wasm: guest-sdk/python/examples/%/app.py $(PY_SDK)
+	@test -x $(PYTHON_VENV)/bin/componentize-py || { echo "no $(PYTHON_VENV)/bin/componentize-py: run scripts/setup.sh" >&2; exit 1; }
+	mkdir -p $(LAMBDA_DIR)
+	PATH="$(CURDIR)/$(PYTHON_VENV)/bin:$$PATH" guest-sdk/python/build.sh guest-sdk/python/examples/$* $@
 
 PG_CONFIG ?= pg_config
 
@@ -35,6 +47,7 @@ install: setup ## Build (release) and install the extension into the server `pg_
 .PHONY: test-sdk
 test-sdk: lambdas ## The core crate's, SDK, macro and example-app unit tests on the mock host (no database)
 	LAMBDASTORE_REQUIRE_LAMBDAS=1 cargo test -p lambdastore-core -p lambdastore-sdk -p lambdastore-sdk-macros -p lambdastore-componentize $(addprefix -p ,$(LAMBDAS))
+	$(PYTHON_VENV)/bin/pytest -q -p no:cacheprovider guest-sdk/python
 
 .PHONY: test-e2e
 test-e2e: lambdas ## End-to-end tests against a fresh project-owned PostgreSQL

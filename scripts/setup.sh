@@ -5,6 +5,8 @@
 #   Debian packages   PostgreSQL 15 with its headers, clang, ... (apt-get: needs root)
 #   Rust              the wasm32-unknown-unknown target (rustup)
 #   cargo-pgrx        the version extension/Cargo.toml pins, and `cargo pgrx init --pg15`
+#   componentize-py   pinned, with pytest, from PyPI into target/python (a virtualenv):
+#                     it builds the Python examples (guest-sdk/python)
 #
 # Idempotent: each step is checked first (dpkg-query, rustup, cargo pgrx
 # --version, ~/.pgrx/config.toml), so on a machine that has everything it
@@ -25,7 +27,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 # font for the benchmark's PNG plots.
 packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15
           build-essential clang libclang-dev pkg-config ca-certificates curl
-          fonts-dejavu-core ${LAMBDASTORE_SETUP_EXTRA_PACKAGES:-})
+          fonts-dejavu-core python3-venv ${LAMBDASTORE_SETUP_EXTRA_PACKAGES:-})
 pg_config=/usr/lib/postgresql/15/bin/pg_config
 wasm_target=wasm32-unknown-unknown
 # cargo-pgrx must be exactly the version of the pgrx crate it builds.
@@ -98,4 +100,14 @@ pgrx_config=${PGRX_HOME:-$HOME/.pgrx}/config.toml
 if ! grep -qs '^pg15 = ' "$pgrx_config"; then
   say "cargo pgrx init --pg15 $pg_config"
   cargo pgrx init --pg15 "$pg_config" >/dev/null
+fi
+
+# The Python guests' build tool and test runner, pinned, in a virtualenv of
+# the checkout (Makefile: PYTHON_VENV).
+venv=$repo/target/python
+componentize_py=0.25.1
+if [ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $componentize_py" ]; then
+  say "installing componentize-py $componentize_py and pytest into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "componentize-py==$componentize_py" "pytest==9.2.0"
 fi

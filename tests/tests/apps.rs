@@ -11,9 +11,33 @@ use serde_json::{json, Value};
 /// that ordered reads have to resume where a page ended.
 const MORE_THAN_A_PAGE: i64 = 130;
 
-#[test]
-fn counter_round_trip() {
-    let (mut c, app) = deployed("counter", "counter");
+/// The counter's tests, run against each language's counter: the Rust
+/// example (`counter`) and its Python twin (`py_counter`, built by
+/// componentize-py from guest-sdk/python/examples/counter), which must be
+/// indistinguishable from SQL.
+macro_rules! in_both_languages {
+    ($($test:ident),* $(,)?) => {
+        mod rust {
+            $(#[test] fn $test() { super::$test("counter") })*
+        }
+        mod python {
+            $(#[test] fn $test() { super::$test("py_counter") })*
+        }
+    };
+}
+
+in_both_languages!(
+    counter_round_trip,
+    an_optional_argument_may_be_omitted,
+    object_data_is_rows_of_json,
+    a_new_object_has_one_entry_set,
+    lambdas_run_in_the_callers_transaction,
+    a_counters_errors_have_their_sqlstates_and_change_nothing,
+    a_lambdas_map_call_reports_each_object_and_rolls_back_only_the_failed_call,
+);
+
+fn counter_round_trip(example: &str) {
+    let (mut c, app) = deployed(&format!("counter_{example}"), example);
     let id = create(&mut c, &app, "Counter", json!({"initial": 5}));
 
     assert_eq!(call(&mut c, id, "get", json!({})), json!(5));
@@ -26,16 +50,14 @@ fn counter_round_trip() {
     assert_eq!(call(&mut connect(), id, "get", json!({})), json!(10));
 }
 
-#[test]
-fn an_optional_argument_may_be_omitted() {
-    let (mut c, app) = deployed("counter_default", "counter");
+fn an_optional_argument_may_be_omitted(example: &str) {
+    let (mut c, app) = deployed(&format!("counter_default_{example}"), example);
     let id = create(&mut c, &app, "Counter", json!({}));
     assert_eq!(call(&mut c, id, "get", json!({})), json!(0));
 }
 
-#[test]
-fn object_data_is_rows_of_json() {
-    let (mut c, app) = deployed("counter_rows", "counter");
+fn object_data_is_rows_of_json(example: &str) {
+    let (mut c, app) = deployed(&format!("counter_rows_{example}"), example);
     let id = create(&mut c, &app, "Counter", json!({"initial": 41}));
     call(&mut c, id, "increment", json!({}));
 
@@ -45,18 +67,16 @@ fn object_data_is_rows_of_json() {
     assert_eq!((row.get::<_, String>(0), row.get::<_, String>(1)), (app, "Counter".to_string()));
 }
 
-#[test]
-fn a_new_object_has_one_entry_set() {
-    let (mut c, app) = deployed("counter_entry_set", "counter");
+fn a_new_object_has_one_entry_set(example: &str) {
+    let (mut c, app) = deployed(&format!("counter_entry_set_{example}"), example);
     let id = create(&mut c, &app, "Counter", json!({}));
     let sets: i64 =
         c.query_one("SELECT count(*) FROM lambdastore.entry_sets WHERE object_id = $1", &[&id]).unwrap().get(0);
     assert_eq!(sets, 1);
 }
 
-#[test]
-fn lambdas_run_in_the_callers_transaction() {
-    let (mut c, app) = deployed("counter_txn", "counter");
+fn lambdas_run_in_the_callers_transaction(example: &str) {
+    let (mut c, app) = deployed(&format!("counter_txn_{example}"), example);
     let id = create(&mut c, &app, "Counter", json!({"initial": 1}));
 
     let mut tx = c.transaction().unwrap();
@@ -72,6 +92,22 @@ fn lambdas_run_in_the_callers_transaction() {
 
     assert_eq!(call(&mut other, id, "get", json!({})), json!(1));
     assert_eq!(call(&mut c, id, "get", json!({})), json!(1));
+}
+
+/// The function's own error (P0001, its message), arguments that do not
+/// decode (22023), an unknown function (42883): each leaves the counter
+/// as it was.
+fn a_counters_errors_have_their_sqlstates_and_change_nothing(example: &str) {
+    let (mut c, app) = deployed(&format!("counter_errors_{example}"), example);
+    let id = create(&mut c, &app, "Counter", json!({"initial": i64::MAX}));
+    let message = expect_sqlstate(invoke(&mut c, id, "increment", json!({})), "P0001");
+    assert!(message.contains(&format!("counter overflow: {} + 1", i64::MAX)), "{message}");
+    let message = expect_sqlstate(invoke(&mut c, id, "add", json!({"n": "two"})), "22023");
+    assert!(message.contains("parameter `n`"), "{message}");
+    let message = expect_sqlstate(invoke(&mut c, id, "add", json!({})), "22023");
+    assert!(message.contains("missing parameter `n`"), "{message}");
+    expect_sqlstate(invoke(&mut c, id, "reset", json!({})), "42883");
+    assert_eq!(call(&mut c, id, "get", json!({})), json!(i64::MAX));
 }
 
 #[test]
@@ -423,9 +459,8 @@ fn a_map_call_runs_a_method_on_every_object_of_a_type_as_calls_one_by_one_would(
     assert_eq!(call(&mut c, ids[0], "get", json!({})), json!(6));
 }
 
-#[test]
-fn a_lambdas_map_call_reports_each_object_and_rolls_back_only_the_failed_call() {
-    let (mut c, app) = deployed("lambda_map_call", "counter");
+fn a_lambdas_map_call_reports_each_object_and_rolls_back_only_the_failed_call(example: &str) {
+    let (mut c, app) = deployed(&format!("lambda_map_call_{example}"), example);
     let me = create(&mut c, &app, "Counter", json!({}));
     let a = create(&mut c, &app, "Counter", json!({"initial": 1}));
     let b = create(&mut c, &app, "Counter", json!({"initial": 10}));

@@ -29,7 +29,7 @@ pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
     if let Some(running) = modules::running(app, &sha256)? {
         return Ok(summary(app, &sha256, &running, &modules::get(running.module_id)?.description));
     }
-    let (description, compiled) = registry::validate(caller, wasm)?;
+    let (description, compiled) = registry::validate(caller, &sha256, wasm)?;
     let deployed = modules::deploy(app, &sha256, wasm, &description, caller.0)?;
     runtime::cache_compiled(&sha256, &compiled, modules::shas_in_use()?);
     Ok(summary(app, &sha256, &deployed, &description))

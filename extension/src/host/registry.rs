@@ -103,12 +103,13 @@ const DESCRIBE_MEMORY: usize = 16 << 20;
 /// The largest description a module may give (names and kinds, in bytes).
 const MAX_DESCRIPTION: usize = 1 << 20;
 
-/// Validates a module for deployment: compiles it, links it against the
-/// host interface and asks it to describe itself (for `caller`, within its
+/// Validates a module for deployment: compiles it (or maps the artifact a
+/// version with the same bytes left, `sha256`), links it against the host
+/// interface and asks it to describe itself (for `caller`, within its
 /// timeout). The caller caches the component (`runtime::cache_compiled`)
 /// once the version is registered, so a refused deploy leaves nothing on disk.
-pub(crate) fn validate(caller: Caller, wasm: &[u8]) -> Result<(Description, Component)> {
-    let component = runtime::compile(wasm)?;
+pub(crate) fn validate(caller: Caller, sha256: &str, wasm: &[u8]) -> Result<(Description, Component)> {
+    let component = runtime::compile_or_cached(sha256, wasm)?;
     let probe = Rc::new(AppVersion {
         app: String::new(),
         key: ModuleKey { module_id: 0, app: String::new(), sha256: String::new() },

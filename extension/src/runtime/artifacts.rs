@@ -74,19 +74,30 @@ pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Compon
 
 /// Loads the artifact of `sha256`, compiling `wasm()` if it is not cached.
 pub(crate) fn load(engine: &Engine, sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>>) -> Result<Component> {
-    let path = artifact_path(engine, sha256);
-    if path.exists() {
-        // SAFETY: the file was written by `store` below from a component this
-        // engine compiled; it lives in the data directory, which is as
-        // trusted as the server's own binaries.
-        match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(component) => return Ok(component),
-            Err(e) => pgrx::warning!("lambdastore: ignoring unusable cached module {}: {e}", path.display()),
-        }
+    if let Some(component) = cached(engine, sha256) {
+        return Ok(component);
     }
     let component = compile(engine, &wasm()?)?;
     store_or_warn(engine, sha256, &component);
     Ok(component)
+}
+
+/// The cached artifact of `sha256`, if there is a usable one.
+pub(crate) fn cached(engine: &Engine, sha256: &str) -> Option<Component> {
+    let path = artifact_path(engine, sha256);
+    if !path.exists() {
+        return None;
+    }
+    // SAFETY: the file was written by `store` below from a component this
+    // engine compiled; it lives in the data directory, which is as
+    // trusted as the server's own binaries.
+    match unsafe { Component::deserialize_file(engine, &path) } {
+        Ok(component) => Some(component),
+        Err(e) => {
+            pgrx::warning!("lambdastore: ignoring unusable cached module {}: {e}", path.display());
+            None
+        }
+    }
 }
 
 fn store(engine: &Engine, sha256: &str, component: &Component) -> std::io::Result<()> {

@@ -41,6 +41,9 @@ const MAX_WASM_STACK: usize = 256 * 1024;
 /// plus one for deploy-time validation.
 const POOL_SLOTS: u32 = MAX_CALL_DEPTH_LIMIT as u32 + 2;
 
+/// Core module instances one component may make (Python's 38, with room).
+const CORE_INSTANCES_PER_COMPONENT: u32 = 64;
+
 /// Bytes of a slot kept resident between instances: a lambda's stack,
 /// data and first heap pages (see .cargo/config.toml for the stack size).
 const KEEP_RESIDENT: usize = 512 * 1024;
@@ -116,9 +119,11 @@ impl Drop for Running<'_> {
 fn config() -> Config {
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(POOL_SLOTS)
-        // wit-component adds small shim modules next to the main module.
-        .max_core_instances_per_component(8)
-        .total_core_instances(POOL_SLOTS * 8)
+        // wit-component adds small shim modules next to the main module;
+        // a Python guest (componentize-py) links some 40, one per shared
+        // library of the interpreter and its shims.
+        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+        .total_core_instances(POOL_SLOTS * CORE_INSTANCES_PER_COMPONENT)
         .max_memories_per_component(2)
         .total_memories(POOL_SLOTS * 2)
         .max_tables_per_component(4)

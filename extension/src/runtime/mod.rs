@@ -14,10 +14,16 @@ use wasmtime::{Store, UpdateDeadline};
 
 pub(crate) use wasmtime::component::{Component, Linker};
 
-/// Compiles `wasm`, validating it. Compiling cannot be interrupted: the
-/// caller bounds its size.
-pub(crate) fn compile(wasm: &[u8]) -> Result<Component> {
-    artifacts::compile(&engine::runtime().engine, wasm)
+/// Compiles `wasm`, validating it, unless the disk cache has the artifact
+/// of these bytes (`sha256`): the same module deployed as another
+/// application, or again after a redeploy (a Python guest takes 13 s to
+/// compile). Compiling cannot be interrupted: the caller bounds its size.
+pub(crate) fn compile_or_cached(sha256: &str, wasm: &[u8]) -> Result<Component> {
+    let engine = &engine::runtime().engine;
+    match artifacts::cached(engine, sha256) {
+        Some(component) => Ok(component),
+        None => artifacts::compile(engine, wasm),
+    }
 }
 
 /// The component whose bytes hash to `sha256`: mapped from the disk cache,
