@@ -228,3 +228,46 @@ fn limits_raised_only_by_a_superuser() {
     expect_sqlstate(tx.batch_execute("SET lambdastore.memory_limit = '1GB'"), "42501");
     tx.rollback().unwrap();
 }
+
+/// A Python lambda (guest-sdk/python/examples/sandbox, a `Probe`) is held
+/// to the same limits as a Rust one (`micro`'s `Bench`), with the same
+/// SQLSTATEs: a loop is stopped by the timeout (57014), an allocation by
+/// the memory limit (53200), its own error is P0001 (an uncaught Python
+/// exception too), and what a Rust guest cannot reach at all (a file, a
+/// socket) traps (38000, as a Rust panic does): the component's WASI
+/// imports are stubs. The environment is empty; `print` returns normally
+/// (to the lambda log); the clock and random numbers are the host's.
+#[test]
+fn a_python_lambda_is_held_to_the_limits_of_a_rust_one() {
+    let _alone = one_spinner();
+    let (mut c, _, rust) = bench("limits_rust");
+    let app = app("limits_python");
+    deploy_example(&mut c, &app, "py_sandbox");
+    let python = create(&mut c, &app, "Probe", json!(null));
+    c.batch_execute("SET lambdastore.timeout = '500ms'; SET statement_timeout = '10s'").unwrap();
+    for (id, label) in [(rust, "rust"), (python, "python")] {
+        let message = expect_sqlstate(invoke(&mut c, id, "spin", json!({})), "57014");
+        assert!(message.contains("lambdastore.timeout"), "{label}: {message}");
+        let message = expect_sqlstate(invoke(&mut c, id, "alloc", json!({"bytes": 1u64 << 30})), "53200");
+        assert!(message.contains("lambdastore.memory_limit"), "{label}: {message}");
+        let message = expect_sqlstate(invoke(&mut c, id, "fail", json!({"message": "refused"})), "P0001");
+        assert!(message.contains("refused"), "{label}: {message}");
+    }
+    expect_sqlstate(invoke(&mut c, rust, "panic", json!({})), "38000");
+    let message = expect_sqlstate(invoke(&mut c, python, "divide", json!({"n": 0})), "P0001");
+    assert!(message.contains("ZeroDivisionError: division by zero"), "{message}");
+    for (function, args) in
+        [("read_file", json!({"path": "/etc/passwd"})), ("connect", json!({"host": "127.0.0.1", "port": 5432}))]
+    {
+        let message = expect_sqlstate(invoke(&mut c, python, function, args), "38000");
+        assert!(message.contains("trapped"), "{function}: {message}");
+    }
+    assert_eq!(call(&mut c, python, "environment", json!({})), json!({}));
+    assert_eq!(call(&mut c, python, "say", json!({"text": "hello"})), json!("hello"));
+    let now: f64 = c.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).unwrap().get(0);
+    let clock = call(&mut c, python, "clock", json!({})).as_f64().unwrap();
+    assert!((clock - now).abs() < 5.0, "the host's clock: {clock} against {now}");
+    let draws: Vec<_> = (0..3).map(|_| call(&mut c, python, "draw", json!({}))).collect();
+    assert!(draws[0] != draws[1] && draws[1] != draws[2], "a new seed for each call: {draws:?}");
+    assert_serves_calls(&mut c, rust);
+}

@@ -2,6 +2,11 @@
 from an application. Importable only where componentize-py's `wit_world`
 bindings are: inside a component, and while it builds one."""
 
+import io
+import random
+import sys
+import time
+
 from componentize_py_types import Err
 from wit_world.imports import host, later, types
 
@@ -130,7 +135,59 @@ def describe(app) -> "types.AppDesc":
 def dispatch(app, kind, type_name, function, object_id, args) -> str:
     """The `dispatch` export of `app`: a failure is raised as `Err(call-error)`,
     which componentize-py returns as the WIT result's error."""
+    if sys.platform == "wasi":  # in a component (not in the bindings' tests)
+        _use_the_host()
     try:
         return app.dispatch(_KIND_NAMES[kind], type_name, function, object_id, args)
     except errors.CallError as e:
         raise Err(_TO_WIT_ERROR[type(e)](e.value)) from None
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+class _LogStream(io.TextIOBase):
+    """`sys.stdout` or `sys.stderr` in a component: each line goes to the
+    lambda log at `level`, under the log's limits (the component's WASI
+    streams are stubs)."""
+
+    def __init__(self, level):
+        self.level = _LOG_LEVELS[level]
+        self.pending = ""
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            host.log(self.level, line)
+        return len(text)
+
+    def flush(self):
+        if self.pending:
+            host.log(self.level, self.pending)
+            self.pending = ""
+
+
+def _now():
+    return host.now_micros() / 1e6
+
+
+def _now_ns():
+    return host.now_micros() * 1000
+
+
+def _use_the_host():
+    """Points what the standard library would ask WASI for at the host, for
+    this call: the component's WASI imports are stubs that trap, and the
+    host's clock and random numbers are the workflow's, which a run replayed
+    on another node of a Citus cluster draws again. `print` writes to the
+    lambda log; `time.time()` and the monotonic clocks read the host's
+    clock; `random` is seeded from the host (or every call would draw the
+    numbers of the interpreter snapshot taken at build time)."""
+    sys.stdout = _LogStream("info")
+    sys.stderr = _LogStream("warning")
+    time.time = time.monotonic = time.perf_counter = _now
+    time.time_ns = time.monotonic_ns = time.perf_counter_ns = _now_ns
+    random.seed(host.random_u64())
