@@ -84,6 +84,10 @@ check-api: lambdas ## Run schemathesis (all checks) against a live gateway's /op
 bench: lambdas install ## The benchmark suite on its own cluster, every system side by side (BENCH_ARGS=... for options)
 	scripts/bench.sh $(BENCH_ARGS)
 
+.PHONY: bench-python
+bench-python: lambdas install ## A Python guest against a Rust one (the counter): deploy time and size, warm calls (1 and 8 clients), a session's first call
+	scripts/bench-python.sh
+
 .PHONY: bench-citus
 bench-citus: lambdas install ## One node against a local Citus cluster (citus-bench): pgbench workloads (Retwis and CloudForum too), the gateway via the coordinator vs direct to the owner, a migration under load (bench/results/citus-migration.svg), contended calls (16 clients on 3 hot accounts, retries per operation)
 	scripts/bench-citus.sh

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# `make bench-python`: a Python guest against a Rust one (issue 46), the
+# counter in each language (target/lambdas/counter.wasm, py_counter.wasm),
+# on a cluster of its own ("benchpy", port 54346), stopped on exit. Side by
+# side in one run, alternating ROUNDS times, medians:
+#
+#   deploy     the time `lambdastore.deploy` takes (a Python component's
+#              compile; the same bytes again map the cached artifact), and
+#              the module's size
+#   warm       pgbench -M prepared, `get` and `increment` on 100 counters,
+#              1 and 8 clients, SECONDS_PER_RUN each
+#   cold       pgbench -C (a new connection per transaction): a bare
+#              `SELECT 1`, then one `get` as a session's first call; the
+#              first call's cost is the difference
+#
+#   ROUNDS=3 SECONDS_PER_RUN=5
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cluster=$repo/scripts/cluster.sh
+lambdas=$repo/target/lambdas
+ROUNDS=${ROUNDS:-3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
+for wasm in counter py_counter; do
+  [ -f "$lambdas/$wasm.wasm" ] || { echo "no $lambdas/$wasm.wasm: make lambdas first" >&2; exit 1; }
+done
+export LAMBDASTORE_PORT=54346
+work=$(mktemp -d)
+trap 'rm -rf "$work"; "$cluster" stop benchpy' EXIT
+url=$("$cluster" fresh benchpy)
+psql "$url" -X -q -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
+
+# Deploy each twice under two names: a compile, then the cached artifact.
+: >"$work/deploy"
+for lang in rs:counter py:py_counter; do
+  for n in 1 2; do
+    ms=$(LAMBDASTORE_WASM=$lambdas/${lang#*:}.wasm psql "$url" -X -q -At <<SQL | awk '/^Time:/ {print $2}'
+\\set wasm \`base64 -w0 "\$LAMBDASTORE_WASM"\`
+\\timing on
+SELECT lambdastore.deploy('${lang%%:*}count$n', decode(:'wasm', 'base64')) IS NOT NULL;
+SQL
+)
+    echo "${lang%%:*} $n $ms" >>"$work/deploy"
+  done
+done
+psql "$url" -X -q <<'SQL'
+CREATE TABLE ids (lang text, k int, id bigint, PRIMARY KEY (lang, k));
+INSERT INTO ids SELECT 'rs', k, lambdastore.create_object('rscount1', 'Counter', '{}') FROM generate_series(1, 100) k;
+INSERT INTO ids SELECT 'py', k, lambdastore.create_object('pycount1', 'Counter', '{}') FROM generate_series(1, 100) k;
+SQL
+for lang in rs py; do
+  for method in get increment; do
+    printf '\\set k random(1, 100)\nSELECT lambda_invoke((SELECT id FROM ids WHERE lang = %s AND k = :k), %s);\n' \
+      "'$lang'" "'$method'" >"$work/$lang-$method.sql"
+  done
+done
+echo 'SELECT 1;' >"$work/bare.sql"
+
+# pgbench's tps and mean latency (ms).
+run() {
+  pgbench "$url" -n "$@" -T "$SECONDS_PER_RUN" 2>/dev/null \
+    | awk '/^latency average/ {lat=$4} /^tps/ {tps=$3} END {printf "%.0f %.3f\n", tps, lat}'
+}
+: >"$work/runs"
+for _ in $(seq "$ROUNDS"); do
+  for clients in 1 8; do
+    for lang in rs py; do
+      for method in get increment; do
+        echo "warm $clients $lang-$method $(run -M prepared -c "$clients" -j 2 -f "$work/$lang-$method.sql")" >>"$work/runs"
+      done
+    done
+  done
+  for script in bare rs-get py-get; do
+    echo "cold 1 $script $(run -C -c 1 -f "$work/$script.sql")" >>"$work/runs"
+  done
+done
+
+median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+# The median of column $4 (tx/s) or $5 (ms) of the runs of kind $1, clients $2, script $3.
+of() { awk -v k="$1" -v c="$2" -v s="$3" -v col="$4" '$1 == k && $2 == c && $3 == s {print $col}' "$work/runs" | median; }
+ratio() { awk "BEGIN {printf \"%.1f\", $1 / $2}"; }
+
+echo "| deploy | Rust counter | Python counter |"
+echo "|---|---:|---:|"
+echo "| module size | $(stat -c %s "$lambdas/counter.wasm") bytes | $(stat -c %s "$lambdas/py_counter.wasm") bytes |"
+for n in 1 2; do
+  label=$([ "$n" = 1 ] && echo "first deploy (compile), ms" || echo "the same bytes again (cached artifact), ms")
+  echo "| $label | $(awk -v n="$n" '$1 == "rs" && $2 == n {print $3}' "$work/deploy") | $(awk -v n="$n" '$1 == "py" && $2 == n {print $3}' "$work/deploy") |"
+done
+echo
+echo "| warm call (pgbench -M prepared) | Rust tx/s | Python tx/s | Rust ms | Python ms | Python ÷ Rust, in time |"
+echo "|---|---:|---:|---:|---:|---:|"
+for clients in 1 8; do
+  for method in get increment; do
+    rs_ms=$(of warm "$clients" "rs-$method" 5) py_ms=$(of warm "$clients" "py-$method" 5)
+    echo "| \`$method\`, $clients client(s) | $(of warm "$clients" "rs-$method" 4) | $(of warm "$clients" "py-$method" 4) | $rs_ms | $py_ms | $(ratio "$py_ms" "$rs_ms")× |"
+  done
+done
+echo
+bare=$(of cold 1 bare 5) rs=$(of cold 1 rs-get 5) py=$(of cold 1 py-get 5)
+echo "| cold (pgbench -C, 1 client), ms | connection + statement | the first call's share |"
+echo "|---|---:|---:|"
+echo "| \`SELECT 1\` | $bare | — |"
+echo "| Rust \`get\` | $rs | $(awk "BEGIN {printf \"%.2f\", $rs - $bare}") |"
+echo "| Python \`get\` | $py | $(awk "BEGIN {printf \"%.2f\", $py - $bare}") |"
+echo
+echo "runs (kind, clients, script, tx/s, ms):"
+cat "$work/runs"
