@@ -66,6 +66,8 @@ pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Compon
         let wanted = name
             .strip_suffix(&suffix)
             .is_some_and(|key| key == artifact_key(sha256) || in_use.iter().any(|sha| artifact_key(sha) == key));
+        // Lock files (`compiling`) go too: one removed while in use only
+        // lets a second backend compile at the same time.
         if !wanted && !name.contains(".tmp") {
             let _ = std::fs::remove_file(file.path());
         }
@@ -73,13 +75,46 @@ pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Compon
 }
 
 /// Loads the artifact of `sha256`, compiling `wasm()` if it is not cached.
+/// One backend of the server compiles a version at a time: the others
+/// wait for its artifact (a burst of first calls of a new version, or a
+/// node's first calls after a deploy elsewhere on a Citus cluster, would
+/// each compile it: 16 s of CPU apiece for a Python guest).
 pub(crate) fn load(engine: &Engine, sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>>) -> Result<Component> {
     if let Some(component) = cached(engine, sha256) {
         return Ok(component);
     }
+    let _compiling = compiling(engine, sha256)?;
+    if let Some(component) = cached(engine, sha256) {
+        return Ok(component); // compiled by the backend that held the lock
+    }
     let component = compile(engine, &wasm()?)?;
     store_or_warn(engine, sha256, &component);
     Ok(component)
+}
+
+/// An exclusive lock on compiling `sha256` (a lock file beside its
+/// artifact), waited for in steps that give up on a cancel or a
+/// terminate: a lambda may be on the stack (a nested call's version is
+/// loaded there), so no ERROR is raised here, and the call fails with
+/// 57014 as at any other interrupt. Without a lock file (a cache that
+/// cannot be written), None: this backend compiles on its own.
+fn compiling(engine: &Engine, sha256: &str) -> Result<Option<std::fs::File>> {
+    let path = artifact_path(engine, sha256).with_extension("lock");
+    let file = std::fs::create_dir_all(cache_dir())
+        .and_then(|_| std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path));
+    let Ok(file) = file else { return Ok(None) };
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if crate::pg::backend::interrupt_pending() {
+                    return Err(LambdaError::Canceled);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::Error(_)) => return Ok(None),
+        }
+    }
 }
 
 /// The cached artifact of `sha256`, if there is a usable one.
