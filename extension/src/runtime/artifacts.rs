@@ -54,9 +54,13 @@ fn store_or_warn(engine: &Engine, sha256: &str, component: &Component) {
 
 /// Stores the artifact of a version just registered, then removes every
 /// other artifact of this database's cache that no module in `in_use`
-/// needs: those of modules no version uses, or of another engine (files
-/// still being written, `.tmp<pid>`, are left alone). Removing one that is
-/// still wanted only costs a compile at its next load.
+/// needs: those of modules no version uses, or of another engine. Files
+/// still being written (`.tmp<pid>`) are left alone, and so is any file
+/// written in the last `RECENT`: it may be the artifact of a version that
+/// another deploy is registering now, which `in_use`, read before that
+/// deploy commits, cannot show (a Python guest's deploy takes 16 s, and
+/// removed the artifacts other tests had just deployed). Removing one that
+/// is still wanted only costs a compile at its next load.
 pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Component, in_use: HashSet<String>) {
     store_or_warn(engine, sha256, component);
     let suffix = engine_suffix(engine);
@@ -68,10 +72,18 @@ pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Compon
             .is_some_and(|key| key == artifact_key(sha256) || in_use.iter().any(|sha| artifact_key(sha) == key));
         // Lock files (`compiling`) go too: one removed while in use only
         // lets a second backend compile at the same time.
-        if !wanted && !name.contains(".tmp") {
+        if !wanted && !name.contains(".tmp") && !written_lately(&file) {
             let _ = std::fs::remove_file(file.path());
         }
     }
+}
+
+/// How long a new artifact is safe from other deploys' cleanup.
+const RECENT: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn written_lately(file: &std::fs::DirEntry) -> bool {
+    let modified = file.metadata().and_then(|m| m.modified());
+    modified.is_ok_and(|at| at.elapsed().is_ok_and(|age| age < RECENT))
 }
 
 /// Loads the artifact of `sha256`, compiling `wasm()` if it is not cached.
