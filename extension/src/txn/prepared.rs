@@ -65,6 +65,8 @@ pub(crate) struct Registry {
     /// Whether the prepared transactions that survived a restart were
     /// looked for since the server (re)started.
     recovered: AtomicBool,
+    /// Held by the one backend putting them back (`recover`).
+    recovering: AtomicBool,
     /// Transactions of `UNKNOWN` slots still running: every validation
     /// fails while there are any.
     unknown: AtomicU32,
@@ -223,28 +225,49 @@ pub(crate) fn finish_ended() {
 /// counts back from its slot's file, in that slot, or, without one, is
 /// registered as having written every set (see the module doc); the files
 /// of transactions no longer prepared are cleared. Once per startup.
+///
+/// One backend at a time: the first calls after a restart and the job
+/// runners all sweep at once, and a second backend placing the same
+/// transactions would find their slots taken and register them as unknown,
+/// failing every validation on the node until they end. The others wait
+/// for it; what it does after its query is memory and a few small files.
 fn recover(shared: &Registry) -> Result<()> {
-    // Two backends at it at once register the transactions twice: each
-    // slot is swept on its own, so that only costs a slot (and counts the
-    // sets twice until both are swept: false conflicts, never missed ones).
     let xids = crate::catalog::prepared_transactions()?;
-    let mut placed = Vec::new();
+    while shared.recovering.compare_exchange(false, true, SeqCst, SeqCst).is_err() {
+        std::thread::yield_now();
+    }
+    if !shared.recovered.load(SeqCst) {
+        place_again(shared, &xids);
+        shared.recovered.store(true, SeqCst);
+    }
+    shared.recovering.store(false, SeqCst);
+    Ok(())
+}
+
+/// `recover`'s work, given the XIDs prepared now. A transaction already in
+/// a slot (prepared since the restart, before this ran) is left there.
+fn place_again(shared: &Registry, xids: &[u32]) {
+    let held = |xid: u32| {
+        shared.slots.iter().any(|slot| {
+            let state = slot.state.load(SeqCst);
+            state & 3 >= READY && state >> 2 == u64::from(xid)
+        })
+    };
     for (index, slot) in shared.slots.iter().enumerate() {
         let Some((xid, entries)) = read_slot_file(index) else { continue };
-        if !xids.contains(&xid) || placed.contains(&xid) {
+        if !xids.contains(&xid) {
             clear_slot_file(index);
             continue;
         }
         // The slot of its file, so that no PREPARE writes over the file
         // while the transaction it keeps is still prepared.
-        if slot.state.compare_exchange(FREE, BUSY, SeqCst, SeqCst).is_err() {
+        if held(xid) || slot.state.compare_exchange(FREE, BUSY, SeqCst, SeqCst).is_err() {
             continue;
         }
         shared.used.fetch_add(1, SeqCst);
         hold(slot, xid, &entries);
-        placed.push(xid);
     }
-    for &xid in xids.iter().filter(|xid| !placed.contains(xid)) {
+    for &xid in xids.iter().filter(|&&xid| !held(xid)) {
         let Some(slot) = shared.slots.iter().find(|s| s.state.compare_exchange(FREE, BUSY, SeqCst, SeqCst).is_ok())
         else {
             break;
@@ -253,8 +276,6 @@ fn recover(shared: &Registry) -> Result<()> {
         shared.unknown.fetch_add(1, SeqCst);
         slot.state.store(UNKNOWN | u64::from(xid) << 2, SeqCst);
     }
-    shared.recovered.store(true, SeqCst);
-    Ok(())
 }
 
 /// `slot` holds the writer counts `entries` of the prepared `xid` again.
