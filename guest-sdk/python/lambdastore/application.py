@@ -34,6 +34,14 @@ class App:
             if not hasattr(cls, "__lambda_type__"):
                 raise TypeError(f"{cls!r} is not a @lambda_object class")
         self.types = [cls.__lambda_type__ for cls in classes]
+        names = {t.name for t in self.types}
+        for t in self.types:
+            unknown = sorted(t.forwards - names)
+            if unknown:
+                raise TypeError(
+                    f"{t.name} names `{unknown[0]}`, which is not defined where {t.name} is declared "
+                    "nor an object type of this App"
+                )
 
     def describe(self) -> AppDesc:
         """The application's types and functions, in declaration order."""

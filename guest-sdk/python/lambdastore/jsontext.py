@@ -8,6 +8,7 @@ integers, booleans and null. Floats differ: Python writes `1e+16` and
 formatted here by ryu's rules.
 """
 
+import dataclasses
 import json
 import json.encoder
 import math
@@ -50,6 +51,9 @@ def _default(value):
     # serde serializes `Vec<u8>` as an array of numbers.
     if isinstance(value, (bytes, bytearray)):
         return list(value)
+    # A dataclass is a struct: an object of its fields, in declaration order.
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 

@@ -19,7 +19,7 @@ parts and multimaps append a suffix to a key.
 import types
 import typing
 
-from .schema import INT_TYPES, is_lambda_object
+from .schema import INT_TYPES, is_reference
 
 
 class MalformedKey(ValueError):
@@ -189,7 +189,7 @@ def key_codec(hint) -> KeyCodec:
         return StrKey()
     if hint is bytes:
         return BytesKey()
-    if is_lambda_object(hint):
+    if is_reference(hint):
         return IntKey(64, True)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:

@@ -9,13 +9,12 @@ decoded from the JSON arguments by name and by their type hints.
 
 import inspect
 import sys
-import typing
 from dataclasses import dataclass
 
 from .errors import BadArgumentsError
 from .fields import _FieldType
 from .jsontext import dumps, loads
-from .schema import Mismatch, OptionalSchema, schema
+from .schema import Mismatch, OptionalSchema, declaring, resolve, schema
 
 
 def _marked(attribute):
@@ -41,6 +40,19 @@ enforces it. Readonly functions are what can later run on replicas."""
 protected = _marked("__lambda_protected__")
 protected.__doc__ = """Makes the function callable only by lambdas of the same application
 (nested calls); clients calling it get `NotAllowedError`."""
+
+
+class stored_as:
+    """Stores a field under another name than its attribute's:
+    `name_: Cell[str] = stored_as("name")` is the field `name` of a type
+    that also has a function `name`, which Python cannot hold under the
+    same attribute (Rust can)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return f"stored_as({self.name!r})"
 
 
 def static(f):
@@ -133,6 +145,8 @@ class TypeSpec:
     cls: type
     fields: list
     functions: list
+    #: Names used before their declaration: object types of the application.
+    forwards: frozenset = frozenset()
 
     def function(self, name):
         return next((f for f in self.functions if f.name == name), None)
@@ -141,31 +155,44 @@ class TypeSpec:
 def lambda_object(cls):
     """Makes a class an object type: its annotations of `Cell[...]`,
     `Map[...]`, `MultiMap[...]` and `Set[...]` become fields stored under
-    their names, its public functions the type's lambda functions."""
+    their names (or the `stored_as` name they are given), its public
+    functions the type's lambda functions. Other object types may be named
+    before they are declared (see `lambdastore.schema`)."""
+    module = sys.modules[cls.__module__].__dict__
+    local = {**vars(cls), cls.__name__: cls}
     fields = []
-    for name, annotation in cls.__dict__.get("__annotations__", {}).items():
-        if isinstance(annotation, str):
-            # `from __future__ import annotations` leaves them as text.
-            namespace = sys.modules[cls.__module__].__dict__
-            annotation = eval(annotation, namespace, dict(vars(cls)))  # noqa: S307
-        if not isinstance(annotation, _FieldType):
-            raise TypeError(
-                f"{cls.__name__}.{name}: fields of an object type are Cell[T], Map[K, V], "
-                f"MultiMap[K, V] or Set[K], not {annotation!r}"
-            )
-        if name in cls.__dict__:
-            raise TypeError(f"{cls.__name__}.{name} is both a field and a function")
-        field = annotation.bind(name)
-        setattr(cls, name, field)
-        fields.append(FieldSpec(name, field.kind))
-    # Published before the functions are read, so a parameter of the type
-    # itself (a reference to another object of it) is recognized.
-    cls.__lambda_type__ = TypeSpec(cls.__name__, cls, fields, [])
-    functions = [_function_spec(cls, name, member) for name, member in cls.__dict__.items() if _is_lambda(name, member)]
+    with declaring() as forwards:
+        for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+            annotation = resolve(annotation, module, local)
+            if not isinstance(annotation, _FieldType):
+                raise TypeError(
+                    f"{cls.__name__}.{name}: fields of an object type are Cell[T], Map[K, V], "
+                    f"MultiMap[K, V] or Set[K], not {annotation!r}"
+                )
+            stored = name
+            if isinstance(cls.__dict__.get(name), stored_as):
+                stored = cls.__dict__[name].name
+            elif name in cls.__dict__:
+                raise TypeError(f"{cls.__name__}.{name} is both a field and a function (see stored_as)")
+            if stored in (f.name for f in fields):
+                raise TypeError(f"{cls.__name__}.{name}: another field is stored as `{stored}`")
+            field = annotation.bind(stored)
+            setattr(cls, name, field)
+            fields.append(FieldSpec(stored, field.kind))
+        for name, member in cls.__dict__.items():
+            if isinstance(member, stored_as):
+                raise TypeError(f"{cls.__name__}.{name} = {member!r} has no field type: annotate it (Cell[T], ...)")
+        # Published before the functions are read, so a parameter of the type
+        # itself (a reference to another object of it) is recognized.
+        cls.__lambda_type__ = TypeSpec(cls.__name__, cls, fields, [])
+        functions = [
+            _function_spec(cls, name, member) for name, member in cls.__dict__.items() if _is_lambda(name, member)
+        ]
     constructors = [f.name for f in functions if f.kind == "constructor"]
     if len(constructors) > 1:
         raise TypeError(f"{cls.__name__} has constructors {', '.join(constructors)}: a type has at most one")
     cls.__lambda_type__.functions = functions
+    cls.__lambda_type__.forwards = forwards
     return cls
 
 
@@ -190,7 +217,12 @@ def _function_spec(cls, name, member) -> FunctionSpec:
         raise TypeError(f"{where}: a constructor runs on the new object: it cannot be static")
     if kind == "constructor" and flag("__lambda_readonly__"):
         raise TypeError(f"{where}: a constructor writes the new object: it cannot be readonly")
-    hints = typing.get_type_hints(function, localns={cls.__name__: cls})
+    annotations = getattr(function, "__annotations__", {})
+    hints = {
+        name: resolve(hint, function.__globals__, {cls.__name__: cls})
+        for name, hint in annotations.items()
+        if name != "return"
+    }
     parameters = list(inspect.signature(function).parameters.values())
     if kind != "static":
         if not parameters:

@@ -5,10 +5,20 @@ Python has one `int`; Rust keys and values have a width. `int` means `i64`
 (an object id's type); `I8`..`I64` and `U8`..`U64` name the others:
 `Map[U32, str]`, `def add(self, n: I32)`. They are `int` subclasses, so
 `U8(7)` is also a value.
+
+A dataclass is a struct: a JSON object of its fields, as serde writes one.
+A `@lambda_object` class is a reference: the object's id. Object types of
+an application refer to each other, so while one is declared a name not
+defined yet stands for an object type declared later (`App` checks it is
+one of its types), as Rust's `ThreadRef` may be used before `Thread`.
 """
 
+import builtins
+import dataclasses
+import sys
 import types
 import typing
+from contextlib import contextmanager
 
 from .jsontext import describe_value
 
@@ -104,12 +114,12 @@ class IntSchema(Schema):
 class RefSchema(IntSchema):
     """A reference to an object of a `@lambda_object` type: its `i64` id."""
 
-    def __init__(self, cls):
+    def __init__(self, type_name):
         super().__init__(64, True)
-        self.cls = cls
+        self.type_name = type_name
 
     def default(self):
-        raise TypeError(f"a reference to a {self.cls.__name__} has no default value")
+        raise TypeError(f"a reference to a {self.type_name} has no default value")
 
 
 class FloatSchema(Schema):
@@ -227,11 +237,129 @@ class DictSchema(Schema):
         return {}
 
 
+class StructSchema(Schema):
+    """A dataclass, as serde (de)serializes a struct: a JSON object of its
+    fields in declaration order, or an array of them by position; unknown
+    fields are ignored, a missing `Optional` one is None."""
+
+    def __init__(self, cls):
+        self.cls = cls
+        self.expected = f"struct {cls.__name__}"
+        self.fields = []
+
+    def _resolve(self):
+        module = sys.modules[self.cls.__module__].__dict__
+        local = {self.cls.__name__: self.cls}
+        for f in dataclasses.fields(self.cls):
+            if f.init:
+                self.fields.append((f.name, schema(resolve(f.type, module, local)), _has_default(f)))
+
+    def check(self, value):
+        if isinstance(value, dict):
+            values = {}
+            for name, field_schema, has_default in self.fields:
+                if name in value:
+                    values[name] = field_schema.check(value[name])
+                elif isinstance(field_schema, OptionalSchema):
+                    values[name] = None
+                elif not has_default:
+                    raise Mismatch(f"missing field `{name}`")
+            return self.cls(**values)
+        if isinstance(value, (list, tuple)):
+            n = len(self.fields)
+            if len(value) < n:
+                raise Mismatch(f"invalid length {len(value)}, expected {self.expected} with {n} elements")
+            if len(value) > n:
+                raise Mismatch(f"invalid length {len(value)}, expected fewer elements in array")
+            return self.cls(**{name: s.check(v) for (name, s, _), v in zip(self.fields, value)})
+        raise _invalid_type(value, self.expected)
+
+    def default(self):
+        try:
+            return self.cls()
+        except TypeError:
+            raise TypeError(f"{self.expected} has no default value: give each of its fields one") from None
+
+
+def _has_default(f) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+#: The struct schemas being built, so a dataclass may contain itself (`list[Node]`).
+_structs = {}
+
+
+def _struct(cls) -> StructSchema:
+    if cls in _structs:
+        return _structs[cls]
+    built = _structs[cls] = StructSchema(cls)
+    try:
+        built._resolve()
+    finally:
+        del _structs[cls]
+    return built
+
+
 _SIMPLE = {bool: BoolSchema, float: FloatSchema, str: StrSchema, bytes: BytesSchema}
 
 
 def is_lambda_object(hint) -> bool:
     return isinstance(hint, type) and hasattr(hint, "__lambda_type__")
+
+
+def is_reference(hint) -> bool:
+    """Whether `hint` stands for an object type: a `@lambda_object` class or
+    a name used before its declaration."""
+    return is_lambda_object(hint) or forward_name(hint) is not None
+
+
+def forward_name(hint):
+    """The name `hint` stands in for, if it is an object type declared later."""
+    return hint.__dict__.get("__lambda_forward__") if isinstance(hint, type) else None
+
+
+#: While a `@lambda_object` is declared: the names it used before their declaration.
+_forwards = None
+
+
+@contextmanager
+def declaring():
+    """Collects the names used before their declaration while a
+    `@lambda_object` is declared (`App` checks them); outside of it an
+    undefined name is a `NameError`, as usual."""
+    global _forwards
+    outer, _forwards = _forwards, set()
+    try:
+        yield _forwards
+    finally:
+        _forwards = outer
+
+
+class _Names(dict):
+    """The local names of an annotation's evaluation. A name that neither
+    they nor the module nor the builtins define is, while a
+    `@lambda_object` is declared, an object type declared later: a class
+    that stands in for it (a class, so `Optional[...]`, `X | None` and
+    `list[...]` take it)."""
+
+    def __init__(self, module, local):
+        super().__init__(local)
+        self.module = module
+
+    def __missing__(self, name):
+        if _forwards is None or name in self.module or hasattr(builtins, name):
+            raise KeyError(name)  # the usual lookup goes on
+        _forwards.add(name)
+        return type(name, (), {"__lambda_forward__": name})
+
+
+def resolve(annotation, module: dict, local=None):
+    """The type an annotation names: evaluated if it is text (as `from
+    __future__ import annotations` leaves them) in `module`'s namespace
+    and `local`."""
+    if not isinstance(annotation, str):
+        return annotation
+    return eval(annotation, module, _Names(module, local or {}))  # noqa: S307
 
 
 def schema(hint) -> Schema:
@@ -245,7 +373,11 @@ def schema(hint) -> Schema:
     if hint in _SIMPLE:
         return _SIMPLE[hint]()
     if is_lambda_object(hint):
-        return RefSchema(hint)
+        return RefSchema(hint.__name__)
+    if forward_name(hint) is not None:
+        return RefSchema(forward_name(hint))
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return _struct(hint)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
@@ -263,5 +395,5 @@ def schema(hint) -> Schema:
         return DictSchema(schema(args[1]) if args else AnySchema())
     raise TypeError(
         f"{hint!r} has no JSON form: use int (or I8..U64), float, bool, str, bytes, "
-        "Optional, list, tuple, dict[str, V], a @lambda_object class or Any"
+        "Optional, list, tuple, dict[str, V], a dataclass, a @lambda_object class or Any"
     )
