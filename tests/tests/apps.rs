@@ -11,29 +11,23 @@ use serde_json::{json, Value};
 /// that ordered reads have to resume where a page ended.
 const MORE_THAN_A_PAGE: i64 = 130;
 
-/// The counter's tests, run against each language's counter: the Rust
-/// example (`counter`) and its Python twin (`py_counter`, built by
-/// componentize-py from guest-sdk/python/examples/counter), which must be
-/// indistinguishable from SQL.
-macro_rules! in_both_languages {
-    ($($test:ident),* $(,)?) => {
-        mod rust {
-            $(#[test] fn $test() { super::$test("counter") })*
-        }
-        mod python {
-            $(#[test] fn $test() { super::$test("py_counter") })*
-        }
-    };
-}
-
 in_both_languages!(
-    counter_round_trip,
-    an_optional_argument_may_be_omitted,
-    object_data_is_rows_of_json,
-    a_new_object_has_one_entry_set,
-    lambdas_run_in_the_callers_transaction,
-    a_counters_errors_have_their_sqlstates_and_change_nothing,
-    a_lambdas_map_call_reports_each_object_and_rolls_back_only_the_failed_call,
+    "counter", "py_counter": [
+        counter_round_trip,
+        an_optional_argument_may_be_omitted,
+        object_data_is_rows_of_json,
+        a_new_object_has_one_entry_set,
+        lambdas_run_in_the_callers_transaction,
+        a_counters_errors_have_their_sqlstates_and_change_nothing,
+        a_lambdas_map_call_reports_each_object_and_rolls_back_only_the_failed_call,
+    ],
+    "forum", "py_forum": [
+        forum_thread_round_trip,
+        forum_add_comment_reaches_the_thread_through_a_nested_call,
+        forum_add_comment_on_thread_is_protected_from_sql,
+        forum_comments_come_back_oldest_first,
+        forum_list_threads_is_newest_first,
+    ],
 );
 
 fn counter_round_trip(example: &str) {
@@ -168,9 +162,9 @@ fn bank_history_is_newest_first() {
     assert_eq!(amounts, expected);
 }
 
-/// A forum with one account and one community.
-fn forum(test: &str) -> (Client, String, i64, i64) {
-    let (mut c, app) = deployed(test, "forum");
+/// A forum (the Rust or the Python `example`) with one account and one community.
+fn forum(test: &str, example: &str) -> (Client, String, i64, i64) {
+    let (mut c, app) = deployed(&format!("{test}_{example}"), example);
     let ada = create(&mut c, &app, "Account", json!({"name": "ada"}));
     let rust = create(&mut c, &app, "Community", json!({"name": "rust"}));
     (c, app, ada, rust)
@@ -181,9 +175,8 @@ fn new_thread(c: &mut Client, account: i64, community: i64, title: &str) -> i64 
     thread.as_i64().unwrap_or_else(|| panic!("create_thread returned {thread}, not a thread id"))
 }
 
-#[test]
-fn forum_thread_round_trip() {
-    let (mut c, _, ada, rust) = forum("forum");
+fn forum_thread_round_trip(example: &str) {
+    let (mut c, _, ada, rust) = forum("forum", example);
     let thread = new_thread(&mut c, ada, rust, "First post");
 
     let got = call(&mut c, thread, "get_thread", json!({}));
@@ -196,9 +189,8 @@ fn forum_thread_round_trip() {
     assert_eq!(got["comments"], json!([]));
 }
 
-#[test]
-fn forum_add_comment_reaches_the_thread_through_a_nested_call() {
-    let (mut c, app, ada, rust) = forum("forum_comment");
+fn forum_add_comment_reaches_the_thread_through_a_nested_call(example: &str) {
+    let (mut c, app, ada, rust) = forum("forum_comment", example);
     let grace = create(&mut c, &app, "Account", json!({"name": "grace"}));
     let thread = new_thread(&mut c, ada, rust, "Questions");
 
@@ -213,9 +205,8 @@ fn forum_add_comment_reaches_the_thread_through_a_nested_call() {
     assert_eq!(comments[0]["text"], json!("me first"));
 }
 
-#[test]
-fn forum_add_comment_on_thread_is_protected_from_sql() {
-    let (mut c, _, ada, rust) = forum("forum_protected");
+fn forum_add_comment_on_thread_is_protected_from_sql(example: &str) {
+    let (mut c, _, ada, rust) = forum("forum_protected", example);
     let thread = new_thread(&mut c, ada, rust, "Closed");
     let before = entries(&mut c, thread);
 
@@ -223,9 +214,8 @@ fn forum_add_comment_on_thread_is_protected_from_sql() {
     assert_eq!(entries(&mut c, thread), before);
 }
 
-#[test]
-fn forum_comments_come_back_oldest_first() {
-    let (mut c, _, ada, rust) = forum("forum_order");
+fn forum_comments_come_back_oldest_first(example: &str) {
+    let (mut c, _, ada, rust) = forum("forum_order", example);
     let thread = new_thread(&mut c, ada, rust, "Long thread");
     c.execute(
         "SELECT lambda_invoke($1, 'add_comment', jsonb_build_object('thread', $2::bigint, 'text', 'c' || i))
@@ -241,9 +231,8 @@ fn forum_comments_come_back_oldest_first() {
     assert_eq!(texts, expected);
 }
 
-#[test]
-fn forum_list_threads_is_newest_first() {
-    let (mut c, _, ada, rust) = forum("forum_threads");
+fn forum_list_threads_is_newest_first(example: &str) {
+    let (mut c, _, ada, rust) = forum("forum_threads", example);
     c.execute(
         "SELECT lambda_invoke($1, 'create_thread', jsonb_build_object('community', $2::bigint, 'title', 't' || i, 'text', ''))
            FROM generate_series(1, $3::bigint) i ORDER BY i",

@@ -286,13 +286,14 @@ fn an_overdraft_is_refused_with_p0001_and_moves_nothing() {
     assert_eq!(entries(&mut c, bob), bob_before);
 }
 
-#[test]
-fn a_failed_workflow_creates_no_objects() {
+in_both_languages!("forum", "py_forum": [a_failed_workflow_creates_no_objects]);
+
+fn a_failed_workflow_creates_no_objects(example: &str) {
     // create_thread creates a Thread (nested constructor), then indexes it
     // in the community: when either step fails, the Thread must not exist.
     let mut c = connect();
-    let forum = app("forum_no_orphans");
-    deploy_example(&mut c, &forum, "forum");
+    let forum = app(&format!("forum_no_orphans_{example}"));
+    deploy_example(&mut c, &forum, example);
     let ada = create(&mut c, &forum, "Account", json!({"name": "ada"}));
     let rust = create(&mut c, &forum, "Community", json!({"name": "rust"}));
     let before = objects(&mut c, &forum);

@@ -17,6 +17,23 @@ use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::Once;
 
+/// Tests run against each language's twin of an example: the Rust one and
+/// its Python twin (built by componentize-py from
+/// guest-sdk/python/examples/<name>), which must be indistinguishable from
+/// SQL. Each list names the two examples its tests take; the tests are
+/// `rust::<test>` and `python::<test>`.
+macro_rules! in_both_languages {
+    ($($rust:literal, $python:literal: [$($test:ident),* $(,)?]),* $(,)?) => {
+        mod rust {
+            $($(#[test] fn $test() { super::$test($rust) })*)*
+        }
+        mod python {
+            $($(#[test] fn $test() { super::$test($python) })*)*
+        }
+    };
+}
+pub(crate) use in_both_languages;
+
 /// The database the suite works in (created if missing).
 pub const DATABASE: &str = "lambdastore_test";
 
