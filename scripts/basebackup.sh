@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A physical backup of a server with deployed applications (issue 42): a
 # primary with two applications and a job, `pg_basebackup -R -X stream`
-# of it, the copy started as a hot standby, then promoted, and called.
+# of it, the copy started as a hot standby and called there (issue 47:
+# readonly calls, read-your-writes, one snapshot per transaction), then
+# promoted, and called.
 # Part of `make test-e2e`; two clusters of its own on 127.0.0.1, stopped and
 # removed at the end. Fails on the first thing that does not hold.
 #
@@ -73,13 +75,59 @@ for _ in $(seq 1 600); do
 done
 check "the standby has the applications" "counter,micro" "$(on_standby -c "SELECT string_agg(name, ',' ORDER BY name) FROM lambdastore.applications")"
 
+# Calls on the hot standby (issue 47): readonly ones read what the primary
+# committed, writing ones are refused, and no job runner runs there.
+check "a readonly call on the standby" 1 "$(on_standby -c "SELECT lambda_invoke($counter, 'get')")"
+check "the other application on the standby" '"v"' \
+  "$(on_standby -c "SELECT lambda_invoke($bench, 'get', '{\"key\": \"k\"}')")"
+sqlstate_on_standby() { "$bindir/psql" -h "$run" -p "$standby_port" -U postgres -d "$db" -X -Atq \
+  -v VERBOSITY=sqlstate "$@" 2>&1 >/dev/null | sed 's/^ERROR: *//'; }
+check "a writing call on the standby is refused" 25006 \
+  "$(sqlstate_on_standby -c "SELECT lambda_invoke($counter, 'increment')")"
+check "no job runner on the standby" 0 \
+  "$(on_standby -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'")"
+check "a readonly call under REPEATABLE READ on the standby" 1 \
+  "$(on_standby -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT lambda_invoke($counter, 'get')" -c "COMMIT")"
+
+# Read-your-writes. Replay paused, so that the standby lags for certain: a
+# write's LSN, read on the primary in the writer's session; a read without
+# it sees the old value; waiting for it times out with 40001, and waits
+# until replay resumes (from another session, half a second later).
+# (Once the pause is requested, replay applies no further record.)
+on_standby -c "SELECT pg_wal_replay_pause()" >/dev/null
+lsn=$(primary -c "SELECT lambda_invoke($counter, 'increment')" -c "SELECT lambdastore.last_commit_lsn()" | tail -n 1)
+check "a read without the write's LSN may be stale" 1 "$(on_standby -c "SELECT lambda_invoke($counter, 'get')")"
+check "waiting for the LSN is bounded: 40001" 40001 \
+  "$(sqlstate_on_standby -c "SELECT lambdastore.wait_for_replay('$lsn', '100 ms')")"
+(sleep 0.5; on_standby -c "SELECT pg_wal_replay_resume()" >/dev/null) & # the lag ends while the read waits
+check "a read after waiting for the write's LSN sees it" 2 \
+  "$(on_standby -c "SELECT lambdastore.wait_for_replay('$lsn', '30 s')" -c "SELECT lambda_invoke($counter, 'get')" | tail -n 1)"
+wait
+
+# One snapshot per transaction: a second call in the transaction reads what
+# the first did, though the standby replays a write in between (which a
+# plain SELECT in the transaction sees).
+in_transaction=$(on_standby <<SQL
+BEGIN;
+SELECT lambda_invoke($counter, 'get');
+\\! $bindir/psql -h "$primary_dir/run" -p $primary_port -U postgres -d $db -X -Atq -c "SELECT lambda_invoke($counter, 'increment')" -c "SELECT lambdastore.last_commit_lsn()" | tail -n 1 > "$standby/lsn"
+\\set lsn \`cat "$standby/lsn"\`
+SELECT lambdastore.wait_for_replay(:'lsn', '30 s');
+SELECT convert_from(value, 'UTF8') FROM lambdastore.entries WHERE object_id = $counter;
+SELECT lambda_invoke($counter, 'get');
+COMMIT;
+SQL
+)
+check "calls in one transaction on the standby read one snapshot" "2,3,2" "$(echo $in_transaction | tr ' ' ',')"
+check "a later transaction on the standby reads the new state" 3 "$(on_standby -c "SELECT lambda_invoke($counter, 'get')")"
+
 as_pg "$bindir/pg_ctl" -D "$standby/data" -w promote >/dev/null
 check "promoted" f "$(on_standby -c "SELECT pg_is_in_recovery()")"
-check "a call after promotion" 2 "$(on_standby -c "SELECT lambda_invoke($counter, 'increment')")"
+check "a call after promotion" 4 "$(on_standby -c "SELECT lambda_invoke($counter, 'increment')")"
 check "the other application" '"v"' "$(on_standby -c "SELECT lambda_invoke($bench, 'get', '{\"key\": \"k\"}')")"
 job=$(on_standby -c "SELECT lambdastore.submit($counter, 'increment')")
 check "a job after promotion" done "$(on_standby -c "SELECT state FROM lambdastore.wait($job, '60 seconds')")"
-check "the job's effect" 3 "$(on_standby -c "SELECT lambda_invoke($counter, 'get')")"
+check "the job's effect" 5 "$(on_standby -c "SELECT lambda_invoke($counter, 'get')")"
 if grep -E "terminated by signal|PANIC" "$standby/postgresql.log"; then
   echo "FAIL: a process of the standby crashed" >&2; exit 1
 fi

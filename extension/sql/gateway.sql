@@ -306,6 +306,19 @@ BEGIN
 END
 $$;
 
+-- Read-your-writes with hot standbys (the gateway's --replica): where the
+-- session's last commit ended, asked after a writing call on the primary;
+-- and on a standby, the wait for it before a read (views.sql).
+CREATE FUNCTION lambdastore_gateway.last_commit_lsn() RETURNS pg_lsn
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT lambdastore.last_commit_lsn()
+$$;
+
+CREATE FUNCTION lambdastore_gateway.wait_for_replay(lsn pg_lsn, timeout interval) RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT lambdastore.wait_for_replay(lsn, timeout)
+$$;
+
 -- Only roles granted it may call the gateway's functions (the README's
 -- "HTTP gateway" section shows the role to create).
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway FROM PUBLIC;

@@ -4,7 +4,8 @@
 -- role only its applications, pg_dump keeps the tables' rows, and the
 -- catalog lost the foreign key that made restores fail; distribute()
 -- moves every node's sequences past restored ids; lambdastore.versions(app)
--- and migrate_objects(app) are new. The end state is
+-- and migrate_objects(app) are new, and so are last_commit_lsn() and
+-- wait_for_replay(lsn) for reads on hot standbys. The end state is
 -- what lambdastore--0.2.0.sql creates: scripts/upgrade.sh compares the two.
 \echo Use "ALTER EXTENSION lambdastore UPDATE" to load this file. \quit
 
@@ -731,3 +732,54 @@ $shard$) r
     END IF;
 END
 $upgrade$;
+
+-- Read-your-writes on hot standbys (views.sql).
+CREATE  FUNCTION lambdastore."_last_commit_end"() RETURNS bigint /* core::option::Option<i64> */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_last_commit_end_wrapper';
+CREATE  FUNCTION lambdastore."_wait_for_replay"(
+	"lsn" bigint, /* i64 */
+	"timeout_ms" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_wait_for_replay_wrapper';
+-- Read-your-writes on hot standbys (README "Hot standbys"): on the
+-- primary, after a transaction that wrote, last_commit_lsn() is where its
+-- commit record ended; on a standby, wait_for_replay(lsn) returns once
+-- what committed up to there is visible (40001 after `timeout`). Run it
+-- as a statement of its own before the read, which then starts with a
+-- snapshot taken after it. NULL is refused: a read that waits for nothing
+-- would look like one that waited.
+CREATE FUNCTION lambdastore.last_commit_lsn() RETURNS pg_lsn
+LANGUAGE sql VOLATILE AS $$ SELECT '0/0'::pg_lsn + lambdastore._last_commit_end() $$;
+
+CREATE FUNCTION lambdastore.wait_for_replay(lsn pg_lsn, timeout interval DEFAULT '5 seconds') RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF lsn IS NULL OR timeout IS NULL THEN
+        RAISE EXCEPTION 'the arguments of lambdastore.wait_for_replay may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM lambdastore._wait_for_replay((lsn - '0/0'::pg_lsn)::bigint,
+                                         (extract(epoch FROM timeout) * 1000)::bigint);
+END
+$$;
+
+
+-- The gateway's (gateway.sql).
+-- Read-your-writes with hot standbys (the gateway's --replica): where the
+-- session's last commit ended, asked after a writing call on the primary;
+-- and on a standby, the wait for it before a read (views.sql).
+CREATE FUNCTION lambdastore_gateway.last_commit_lsn() RETURNS pg_lsn
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT lambdastore.last_commit_lsn()
+$$;
+
+CREATE FUNCTION lambdastore_gateway.wait_for_replay(lsn pg_lsn, timeout interval) RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT lambdastore.wait_for_replay(lsn, timeout)
+$$;
+
+REVOKE ALL ON FUNCTION lambdastore_gateway.last_commit_lsn(), lambdastore_gateway.wait_for_replay(pg_lsn, interval)
+    FROM PUBLIC;

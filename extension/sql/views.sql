@@ -199,6 +199,27 @@ LANGUAGE sql VOLATILE AS $$
      ORDER BY p.prepared
 $$;
 
+-- Read-your-writes on hot standbys (README "Hot standbys"): on the
+-- primary, after a transaction that wrote, last_commit_lsn() is where its
+-- commit record ended; on a standby, wait_for_replay(lsn) returns once
+-- what committed up to there is visible (40001 after `timeout`). Run it
+-- as a statement of its own before the read, which then starts with a
+-- snapshot taken after it. NULL is refused: a read that waits for nothing
+-- would look like one that waited.
+CREATE FUNCTION lambdastore.last_commit_lsn() RETURNS pg_lsn
+LANGUAGE sql VOLATILE AS $$ SELECT '0/0'::pg_lsn + lambdastore._last_commit_end() $$;
+
+CREATE FUNCTION lambdastore.wait_for_replay(lsn pg_lsn, timeout interval DEFAULT '5 seconds') RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF lsn IS NULL OR timeout IS NULL THEN
+        RAISE EXCEPTION 'the arguments of lambdastore.wait_for_replay may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM lambdastore._wait_for_replay((lsn - '0/0'::pg_lsn)::bigint,
+                                         (extract(epoch FROM timeout) * 1000)::bigint);
+END
+$$;
+
 -- An application's deployed versions (every one is kept): when and by whom,
 -- the module's digest and size, its types and those that migrate their
 -- objects' fields (the SDK's #[migrate(N)]). A workflow, and each run of a

@@ -158,12 +158,15 @@ pub(crate) fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<(
 
 /// Runs `body` for the current user with the privileges of the bootstrap
 /// superuser, who owns the data: `body` must check what `Caller` may do
-/// before it touches anything. It runs under `with_fixed_search_path`. An
+/// before it touches anything. It runs under `with_fixed_search_path`, and
+/// on a hot standby reads as of the transaction's first call. An
 /// error inside restores the user as it unwinds, and PostgreSQL's
 /// (sub)transaction abort restores it too.
 pub(crate) fn as_storage<R>(body: impl FnOnce(Caller) -> R) -> R {
     let caller = Caller::current();
-    pg::roles::as_bootstrap_superuser(|| with_fixed_search_path(|| body(caller)))
+    pg::roles::as_bootstrap_superuser(|| {
+        with_fixed_search_path(|| pg::standby::reading_as_of_first_call(|| body(caller)))
+    })
 }
 
 /// The `search_path` of everything the extension runs with raised rights.

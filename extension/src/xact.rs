@@ -49,6 +49,10 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
         // do, and (if it wrote nothing, so nothing is prepared) has the
         // others validate theirs (cluster/route.rs).
         XACT_EVENT_PRE_COMMIT => {
+            if let Err(failed) = txn::occ::before_commit() {
+                failed.report("COMMIT");
+            }
+            crate::pg::standby::at_transaction_end(true);
             if route::spread() {
                 if let Err(failed) = txn::occ::validate_again().and_then(|_| route::validate_elsewhere()) {
                     failed.report("COMMIT");
@@ -71,6 +75,7 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
             catalog::at_transaction_end();
         }
         XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
+            crate::pg::standby::at_transaction_end(false);
             txn::versions::at_abort();
             catalog::cache::at_abort();
             jobs::at_abort();

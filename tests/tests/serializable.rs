@@ -1277,3 +1277,33 @@ fn check_listing(
         listing.len()
     );
 }
+
+/// Commit records come in the serial order, which a hot standby shows (it
+/// makes each transaction visible as it replays its commit record): a
+/// transaction that read x and wrote y is serialized before one that
+/// overwrites x later, so once that one has committed, the first may not
+/// commit after it. Its COMMIT fails with 40001 (txn/occ.rs,
+/// `before_commit`) and nothing of it is kept. Before, it committed: the
+/// primary stayed serializable, but a standby replaying between the two
+/// commits showed the new x beside the old y, a state no serial order has.
+#[test]
+fn a_transaction_that_read_what_a_later_commit_overwrote_fails_at_its_own_commit() {
+    let (mut c, app) = deployed("commit_order", "counter");
+    let x = create(&mut c, &app, "Counter", json!({}));
+    let y = create(&mut c, &app, "Counter", json!({}));
+    let mut first = connect();
+    first.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut first, x, "get", json!({})), json!(0));
+    assert_eq!(call(&mut first, y, "increment", json!({})), json!(1));
+    assert_eq!(call(&mut c, x, "increment", json!({})), json!(1), "the later writer of x commits");
+    let message = expect_sqlstate(first.batch_execute("COMMIT"), "40001");
+    assert!(message.contains("changed"), "{message}");
+    assert_eq!(call(&mut c, y, "get", json!({})), json!(0), "the first transaction's write was kept");
+
+    // Without a writer in between, the same transaction commits.
+    first.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut first, x, "get", json!({})), json!(1));
+    assert_eq!(call(&mut first, y, "increment", json!({})), json!(1));
+    first.batch_execute("COMMIT").unwrap();
+    assert_eq!(call(&mut c, y, "get", json!({})), json!(1));
+}

@@ -339,6 +339,47 @@ mod lambdastore {
         TableIterator::new(holders.into_iter().map(|(xid, locks, known)| (i64::from(xid), locks as i32, known)))
     }
 
+    /// Behind `lambdastore.last_commit_lsn()` (sql/views.sql): where this
+    /// session's last commit that wrote ended in the WAL, as a byte
+    /// position; NULL before its first.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _last_commit_end() -> Option<i64> {
+        let end = crate::pg::standby::last_commit_end();
+        (end > 0).then_some(end as i64)
+    }
+
+    /// Behind `lambdastore.wait_for_replay(lsn, timeout)` (sql/views.sql):
+    /// returns once what committed up to WAL position `lsn` is visible
+    /// here. On a standby it waits for replay, at most `timeout_ms`, then
+    /// fails with 40001; a primary has it all, unless `lsn` is past its WAL.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _wait_for_replay(lsn: i64, timeout_ms: i64) {
+        use crate::pg::standby;
+        let (lsn, timeout) = (lsn as u64, std::time::Duration::from_millis(timeout_ms.max(0) as u64));
+        let show = |lsn: u64| format!("{:X}/{:X}", lsn >> 32, lsn as u32);
+        let refused = if !standby::in_recovery() {
+            (lsn > standby::wal_end()).then(|| {
+                LambdaError::InvalidParameter(format!(
+                    "{} is past the end of this server's WAL ({}): not a position of this server or its primary",
+                    show(lsn),
+                    show(standby::wal_end())
+                ))
+            })
+        } else {
+            (!standby::wait_for_replay(lsn, timeout)).then(|| {
+                LambdaError::SerializationFailure(format!(
+                    "this standby has replayed up to {}, not yet {} after {timeout_ms} ms: read on the primary, \
+                     or try again",
+                    show(standby::replayed()),
+                    show(lsn)
+                ))
+            })
+        };
+        if let Some(err) = refused {
+            raise(err, "wait_for_replay".into());
+        }
+    }
+
     /// Jobs the background workers are running now (behind `lambdastore.queue`).
     #[pg_extern(volatile, parallel_unsafe)]
     fn _running_jobs() -> TableIterator<'static, (name!(job_id, i64),)> {

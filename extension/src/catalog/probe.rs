@@ -6,7 +6,8 @@
 //! A probe behaves like the kept SPI statement it replaces: the caller's
 //! table privilege is checked, the command counter is advanced so the
 //! transaction's own earlier writes are seen, and the read uses a fresh
-//! snapshot of READ COMMITTED. Probes are used only at READ COMMITTED (which
+//! snapshot of READ COMMITTED (on a hot standby, the one every call of the
+//! transaction reads with: pg/standby.rs). Probes are used only at READ COMMITTED (which
 //! OCC requires): under REPEATABLE READ or SERIALIZABLE, allowed with
 //! `concurrency_control = off`, reads keep going through SPI and the
 //! executor, which reads the transaction snapshot and takes SSI's locks.
@@ -115,7 +116,7 @@ pub(crate) fn by_prefix<R>(
         }
 
         pg_sys::CommandCounterIncrement();
-        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot());
+        let snapshot = pg_sys::RegisterSnapshot(crate::pg::standby::snapshot_for_reads());
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(table_oid, lock);
         let index = pg_sys::index_open(index_oid, lock);

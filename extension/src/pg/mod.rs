@@ -17,4 +17,5 @@ pub(crate) mod process;
 pub(crate) mod roles;
 pub(crate) mod settings;
 pub(crate) mod shmem;
+pub(crate) mod standby;
 pub(crate) mod xact;

@@ -52,7 +52,9 @@ pub(crate) fn check_isolation() -> Result<()> {
                 .into(),
         ));
     }
-    if pg::xact::has_transaction_snapshot() {
+    // On a hot standby nothing is written, and every call of a transaction
+    // reads with one snapshot anyway (pg/standby.rs).
+    if pg::xact::has_transaction_snapshot() && !pg::standby::in_recovery() {
         return Err(LambdaError::IsolationLevel(
             "lambdas need READ COMMITTED isolation: LambdaStore makes workflows serializable itself \
              (lambdastore.concurrency_control = occ); to rely on PostgreSQL's REPEATABLE READ or \
@@ -373,6 +375,29 @@ pub(crate) fn validate_again() -> Result<()> {
         earlier.checked = Some(now);
         Ok(())
     })
+}
+
+/// At COMMIT of a transaction that wrote through lambdas on this node:
+/// makes the order of commit records agree with the serial order, which a
+/// hot standby shows (it makes a transaction visible when it replays the
+/// commit record, and a reader there has no versions to validate).
+///
+/// A transaction T1 that read x is serialized before T2 that later wrote
+/// x. Without this, T1 validated when its call ended, T2 could write x and
+/// commit first, and a reader on a standby replaying between the two saw
+/// T2's x without T1's writes: a state of no serial order. So T1 marks its
+/// reads as committing, then validates them again (40001 if T2 wrote x
+/// first); T2, before its commit record, waits until no reader of what it
+/// wrote is committing. Read-only transactions write no commit record and
+/// need neither. On Citus, a prepared transaction's reads are not marked:
+/// standbys of Citus nodes are not read from.
+pub(crate) fn before_commit() -> Result<()> {
+    if !gucs::occ() || !versions::available() || !versions::holding_any() {
+        return Ok(());
+    }
+    versions::wait_for_committing_readers();
+    versions::validated(|earlier| versions::mark_committing(earlier.reads.keys()));
+    validate_again()
 }
 
 fn apply(writes: &super::WriteBuffer, workflow: &Workflow) -> Result<()> {

@@ -170,6 +170,12 @@ pub(crate) fn blocked() -> bool {
 /// (it reads the commit log, and after a restart `pg_prepared_xacts`).
 pub(crate) fn sweep() -> Result<()> {
     let Some(shared) = shared() else { return Ok(()) };
+    // A standby lists the primary's prepared transactions, whose writes it
+    // does not show until it replays their COMMIT PREPARED: nothing to
+    // hold, and the first sweep after promotion puts them back.
+    if pg::standby::in_recovery() {
+        return Ok(());
+    }
     if !shared.recovered.load(SeqCst) {
         recover(shared)?;
     }

@@ -32,6 +32,7 @@ macro_rules! in_both_languages {
         }
     };
 }
+#[allow(unused_imports)] // used by the suites that run over both languages
 pub(crate) use in_both_languages;
 
 /// The database the suite works in (created if missing).
