@@ -46,6 +46,12 @@ counter=$(primary -c "SELECT lambdastore.create_object('counter', 'Counter')")
 bench=$(primary -c "SELECT lambdastore.create_object('micro', 'Bench', '{\"entries\": 0}')")
 primary -c "SELECT lambda_invoke($counter, 'increment')" >/dev/null
 primary -c "SELECT lambda_invoke($bench, 'put', '{\"key\": \"k\", \"value\": \"v\"}')" >/dev/null
+# The gateway's least-privilege role (docs/gateway.md) and a key for the
+# counter's application, for the gateway's --replica checks below.
+primary -c "CREATE ROLE lambdastore_gateway LOGIN" \
+  -c "GRANT USAGE ON SCHEMA lambdastore_gateway TO lambdastore_gateway" \
+  -c "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO lambdastore_gateway" >/dev/null
+key=$(primary -c "SELECT api_key FROM lambdastore.create_api_key('counter')")
 cached=$(find "$primary_dir/data/lambdastore/cache" -name '*.cwasm' | wc -l)
 [ "$cached" -ge 2 ] || { echo "FAIL: expected compiled modules in the primary's cache, found $cached" >&2; exit 1; }
 
@@ -121,13 +127,58 @@ SQL
 check "calls in one transaction on the standby read one snapshot" "2,3,2" "$(echo $in_transaction | tr ' ' ',')"
 check "a later transaction on the standby reads the new state" 3 "$(on_standby -c "SELECT lambda_invoke($counter, 'get')")"
 
+# The gateway with the standby as a --replica: readonly calls go there,
+# writing ones to the primary, whose answer carries the commit's LSN; a read
+# carrying it (lambdastore-min-lsn) is answered by the primary while the
+# standby lags, and by the standby once it has replayed that far.
+gateway=${CARGO_TARGET_DIR:-$repo/target}/debug/lambdastore-gateway
+[ -x "$gateway" ] || cargo build -q -p lambdastore-gateway
+http_port=$((primary_port + 2))
+"$gateway" --listen "127.0.0.1:$http_port" --replica-wait 300ms \
+  --database-url "host=$primary_dir/run port=$primary_port user=lambdastore_gateway dbname=$db" \
+  --replica "host=$run port=$standby_port user=lambdastore_gateway dbname=$db" >"$standby/gateway.log" 2>&1 &
+gateway_pid=$!
+trap 'kill $gateway_pid 2>/dev/null; stop_all' EXIT
+for _ in $(seq 1 300); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$http_port/readyz")" = 200 ] && break
+  sleep 0.1 # polling the gateway's start, bounded at 30 s
+done
+# call METHOD [HEADER]: "<node> <commit lsn or -> <result>"
+call() {
+  curl -sS --fail-with-body -D "$standby/headers" -o "$standby/body" -X POST -H "Authorization: Bearer $key" \
+    ${2:+-H "$2"} "http://127.0.0.1:$http_port/v1/objects/$counter/methods/$1" >/dev/null
+  node=$(tr -d '\r' <"$standby/headers" | awk -F': ' 'tolower($1) == "x-lambdastore-node" {print $2}')
+  lsn=$(tr -d '\r' <"$standby/headers" | awk -F': ' 'tolower($1) == "lambdastore-commit-lsn" {print $2}')
+  echo "$node ${lsn:--} $(jq -c .result "$standby/body")"
+}
+check "gateway: a readonly call on the standby" "replica-1 - 3" "$(call get)"
+answer=$(call increment)
+check "gateway: a writing call on the primary, with its LSN" "local 4" "$(echo "$answer" | cut -d' ' -f1,3)"
+[ "$(echo "$answer" | cut -d' ' -f2)" != - ] || { echo "FAIL: no lambdastore-commit-lsn on a write: $answer" >&2; exit 1; }
+answer=$(call increment)
+check "gateway: a known writer straight to the primary" "local 5" "$(echo "$answer" | cut -d' ' -f1,3)"
+on_standby -c "SELECT lambdastore.wait_for_replay('$(echo "$answer" | cut -d' ' -f2)', '30 s')" >/dev/null
+check "gateway: the method the standby refused is remembered" 1 \
+  "$(curl -s "http://127.0.0.1:$http_port/metrics" | grep -c '^lambdastore_gateway_calls_total{node="replica-1"} 2$')"
+on_standby -c "SELECT pg_wal_replay_pause()" >/dev/null
+lsn=$(call increment | cut -d' ' -f2)
+check "gateway: a read without the LSN, from the lagging standby" "replica-1 - 5" "$(call get)"
+check "gateway: a read with the LSN, from the primary while the standby lags" "local - 6" \
+  "$(call get "lambdastore-min-lsn: $lsn")"
+on_standby -c "SELECT pg_wal_replay_resume()" >/dev/null
+check "gateway: a read with the LSN, from the standby once replayed" "replica-1 - 6" \
+  "$(call get "lambdastore-min-lsn: $lsn")"
+check "gateway: a malformed LSN is 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' -X POST \
+  -H "Authorization: Bearer $key" -H 'lambdastore-min-lsn: 0/xyz' "http://127.0.0.1:$http_port/v1/objects/$counter/methods/get")"
+kill "$gateway_pid"
+
 as_pg "$bindir/pg_ctl" -D "$standby/data" -w promote >/dev/null
 check "promoted" f "$(on_standby -c "SELECT pg_is_in_recovery()")"
-check "a call after promotion" 4 "$(on_standby -c "SELECT lambda_invoke($counter, 'increment')")"
+check "a call after promotion" 7 "$(on_standby -c "SELECT lambda_invoke($counter, 'increment')")"
 check "the other application" '"v"' "$(on_standby -c "SELECT lambda_invoke($bench, 'get', '{\"key\": \"k\"}')")"
 job=$(on_standby -c "SELECT lambdastore.submit($counter, 'increment')")
 check "a job after promotion" done "$(on_standby -c "SELECT state FROM lambdastore.wait($job, '60 seconds')")"
-check "the job's effect" 5 "$(on_standby -c "SELECT lambda_invoke($counter, 'get')")"
+check "the job's effect" 8 "$(on_standby -c "SELECT lambda_invoke($counter, 'get')")"
 if grep -E "terminated by signal|PANIC" "$standby/postgresql.log"; then
   echo "FAIL: a process of the standby crashed" >&2; exit 1
 fi

@@ -83,6 +83,19 @@ pub struct Config {
     #[arg(long, env = "LAMBDASTORE_PLACEMENT", value_enum, default_value_t = PlacementMode::Auto)]
     pub placement: PlacementMode,
 
+    /// A hot standby of the `--database-url` server (repeat, or separate
+    /// with commas): calls of methods and static functions that only read
+    /// go to the standbys in turn, everything else to the primary, whose
+    /// answers to writing calls carry `lambdastore-commit-lsn`. One server
+    /// only: refused with a Citus placement.
+    #[arg(long = "replica", env = "LAMBDASTORE_REPLICAS", value_delimiter = ',')]
+    pub replicas: Vec<String>,
+
+    /// How long a read that carries `lambdastore-min-lsn` waits for a
+    /// standby to replay that far before it is sent to the primary.
+    #[arg(long, env = "LAMBDASTORE_REPLICA_WAIT", default_value = "1s", value_parser = duration)]
+    pub replica_wait: Duration,
+
     /// For tests only: the first shard map read is wrong on purpose.
     #[arg(long, hide = true, value_enum)]
     pub misplace_for_tests: Option<Misplace>,

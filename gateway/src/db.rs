@@ -25,6 +25,8 @@ pub struct Outcome {
     pub row: Row,
     pub retries: u32,
     pub node: Arc<str>,
+    /// Where the session's last commit ended, when asked for (`call_noting_lsn`).
+    pub commit_lsn: Option<String>,
 }
 
 pub type Param<'a> = &'a (dyn ToSql + Sync);
@@ -41,7 +43,12 @@ fn retryable(err: &tokio_postgres::Error) -> Option<&'static str> {
 /// A pool of connections to the `--database-url` node, or to the node at
 /// `node` (host, port) with the same user, password, database and options.
 pub fn pool(config: &Config, node: Option<(&str, u16)>) -> anyhow::Result<Pool> {
-    let url: tokio_postgres::Config = config.database_url.parse()?;
+    pool_of(config, &config.database_url, node)
+}
+
+/// `pool`, to the server at `url` (a `--replica`).
+pub fn pool_of(config: &Config, url: &str, node: Option<(&str, u16)>) -> anyhow::Result<Pool> {
+    let url: tokio_postgres::Config = url.parse()?;
     let mut pg = match node {
         None => url.clone(),
         Some((host, port)) => {
@@ -86,8 +93,33 @@ impl AppState {
         sql: &str,
         params: &[Param<'_>],
     ) -> Result<Outcome, ApiError> {
+        self.call_with(route, object, sql, params, false).await
+    }
+
+    /// `call`, with the outcome's `commit_lsn`: where the call's commit
+    /// ended in the WAL, asked in the same round trip (two statements
+    /// pipelined on the connection, each its own transaction), so that the
+    /// client can read it back from a standby (`replicas.rs`).
+    pub async fn call_noting_lsn(
+        &self,
+        route: &'static str,
+        object: Option<i64>,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<Outcome, ApiError> {
+        self.call_with(route, object, sql, params, true).await
+    }
+
+    async fn call_with(
+        &self,
+        route: &'static str,
+        object: Option<i64>,
+        sql: &str,
+        params: &[Param<'_>],
+        note_lsn: bool,
+    ) -> Result<Outcome, ApiError> {
         let deadline = Instant::now() + self.config.request_timeout;
-        let attempts = self.attempts(route, object, sql, params, deadline);
+        let attempts = self.attempts(route, object, sql, params, note_lsn, deadline);
         let (outcome, misrouted) = match tokio::time::timeout_at(deadline.into(), attempts).await {
             Ok(outcome) => outcome?,
             Err(_) => return Err(ApiError::timeout(self.config.request_timeout)),
@@ -112,6 +144,7 @@ impl AppState {
         object: Option<i64>,
         sql: &str,
         params: &[Param<'_>],
+        note_lsn: bool,
         deadline: Instant,
     ) -> Result<(Outcome, Option<Target>), ApiError> {
         let mut retries = 0;
@@ -143,9 +176,13 @@ impl AppState {
                 }
                 None => (sql, params.to_vec()),
             };
-            let result = match client.prepare_cached(sql).await {
-                Ok(statement) => client.query_one(&statement, &params).await,
-                Err(err) => Err(err),
+            let (result, commit_lsn) = match client.prepare_cached(sql).await {
+                Ok(statement) if note_lsn => {
+                    let (called, lsn) = tokio::join!(client.query_one(&statement, &params), commit_lsn(&client));
+                    (called, lsn)
+                }
+                Ok(statement) => (client.query_one(&statement, &params).await, None),
+                Err(err) => (Err(err), None),
             };
             drop(client);
             metrics::counter!("lambdastore_gateway_calls_total", "node" => target.node.to_string()).increment(1);
@@ -156,7 +193,7 @@ impl AppState {
                     if !held {
                         tracing::debug!(node = %target.node, object = checked, "the node does not hold the object");
                     }
-                    return Ok((Outcome { row, retries, node: target.node }, misrouted));
+                    return Ok((Outcome { row, retries, node: target.node, commit_lsn }, misrouted));
                 }
                 Err(err) => err,
             };
@@ -181,4 +218,17 @@ impl AppState {
         let cap = self.config.retry_base_backoff.saturating_mul(1 << retry.min(16)).min(self.config.retry_max_backoff);
         cap.mul_f64(rand::rng().random::<f64>())
     }
+}
+
+/// Where the session's last commit ended (NULL before its first that
+/// wrote); None, logged, if the server cannot say.
+async fn commit_lsn(client: &deadpool_postgres::Object) -> Option<String> {
+    let asked = async {
+        let statement = client.prepare_cached("SELECT lambdastore_gateway.last_commit_lsn()::text").await?;
+        client.query_one(&statement, &[]).await?.try_get::<_, Option<String>>(0)
+    };
+    asked.await.unwrap_or_else(|err| {
+        tracing::warn!(error = %err, "asking for the commit LSN failed");
+        None
+    })
 }

@@ -50,6 +50,26 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     }
 }
 
+/// The optional `lambdastore-min-lsn` header: a WAL position (`0/3000460`,
+/// as `lambdastore-commit-lsn` gave it) a standby must have replayed before
+/// it answers the call (replicas.rs).
+pub struct MinLsn(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for MinLsn {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get("lambdastore-min-lsn") else {
+            return Ok(MinLsn(None));
+        };
+        let half = |h: &str| (1..=8).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit());
+        match value.to_str().ok().and_then(|lsn| lsn.split_once('/').map(|(hi, lo)| (lsn, hi, lo))) {
+            Some((lsn, hi, lo)) if half(hi) && half(lo) => Ok(MinLsn(Some(lsn.to_string()))),
+            _ => Err(ApiError::bad_request("lambdastore-min-lsn must be a WAL position such as 0/3000460")),
+        }
+    }
+}
+
 /// Path parameters; a malformed one (an object id that is not an integer) is 400.
 pub struct PathParams<T>(pub T);
 

@@ -10,6 +10,7 @@ mod extract;
 mod openapi;
 mod per_key;
 mod placement;
+mod replicas;
 mod routes;
 mod server;
 
@@ -35,6 +36,8 @@ pub struct AppState {
     pub prometheus: PrometheusHandle,
     /// The waits each API key has in flight.
     pub waits: PerKey,
+    /// Hot standbys for calls that only read (`--replica`).
+    pub replicas: replicas::Replicas,
 }
 
 fn router(state: Arc<AppState>) -> Router {
@@ -135,7 +138,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let placement = placement::choose(&config, db::pool(&config, None)?).await?;
     let waits = PerKey::new(config.max_waits_per_key());
-    let state = Arc::new(AppState { config: config.clone(), placement, prometheus: prometheus()?, waits });
+    let replicas = replicas::Replicas::new(&config)?;
+    if replicas.any() && placement.distributed() {
+        anyhow::bail!("--replica names standbys of a single server, and --database-url is a Citus cluster");
+    }
+    let state = Arc::new(AppState { config: config.clone(), placement, prometheus: prometheus()?, waits, replicas });
     tokio::spawn(purge_idempotency_keys(state.clone()));
 
     let listener = tokio::net::TcpListener::bind(config.listen).await?;

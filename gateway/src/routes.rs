@@ -3,7 +3,7 @@
 
 use crate::db::Outcome;
 use crate::error::ApiError;
-use crate::extract::{ApiKey, Args, IdempotencyKey, Module, PathParams, QueryParams};
+use crate::extract::{ApiKey, Args, IdempotencyKey, MinLsn, Module, PathParams, QueryParams};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
@@ -18,6 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 pub const RETRIES: HeaderName = HeaderName::from_static("lambdastore-retries");
 pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 pub const NODE: HeaderName = HeaderName::from_static("x-lambdastore-node");
+pub const COMMIT_LSN: HeaderName = HeaderName::from_static("lambdastore-commit-lsn");
 
 type Shared = State<Arc<AppState>>;
 
@@ -99,6 +100,9 @@ fn with_headers(status: StatusCode, body: impl Serialize, outcome: &Outcome, rep
     if replayed {
         headers.insert(REPLAYED, HeaderValue::from_static("true"));
     }
+    if let Some(lsn) = outcome.commit_lsn.as_deref().and_then(|lsn| HeaderValue::try_from(lsn).ok()) {
+        headers.insert(COMMIT_LSN, lsn);
+    }
     response
 }
 
@@ -126,25 +130,32 @@ fn from_db_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiEr
         ("method" = String, Path, description = "A public method of the object's type"),
         ("Idempotency-Key" = Option<String>, Header, description = "Makes a retry return the first attempt's response instead of running again (per application, kept for --idempotency-ttl)",
             min_length = 1, max_length = 255, pattern = "^[!-~]+$"),
+        ("lambdastore-min-lsn" = Option<String>, Header, description = "With --replica: a `lambdastore-commit-lsn` the answer must include (a standby answers once it has replayed that far, else the primary)",
+            pattern = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"),
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The method's arguments (an object by parameter name, or an array); empty means {}"),
     responses((status = 200, description = "The method's result", body = CallResult,
         headers(("lambdastore-retries" = u32, description = "Serialization failures retried"),
                 ("idempotent-replayed" = String, description = "`true` when the response is a stored one"),
-                ("x-lambdastore-node" = String, description = "The database node the call was sent to: `host:port` in Citus' metadata, `local` on one server")))),
+                ("x-lambdastore-node" = String, description = "The database node the call was sent to: `host:port` in Citus' metadata, `local` on one server, `replica-<n>` for the n-th --replica"),
+                ("lambdastore-commit-lsn" = String, description = "With --replica, on an answer of the primary: where the session's last write committed in the WAL, to send back as lambdastore-min-lsn")))),
     security(("api_key" = []))
 )]
 pub async fn invoke(
     State(state): Shared,
     ApiKey(key): ApiKey,
     IdempotencyKey(idempotency): IdempotencyKey,
+    MinLsn(min_lsn): MinLsn,
     PathParams((object_id, method)): PathParams<(i64, String)>,
     Args(args): Args,
 ) -> Result<Response, ApiError> {
     let outcome = state
-        .call(
+        .read_or_call(
             "invoke",
             Some(object_id),
+            (&key, &method),
+            idempotency.is_some(),
+            min_lsn.as_deref(),
             "SELECT result, replayed FROM lambdastore_gateway.invoke($1, $2, $3, $4, $5)",
             &[&key, &object_id, &method, &args, &idempotency],
         )
@@ -162,23 +173,29 @@ pub async fn invoke(
         ("function" = String, Path, description = "A static function of the type"),
         ("Idempotency-Key" = Option<String>, Header, description = "As for methods",
             min_length = 1, max_length = 255, pattern = "^[!-~]+$"),
+        ("lambdastore-min-lsn" = Option<String>, Header, description = "As for methods", pattern = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"),
     ),
     request_body(content = Option<Value>, content_type = "application/json", description = "The function's arguments; empty means {}"),
     responses((status = 200, description = "The function's result", body = CallResult,
-        headers(("lambdastore-retries" = u32), ("idempotent-replayed" = String), ("x-lambdastore-node" = String)))),
+        headers(("lambdastore-retries" = u32), ("idempotent-replayed" = String), ("x-lambdastore-node" = String),
+                ("lambdastore-commit-lsn" = String)))),
     security(("api_key" = []))
 )]
 pub async fn invoke_static(
     State(state): Shared,
     ApiKey(key): ApiKey,
     IdempotencyKey(idempotency): IdempotencyKey,
+    MinLsn(min_lsn): MinLsn,
     PathParams((app, type_name, function)): PathParams<(String, String, String)>,
     Args(args): Args,
 ) -> Result<Response, ApiError> {
     let outcome = state
-        .call(
+        .read_or_call(
             "invoke_static",
             None,
+            (&key, &format!("{type_name}.{function}")),
+            idempotency.is_some(),
+            min_lsn.as_deref(),
             "SELECT result, replayed FROM lambdastore_gateway.invoke_static($1, $2, $3, $4, $5, $6)",
             &[&key, &app, &type_name, &function, &args, &idempotency],
         )
@@ -367,7 +384,8 @@ pub async fn readyz(State(state): Shared) -> Result<Json<Ready>, ApiError> {
 /// retries, pool usage.
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): Shared) -> impl IntoResponse {
-    for (node, pool) in state.placement.pools() {
+    let replicas = state.replicas.pools().iter().cloned();
+    for (node, pool) in state.placement.pools().into_iter().chain(replicas) {
         let status = pool.status();
         let node = node.to_string();
         metrics::gauge!("lambdastore_gateway_pool_connections", "node" => node.clone(), "state" => "open")

@@ -104,6 +104,10 @@ impl Citus {
 }
 
 impl Placement for Citus {
+    fn distributed(&self) -> bool {
+        true
+    }
+
     fn route(&self, object: Option<i64>) -> Target {
         let map = self.current();
         match object.and_then(|object| map.target(object)) {

@@ -57,6 +57,11 @@ pub trait Placement: Send + Sync + 'static {
     /// Every node's pool, for readiness and the pool metrics.
     fn pools(&self) -> Vec<(Arc<str>, Pool)>;
 
+    /// Whether objects are spread over the nodes of a Citus cluster.
+    fn distributed(&self) -> bool {
+        false
+    }
+
     /// `target`, chosen by the map, was wrong (`why`): the next `route`
     /// must not use that map. Concurrent refreshes of one map reload it once.
     fn refresh(&self, _target: &Target, _why: Stale) -> Refresh<'_> {
