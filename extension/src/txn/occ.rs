@@ -389,10 +389,12 @@ pub(crate) fn validate_again() -> Result<()> {
 /// reads as committing, then validates them again (40001 if T2 wrote x
 /// first); T2, before its commit record, waits until no reader of what it
 /// wrote is committing. Read-only transactions write no commit record and
-/// need neither. On Citus, a prepared transaction's reads are not marked:
-/// standbys of Citus nodes are not read from.
+/// need neither. On Citus, standbys of nodes are not read from: a node's
+/// part of a transaction another node drives is left alone (Citus reports
+/// a part's failed COMMIT as XX000, not as its 40001), and a prepared
+/// transaction's reads are not marked.
 pub(crate) fn before_commit() -> Result<()> {
-    if !gucs::occ() || !versions::available() || !versions::holding_any() {
+    if !gucs::occ() || !versions::available() || !versions::holding_any() || crate::cluster::route::arrived() {
         return Ok(());
     }
     versions::wait_for_committing_readers();
