@@ -55,30 +55,11 @@ key=$(primary -c "SELECT api_key FROM lambdastore.create_api_key('counter')")
 cached=$(find "$primary_dir/data/lambdastore/cache" -name '*.cwasm' | wc -l)
 [ "$cached" -ge 2 ] || { echo "FAIL: expected compiled modules in the primary's cache, found $cached" >&2; exit 1; }
 
-rm -rf "$standby" && mkdir -p "$run"
-[ "$(id -u)" = 0 ] && chown -R postgres:postgres "$standby"
-as_pg "$bindir/pg_basebackup" -h "$primary_dir/run" -p "$primary_port" -U postgres -D "$standby/data" -R -X stream
+LAMBDASTORE_PORT=$standby_port "$cluster" standby basebackup-standby basebackup >/dev/null
 check "pg_basebackup copied the module cache" "$cached" "$(find "$standby/data/lambdastore/cache" -name '*.cwasm' | wc -l)"
-# The port is in Linux's ephemeral range: a client connection that was
-# given it as its local port makes the bind fail until it closes (more
-# likely with the Citus suites beside this one, scripts/test-lanes.sh).
-# Such a start is tried again, a few times, as scripts/cluster.sh does.
-for attempt in 1 2 3 4 5; do
-  as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$standby/data" -l "$standby/postgresql.log" -w -t 60 \
-    -o "-p $standby_port -k $run" start >/dev/null && break
-  if [ "$attempt" = 5 ] || ! tail -n 5 "$standby/postgresql.log" | grep -q "could not create any TCP/IP sockets"; then
-    echo "FAIL: the standby did not start; the end of its log:" >&2; tail -n 20 "$standby/postgresql.log" >&2; exit 1
-  fi
-  echo "port $standby_port is taken for now: starting the standby again" >&2
-  sleep 1 # waiting out another process's connection, which nothing signals
-done
 check "the standby is in recovery" t "$(on_standby -c "SELECT pg_is_in_recovery()")"
 # What the standby has replayed: wait for the last write of the primary.
-lsn=$(primary -c "SELECT pg_current_wal_lsn()")
-for _ in $(seq 1 600); do
-  [ "$(on_standby -c "SELECT pg_last_wal_replay_lsn() >= '$lsn'")" = t ] && break
-  sleep 0.1 # polling replay progress, bounded at 60 s
-done
+on_standby -c "SELECT lambdastore.wait_for_replay('$(primary -c "SELECT pg_current_wal_lsn()")', '60 s')" >/dev/null
 check "the standby has the applications" "counter,micro" "$(on_standby -c "SELECT string_agg(name, ',' ORDER BY name) FROM lambdastore.applications")"
 
 # Calls on the hot standby (issue 47): readonly ones read what the primary

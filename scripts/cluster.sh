@@ -3,8 +3,11 @@
 # for the rest. Used by `make demo` (name "demo") and `make test` ("test").
 #
 #   scripts/cluster.sh start|fresh|stop|crash|status|url|port|log|dir|psql NAME [psql args...]
+#   scripts/cluster.sh standby NAME PRIMARY
 #
-# `fresh` stops the cluster, deletes its data and starts it anew.
+# `fresh` stops the cluster, deletes its data and starts it anew. `standby`
+# does the same with a hot standby of cluster PRIMARY (running):
+# `pg_basebackup -R -X stream` of it, on this cluster's port.
 #
 # `crash` is `pg_ctl restart -m immediate`: every process is killed without
 # a checkpoint and the server recovers from the WAL (used by the job tests).
@@ -66,6 +69,17 @@ without_fds() (
 )
 
 case $cmd in
+  standby)
+    primary=$base/${1:?usage: cluster.sh standby NAME PRIMARY}
+    primary_port=$(sed -n "s/^port = //p" "$primary/data/postgresql.conf" | tail -n 1)
+    "$0" stop "$name"
+    rm -rf "$dir" && mkdir -p "$run"
+    [ "$(id -u)" = 0 ] && chown -R postgres:postgres "$dir"
+    as_pg "$bindir/pg_basebackup" -h "$primary/run" -p "$primary_port" -U postgres -D "$data" -R -X stream
+    # The copied settings are the primary's: its port and socket directory.
+    printf "port = %s\nunix_socket_directories = '%s'\n" "$port" "$run" | as_pg tee -a "$data/postgresql.conf" >/dev/null
+    exec "$0" start "$name"
+    ;;
   fresh)
     "$0" stop "$name"
     # The log too: e2e.sh greps it for crashes of this cluster's run only.
