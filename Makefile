@@ -88,11 +88,11 @@ bench: lambdas install ## The benchmark suite on its own cluster, every system s
 bench-python: lambdas install ## A Python guest against a Rust one (the counter): deploy time and size, warm calls (1 and 8 clients), a session's first call
 	scripts/bench-python.sh
 
-.PHONY: bench-citus
 .PHONY: bench-standby
 bench-standby: lambdas install ## Readonly calls on one hot object: the primary alone, then the primary and a hot standby at once (calls/s, CPU per call on each)
 	scripts/bench-standby.sh
 
+.PHONY: bench-citus
 bench-citus: lambdas install ## One node against a local Citus cluster (citus-bench): pgbench workloads (Retwis and CloudForum too), the gateway via the coordinator vs direct to the owner, a migration under load (bench/results/citus-migration.svg), contended calls (16 clients on 3 hot accounts, retries per operation)
 	scripts/bench-citus.sh
 
