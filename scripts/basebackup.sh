@@ -119,7 +119,7 @@ http_port=$((primary_port + 2))
   --database-url "host=$primary_dir/run port=$primary_port user=lambdastore_gateway dbname=$db" \
   --replica "host=$run port=$standby_port user=lambdastore_gateway dbname=$db" >"$standby/gateway.log" 2>&1 &
 gateway_pid=$!
-trap 'kill $gateway_pid 2>/dev/null; stop_all' EXIT
+trap 'kill $gateway_pid 2>/dev/null || true; stop_all' EXIT
 for _ in $(seq 1 300); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$http_port/readyz")" = 200 ] && break
   sleep 0.1 # polling the gateway's start, bounded at 30 s
