@@ -96,21 +96,11 @@ impl AppState {
         self.call_with(route, object, sql, params, false).await
     }
 
-    /// `call`, with the outcome's `commit_lsn`: where the call's commit
-    /// ended in the WAL, asked in the same round trip (two statements
-    /// pipelined on the connection, each its own transaction), so that the
-    /// client can read it back from a standby (`replicas.rs`).
-    pub async fn call_noting_lsn(
-        &self,
-        route: &'static str,
-        object: Option<i64>,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<Outcome, ApiError> {
-        self.call_with(route, object, sql, params, true).await
-    }
-
-    async fn call_with(
+    /// `call`; with `note_lsn`, the outcome's `commit_lsn`: where the
+    /// call's commit ended in the WAL, asked in the same round trip (two
+    /// statements pipelined on the connection, each its own transaction),
+    /// so that the client can read it back from a standby (`replicas.rs`).
+    pub async fn call_with(
         &self,
         route: &'static str,
         object: Option<i64>,

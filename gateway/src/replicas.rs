@@ -101,7 +101,7 @@ impl AppState {
                 Tried::Primary => {}
             }
         }
-        self.call_noting_lsn(route, object, sql, params).await
+        self.call_with(route, object, sql, params, true).await
     }
 
     async fn on_a_standby(&self, sql: &str, params: &[Param<'_>], min_lsn: Option<&str>) -> Result<Tried, ApiError> {
