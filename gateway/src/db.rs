@@ -25,7 +25,7 @@ pub struct Outcome {
     pub row: Row,
     pub retries: u32,
     pub node: Arc<str>,
-    /// Where the session's last commit ended, when asked for (`call_noting_lsn`).
+    /// Where the session's last commit ended, when asked for (`call_with`).
     pub commit_lsn: Option<String>,
 }
 
