@@ -266,7 +266,7 @@ run() {
   pgbench "$1" -n -c 8 -j 2 -T "$SECONDS_PER_RUN" --max-tries=1000 -D first=1 -D last=$COUNTERS -f "$work/$2.sql" 2>/dev/null \
     | awk '/^latency average/ {lat=$4} /^tps/ {tps=$3} END {printf "%.0f %.2f\n", tps, lat}'
 }
-median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+. "$repo/scripts/bench-lib.sh"
 # The median of column $2 of file $1.
 median_of() { cut -d' ' -f"$2" "$1" | median; }
 ratio() { awk "BEGIN {printf \"%.2f\", $1 / $2}"; }

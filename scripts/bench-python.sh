@@ -74,7 +74,7 @@ for _ in $(seq "$ROUNDS"); do
   done
 done
 
-median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+. "$repo/scripts/bench-lib.sh"
 # The median of column $4 (tx/s) or $5 (ms) of the runs of kind $1, clients $2, script $3.
 of() { awk -v k="$1" -v c="$2" -v s="$3" -v col="$4" '$1 == k && $2 == c && $3 == s {print $col}' "$work/runs" | median; }
 ratio() { awk "BEGIN {printf \"%.1f\", $1 / $2}"; }

@@ -28,19 +28,11 @@ psql "$standby" -X -Atq -c "SELECT lambdastore.wait_for_replay('$(sql -c "SELECT
 
 script=$(mktemp)
 echo "SELECT lambda_invoke($object, 'read', '{\"k\": 100}');" >"$script"
-# CPU seconds of a server: its postmaster, the children it reaped, and the
-# live ones (each pgbench run's backends end with it).
-cpu() {
-  local pm t s
-  pm=$(head -n 1 "$("$cluster" dir "$1")/data/postmaster.pid")
-  read -r -a s <"/proc/$pm/stat"; t=$((s[13] + s[14] + s[15] + s[16]))
-  for c in $(pgrep -P "$pm"); do read -r -a s <"/proc/$c/stat" 2>/dev/null && t=$((t + s[13] + s[14])); done
-  echo "$t"
-}
+. "$repo/scripts/bench-lib.sh"
+cpu() { cpu_ticks "$("$cluster" dir "$1")/data"; }
 # run URL CLIENTS: transactions done, from pgbench's report
 run() { pgbench "$1" -n -M prepared -c "$2" -j "$2" -T "$seconds" -f "$script" 2>/dev/null |
   awk '/actually processed/ {split($NF, a, "/"); print a[1]}'; }
-median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 run "$primary" "$clients" >/dev/null # warm-up: modules compiled, pages cached
 run "$standby" "$clients" >/dev/null
