@@ -153,6 +153,10 @@ pub struct Nested {
     pub readonly: bool,
     pub depth: u32,
     pub job: Option<i64>,
+    /// The code versions of the other applications the workflow has run
+    /// (cross-application calls): the callee runs those too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<ModuleKey>,
 }
 
 /// A call's failure that its caller receives as a value (the WIT
@@ -181,15 +185,55 @@ pub enum Reply {
     /// The call returned and its workflow committed (in this transaction):
     /// its result, and the calls it spawned on objects stored on other
     /// nodes, for the sending node to queue there.
-    Done { result: String, spawned: Vec<Spawned> },
+    /// `versions`: the code versions its workflow ran, for the sender's
+    /// workflow to pin (cross-application calls).
+    /// `loading_micros` (in every answer): the time it spent loading code,
+    /// which the sender's deadline does not count either.
+    Done {
+        result: String,
+        spawned: Vec<Spawned>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        versions: Vec<ModuleKey>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        loading_micros: u64,
+    },
     /// The call failed in a way its caller may handle; its workflow wrote
     /// nothing.
-    Failed { failure: CallFailure },
+    Failed {
+        failure: CallFailure,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        loading_micros: u64,
+    },
     /// The call needs `call`, on an object of another node, first: what it
     /// drew until then, the objects it touched (no call may come back to
-    /// them before it ends) and its code version. Nothing of the run
-    /// stays: it runs again, given the outcome.
-    Needs { call: MethodCall, tape: Vec<Draw>, touched: Vec<i64>, module: ModuleKey },
+    /// them before it ends), its code version and those of the other
+    /// applications it ran. Nothing of the run stays: it runs again, given
+    /// the outcome.
+    Needs {
+        call: MethodCall,
+        tape: Vec<Draw>,
+        touched: Vec<i64>,
+        module: ModuleKey,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        versions: Vec<ModuleKey>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        loading_micros: u64,
+    },
+}
+
+impl Reply {
+    /// The time the answering node spent loading code for the call.
+    pub fn loading_micros(&self) -> u64 {
+        match self {
+            Reply::Done { loading_micros, .. }
+            | Reply::Failed { loading_micros, .. }
+            | Reply::Needs { loading_micros, .. } => *loading_micros,
+        }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a module's `describe` export says, as stored in `modules.description`.

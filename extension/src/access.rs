@@ -156,6 +156,25 @@ pub(crate) fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<(
     )))
 }
 
+/// 42501 unless a lambda of application `from` may call into application
+/// `to` for `caller`: both `caller` and `from`'s owner, whose code makes
+/// the call, may invoke `to`. (A gateway call runs as the extension's
+/// owner, a job as the role that queued it: the owner's check keeps code
+/// from reaching what its author may not.)
+pub(crate) fn check_call_across(caller: Caller, from: &str, to: &str) -> Result<()> {
+    let owner = catalog::grants::owner(from)?.ok_or_else(|| LambdaError::UnknownApplication(from.to_string()))?;
+    for role in [caller, Caller(owner)] {
+        if !allowed(role, to, Privilege::Invoke)? {
+            return Err(LambdaError::PermissionDenied(format!(
+                "a lambda of application \"{from}\" may not call application \"{to}\": role \"{}\" may not \
+                 invoke it (its owner grants it with lambdastore.grant)",
+                role.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Runs `body` for the current user with the privileges of the bootstrap
 /// superuser, who owns the data: `body` must check what `Caller` may do
 /// before it touches anything. It runs under `with_fixed_search_path`, and

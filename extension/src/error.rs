@@ -25,8 +25,6 @@ pub(crate) enum LambdaError {
     UnknownFunction { ty: String, function: String, why: String },
     #[error("function \"{ty}.{function}\" is protected: only lambdas of application \"{app}\" may call it")]
     Protected { app: String, ty: String, function: String },
-    #[error("object {object} belongs to application \"{target}\", not \"{caller}\": calls across applications are not allowed")]
-    CrossApplication { object: i64, caller: String, target: String },
     #[error("permission denied: {0}")]
     PermissionDenied(String),
     #[error("bad arguments for \"{ty}.{function}\": {message}")]
@@ -131,10 +129,9 @@ impl LambdaError {
             E::UnknownFunction { .. } | E::Refused { refusal: Refusal::UnknownFunction, .. } => {
                 CallFailure::UnknownFunction(self.to_string())
             }
-            E::Protected { .. }
-            | E::CrossApplication { .. }
-            | E::PermissionDenied(_)
-            | E::Refused { refusal: Refusal::NotAllowed, .. } => CallFailure::NotAllowed(self.to_string()),
+            E::Protected { .. } | E::PermissionDenied(_) | E::Refused { refusal: Refusal::NotAllowed, .. } => {
+                CallFailure::NotAllowed(self.to_string())
+            }
             _ => return None,
         })
     }
@@ -183,7 +180,7 @@ impl LambdaError {
             JobNotCommitted(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             UnknownFunction { .. } => ERRCODE_UNDEFINED_FUNCTION,
             UnknownField { .. } => ERRCODE_UNDEFINED_COLUMN,
-            Protected { .. } | CrossApplication { .. } | PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
+            Protected { .. } | PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             BadArguments { .. } | Refused { refusal: Refusal::BadArguments, .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             Refused { refusal: Refusal::UnknownFunction, .. } => ERRCODE_UNDEFINED_FUNCTION,
             Refused { refusal: Refusal::UnknownType, .. } => ERRCODE_UNDEFINED_OBJECT,

@@ -19,7 +19,7 @@ use crate::host::Frame;
 use crate::pg;
 use crate::stats;
 use crate::txn::{occ, Workflow};
-use lambdastore_core::model::{Draw, FnDesc, FunctionKind, ObjectInfo, Spawned};
+use lambdastore_core::model::{Draw, FunctionKind, ObjectInfo, Spawned};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -239,7 +239,7 @@ pub(crate) fn check_method(caller: Caller, app_name: &str, type_name: &str, meth
 /// protected), and if so whether it is readonly.
 fn method_callable_from_sql(app: &AppVersion, type_name: &str, method: &str) -> Result<bool> {
     let f = app.function(type_name, method, FunctionKind::Method)?;
-    refuse_protected(app, type_name, f)?;
+    app.refuse_protected(type_name, f)?;
     Ok(f.readonly)
 }
 
@@ -254,7 +254,7 @@ pub(crate) fn invoke_static(
     let started = Instant::now();
     let app = current_version(caller, app_name)?;
     let f = app.function(type_name, function, FunctionKind::Static)?;
-    refuse_protected(&app, type_name, f)?; // refused calls are not counted, as above
+    app.refuse_protected(type_name, f)?; // refused calls are not counted, as above
     let readonly = f.readonly;
     refuse_in_read_only_transaction(readonly, type_name, function)?;
     let outcome = run_static(caller, &app, type_name, function, readonly, args);
@@ -293,7 +293,7 @@ pub(crate) fn create_with(
     let started = Instant::now();
     let app = current_version(caller, app_name)?;
     if let Some(ctor) = app.constructor(type_name)? {
-        refuse_protected(&app, type_name, ctor)?; // refused calls are not counted, as above
+        app.refuse_protected(type_name, ctor)?; // refused calls are not counted, as above
     }
     refuse_in_read_only_transaction(false, type_name, "(create)")?;
     let workflow = start(caller, None, tape)?;
@@ -307,15 +307,4 @@ fn current_version(caller: Caller, app_name: &str) -> Result<Rc<AppVersion>> {
     let module = catalog::modules::current(app_name)?;
     access::check(caller, app_name, Privilege::Invoke)?;
     registry::load(&module)
-}
-
-fn refuse_protected(app: &AppVersion, type_name: &str, f: &FnDesc) -> Result<()> {
-    if f.protected {
-        return Err(LambdaError::Protected {
-            app: app.app.clone(),
-            ty: type_name.to_string(),
-            function: f.name.clone(),
-        });
-    }
-    Ok(())
 }

@@ -162,6 +162,50 @@ fn bank_history_is_newest_first() {
     assert_eq!(amounts, expected);
 }
 
+/// The Python wallet (guest-sdk/python/examples/wallet) and the Rust bank:
+/// a bank transfer to a wallet runs Rust → Python → Rust, a top-up Python
+/// → Rust → Python → Rust, each one workflow that commits or changes
+/// nothing, on both sides.
+#[test]
+fn a_python_wallet_and_the_rust_bank_share_one_workflow() {
+    let (mut c, bank) = deployed("mixed_bank", "bank");
+    let wallets = app("mixed_wallet");
+    deploy_example(&mut c, &wallets, "py_wallet");
+    let alice = create(&mut c, &bank, "Account", json!({"owner": "alice", "initial": 100}));
+    let wallet = create(&mut c, &wallets, "Wallet", json!({"holder": "alice"}));
+    // On a Citus coordinator (the suites run there too) a top-up comes back
+    // to the account a stopped run on its node touched, which a workflow
+    // may not do across nodes (0A000, docs/ARCHITECTURE.md "On a Citus
+    // cluster"): the wallet lives with its holder's account.
+    let distributed: bool = c.query_one("SELECT lambdastore._distributed()", &[]).unwrap().get(0);
+    if distributed && owner(&mut c, wallet) != owner(&mut c, alice) {
+        let to = owner(&mut c, alice);
+        c.query_one("SELECT lambdastore.migrate_object($1, $2)::text", &[&wallet, &to]).unwrap();
+    }
+    let balances = |c: &mut Client| (call(c, alice, "balance", json!({})), call(c, wallet, "balance", json!({})));
+
+    assert_eq!(call(&mut c, alice, "transfer", json!({"to": wallet, "amount": 30})), json!(70));
+    assert_eq!(call(&mut c, wallet, "top_up", json!({"account": alice, "amount": 20})), json!(50));
+    assert_eq!(balances(&mut c), (json!(50), json!(50)));
+    let debits: Vec<Value> = call(&mut c, alice, "history", json!({}))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| json!([h["kind"], h["amount"], h["counterparty"]]))
+        .collect();
+    assert_eq!(debits, [json!(["debit", 20, wallet]), json!(["debit", 30, wallet])]);
+
+    // A deposit with no transfer behind it, an overdraft and a debit
+    // credited twice fail in Python or in Rust, and change nothing anywhere.
+    let refused = expect_sqlstate(invoke(&mut c, wallet, "deposit", json!({"amount": 5, "from": alice})), "P0001");
+    assert!(refused.contains("no transfer of 5"), "{refused}");
+    let overdraft = expect_sqlstate(invoke(&mut c, wallet, "top_up", json!({"account": alice, "amount": 51})), "P0001");
+    assert!(overdraft.contains("insufficient funds"), "{overdraft}");
+    let again = expect_sqlstate(invoke(&mut c, wallet, "deposit", json!({"amount": 20, "from": alice})), "P0001");
+    assert!(again.contains("already credited"), "{again}");
+    assert_eq!(balances(&mut c), (json!(50), json!(50)));
+}
+
 /// A forum (the Rust or the Python `example`) with one account and one community.
 fn forum(test: &str, example: &str) -> (Client, String, i64, i64) {
     let (mut c, app) = deployed(&format!("{test}_{example}"), example);

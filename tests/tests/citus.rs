@@ -621,16 +621,28 @@ fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     assert_ne!(job, jobs[0]);
     assert_eq!(finished(&mut c, job).result, Some(json!(2)));
     // A spawn to a method the object does not have, or to an object of
-    // another application, on another node, is checked there when the
-    // workflow commits: the refusal fails the parent (on one node it comes
-    // back to the lambda at the spawn, jobs.rs).
+    // another application the role may not invoke, on another node, is
+    // checked there when the workflow commits: the refusal fails the parent
+    // (on one node it comes back to the lambda at the spawn, jobs.rs).
     let bad = json!({"target": y, "method": "nope", "args": {}, "fail": false});
     expect_sqlstate(invoke(&mut c, x, "spawn_then", bad), "42883");
     let (_, other) = deployed("citus_spawn_other", "micro");
     let (_, foreign) = on_two_nodes(&mut c, &other, "Bench", json!({"entries": 0}));
     assert_ne!(owner(&mut c, foreign), owner(&mut c, x));
     let foreign_spawn = json!({"target": foreign, "method": "tally", "args": {"tag": 3}, "fail": false});
-    expect_sqlstate(invoke(&mut c, x, "spawn_then", foreign_spawn), "42501");
+    let role = TestRole::new("citus_spawn_across");
+    grant(&mut c, &app, &role.name, "invoke").unwrap();
+    expect_sqlstate(invoke(&mut role.connect(), x, "spawn_then", foreign_spawn.clone()), "42501");
+    // Granted the other application too, the job is queued there, as the
+    // object's application's, and runs.
+    grant(&mut c, &other, &role.name, "invoke").unwrap();
+    call(&mut role.connect(), x, "spawn_then", foreign_spawn);
+    let (job, of): (i64, String) = c
+        .query_one("SELECT job_id, app FROM lambdastore.jobs WHERE object_id = $1", &[&foreign])
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    assert_eq!(of, other);
+    assert_eq!(finished(&mut c, job).result, Some(json!(1)));
 }
 
 /// The backend caches stay on on a cluster: a deploy made on one node

@@ -31,12 +31,16 @@ fn a_callee_refusal_reaches_its_caller_as_on_the_mock_host() {
         serde_json::from_str(include_str!("../../guest-sdk/examples/micro/probed_failures.json")).unwrap();
     assert_eq!(call(&mut c, id, "probe_failures", json!({"missing": -42})), expected);
 
-    // The server alone has other applications: their objects are refused.
+    // The server alone has other applications: their objects are refused
+    // to a role that may not invoke them (security.rs has the rest).
     let (_, other_app) = deployed("probe_other", "micro");
     let foreign = create(&mut c, &other_app, "Bench", json!({}));
+    let role = TestRole::new("probe_failures");
+    grant(&mut c, &app, &role.name, "invoke").unwrap();
     let mut with_foreign = expected.as_array().unwrap().clone();
     with_foreign.push(json!("not-allowed"));
-    assert_eq!(call(&mut c, id, "probe_failures", json!({"missing": -42, "foreign": foreign})), json!(with_foreign));
+    let probed = call(&mut role.connect(), id, "probe_failures", json!({"missing": -42, "foreign": foreign}));
+    assert_eq!(probed, json!(with_foreign));
 
     // Passed on with `?` (into the SDK's error), a refusal is the caller's
     // own error, as on the mock.
@@ -238,6 +242,8 @@ fn a_nested_call_to_an_unknown_object_comes_back_to_its_caller() {
     assert_eq!(saw_error, json!(true));
 }
 
+/// Another bank's `deposit` is protected: only its own application's
+/// lambdas may call it, whoever invokes the transfer.
 #[test]
 fn a_transfer_to_another_applications_account_is_refused_and_moves_nothing() {
     let mut c = connect();
@@ -250,7 +256,7 @@ fn a_transfer_to_another_applications_account_is_refused_and_moves_nothing() {
 
     // The refusal comes back to `transfer`, which fails with it (its own error).
     let refused = expect_sqlstate(invoke(&mut c, alice, "transfer", json!({"to": bob, "amount": 30})), "P0001");
-    assert!(refused.contains("calls across applications are not allowed"), "{refused}");
+    assert!(refused.contains(&format!("is protected: only lambdas of application \"{bank_b}\"")), "{refused}");
 
     assert_eq!(call(&mut c, alice, "balance", json!({})), json!(100));
     assert_eq!(call(&mut c, bob, "balance", json!({})), json!(5));

@@ -416,3 +416,51 @@ fn a_backends_lambda_log_is_bounded_per_second() {
     let most = (seconds as usize + 1) * (64 * 1024 + 64 * 200);
     assert!(delivered > 0 && delivered <= most, "{delivered} bytes of log in {seconds} s (at most {most})");
 }
+
+// Calls across applications (docs/sql-api.md, "Calls across applications").
+
+/// A lambda may call and spawn on another application's objects only where
+/// both the role it runs for and its own application's owner may invoke
+/// that application, and never its protected functions. The owner's check
+/// is what stops a gateway key, whose calls run as the extension's owner,
+/// from reaching an application its code's author may not.
+#[test]
+fn a_lambda_reaches_another_application_only_where_its_role_and_its_owner_may_invoke_it() {
+    let (caller, owner) = (TestRole::new("across_caller"), TestRole::new("across_owner"));
+    let (mut admin, mine, a) = micro_object("across_mine");
+    let (_, theirs, b) = micro_object("across_theirs");
+    call(&mut admin, b, "put", json!({"key": "k", "value": "theirs"}));
+    grant(&mut admin, &mine, &caller.name, "invoke").unwrap();
+    let mut c = caller.connect();
+    let relay = |c: &mut Client, method: &str| {
+        invoke(c, a, "relay", json!({"target": b, "method": method, "args": {"key": "k"}}))
+    };
+
+    // `relay` and `spawn_then` pass the refusal on with `?`, as their own
+    // error (P0001) with its message.
+    let message = expect_sqlstate(relay(&mut c, "get"), "P0001");
+    assert!(message.contains(&format!("role \"{}\" may not invoke", caller.name)), "{message}");
+    let spawn = json!({"target": b, "method": "tally", "args": {"tag": 1}, "fail": false});
+    let message = expect_sqlstate(invoke(&mut c, a, "spawn_then", spawn.clone()), "P0001");
+    assert!(message.contains("may not call application"), "{message}");
+
+    grant(&mut admin, &theirs, &caller.name, "invoke").unwrap();
+    assert_eq!(relay(&mut c, "get").unwrap(), json!("theirs"));
+    let message = expect_sqlstate(relay(&mut c, "secret"), "P0001");
+    assert!(message.contains("protected"), "{message}");
+    // A spawned job belongs to its object's application, and runs.
+    call(&mut c, a, "spawn_then", spawn);
+    let (job, app): (i64, String) = admin
+        .query_one("SELECT job_id, app FROM lambdastore.jobs WHERE object_id = $1 AND method = 'tally'", &[&b])
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    assert_eq!(app, theirs);
+    assert_eq!(finished(&mut c, job).result, Some(json!(1)));
+
+    // The calling application's owner must be allowed too, superuser caller or not.
+    admin.execute(&format!("SELECT lambdastore.set_owner('{mine}', '{}')", owner.name), &[]).unwrap();
+    let message = expect_sqlstate(relay(&mut admin, "get"), "P0001");
+    assert!(message.contains(&format!("role \"{}\" may not invoke", owner.name)), "{message}");
+    grant(&mut admin, &theirs, &owner.name, "invoke").unwrap();
+    assert_eq!(relay(&mut admin, "get").unwrap(), json!("theirs"));
+}

@@ -606,6 +606,69 @@ fn bank_invariant_off() {
 }
 
 // ---------------------------------------------------------------------------
+// Lost update across languages
+
+/// Bank transfers from many accounts into one Python wallet
+/// (guest-sdk/python/examples/wallet): each is Rust → Python → Rust in one
+/// workflow (the wallet's deposit reads the paying account's audit back).
+/// The wallet must hold exactly what the committed transfers moved, and
+/// the money in all must stay what it was.
+fn mixed_language_lost_update(cc: Cc) -> Outcome {
+    const ACCOUNTS: usize = 16;
+    const INITIAL: i64 = 1000;
+    let per_thread = scaled(30);
+    let mut c = connect();
+    let bank = app(&format!("mixed_bank_{cc}"));
+    deploy_example(&mut c, &bank, "bank");
+    let wallets = app(&format!("mixed_wallet_{cc}"));
+    deploy_example(&mut c, &wallets, "py_wallet");
+    let accounts = Arc::new(open_accounts(&mut c, &bank, ACCOUNTS, INITIAL));
+    let wallet = create(&mut c, &wallets, "Wallet", json!({"holder": "all"}));
+
+    let paying = Arc::clone(&accounts);
+    let tallies = run_workers("mixed_language_lost_update", THREADS, WATCHDOG, move |i| {
+        let mut c = connect_cc(cc);
+        let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+        for _ in 0..per_thread {
+            let from = paying[rng.below(ACCOUNTS as u64) as usize];
+            let transfer = || invoke(&mut c, from, "transfer", json!({"to": wallet, "amount": 1}));
+            match retrying(cc, &mut tally, &mut rng, transfer) {
+                Ok(_) => tally.committed += 1,
+                // Two transfers from one account that numbered their audit
+                // entries alike (a lost update in Rust) meet the wallet's
+                // check of each debit, in Python.
+                Err(e) if describe(&e).contains("already credited") => tally.refused += 1,
+                Err(e) => panic!("transfer to the wallet: {}", describe(&e)),
+            }
+        }
+        tally
+    });
+
+    let tally = Tally::sum(&tallies);
+    let held = as_i64(call(&mut c, wallet, "balance", json!({})));
+    let banked: i64 = accounts.iter().map(|a| balance(&mut c, *a)).sum();
+    let total = ACCOUNTS as i64 * INITIAL;
+    Outcome {
+        anomalies: tally.refused + tally.committed.abs_diff(held as u64) + total.abs_diff(banked + held),
+        details: format!(
+            "{} transfers committed, {} debits numbered twice, the wallet holds {held}, the bank {banked} of {total}",
+            tally.committed, tally.refused
+        ),
+        tally,
+    }
+}
+
+#[test]
+fn mixed_language_lost_update_occ() {
+    prove("mixed_language_lost_update", Cc::Occ, mixed_language_lost_update);
+}
+
+#[test]
+fn mixed_language_lost_update_off() {
+    prove("mixed_language_lost_update", Cc::Off, mixed_language_lost_update);
+}
+
+// ---------------------------------------------------------------------------
 // A transaction of several invocations
 
 /// Write skew again, but decided by the client across statements of one SQL

@@ -95,7 +95,7 @@ mod lambdastore {
             let (app, parent, due_micros): (String, Option<i64>, Option<i64>) = sent_context(context)?;
             let spawned =
                 Spawned { object: object_id, app, method: method.into(), args: args.into(), due_micros, timer: None };
-            forward::queue_spawned(caller, &spawned, parent).map(|_| String::new())
+            forward::queue_spawned(caller, spawned, parent).map(|_| String::new())
         };
         here(role, timeout_ms, settings, spawn, || format!("spawn({object_id}, '{method}')"))
     }

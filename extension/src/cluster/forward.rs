@@ -19,6 +19,7 @@ use crate::workflow::{self, commit, start, validated, Finished};
 use lambdastore_core::model::{CallFailure, Create, Draw, Forwarded, MethodCall, Reply, Spawned};
 use pgrx::datum::TimestampWithTimeZone;
 use std::rc::Rc;
+use std::time::Duration;
 
 /// Sends one of the `_here` functions for `caller`, with the session's
 /// `lambdastore.timeout`.
@@ -162,12 +163,15 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
     if sent.alone {
         return run_alone(caller, object, method, args, sent.tape);
     }
+    let (mut versions, mut loading) = (Vec::new(), Duration::ZERO);
     let outcome = match (sent.create, sent.nested) {
         (Some(create), _) => workflow::create_with(caller, &create.app, &create.type_name, args, Some(sent.tape))
             .map(|done| Finished { result: done.result.to_string(), spawned_elsewhere: done.spawned_elsewhere }),
         (None, None) => workflow::invoke_replaying(caller, object, method, args, sent.tape),
         (None, Some(nested)) => {
-            let app = registry::load(&nested.module)?;
+            let workflow = start(caller, nested.job, Some(sent.tape))?;
+            workflow.pin(&nested.versions);
+            let app = registry::load_in(&workflow, &nested.module)?;
             let call = MethodCall {
                 object,
                 method: method.into(),
@@ -175,15 +179,21 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
                 readonly: nested.readonly,
                 depth: nested.depth,
             };
-            let workflow = start(caller, nested.job, Some(sent.tape))?;
-            validated(&workflow, calls::method_here(&workflow, &app, &call))
-                .and_then(|result| Ok(Finished { result, spawned_elsewhere: commit(&workflow)? }))
+            let outcome = validated(&workflow, calls::method_here(&workflow, &app, &call))
+                .and_then(|result| Ok(Finished { result, spawned_elsewhere: commit(&workflow)? }));
+            (versions, loading) = (workflow.versions(), workflow.loading());
+            outcome
         }
     };
     if let Err(LambdaError::Suspended(needs)) = outcome {
         return Ok(needs);
     }
-    serde_json::to_string(&reply(outcome)?).map_err(|e| LambdaError::Internal(e.to_string()))
+    let mut reply = reply(outcome)?;
+    match &mut reply {
+        Reply::Done { versions: ran, loading_micros, .. } => (*ran, *loading_micros) = (versions, micros(loading)),
+        Reply::Failed { loading_micros, .. } | Reply::Needs { loading_micros, .. } => *loading_micros = micros(loading),
+    }
+    serde_json::to_string(&reply).map_err(|e| LambdaError::Internal(e.to_string()))
 }
 
 /// A call sent alone: this node drives its transaction (cluster/route.rs).
@@ -192,17 +202,27 @@ pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &st
 fn run_alone(caller: Caller, object: i64, method: &str, args: &str, tape: Vec<Draw>) -> Result<String> {
     let done = workflow::invoke_replaying(caller, object, method, args, tape)?;
     route::ran_here()?;
-    serde_json::to_string(&Reply::Done { result: done.result, spawned: done.spawned_elsewhere })
-        .map_err(|e| LambdaError::Internal(e.to_string()))
+    let reply =
+        Reply::Done { result: done.result, spawned: done.spawned_elsewhere, versions: Vec::new(), loading_micros: 0 };
+    serde_json::to_string(&reply).map_err(|e| LambdaError::Internal(e.to_string()))
+}
+
+fn micros(spent: Duration) -> u64 {
+    spent.as_micros() as u64
 }
 
 /// What a forwarded call answers (a run that stopped for a call on
 /// another node answers that: `Suspended`).
 pub(crate) fn reply(outcome: Result<Finished<String>>) -> Result<Reply> {
     match outcome {
-        Ok(done) => Ok(Reply::Done { result: done.result, spawned: done.spawned_elsewhere }),
+        Ok(done) => Ok(Reply::Done {
+            result: done.result,
+            spawned: done.spawned_elsewhere,
+            versions: Vec::new(),
+            loading_micros: 0,
+        }),
         Err(failed) => match failed.call_failure() {
-            Some(failure) => Ok(Reply::Failed { failure }),
+            Some(failure) => Ok(Reply::Failed { failure, loading_micros: 0 }),
             None => Err(failed),
         },
     }
@@ -210,7 +230,7 @@ pub(crate) fn reply(outcome: Result<Finished<String>>) -> Result<Reply> {
 
 /// A call a lambda on another node spawned on an object stored here
 /// (`_spawn_here`): queued as a job of `caller`, child of `parent`.
-pub(crate) fn queue_spawned(caller: Caller, spawned: &Spawned, parent: Option<i64>) -> Result<()> {
-    calls::check_spawned_here(spawned)?;
-    crate::jobs::queue::insert_spawned(std::slice::from_ref(spawned), caller.0, parent)
+pub(crate) fn queue_spawned(caller: Caller, mut spawned: Spawned, parent: Option<i64>) -> Result<()> {
+    calls::check_spawned_here(caller, &mut spawned)?;
+    crate::jobs::queue::insert_spawned(std::slice::from_ref(&spawned), caller.0, parent)
 }

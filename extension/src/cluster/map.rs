@@ -131,11 +131,11 @@ fn on_other_nodes(
         let answer: Answer = serde_json::from_str(&answer)
             .map_err(|e| LambdaError::Internal(format!("a map call's run answered {answer:?}: {e}")))?;
         let outcome = match answer {
-            Answer::Reply(Reply::Done { result, spawned: more }) => {
+            Answer::Reply(Reply::Done { result, spawned: more, .. }) => {
                 spawned.extend(more);
                 Ok(result)
             }
-            Answer::Reply(Reply::Failed { failure }) => Err(Failure::of(&LambdaError::from(failure))),
+            Answer::Reply(Reply::Failed { failure, .. }) => Err(Failure::of(&LambdaError::from(failure))),
             Answer::Reply(Reply::Needs { .. }) => {
                 let node = layout.owner(object).1.unwrap_or_default().to_string();
                 alone(|| as_jsonb(forward::invoke(caller, object, &node, method, args)?))?
@@ -209,7 +209,9 @@ fn send(
 pub(crate) fn run_here(caller: Caller, object: i64, method: &str, args: &str) -> Result<Answer> {
     let sub = Subtransaction::begin();
     let outcome = catching(|| match run_mapped(caller, object, method, args)? {
-        Reply::Done { result, spawned } => Ok(Reply::Done { result: as_jsonb(result)?, spawned }),
+        Reply::Done { result, spawned, versions, loading_micros } => {
+            Ok(Reply::Done { result: as_jsonb(result)?, spawned, versions, loading_micros })
+        }
         reply => Ok(reply),
     });
     Ok(match outcome? {

@@ -61,6 +61,7 @@ pub(crate) fn drive(
         readonly: call.readonly,
         depth: call.depth,
         job: workflow.parent_job,
+        versions: workflow.versions(),
     });
     drive_with(workflow, node, call, Forwarded { nested, ..Forwarded::default() }, busy, needed)
 }
@@ -98,10 +99,18 @@ fn drive_with(
             Ok(reply) => reply,
             Err(failed) => break Err(failed),
         };
+        workflow.not_counted(std::time::Duration::from_micros(reply.loading_micros()));
         match reply {
-            Reply::Done { result, spawned } => break queue(workflow, &spawned).map(|_| Ok(result)),
-            Reply::Failed { failure } => break Ok(Err(failure)),
-            Reply::Needs { call: needed, mut tape, touched, module } => {
+            Reply::Done { result, spawned, versions, .. } => {
+                workflow.pin(&versions);
+                break queue(workflow, &spawned).map(|_| Ok(result));
+            }
+            Reply::Failed { failure, .. } => break Ok(Err(failure)),
+            Reply::Needs { call: needed, mut tape, touched, module, versions, .. } => {
+                workflow.pin(&versions);
+                if let Some(nested) = &mut forwarded.nested {
+                    nested.versions = workflow.versions();
+                }
                 hops.get_or_insert_with(Subtransaction::begin);
                 let busy: Vec<i64> = busy.iter().copied().chain(touched).collect();
                 match run_needed(workflow, &module, needed.clone(), &busy) {
@@ -153,7 +162,7 @@ pub(crate) fn send_alone(caller: Caller, call: &MethodCall) -> Result<String> {
     let timeout = crate::gucs::timeout(caller.is_superuser());
     let reply = route::send_alone(CALL_HERE, call.object, texts, caller, timeout)?;
     match serde_json::from_str(&reply) {
-        Ok(Reply::Done { result, spawned }) if spawned.is_empty() => Ok(result),
+        Ok(Reply::Done { result, spawned, .. }) if spawned.is_empty() => Ok(result),
         _ => Err(LambdaError::Internal(format!("a call sent alone answered {reply:?}"))),
     }
 }

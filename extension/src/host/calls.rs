@@ -1,12 +1,14 @@
 //! Nested calls: what a lambda asks of the host to reach other objects
-//! (`call`, `call-static`, `create`, `spawn`). They stay inside the
-//! application the workflow started in, run on the same code version, and
-//! take a savepoint of the write buffer so that a callee returning its own
-//! error leaves nothing behind. A call or spawn for an object stored on
+//! (`call`, `call-static`, `create`, `spawn`). Calls and spawns may reach
+//! another application's objects (`callee`); each application runs the
+//! code version the workflow pinned for it. A nested call takes a
+//! savepoint of the write buffer, so that a callee returning its own error
+//! leaves nothing behind. A call or spawn for an object stored on
 //! another Citus node goes there (cluster/remote.rs drives it).
 
 use super::registry::{self, AppVersion};
 use super::{Frame, HostState};
+use crate::access::{self, Caller};
 use crate::catalog;
 use crate::cluster::{affinity, remote, route};
 use crate::error::{LambdaError, Result};
@@ -87,13 +89,33 @@ fn object_info(workflow: &Workflow, id: i64) -> Result<ObjectInfo> {
     Ok(info)
 }
 
-/// An object a workflow of `app` may reach: one of its own application's.
-fn same_application_object(workflow: &Workflow, app: &AppVersion, target: i64) -> Result<ObjectInfo> {
+/// Object `target` and the code that runs its method `function` for a
+/// lambda of `app`: `app` itself for an object of its own application.
+/// Another application's object may be called when its application may be
+/// invoked by both the role the workflow runs for and `app`'s owner (whose
+/// code makes the call: a gateway call runs as the extension's owner), and
+/// not through a protected function. It runs the code version the
+/// workflow pinned for its application, else the current one.
+fn callee(
+    workflow: &Workflow,
+    app: &Rc<AppVersion>,
+    target: i64,
+    function: &str,
+) -> Result<(ObjectInfo, Rc<AppVersion>)> {
     let info = object_info(workflow, target)?;
-    if info.app != app.app {
-        return Err(LambdaError::CrossApplication { object: target, caller: app.app.clone(), target: info.app });
+    if info.app == app.app {
+        // Protected methods are allowed: the call comes from a lambda.
+        app.function(&info.type_name, function, FunctionKind::Method)?;
+        return Ok((info, Rc::clone(app)));
     }
-    Ok(info)
+    access::check_call_across(workflow.caller, &app.app, &info.app)?;
+    let key = match workflow.version_of(&info.app) {
+        Some(pinned) => pinned,
+        None => catalog::modules::current(&info.app)?,
+    };
+    let version = registry::load_in(workflow, &key)?;
+    version.refuse_protected(&info.type_name, version.function(&info.type_name, function, FunctionKind::Method)?)?;
+    Ok((info, version))
 }
 
 /// Runs a nested call under a savepoint of the write buffer.
@@ -159,7 +181,7 @@ pub(crate) fn run_needed(
     if busy.contains(&call.object) {
         return Err(LambdaError::CallBack(call.object));
     }
-    let app = registry::load(module)?;
+    let app = registry::load_in(workflow, module)?;
     match route::owner_elsewhere(call.object)? {
         Some(node) => remote::drive(workflow, Some(&app.key), &node, call, busy, run_needed),
         None => match method_here(workflow, &app, &call) {
@@ -187,7 +209,7 @@ pub(crate) fn method_here(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, call: &
     if call.depth > max {
         return Err(LambdaError::CallDepth(max));
     }
-    let info = same_application_object(workflow, app, call.object)?;
+    let (info, app) = callee(workflow, app, call.object, &call.method)?;
     let f = app.function(&info.type_name, &call.method, FunctionKind::Method)?;
     let frame = Frame {
         object: call.object,
@@ -198,7 +220,7 @@ pub(crate) fn method_here(workflow: &Rc<Workflow>, app: &Rc<AppVersion>, call: &
         depth: call.depth,
     };
     affinity::received(call.object);
-    nested(workflow, app, frame, FunctionKind::Method, &call.args)
+    nested(workflow, &app, frame, FunctionKind::Method, &call.args)
 }
 
 /// Host `call-static`.
@@ -233,20 +255,15 @@ pub(crate) fn spawn(
     due_micros: Option<i64>,
 ) -> Result<()> {
     check_writable(caller)?;
-    if route::owner_elsewhere(target)?.is_none() {
-        let info = same_application_object(&caller.workflow, &caller.app, target)?;
-        // Protected methods are allowed: the call comes from a lambda.
-        caller.app.function(&info.type_name, function, FunctionKind::Method)?;
-    }
-    registry::check_args_size(args)?;
-    let call = Spawned {
-        object: target,
-        app: caller.app.app.clone(),
-        method: function.to_string(),
-        args: args.to_string(),
-        due_micros,
-        timer: None,
+    // The job is the object's application's (its queue and limits); one on
+    // another node is checked, and given its application, there.
+    let app = match route::owner_elsewhere(target)? {
+        None => callee(&caller.workflow, &caller.app, target, function)?.0.app,
+        Some(_) => caller.app.app.clone(),
     };
+    registry::check_args_size(args)?;
+    let call =
+        Spawned { object: target, app, method: function.to_string(), args: args.to_string(), due_micros, timer: None };
     caller.workflow.spawn(call, gucs::max_spawns())
 }
 
@@ -297,18 +314,18 @@ fn check_writable(caller: &HostState) -> Result<()> {
     Ok(())
 }
 
-/// A spawned call for an object of this node, queued by a lambda on
-/// another node (`_spawn_here`): the object must be of the spawning
-/// application and have the method.
-pub(crate) fn check_spawned_here(spawned: &Spawned) -> Result<()> {
+/// A spawned call for an object of this node, queued by a lambda of
+/// application `spawned.app` on another node (`_spawn_here`) for
+/// `caller`: checked as a spawn on this node is; the job is the object's
+/// application's.
+pub(crate) fn check_spawned_here(caller: Caller, spawned: &mut Spawned) -> Result<()> {
     let (info, module) = catalog::objects::lookup(spawned.object)?;
+    let version = registry::load(&module)?;
+    let f = version.function(&info.type_name, &spawned.method, FunctionKind::Method)?;
     if info.app != spawned.app {
-        return Err(LambdaError::CrossApplication {
-            object: spawned.object,
-            caller: spawned.app.clone(),
-            target: info.app,
-        });
+        access::check_call_across(caller, &spawned.app, &info.app)?;
+        version.refuse_protected(&info.type_name, f)?;
+        spawned.app = info.app;
     }
-    registry::load(&module)?.function(&info.type_name, &spawned.method, FunctionKind::Method)?;
     registry::check_args_size(&spawned.args)
 }

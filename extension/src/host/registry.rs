@@ -46,6 +46,19 @@ impl AppVersion {
         Ok(f)
     }
 
+    /// 42501 if `f` (of `type_name`) is protected: callable only by
+    /// lambdas of this application, not from SQL or other applications.
+    pub(crate) fn refuse_protected(&self, type_name: &str, f: &FnDesc) -> Result<()> {
+        if f.protected {
+            return Err(LambdaError::Protected {
+                app: self.app.clone(),
+                ty: type_name.to_string(),
+                function: f.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn constructor(&self, type_name: &str) -> Result<Option<&FnDesc>> {
         Ok(self.type_desc(type_name)?.functions.iter().find(|f| f.kind == FunctionKind::Constructor))
     }
@@ -58,7 +71,7 @@ thread_local! {
 /// Loads a module version: from this backend's memory, else from the disk
 /// cache (mmap), else by compiling the bytes from `lambdastore.modules`.
 pub(crate) fn load(key: &ModuleKey) -> Result<Rc<AppVersion>> {
-    if let Some(app) = APPS.with(|apps| apps.borrow().get(key).cloned()) {
+    if let Some(app) = loaded(key) {
         return Ok(app);
     }
     let module_id = key.module_id;
@@ -86,6 +99,22 @@ pub(crate) fn load(key: &ModuleKey) -> Result<Rc<AppVersion>> {
         apps.insert(key.clone(), app.clone());
     });
     Ok(app)
+}
+
+fn loaded(key: &ModuleKey) -> Option<Rc<AppVersion>> {
+    APPS.with(|apps| apps.borrow().get(key).cloned())
+}
+
+/// `load`, in a running `workflow`, whose deadline does not count the
+/// time a load takes (`Workflow::not_counted`).
+pub(crate) fn load_in(workflow: &Workflow, key: &ModuleKey) -> Result<Rc<AppVersion>> {
+    if let Some(app) = loaded(key) {
+        return Ok(app);
+    }
+    let started = Instant::now();
+    let app = load(key);
+    workflow.not_counted(started.elapsed());
+    app
 }
 
 fn instantiate_pre(component: &Component) -> Result<LambdaPre<Sandboxed<HostState>>> {
@@ -196,6 +225,7 @@ pub(crate) fn run(
     args: &str,
 ) -> Result<String> {
     check_args_size(args)?;
+    workflow.pin([&app.key]);
     let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
     let outcome = with_instance(workflow, app, frame, gucs::memory_limit_bytes(), |store, lambda| {
         lambda.call_dispatch(store, kind.into(), &ty, &function, object, args)

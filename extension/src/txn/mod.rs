@@ -51,7 +51,9 @@ pub(crate) struct Workflow {
     /// The job this workflow runs as, if any: the parent of its spawns.
     pub(crate) parent_job: Option<i64>,
     pub(crate) timeout: Duration,
-    pub(crate) deadline: Instant,
+    deadline: Cell<Instant>,
+    /// Time spent loading code during the workflow (`not_counted`).
+    loading: Cell<Duration>,
     /// Log messages written so far, and their bytes (host `log`).
     pub(crate) logged: Cell<(usize, usize)>,
     writes: RefCell<WriteBuffer>,
@@ -65,6 +67,10 @@ pub(crate) struct Workflow {
     /// A workflow run for a call forwarded to this node: what its earlier
     /// runs drew, and what this one draws (core/src/txn/tape.rs).
     tape: Option<RefCell<Tape>>,
+    /// The code version of each application the workflow has run code of,
+    /// pinned at its first run: a redeploy in the middle of a workflow
+    /// never mixes versions, across applications and nodes too.
+    versions: RefCell<BTreeMap<String, ModuleKey>>,
 }
 
 impl Workflow {
@@ -73,13 +79,15 @@ impl Workflow {
             caller,
             parent_job,
             timeout,
-            deadline: Instant::now() + timeout,
+            deadline: Cell::new(Instant::now() + timeout),
+            loading: Cell::new(Duration::ZERO),
             logged: Cell::new((0, 0)),
             writes: RefCell::new(WriteBuffer::default()),
             objects: RefCell::new(HashMap::new()),
             sets: RefCell::new(HashMap::new()),
             reads: RefCell::new(BTreeMap::new()),
             tape: None,
+            versions: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -92,7 +100,21 @@ impl Workflow {
 
     /// The time left before the deadline (at least a millisecond).
     pub(crate) fn time_left(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+        self.deadline.get().saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+    }
+
+    /// Moves the deadline by `spent` loading code: compiling a module a
+    /// node has not run yet (seconds for a Python component) is not the
+    /// lambdas' time, wherever in the workflow it happens. A call sent to
+    /// another node reports its own (`loading`), which its sender adds.
+    pub(crate) fn not_counted(&self, spent: Duration) {
+        self.deadline.set(self.deadline.get() + spent);
+        self.loading.set(self.loading.get() + spent);
+    }
+
+    /// The time this workflow spent loading code.
+    pub(crate) fn loading(&self) -> Duration {
+        self.loading.get()
     }
 
     /// A value the host makes up (a random number, the clock, an object id)
@@ -130,6 +152,8 @@ impl Workflow {
             tape: tape.borrow().drawn().to_vec(),
             touched: self.touched(),
             module: module.clone(),
+            versions: self.versions(),
+            loading_micros: self.loading().as_micros() as u64,
         };
         Err(LambdaError::Suspended(serde_json::to_string(&needs).map_err(|e| LambdaError::Internal(e.to_string()))?))
     }
@@ -151,7 +175,7 @@ impl Workflow {
         if pg::backend::interrupt_pending() {
             return Err(LambdaError::Canceled);
         }
-        if Instant::now() >= self.deadline {
+        if Instant::now() >= self.deadline.get() {
             return Err(LambdaError::Timeout(self.timeout.as_millis()));
         }
         Ok(())
@@ -301,6 +325,25 @@ impl Workflow {
             reads.entry((object, set.lower)).or_insert(set.version);
         }
         Ok(())
+    }
+
+    /// The code version of `app` this workflow runs, if it has run any.
+    pub(crate) fn version_of(&self, app: &str) -> Option<ModuleKey> {
+        self.versions.borrow().get(app).cloned()
+    }
+
+    /// Pins `versions` (an application's first wins): what the workflow
+    /// runs, or what the parts of it on other nodes ran.
+    pub(crate) fn pin<'a>(&self, versions: impl IntoIterator<Item = &'a ModuleKey>) {
+        let mut pinned = self.versions.borrow_mut();
+        for key in versions {
+            pinned.entry(key.app.clone()).or_insert_with(|| key.clone());
+        }
+    }
+
+    /// Every pinned version, to send with a call to another node.
+    pub(crate) fn versions(&self) -> Vec<ModuleKey> {
+        self.versions.borrow().values().cloned().collect()
     }
 
     pub(crate) fn known_object(&self, id: i64) -> Option<ObjectInfo> {

@@ -4,10 +4,13 @@ fields, and the decorators that give its functions their kind
 
 Every public function of the class (its name does not start with `_`) is
 a lambda function; a plain one is a writing method. Parameters are
-decoded from the JSON arguments by name and by their type hints.
+decoded from the JSON arguments by name and by their type hints; a
+parameter named like a Python keyword with a trailing underscore (`from_`,
+PEP 8) is the keyword's name (`from`), as a Rust one would be.
 """
 
 import inspect
+import keyword
 import sys
 from dataclasses import dataclass
 
@@ -200,6 +203,12 @@ def _is_lambda(name, member) -> bool:
     return not name.startswith("_") and (inspect.isfunction(member) or isinstance(member, staticmethod))
 
 
+def _json_name(name: str) -> str:
+    """A parameter's name in the JSON arguments: `from_` is `from`."""
+    bare = name[:-1]
+    return bare if name.endswith("_") and keyword.iskeyword(bare) else name
+
+
 def _function_spec(cls, name, member) -> FunctionSpec:
     function = member.__func__ if isinstance(member, staticmethod) else member
 
@@ -233,7 +242,7 @@ def _function_spec(cls, name, member) -> FunctionSpec:
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             raise TypeError(f"{where}: parameters are decoded from JSON by name: no *args or **kwargs")
         try:
-            params.append(Param(p.name, schema(hints.get(p.name)), p.default))
+            params.append(Param(_json_name(p.name), schema(hints.get(p.name)), p.default))
         except TypeError as e:
             raise TypeError(f"{where}, parameter `{p.name}`: {e}") from None
     return FunctionSpec(

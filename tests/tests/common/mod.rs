@@ -22,6 +22,7 @@ use std::sync::Once;
 /// guest-sdk/python/examples/<name>), which must be indistinguishable from
 /// SQL. Each list names the two examples its tests take; the tests are
 /// `rust::<test>` and `python::<test>`.
+#[allow(unused_macros)] // used by the suites that run over both languages
 macro_rules! in_both_languages {
     ($($rust:literal, $python:literal: [$($test:ident),* $(,)?]),* $(,)?) => {
         mod rust {
