@@ -150,6 +150,36 @@ fn a_redeploy_is_seen_by_other_connections() {
 
 /// Backends cache each object's application and type and each
 /// application's module; a delete committed elsewhere must reach them.
+/// A workflow pins the code version of every application it calls at
+/// its first call there: a redeploy of that application in the middle of
+/// the workflow (here, one that drops the type) reaches only new workflows.
+#[test]
+fn a_workflow_runs_one_version_of_each_application_it_calls() {
+    let (mut c, _, caller) = micro_object("pinned_caller");
+    let counters = app("pinned_counters");
+    deploy_example(&mut c, &counters, "counter");
+    let counter = create(&mut c, &counters, "Counter", json!({"initial": 7}));
+
+    // The workflow waits for the object-id sequence between its two calls.
+    let mut sequence = connect();
+    sequence.batch_execute("BEGIN; ALTER SEQUENCE lambdastore.object_id_seq INCREMENT BY 1").unwrap();
+    let mut workflow = connect();
+    let pid = backend_pid(&mut workflow);
+    let twice = json!({"target": counter, "method": "get", "args": {}});
+    let running = std::thread::spawn(move || invoke(&mut workflow, caller, "relay_twice", twice));
+    wait_until_waiting_for_a_lock(&mut connect(), pid);
+    deploy_example(&mut c, &counters, "bank"); // no type Counter any more
+    sequence.batch_execute("ROLLBACK").unwrap();
+
+    let result = running.join().unwrap().unwrap_or_else(|e| panic!("relay_twice: {}", describe(&e)));
+    assert_eq!(result, json!([7, 7]), "the second call ran another version");
+    let message = expect_sqlstate(
+        invoke(&mut c, caller, "relay", json!({"target": counter, "method": "get", "args": {}})),
+        "P0001",
+    );
+    assert!(message.contains("Counter"), "a new workflow runs the new version: {message}");
+}
+
 #[test]
 fn an_object_deleted_by_another_connection_is_gone() {
     let mut c = connect();

@@ -376,6 +376,20 @@ impl Bench {
         Ok(serde_json::from_str(&result)?)
     }
 
+    /// `relay`s twice, creating an empty Bench in between (a step a test
+    /// can hold up, as in `read_pause_copy`): both calls run one code
+    /// version of `target`'s application, whatever is deployed meanwhile.
+    fn relay_twice(
+        &self,
+        target: ObjectId,
+        method: String,
+        args: serde_json::Value,
+    ) -> Result<(serde_json::Value, serde_json::Value)> {
+        let first = self.relay(target, method.clone(), args.clone())?;
+        BenchRef::new(Some(0), None)?;
+        Ok((first, self.relay(target, method, args)?))
+    }
+
     /// Puts `key` = `value` in `kv`, then `relay`s: a callee that reads the
     /// key back through a chain of calls must see the new value.
     fn put_and_relay(
