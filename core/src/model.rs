@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::rc::Rc;
 
 /// Where an object lives: its application and type.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectInfo {
     pub app: String,
     pub type_name: String,
@@ -139,6 +139,36 @@ pub struct Forwarded {
     /// own, driving the calls and spawns it needs on other nodes itself.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub alone: bool,
+    /// A light replica's request to the object's owner (cluster/replica.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaAsk>,
+}
+
+/// What a light replica asks of the node that owns an object.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaAsk {
+    /// The object's sets and their versions now, with its entries unless
+    /// every set is still at the version the replica's copy has (`have`,
+    /// under split counter `splits`).
+    Fetch { splits: u64, have: Vec<(Position, i64)> },
+    /// Validate a workflow run on the replica (its reads: sets at the
+    /// versions seen, under split counter `splits`) and apply its writes
+    /// (field, key, value or None for a delete), in the caller's transaction.
+    Commit { splits: u64, reads: Vec<(Position, i64)>, writes: Vec<(String, Vec<u8>, Option<Vec<u8>>)> },
+}
+
+/// The owner's answer to `ReplicaAsk::Fetch`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReplicaSnapshot {
+    pub info: ObjectInfo,
+    pub module: ModuleKey,
+    pub splits: u64,
+    /// Every set by lower bound, in order, with its version.
+    pub sets: Vec<(Position, i64)>,
+    /// Every entry (field, key, value) in order; None when the replica's
+    /// copy is current.
+    pub entries: Option<Vec<(String, Vec<u8>, Vec<u8>)>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

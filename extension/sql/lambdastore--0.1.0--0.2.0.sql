@@ -338,7 +338,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     fk record;
     reference text[] := ARRAY['applications', 'modules', 'object_types', 'grants', 'api_keys', 'migrations',
-                              'queue_limits'];
+                              'queue_limits', 'light_replicas'];
     colocated text[] := ARRAY['entries', 'entry_sets', 'jobs', 'schedules'];
     t text;
     added int := 0;
@@ -782,4 +782,68 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
 $$;
 
 REVOKE ALL ON FUNCTION lambdastore_gateway.last_commit_lsn(), lambdastore_gateway.wait_for_replay(pg_lsn, interval)
+    FROM PUBLIC;
+
+
+-- Light replicas (citus.sql).
+-- Light replicas (lambdastore.add_light_replica): nodes that run calls of
+-- an object they do not store, on a copy of its entries, and have its
+-- owner validate and apply what each call read and wrote
+-- (cluster/replica.rs). A reference table once distributed, so that each
+-- node knows which objects it serves without asking.
+CREATE TABLE IF NOT EXISTS lambdastore.light_replicas (
+    object_id  bigint NOT NULL,
+    node       text NOT NULL,        -- host:port
+    added      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (object_id, node)
+);
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.light_replicas', '');
+
+-- Makes `node` a light replica of object `object_id`: calls of the object
+-- made on that node run there, on a copy (docs/sql-api.md, "Light
+-- replicas"); false if it was one already. On the coordinator, superusers.
+CREATE FUNCTION lambdastore.add_light_replica(object_id bigint, node text) RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    owner text;
+BEGIN
+    IF object_id IS NULL OR node IS NULL THEN
+        RAISE EXCEPTION 'the arguments of lambdastore.add_light_replica may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM lambdastore._require_coordinator('add_light_replica');
+    -- Any node, the coordinator too: a replica needs only the reference tables.
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_node n WHERE n.nodename || ':' || n.nodeport = node
+                      AND n.noderole = 'primary' AND n.isactive) THEN
+        RAISE EXCEPTION 'no node % in this cluster', node USING ERRCODE = '22023',
+            HINT = 'The nodes: SELECT nodename || '':'' || nodeport FROM pg_dist_node.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM lambdastore.objects o WHERE o.object_id = add_light_replica.object_id) THEN
+        RAISE EXCEPTION 'no object %', object_id USING ERRCODE = '42704';
+    END IF;
+    SELECT n.nodename || ':' || n.nodeport INTO owner
+      FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+     WHERE p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', object_id)
+       AND n.noderole = 'primary';
+    IF owner = node THEN
+        RAISE EXCEPTION 'object % is stored on %: its owner cannot be its light replica', object_id, node
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO lambdastore.light_replicas (object_id, node) VALUES (object_id, node) ON CONFLICT DO NOTHING;
+    RETURN FOUND;
+END
+$fn$;
+
+-- Stops `node` serving calls of `object_id` as a light replica; whether it did.
+CREATE FUNCTION lambdastore.drop_light_replica(object_id bigint, node text) RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF object_id IS NULL OR node IS NULL THEN
+        RAISE EXCEPTION 'the arguments of lambdastore.drop_light_replica may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM lambdastore._require_coordinator('drop_light_replica');
+    DELETE FROM lambdastore.light_replicas r WHERE r.object_id = drop_light_replica.object_id AND r.node = drop_light_replica.node;
+    RETURN FOUND;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore.add_light_replica(bigint, text), lambdastore.drop_light_replica(bigint, text)
     FROM PUBLIC;

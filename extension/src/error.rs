@@ -102,6 +102,11 @@ pub(crate) enum LambdaError {
     /// what to answer the node that drives the transaction. Never reaches a client.
     #[error("a call forwarded to this node needs a call on another node first")]
     Suspended(String),
+    /// A light replica's run did what only the object's owner can do (a
+    /// nested call, a spawn, a timer, a new object: `what`); the call is
+    /// handed to the owner (cluster/replica.rs). Never reaches a client.
+    #[error("a light replica cannot run this call ({0}): its owner runs it")]
+    HandOver(&'static str),
     /// Raised on the node a call was forwarded to (cluster/forward.rs): its code
     /// and words, without what the forwarding node's SPI call added.
     #[error("{message}")]
@@ -200,7 +205,7 @@ impl LambdaError {
             SerializationFailure(_) | Moved { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,
-            Internal(_) | Suspended(_) => ERRCODE_INTERNAL_ERROR,
+            Internal(_) | Suspended(_) | HandOver(_) => ERRCODE_INTERNAL_ERROR,
             Remote { code, .. } => *code,
         }
     }

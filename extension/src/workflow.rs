@@ -18,8 +18,9 @@ use crate::host::registry::{self, AppVersion};
 use crate::host::Frame;
 use crate::pg;
 use crate::stats;
+use crate::txn::copy::ObjectCopy;
 use crate::txn::{occ, Workflow};
-use lambdastore_core::model::{Draw, FunctionKind, ObjectInfo, Spawned};
+use lambdastore_core::model::{Draw, FunctionKind, ModuleKey, ObjectInfo, Spawned};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -134,6 +135,40 @@ fn invoke(
     if !matches!(outcome, Err(LambdaError::Suspended(_))) {
         affinity::received(object);
     }
+    counted(&info.app, &info.type_name, method, started, outcome)
+}
+
+/// A call run on a light replica of `object` (cluster/replica.rs), whose
+/// reads come from `copy` and whose end is `finish`: the owner validates
+/// the reads and applies the writes (only validates, when told false). A
+/// failure computed from the reads is given only once the owner found them
+/// still as read. What only the owner
+/// can do comes back as `HandOver`, with nothing done.
+pub(crate) fn invoke_on_copy(
+    caller: Caller,
+    info: &ObjectInfo,
+    module: &ModuleKey,
+    copy: Rc<ObjectCopy>,
+    method: &str,
+    args: &str,
+    finish: impl Fn(&Workflow, bool) -> Result<()>,
+) -> Result<String> {
+    let started = Instant::now();
+    let object = copy.object;
+    access::check(caller, &info.app, Privilege::Invoke)?;
+    let app = registry::load(module)?;
+    let readonly = method_callable_from_sql(&app, &info.type_name, method)?;
+    refuse_in_read_only_transaction(readonly, &info.type_name, method)?;
+    occ::check_isolation()?;
+    let workflow = Rc::new(Workflow::new(caller, None, gucs::timeout(caller.is_superuser())).on_copy(copy));
+    workflow.remember_object(object, info.clone());
+    let frame = Frame { object, type_name: info.type_name.clone(), function: method.to_string(), readonly, depth: 0 };
+    let outcome = match registry::run(&workflow, &app, frame, FunctionKind::Method, args) {
+        Err(LambdaError::HandOver(what)) => return Err(LambdaError::HandOver(what)),
+        Ok(result) => finish(&workflow, true).map(|_| result),
+        Err(failure) if occ::computed_from_reads(&failure) => Err(finish(&workflow, false).err().unwrap_or(failure)),
+        Err(failure) => Err(failure),
+    };
     counted(&info.app, &info.type_name, method, started, outcome)
 }
 

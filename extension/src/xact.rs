@@ -5,7 +5,7 @@
 //! released; the pre-commit and pre-prepare parts before either, where an
 //! error still aborts the transaction.
 
-use crate::cluster::route;
+use crate::cluster::{replica, route};
 use crate::jobs::{self, workers};
 use crate::{catalog, txn};
 use pgrx::pg_sys;
@@ -73,8 +73,10 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
             jobs::at_commit();
             route::at_transaction_end();
             catalog::at_transaction_end();
+            replica::at_transaction_end(true);
         }
         XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
+            replica::at_transaction_end(false);
             crate::pg::standby::at_transaction_end(false);
             txn::versions::at_abort();
             catalog::cache::at_abort();

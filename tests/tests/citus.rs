@@ -1264,3 +1264,5 @@ mod map;
 mod migrate;
 #[path = "citus/rebalance.rs"]
 mod rebalance;
+#[path = "citus/replicas.rs"]
+mod replicas;

@@ -77,6 +77,33 @@ pub(crate) fn scan(
     Ok(out)
 }
 
+/// Every entry of `object`, in (field, key) order: what a light replica
+/// copies (cluster/replica.rs). More than `max_bytes` fails (54000).
+pub(crate) fn all(object: i64, max_bytes: usize) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>> {
+    let sql = "SELECT field, key, value FROM lambdastore.entries WHERE object_id = $1 ORDER BY field, key";
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    query_chunks(layout::place(object)?, sql, &[INT8OID], &[object.into()], SCAN_CHUNK, |rows| {
+        for row in rows {
+            let field = row.get::<String>(1)?.unwrap_or_default();
+            let key = super::bytes(&row, 2)?.unwrap_or_default();
+            let value = super::bytes(&row, 3)?.unwrap_or_default();
+            bytes = bytes.saturating_add(field.len() + key.len() + value.len());
+            if bytes > max_bytes {
+                return Ok(Err(LambdaError::TooLarge {
+                    what: "a light replica's copy of the object is more than",
+                    size: bytes,
+                    limit: max_bytes,
+                    setting: "lambdastore.max_scan_size",
+                }));
+            }
+            out.push((field, key, value));
+        }
+        Ok(Ok(()))
+    })?;
+    Ok(out)
+}
+
 /// Rows fetched at a time by a scan: a few pages of typical entries.
 const SCAN_CHUNK: i64 = 64;
 

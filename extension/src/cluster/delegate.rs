@@ -23,7 +23,7 @@
 //! session as it is then (pg/planner.rs).
 
 use crate::access::Caller;
-use crate::cluster::{layout, route};
+use crate::cluster::{layout, replica, route};
 use crate::gucs;
 use crate::pg::{self, planner};
 use pgrx::pg_sys;
@@ -51,7 +51,9 @@ fn instead_of(function: pg_sys::Oid) -> Option<pg_sys::Oid> {
 /// The settings a delegated call takes along, when this transaction may
 /// send one.
 fn text() -> Option<String> {
-    route::transaction_may_go_alone().then(|| gucs::delegated(Caller::current().is_superuser()))
+    // A light replica runs calls of objects it does not store itself.
+    (route::transaction_may_go_alone() && !replica::any_here())
+        .then(|| gucs::delegated(Caller::current().is_superuser()))
 }
 
 /// On the node running a delegated call, before the call: the caller's

@@ -9,8 +9,8 @@
 use crate::access::Caller;
 use crate::catalog;
 use crate::cluster::layout;
-use crate::cluster::remote;
 use crate::cluster::route::{self, here, owner_elsewhere, Routed};
+use crate::cluster::{remote, replica};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::host::{calls, registry};
@@ -31,6 +31,9 @@ fn forward(sql: Routed, object: i64, node: &str, texts: [&str; 3], caller: Calle
 /// calls its lambda needs on other nodes made from here; those on objects
 /// of this node run in a workflow of this node, committed after it.
 pub(crate) fn invoke(caller: Caller, object: i64, node: &str, method: &str, args: &str) -> Result<String> {
+    if let Some(result) = replica::invoke(caller, object, node, method, args)? {
+        return Ok(result);
+    }
     let call = MethodCall { object, method: method.into(), args: args.into(), readonly: false, depth: 0 };
     if route::may_send_alone()? {
         return remote::send_alone(caller, &call);
@@ -162,6 +165,9 @@ pub(crate) fn create_elsewhere() -> Result<bool> {
 pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &str, sent: Forwarded) -> Result<String> {
     if sent.alone {
         return run_alone(caller, object, method, args, sent.tape);
+    }
+    if let Some(ask) = sent.replica {
+        return replica::serve(caller, object, ask);
     }
     let (mut versions, mut loading) = (Vec::new(), Duration::ZERO);
     let outcome = match (sent.create, sent.nested) {

@@ -41,7 +41,8 @@ use std::rc::Rc;
 /// Distributed by object id, colocated: one shard of each per hash range.
 const COLOCATED: [&str; 5] = ["objects", "entries", "entry_sets", "jobs", "schedules"];
 /// Reference tables: one shard, a placement on every node.
-const REFERENCE: [&str; 6] = ["applications", "modules", "object_types", "grants", "api_keys", "queue_limits"];
+const REFERENCE: [&str; 7] =
+    ["applications", "modules", "object_types", "grants", "api_keys", "queue_limits", "light_replicas"];
 
 /// One hash range of the colocated tables.
 struct Shard {

@@ -9,8 +9,9 @@
 //! (the one answer to "where does this object run": `owner_elsewhere`),
 //! `remote` below `host` (the driver of nested calls on other nodes, handed
 //! the host's way of running a call here), and `forward`, `map`,
-//! `rebalancer`, `delegate` (calls Citus sends by its own delegation) and
-//! `api` (the `_here` SQL functions) above the workflow.
+//! `rebalancer`, `delegate` (calls Citus sends by its own delegation),
+//! `replica` (calls run on a light replica of their object) and `api` (the
+//! `_here` SQL functions) above the workflow.
 #![deny(unsafe_code)] // PostgreSQL's C API only through the pg module
 
 pub(crate) mod affinity;
@@ -21,4 +22,5 @@ pub(crate) mod layout;
 pub(crate) mod map;
 pub(crate) mod rebalancer;
 pub(crate) mod remote;
+pub(crate) mod replica;
 pub(crate) mod route;

@@ -32,7 +32,7 @@ use crate::txn::Workflow;
 use lambdastore_core::model::{CallFailure, Create, Draw, Forwarded, MethodCall, ModuleKey, Nested, Reply, Spawned};
 use std::rc::Rc;
 
-const CALL_HERE: Routed = here!("lambdastore._call_here($1, $2, $3, $4, $5, $6, $7)");
+pub(crate) const CALL_HERE: Routed = here!("lambdastore._call_here($1, $2, $3, $4, $5, $6, $7)");
 const SPAWN_HERE: Routed = here!("lambdastore._spawn_here($1, $2, $3, $4, $5, $6, $7)");
 
 /// How the host runs a call that a run on another node needs, with the

@@ -69,9 +69,20 @@ fn no_arguments(args: &str) -> bool {
     }
 }
 
+/// A run on a light replica reads and writes its own object only: what
+/// else a lambda asks for (`what`) hands the whole call to the object's
+/// owner, which runs it again from the start (cluster/replica.rs).
+fn owner_only(caller: &HostState, what: &'static str) -> Result<()> {
+    if caller.workflow.on_replica() {
+        return Err(LambdaError::HandOver(what));
+    }
+    Ok(())
+}
+
 /// Depth of a new nested call, refused past `lambdastore.max_call_depth` or
 /// when the backend's stack is running out (wasm runs on it).
 fn enter(caller: &HostState) -> Result<u32> {
+    owner_only(caller, "a nested call")?;
     let depth = caller.frame.depth + 1;
     let max = gucs::max_call_depth();
     if depth > max || pg::backend::stack_too_deep() {
@@ -254,6 +265,7 @@ pub(crate) fn spawn(
     args: &str,
     due_micros: Option<i64>,
 ) -> Result<()> {
+    owner_only(caller, "a spawn")?;
     check_writable(caller)?;
     // The job is the object's application's (its queue and limits); one on
     // another node is checked, and given its application, there.
@@ -273,6 +285,7 @@ pub(crate) fn spawn(
 /// savepoint like a spawn. A timer is a job of its object, which is
 /// stored on this node.
 pub(crate) fn set_timer(caller: &HostState, name: &str, call: Option<(i64, &str, &str)>) -> Result<()> {
+    owner_only(caller, "a timer")?;
     check_writable(caller)?;
     let object = caller.frame.object;
     if object == 0 {

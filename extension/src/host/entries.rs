@@ -44,7 +44,15 @@ pub(crate) fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Opti
     if let Some(buffered) = state.workflow.buffered(&key) {
         return Ok(buffered);
     }
-    table::get(&key)
+    stored(state, &key)
+}
+
+/// A stored entry: from the table, or on a light replica from its copy.
+fn stored(state: &HostState, key: &EntryKey) -> Result<Option<Vec<u8>>> {
+    match state.workflow.copy_of(key.0) {
+        Some(copy) => Ok(copy.get(&key.1, &key.2)),
+        None => table::get(key),
+    }
 }
 
 pub(crate) fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
@@ -61,7 +69,7 @@ pub(crate) fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<b
     state.workflow.record_read(key.0, &key.1, &key.2)?;
     let existed = match state.workflow.buffered(&key) {
         Some(buffered) => buffered.is_some(),
-        None => table::get(&key)?.is_some(),
+        None => stored(state, &key)?.is_some(),
     };
     state.workflow.write(key, None, gucs::max_write_bytes())?;
     Ok(existed)
@@ -95,16 +103,20 @@ pub(crate) fn scan(
     let forward = matches!(dir, Direction::Forward);
     // Streamed, so that neither a huge range nor a slow one can run past
     // the scan limit or the workflow's deadline before anyone looks.
-    let stored = table::scan(
-        object,
-        &field,
-        start.as_deref(),
-        end.as_deref(),
-        limit.saturating_add(buffered.len()),
-        forward,
-        gucs::max_scan_bytes(),
-        || state.workflow.keep_going(),
-    )?;
+    let wanted = limit.saturating_add(buffered.len());
+    let stored = match state.workflow.copy_of(object) {
+        Some(copy) => copy.scan(&field, start.as_deref(), end.as_deref(), wanted, forward),
+        None => table::scan(
+            object,
+            &field,
+            start.as_deref(),
+            end.as_deref(),
+            wanted,
+            forward,
+            gucs::max_scan_bytes(),
+            || state.workflow.keep_going(),
+        )?,
+    };
 
     let merged = merge_scan(stored, buffered, forward, limit);
     Ok(merged.into_iter().map(|(key, value)| Entry { key, value }).collect())

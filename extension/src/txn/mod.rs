@@ -8,6 +8,7 @@
 //! the caller may carry on.
 #![deny(unsafe_code)] // PostgreSQL's C API only through the pg module
 
+pub(crate) mod copy;
 pub(crate) mod occ;
 pub(crate) mod prepared;
 pub(crate) mod versions;
@@ -21,11 +22,13 @@ use crate::catalog;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::pg;
+use copy::ObjectCopy;
 use lambdastore_core::txn::entry_sets::{self, EntrySet, KnownSets, Position, SetId, Touched};
 use lambdastore_core::txn::tape::Tape;
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// An object with at most this many entry sets has all its guards read at
@@ -71,6 +74,9 @@ pub(crate) struct Workflow {
     /// pinned at its first run: a redeploy in the middle of a workflow
     /// never mixes versions, across applications and nodes too.
     versions: RefCell<BTreeMap<String, ModuleKey>>,
+    /// On a light replica: the copy of the object the call runs on, which
+    /// its reads use instead of the tables (copy.rs).
+    copy: Option<Rc<ObjectCopy>>,
 }
 
 impl Workflow {
@@ -88,6 +94,72 @@ impl Workflow {
             reads: RefCell::new(BTreeMap::new()),
             tape: None,
             versions: RefCell::new(BTreeMap::new()),
+            copy: None,
+        }
+    }
+
+    /// The workflow of a call run on a light replica of `copy`'s object.
+    pub(crate) fn on_copy(mut self, copy: Rc<ObjectCopy>) -> Self {
+        self.copy = Some(copy);
+        self
+    }
+
+    /// The replica's copy of `object`, if the workflow reads it from one.
+    pub(crate) fn copy_of(&self, object: i64) -> Option<&ObjectCopy> {
+        self.copy.as_deref().filter(|copy| copy.object == object)
+    }
+
+    /// Whether this workflow runs on a light replica: what only an
+    /// object's owner can do is handed to it (`LambdaError::HandOver`).
+    pub(crate) fn on_replica(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// What a run on a replica read of its object (each set at the
+    /// version seen) and wrote (field, key, value or None), for the
+    /// owner to validate and apply.
+    pub(crate) fn replica_outcome(&self) -> (Vec<(Position, i64)>, Vec<(String, Vec<u8>, Option<Vec<u8>>)>) {
+        let Some(copy) = &self.copy else { return Default::default() };
+        let reads = self
+            .reads
+            .borrow()
+            .iter()
+            .filter(|((o, _), _)| *o == copy.object)
+            .map(|((_, l), v)| (l.clone(), *v))
+            .collect();
+        let writes =
+            self.writes.borrow().entries().map(|((_, f, k), slot)| (f.clone(), k.clone(), slot.clone())).collect();
+        (reads, writes)
+    }
+
+    /// On the owner: takes the reads a run on a light replica made
+    /// (`reads`, under split counter `splits`) as this workflow's own, and
+    /// buffers its writes, for `occ::commit` to validate and apply.
+    pub(crate) fn adopt(
+        &self,
+        object: i64,
+        splits: u64,
+        reads: Vec<(Position, i64)>,
+        writes: Vec<(String, Vec<u8>, Option<Vec<u8>>)>,
+    ) -> Result<()> {
+        let known = match guards_of(object, splits)? {
+            Some(guards) => KnownSets::complete(guards, splits),
+            None => KnownSets::partial(splits),
+        };
+        self.sets.borrow_mut().insert(object, known);
+        self.reads.borrow_mut().extend(reads.into_iter().map(|(lower, version)| ((object, lower), version)));
+        for (field, key, slot) in writes {
+            self.write((object, field, key), slot, gucs::max_write_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The version of `object`'s set at `lower` to record at its first
+    /// touch: the copy's on a replica, else the owner's (`occ`).
+    fn version_at_first_touch(&self, object: i64, lower: &Position) -> i64 {
+        match self.copy_of(object) {
+            Some(copy) => copy.version(lower),
+            None => occ::version_at_first_touch(&(object, lower.clone()), self),
         }
     }
 
@@ -253,7 +325,7 @@ impl Workflow {
     /// Runs `f` on the set containing (field, key) of `object`, loading the
     /// object's sets at its first touch.
     fn with_set<R>(&self, object: i64, field: &str, key: &[u8], f: impl FnOnce(&mut Touched) -> R) -> Result<R> {
-        let version = |lower: &Position| occ::version_at_first_touch(&(object, lower.clone()), self);
+        let version = |lower: &Position| self.version_at_first_touch(object, lower);
         let mut sets = self.sets.borrow_mut();
         let known = match sets.entry(object) {
             Entry::Occupied(known) => known.into_mut(),
@@ -271,6 +343,9 @@ impl Workflow {
     fn load_sets(&self, object: i64) -> Result<KnownSets> {
         if self.is_created(object) {
             return Ok(KnownSets::fresh());
+        }
+        if let Some(copy) = self.copy_of(object) {
+            return Ok(KnownSets::complete(copy.guards.clone(), copy.splits));
         }
         // The split counter first, then the guards (versions come later, at
         // each set's first touch), all before any value is read
@@ -311,7 +386,7 @@ impl Workflow {
             return Ok(());
         }
         let first = self.containing(object, field, start)?;
-        let version = |lower: &Position| occ::version_at_first_touch(&(object, lower.clone()), self);
+        let version = |lower: &Position| self.version_at_first_touch(object, lower);
         let known = self.sets.borrow_mut().get_mut(&object).and_then(|known| known.inside(field, start, end, version));
         let inside = match known {
             Some(sets) => sets,

@@ -331,10 +331,10 @@ fn workflow_still_as_read(workflow: &Workflow, splits: &[(i64, u64)], now: versi
 /// Whether a failure is one a lambda's run computed (so its reads decide
 /// whether it stands): not a cancel, a conflict already, an object that
 /// moved, a run stopped for another node, or an internal error.
-fn computed_from_reads(failure: &LambdaError) -> bool {
+pub(crate) fn computed_from_reads(failure: &LambdaError) -> bool {
     use LambdaError::*;
     match failure {
-        Canceled | SerializationFailure(_) | Moved { .. } | Suspended(_) | Internal(_) => false,
+        Canceled | SerializationFailure(_) | Moved { .. } | Suspended(_) | HandOver(_) | Internal(_) => false,
         Remote { code, .. } => !matches!(
             code,
             pgrx::PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE | pgrx::PgSqlErrorCode::ERRCODE_QUERY_CANCELED

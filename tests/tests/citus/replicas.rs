@@ -1,0 +1,132 @@
+//! Light replicas (cluster/replica.rs): a node that does not store an
+//! object runs its calls on a copy, and the owner validates and applies
+//! what each call read and wrote, in the caller's transaction.
+
+use super::{calls_here, connect_node, node, worker_at, workers};
+use crate::cluster;
+use crate::common::concurrent::{retrying, Cc, Rng, Tally};
+use crate::common::*;
+use postgres::Client;
+use serde_json::json;
+
+fn add_replica(c: &mut Client, object: i64, node: &str) -> Result<bool, postgres::Error> {
+    c.query_one("SELECT lambdastore.add_light_replica($1, $2)", &[&object, &node]).map(|row| row.get(0))
+}
+
+/// A counter of a fresh `counter` application, and connections to the node
+/// that stores it, to the other worker and to the coordinator, both made
+/// its light replicas: (app, counter, owner, replica worker, coordinator).
+fn replicated_counter(test: &str) -> Option<(String, i64, Client, Client, Client)> {
+    let mut workers = workers()?;
+    let (mut c, app) = deployed(test, "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+    let owner = worker_at(&mut workers, &owner(&mut c, counter));
+    let mut replica = workers.remove(1 - owner);
+    let owner = workers.remove(0);
+    for node in [node(&mut replica), node(&mut c)] {
+        assert!(add_replica(&mut c, counter, &node).unwrap(), "{node} was a replica already");
+    }
+    Some((app, counter, owner, replica, c))
+}
+
+#[test]
+fn counters_incremented_through_the_owner_and_two_light_replicas_stay_exact() {
+    let Some((app, counter, owner, replica, coordinator)) = replicated_counter("replica_exact") else { return };
+    drop((owner, replica, coordinator));
+    let urls: Vec<String> = {
+        let cluster = cluster::citus().expect("a cluster");
+        let mut urls = cluster.workers.clone();
+        urls.push(std::env::var("LAMBDASTORE_TEST_URL").unwrap());
+        urls
+    };
+    const THREADS: usize = 8;
+    const PER_THREAD: usize = 40;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let url = urls[i % urls.len()].clone();
+            std::thread::spawn(move || {
+                let mut c = connect_node(&url);
+                let (mut rng, mut tally) = (Rng::new(i as u64), Tally::default());
+                for _ in 0..PER_THREAD {
+                    let done =
+                        retrying(Cc::Occ, &mut tally, &mut rng, || invoke(&mut c, counter, "increment", json!({})));
+                    done.unwrap_or_else(|e| panic!("increment: {}", describe(&e)));
+                    tally.committed += 1;
+                }
+                tally
+            })
+        })
+        .collect();
+    let tallies: Vec<Tally> = workers.into_iter().map(|w| w.join().expect("a client")).collect();
+    let tally = Tally::sum(&tallies);
+    let mut c = connect();
+    assert_eq!(call(&mut c, counter, "get", json!({})), json!(tally.committed), "{tally}");
+    assert_eq!(tally.committed, (THREADS * PER_THREAD) as u64);
+    // Each replica ran calls itself (its own statistics count them).
+    for url in &urls {
+        let mut node = connect_node(url);
+        assert!(calls_here(&mut node, &app, "increment") > 0, "no increment ran on {url}");
+    }
+}
+
+#[test]
+fn a_light_replica_never_answers_from_a_stale_copy() {
+    let Some((app, counter, mut owner, mut replica, _c)) = replicated_counter("replica_fresh") else { return };
+    assert_eq!(call(&mut replica, counter, "get", json!({})), json!(0));
+    call(&mut owner, counter, "add", json!({"n": 5}));
+    // The copy the replica's backend holds is behind: the owner's versions say so.
+    assert_eq!(call(&mut replica, counter, "get", json!({})), json!(5));
+    assert_eq!(call(&mut replica, counter, "add", json!({"n": 2})), json!(7));
+    assert_eq!(call(&mut owner, counter, "get", json!({})), json!(7));
+    assert!(calls_here(&mut replica, &app, "get") >= 2);
+
+    // A transaction that read 7 on the replica, then meets the owner's
+    // next write, cannot commit: 40001, not an answer from two moments.
+    replica.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut replica, counter, "get", json!({})), json!(7));
+    call(&mut owner, counter, "increment", json!({}));
+    let second = invoke(&mut replica, counter, "increment", json!({}));
+    let commit = second.and_then(|_| replica.batch_execute("COMMIT"));
+    expect_sqlstate(commit, "40001");
+    replica.batch_execute("ROLLBACK").ok();
+    assert_eq!(call(&mut owner, counter, "get", json!({})), json!(8));
+
+    // Its own writes, a transaction sees on the replica too.
+    replica.batch_execute("BEGIN").unwrap();
+    assert_eq!(call(&mut replica, counter, "add", json!({"n": 10})), json!(18));
+    assert_eq!(call(&mut replica, counter, "get", json!({})), json!(18));
+    replica.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(call(&mut replica, counter, "get", json!({})), json!(8));
+}
+
+/// What only the owner can do (here a map call, which makes nested calls)
+/// hands the whole call to the owner: it runs there once.
+#[test]
+fn a_call_a_replica_cannot_run_runs_on_the_owner() {
+    let Some((app, counter, mut owner, mut replica, mut c)) = replicated_counter("replica_hand_over") else { return };
+    let other = create(&mut c, &app, "Counter", json!({"initial": 1}));
+    let outcomes = call(&mut replica, counter, "add_to_each", json!({"counters": [other], "n": 2}));
+    assert_eq!(outcomes, json!([[other, {"Ok": 3}]]));
+    assert_eq!(call(&mut replica, counter, "get", json!({})), json!(1));
+    assert_eq!(calls_here(&mut replica, &app, "add_to_each"), 0);
+    assert_eq!(calls_here(&mut owner, &app, "add_to_each"), 1);
+}
+
+#[test]
+fn adding_a_light_replica_checks_its_arguments() {
+    let Some((_, counter, mut owner, _, mut c)) = replicated_counter("replica_checks") else { return };
+    let owner_node = node(&mut owner);
+    let replica_node = node(&mut c);
+    expect_sqlstate(add_replica(&mut c, counter, &owner_node), "22023");
+    expect_sqlstate(add_replica(&mut c, counter, "nowhere:1"), "22023");
+    expect_sqlstate(add_replica(&mut c, -5, &replica_node), "42704");
+    expect_sqlstate(c.query_one("SELECT lambdastore.add_light_replica(NULL, 'x')", &[]), "22004");
+    assert!(!add_replica(&mut c, counter, &replica_node).unwrap(), "added twice");
+    let dropped = |c: &mut Client| -> bool {
+        c.query_one("SELECT lambdastore.drop_light_replica($1, $2)", &[&counter, &replica_node]).unwrap().get(0)
+    };
+    assert!(dropped(&mut c));
+    assert!(!dropped(&mut c));
+    let role = TestRole::new("replica_checks");
+    expect_sqlstate(add_replica(&mut role.connect(), counter, &replica_node), "42501");
+}
