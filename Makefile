@@ -92,6 +92,10 @@ bench-python: lambdas install ## A Python guest against a Rust one (the counter)
 bench-standby: lambdas install ## Readonly calls on one hot object: the primary alone, then the primary and a hot standby at once (calls/s, CPU per call on each)
 	scripts/bench-standby.sh
 
+.PHONY: bench-replicas
+bench-replicas: lambdas install ## One hot object on a local Citus cluster with 0, 1 and 2 light replicas (a compute-heavy readonly call; calls/s, the owner's CPU per call a replica serves)
+	scripts/bench-replicas.sh
+
 .PHONY: bench-citus
 bench-citus: lambdas install ## One node against a local Citus cluster (citus-bench): pgbench workloads (Retwis and CloudForum too), the gateway via the coordinator vs direct to the owner, a migration under load (bench/results/citus-migration.svg), contended calls (16 clients on 3 hot accounts, retries per operation)
 	scripts/bench-citus.sh

@@ -320,7 +320,7 @@ install_package "$new_package"
 for n in $(nodes); do "$cluster" start "citus-upgrade-$n" >/dev/null; done
 sql -c "ALTER EXTENSION lambdastore UPDATE"
 # Until then a call fails (55000: the tables are only partly distributed).
-check "distribute() takes the tables 0.2.0 added" "already distributed; 2 new tables distributed" \
+check "distribute() takes the tables 0.2.0 added (schedules, queue_limits, light_replicas)" "already distributed; 3 new tables distributed" \
   "$(sql -c "SELECT lambdastore.distribute()")"
 for n in $(nodes); do
   check "the new version on $n" "$new_version" "$(NODE=$n csql -c "SELECT extversion FROM pg_extension WHERE extname = 'lambdastore'")"

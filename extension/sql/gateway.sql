@@ -292,6 +292,15 @@ BEGIN
 END
 $$;
 
+-- The light replicas (citus.sql), which the gateway reads every few
+-- seconds to spread an object's calls over its owner and them.
+CREATE FUNCTION lambdastore_gateway.light_replicas() RETURNS TABLE (object_id bigint, node text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN QUERY SELECT r.object_id, r.node FROM lambdastore.light_replicas r ORDER BY 1, 2;
+END
+$$;
+
 -- For /readyz: the extension's version (the role may use the gateway's functions).
 CREATE FUNCTION lambdastore_gateway.ready() RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

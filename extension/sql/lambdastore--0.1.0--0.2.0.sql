@@ -847,3 +847,13 @@ END
 $fn$;
 REVOKE ALL ON FUNCTION lambdastore.add_light_replica(bigint, text), lambdastore.drop_light_replica(bigint, text)
     FROM PUBLIC;
+
+-- The light replicas (citus.sql), which the gateway reads every few
+-- seconds to spread an object's calls over its owner and them.
+CREATE FUNCTION lambdastore_gateway.light_replicas() RETURNS TABLE (object_id bigint, node text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN QUERY SELECT r.object_id, r.node FROM lambdastore.light_replicas r ORDER BY 1, 2;
+END
+$$;
+REVOKE ALL ON FUNCTION lambdastore_gateway.light_replicas() FROM PUBLIC;

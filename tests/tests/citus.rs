@@ -637,10 +637,7 @@ fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     // object's application's, and runs.
     grant(&mut c, &other, &role.name, "invoke").unwrap();
     call(&mut role.connect(), x, "spawn_then", foreign_spawn);
-    let (job, of): (i64, String) = c
-        .query_one("SELECT job_id, app FROM lambdastore.jobs WHERE object_id = $1", &[&foreign])
-        .map(|row| (row.get(0), row.get(1)))
-        .unwrap();
+    let (job, of) = job_on(&mut c, foreign, "tally");
     assert_eq!(of, other);
     assert_eq!(finished(&mut c, job).result, Some(json!(1)));
 }

@@ -450,10 +450,7 @@ fn a_lambda_reaches_another_application_only_where_its_role_and_its_owner_may_in
     assert!(message.contains("protected"), "{message}");
     // A spawned job belongs to its object's application, and runs.
     call(&mut c, a, "spawn_then", spawn);
-    let (job, app): (i64, String) = admin
-        .query_one("SELECT job_id, app FROM lambdastore.jobs WHERE object_id = $1 AND method = 'tally'", &[&b])
-        .map(|row| (row.get(0), row.get(1)))
-        .unwrap();
+    let (job, app) = job_on(&mut admin, b, "tally");
     assert_eq!(app, theirs);
     assert_eq!(finished(&mut c, job).result, Some(json!(1)));
 

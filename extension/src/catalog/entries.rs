@@ -62,19 +62,24 @@ pub(crate) fn scan(
             let key = super::bytes(&row, 1)?.unwrap_or_default();
             let value = super::bytes(&row, 2)?.unwrap_or_default();
             bytes = bytes.saturating_add(key.len() + value.len());
-            if bytes > max_bytes {
-                return Ok(Err(LambdaError::TooLarge {
-                    what: "the scan returns more than",
-                    size: bytes,
-                    limit: max_bytes,
-                    setting: "lambdastore.max_scan_size",
-                }));
+            if let Some(too_large) = past_scan_limit("the scan returns more than", bytes, max_bytes) {
+                return Ok(Err(too_large));
             }
             out.push((key, value));
         }
         Ok(keep_going())
     })?;
     Ok(out)
+}
+
+/// 54000 once a scan has read more than `lambdastore.max_scan_size`.
+fn past_scan_limit(what: &'static str, bytes: usize, max_bytes: usize) -> Option<LambdaError> {
+    (bytes > max_bytes).then_some(LambdaError::TooLarge {
+        what,
+        size: bytes,
+        limit: max_bytes,
+        setting: "lambdastore.max_scan_size",
+    })
 }
 
 /// Every entry of `object`, in (field, key) order: what a light replica
@@ -89,13 +94,10 @@ pub(crate) fn all(object: i64, max_bytes: usize) -> Result<Vec<(String, Vec<u8>,
             let key = super::bytes(&row, 2)?.unwrap_or_default();
             let value = super::bytes(&row, 3)?.unwrap_or_default();
             bytes = bytes.saturating_add(field.len() + key.len() + value.len());
-            if bytes > max_bytes {
-                return Ok(Err(LambdaError::TooLarge {
-                    what: "a light replica's copy of the object is more than",
-                    size: bytes,
-                    limit: max_bytes,
-                    setting: "lambdastore.max_scan_size",
-                }));
+            if let Some(too_large) =
+                past_scan_limit("a light replica's copy of the object is more than", bytes, max_bytes)
+            {
+                return Ok(Err(too_large));
             }
             out.push((field, key, value));
         }

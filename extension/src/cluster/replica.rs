@@ -130,8 +130,8 @@ pub(crate) fn any_here() -> bool {
 }
 
 /// The object's sets and versions from the owner, and the copy to run on:
-/// the one this backend holds when the owner found it current, else a new
-/// one. None when the owner will not have it copied (too many sets).
+/// the one this backend holds when the owner found it current (the same
+/// sets at the same versions), else a new one. None when the owner will not have it copied (too many sets).
 fn fetch(caller: Caller, owner: &str, object: i64) -> Result<Option<(ReplicaSnapshot, Rc<ObjectCopy>)>> {
     let held = COPIES.with(|c| {
         let c = c.borrow();
@@ -148,11 +148,11 @@ fn fetch(caller: Caller, owner: &str, object: i64) -> Result<Option<(ReplicaSnap
         return Ok(None);
     }
     let copy = match (snapshot.entries.take(), held) {
-        (Some(rows), _) => ObjectCopy::new(object, snapshot.splits, snapshot.sets.clone(), rows),
-        (None, Some(held)) => held.confirmed(snapshot.splits, snapshot.sets.clone()),
+        (Some(rows), _) => Rc::new(ObjectCopy::new(object, snapshot.splits, snapshot.sets.clone(), rows)),
+        // Sent none: the copy held is at the owner's versions.
+        (None, Some(held)) => held,
         (None, None) => return Err(LambdaError::Internal("the owner sent no entries for a first copy".into())),
     };
-    let copy = Rc::new(copy);
     COPIES.with(|c| c.borrow_mut().pending.insert(object, Rc::clone(&copy)));
     Ok(Some((snapshot, copy)))
 }

@@ -39,19 +39,6 @@ impl ObjectCopy {
         ObjectCopy { object, splits, guards: entry_sets::guards(lowers), versions, entries, bytes }
     }
 
-    /// The same entries under versions the owner reported unchanged.
-    pub(crate) fn confirmed(&self, splits: u64, sets: Vec<(Position, i64)>) -> Self {
-        let (lowers, versions) = sets.into_iter().unzip();
-        ObjectCopy {
-            object: self.object,
-            splits,
-            guards: entry_sets::guards(lowers),
-            versions,
-            entries: self.entries.clone(),
-            bytes: self.bytes,
-        }
-    }
-
     /// The sets and their versions, as the owner is asked about them.
     pub(crate) fn sets(&self) -> Vec<(Position, i64)> {
         self.guards.iter().cloned().zip(self.versions.iter().copied()).collect()

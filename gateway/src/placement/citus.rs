@@ -16,12 +16,19 @@
 //! holds the object's shard (`with_check`). A "no", or a node that refuses
 //! connections, reloads the map once for all the calls that saw the same
 //! map (`refresh`), and the next call goes where the new map says.
+//!
+//! An object with light replicas (`lambdastore.add_light_replica`) has its
+//! calls spread over its owner and them, in turn: a replica runs them on
+//! its copy. The replicas are read every `REPLICAS_EVERY`; a call sent to
+//! one is not checked (the replica does not hold the object, and runs the
+//! call or sends it on).
 
 use super::{Placement, Refresh, Stale, Target};
 use crate::config::{Config, Misplace};
 use deadpool_postgres::Pool;
 use lambdastore_core::cluster::shards;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -29,6 +36,12 @@ use std::time::{Duration, Instant};
 /// connections, or metadata that keeps disagreeing, does not turn every
 /// call into a reload (the calls still run: forwarded, or 503).
 const RELOAD_FLOOR: Duration = Duration::from_secs(1);
+
+/// How often the light replicas are read again.
+const REPLICAS_EVERY: Duration = Duration::from_secs(2);
+
+/// The replicas, by object: the nodes' names.
+type Replicas = HashMap<i64, Vec<Arc<str>>>;
 
 /// The `--database-url` node's own name in the metadata.
 const ENTRY: &str = "
@@ -77,6 +90,9 @@ pub struct Citus {
     /// Held while reloading: concurrent refreshes wait, then see the new
     /// map. Holds when the last reload started.
     reloading: tokio::sync::Mutex<Option<Instant>>,
+    replicas: Arc<RwLock<Arc<Replicas>>>,
+    /// Whose turn it is among an object's owner and replicas.
+    turn: AtomicUsize,
 }
 
 impl Citus {
@@ -90,12 +106,29 @@ impl Citus {
         let shards = map.shards.len();
         let nodes: Vec<&str> = map.nodes.iter().map(|n| &*n.node).collect();
         tracing::info!(shards, ?nodes, entry = &*map.nodes[map.entry].node, "routing calls by Citus' shard map");
+        let replicas = Arc::new(RwLock::new(Arc::new(read_replicas(&entry).await)));
+        tokio::spawn(keep_reading_replicas(entry.clone(), Arc::downgrade(&replicas)));
         Ok(Some(Citus {
             config: config.clone(),
             entry,
             map: RwLock::new(Arc::new(map)),
             reloading: tokio::sync::Mutex::new(None),
+            replicas,
+            turn: AtomicUsize::new(0),
         }))
+    }
+
+    /// The node that takes this call of `object`, whose owner is `owner`:
+    /// the owner or, in turn, one of its light replicas.
+    fn spread(&self, map: &Map, object: i64, owner: &Target) -> Target {
+        let replicas = self.replicas.read().expect("the replicas lock is never poisoned").clone();
+        let Some(nodes) = replicas.get(&object) else { return owner.clone() };
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed) % (nodes.len() + 1);
+        let replica = turn.checked_sub(1).and_then(|i| map.nodes.iter().find(|n| n.node == nodes[i]));
+        match replica {
+            Some(node) => Target { map: None, ..node.clone() },
+            None => owner.clone(),
+        }
     }
 
     fn current(&self) -> Arc<Map> {
@@ -110,8 +143,8 @@ impl Placement for Citus {
 
     fn route(&self, object: Option<i64>) -> Target {
         let map = self.current();
-        match object.and_then(|object| map.target(object)) {
-            Some(target) => target.clone(),
+        match object.and_then(|object| Some((object, map.target(object)?))) {
+            Some((object, owner)) => self.spread(&map, object, owner),
             // No object, or its range has no active node: the entry node
             // forwards or reports it.
             None => Target { map: None, ..map.nodes[map.entry].clone() },
@@ -147,6 +180,39 @@ impl Placement for Citus {
                 Err(err) => tracing::warn!(error = %err, "reloading the shard map failed: keeping it"),
             }
         })
+    }
+}
+
+/// The light replicas, read through `entry` (none when the extension
+/// there has no such function yet, or the read fails: calls go to owners).
+async fn read_replicas(entry: &Pool) -> Replicas {
+    let rows = match entry.get().await {
+        Ok(client) => client.query("SELECT object_id, node FROM lambdastore_gateway.light_replicas()", &[]).await,
+        Err(err) => {
+            tracing::debug!(error = %err, "no connection to read the light replicas");
+            return Replicas::new();
+        }
+    };
+    let mut replicas = Replicas::new();
+    match rows {
+        Ok(rows) => {
+            for row in rows {
+                replicas.entry(row.get(0)).or_default().push(row.get::<_, String>(1).into());
+            }
+        }
+        Err(err) => tracing::debug!(error = %err, "reading the light replicas failed"),
+    }
+    replicas
+}
+
+/// Reads the light replicas again every `REPLICAS_EVERY`, until the
+/// placement is dropped.
+async fn keep_reading_replicas(entry: Pool, replicas: std::sync::Weak<RwLock<Arc<Replicas>>>) {
+    loop {
+        tokio::time::sleep(REPLICAS_EVERY).await;
+        let read = read_replicas(&entry).await;
+        let Some(replicas) = replicas.upgrade() else { return };
+        *replicas.write().expect("the replicas lock is never poisoned") = Arc::new(read);
     }
 }
 

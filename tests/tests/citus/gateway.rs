@@ -6,11 +6,12 @@
 //! made for an object of their own (`lambdastore.migrate_object`), so the
 //! other tests' objects stay where they are.
 
-use super::{counter_to_move, migrate, shard_mate, spread, worker_at, workers};
+use super::{calls_here, counter_to_move, migrate, node, shard_mate, spread, worker_at, workers};
 use crate::common::*;
 use postgres::Client;
 use reqwest::blocking::Response;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Once;
@@ -140,6 +141,32 @@ fn calls_on_objects_are_sent_to_the_node_holding_them() {
     assert_eq!(created.status(), 201);
     assert_eq!(created.headers()["x-lambdastore-node"].to_str().unwrap(), coordinator(&mut c));
     assert_eq!(gw.refreshes(), 0.0, "the map was right from the start");
+}
+
+/// An object with a light replica has its calls spread in turn over its
+/// owner and the replica, which runs them itself (its statistics count
+/// them); the counter stays exact, and no call makes the gateway think its
+/// map is stale.
+#[test]
+fn calls_on_an_object_with_a_light_replica_are_spread_over_it_and_its_owner() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_gw_replica", "counter");
+    let counter = create(&mut c, &app, "Counter", json!({}));
+    let owner_at = worker_at(&mut workers, &owner(&mut c, counter));
+    let replica = node(&mut workers[1 - owner_at]);
+    c.query_one("SELECT lambdastore.add_light_replica($1, $2)", &[&counter, &replica]).unwrap();
+    let key = api_key(&mut c, &app);
+    let gw = Gateway::start(&mut c, &[]);
+    let mut served: BTreeMap<String, u32> = BTreeMap::new();
+    for n in 1..=6 {
+        let (result, node) = gw.call(&key, counter, "increment");
+        assert_eq!(result, json!(n));
+        *served.entry(node).or_default() += 1;
+    }
+    let owner_node = owner(&mut c, counter);
+    assert_eq!(served, BTreeMap::from([(owner_node, 3), (replica.clone(), 3)]));
+    assert_eq!(calls_here(&mut workers[1 - owner_at], &app, "increment"), 3, "the replica ran its calls");
+    assert_eq!(gw.refreshes(), 0.0);
 }
 
 /// After `migrate_object`, a call routed by the old map reaches the old node, which

@@ -507,6 +507,13 @@ pub fn finished(c: &mut impl GenericClient, job: i64) -> Job {
     job_row
 }
 
+/// The job queued on `object` to run `method`: its id and application.
+pub fn job_on(c: &mut impl GenericClient, object: i64, method: &str) -> (i64, String) {
+    c.query_one("SELECT job_id, app FROM lambdastore.jobs WHERE object_id = $1 AND method = $2", &[&object, &method])
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap_or_else(|e| panic!("the {method} job on {object}: {}", describe(&e)))
+}
+
 /// The node (host:port) holding `object`'s shard, from Citus' metadata.
 pub fn owner(c: &mut impl GenericClient, object: i64) -> String {
     c.query_one(

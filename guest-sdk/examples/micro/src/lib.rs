@@ -105,6 +105,18 @@ impl Bench {
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// SHA-512 over every value of `data`, in key order (1 MiB for an
+    /// object of 1,000 entries): read-heavy and compute-heavy, the light
+    /// replicas' benchmark (scripts/bench-replicas.sh).
+    #[readonly]
+    fn digest(&self) -> String {
+        let mut hasher = Sha512::new();
+        for (_, value) in self.data.iter() {
+            hasher.update(value.as_bytes());
+        }
+        hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Reads `k` distinct random entries; returns their total length.
     #[readonly]
     fn read(&self, k: u32) -> Result<u64> {
