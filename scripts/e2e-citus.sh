@@ -119,13 +119,15 @@ workers=$(for node in $("$citus" nodes citus-test | grep -v coord); do "$citus" 
 if [ -n "$suites" ]; then
   echo "== the single-node suites against the coordinator of citus-test"
   # Half the operations in the serializable suite's stress tests: every
-  # call crosses nodes here (tests/tests/serializable.rs, `scaled`).
+  # call crosses nodes here (tests/tests/serializable.rs, `scaled`). Skipped:
+  # tests that stage a race by holding this node's locks or its object-id
+  # sequence, while the calls they stop run on the workers.
   LAMBDASTORE_TEST_SCALE=${LAMBDASTORE_TEST_SCALE:-0.5} LAMBDASTORE_TEST_URL="$url" \
     cargo test "${packages[@]}" --test apps --test deploy --test errors \
     --test limits --test jobs --test time --test serializable --no-fail-fast -- \
     --skip pg_cancel_backend_stops_ --skip a_transaction_holds_its_write_locks_ --skip adaptive_splitting_ \
     --skip a_workflow_whose_guards_a_split_made_stale_fails --skip a_reader_waits_for_a_committing_writer_ \
-    --skip two_sessions_setting_one_timer_ \
+    --skip two_sessions_setting_one_timer_ --skip a_workflow_runs_one_version_of_each_application_ \
     "$@"
   status=$?
 else

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 /// Distinct (application, type, function) triples tracked; later ones are
 /// counted under the last slot's "(other)" row rather than lost silently.
-const SLOTS: usize = 512;
+const SLOTS: usize = 2048;
 const NAME: usize = 48;
 
 #[derive(Clone, Copy)]

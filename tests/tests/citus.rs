@@ -805,13 +805,15 @@ fn a_constructor_run_from_the_coordinator_reaches_objects_on_other_nodes() {
     assert_tallied_once(&mut c, y, 6);
 
     // A constructor whose call is refused (an object of an application
-    // it may not call) leaves no object.
+    // its role may not call) leaves no object.
     let (_, other) = deployed("citus_constructor_other", "micro");
     let foreign = create(&mut c, &other, "Bench", json!({"entries": 0}));
     let before = count(&mut c, &format!("SELECT count(*) FROM lambdastore.objects WHERE app = '{app}'"));
-    let refused =
-        expect_sqlstate(create_object(&mut c, &app, "Bench", json!({"entries": 0, "partner": foreign})), "P0001");
-    assert!(refused.contains("not allowed"), "{refused}");
+    let role = TestRole::new("citus_constructor");
+    grant(&mut c, &app, &role.name, "invoke").unwrap();
+    let with_foreign = json!({"entries": 0, "partner": foreign});
+    let refused = expect_sqlstate(create_object(&mut role.connect(), &app, "Bench", with_foreign), "P0001");
+    assert!(refused.contains("may not call application"), "{refused}");
     let after = count(&mut c, &format!("SELECT count(*) FROM lambdastore.objects WHERE app = '{app}'"));
     assert_eq!(after, before, "a failed constructor left its object");
 }
