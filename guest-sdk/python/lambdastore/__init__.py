@@ -54,6 +54,7 @@ from .host import (
     spawn_at,
 )
 from .objects import constructor, lambda_object, protected, readonly, static, stored_as
+from .refs import Ref, new, ref
 from .schema import I8, I16, I32, I64, U8, U16, U32, U64
 
 __all__ = [
@@ -64,5 +65,6 @@ __all__ = [
     "Ok", "Err", "call", "map_call", "create", "call_static", "spawn", "spawn_at", "set_timer", "clear_timer",
     "self_id", "now_micros", "random_u64", "log",
     "lambda_object", "constructor", "readonly", "protected", "static", "stored_as",
+    "Ref", "ref", "new",
     "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64",
 ]

@@ -56,6 +56,8 @@ class Field:
         # Checked on the way in: a value the field's type cannot read back
         # (a float in a Cell[int], an int above I64) fails the call now.
         try:
+            if hasattr(value, "__lambda_id__"):
+                self._schema.check(value)  # a typed reference: of the field's type
             text = dumps(value)
             self._schema.check(loads(text))
         except (TypeError, ValueError) as e:

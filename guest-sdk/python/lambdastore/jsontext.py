@@ -48,6 +48,9 @@ def float_text(x: float) -> str:
 
 
 def _default(value):
+    # A typed reference (refs.py) is its object's id.
+    if hasattr(value, "__lambda_id__"):
+        return value.__lambda_id__
     # serde serializes `Vec<u8>` as an array of numbers.
     if isinstance(value, (bytes, bytearray)):
         return list(value)

@@ -118,6 +118,14 @@ class RefSchema(IntSchema):
         super().__init__(64, True)
         self.type_name = type_name
 
+    def check(self, value):
+        # A typed reference (refs.py) of this type is its id.
+        if hasattr(value, "__lambda_id__"):
+            if value._type.name != self.type_name:
+                raise Mismatch(f"a reference to a {value._type.name}, expected a {self.type_name}")
+            value = value.__lambda_id__
+        return super().check(value)
+
     def default(self):
         raise TypeError(f"a reference to a {self.type_name} has no default value")
 

@@ -42,17 +42,17 @@ def test_overflow_is_an_error_and_keeps_the_value(host):
     assert host.cell(low, "value") == I64_MIN + 1
 
 
-def test_nested_calls_work_from_inside_an_object(host):
-    # Rust's `typed_references_work_from_tests_too`: Python has no generated
-    # references; the same calls go through lambdastore.create and call.
-    from lambdastore import call, create
+def test_typed_references_work_from_tests_too(host):
+    # Rust's test of the same name: `new` and `ref` are the Python twin of
+    # the generated `CounterRef`.
+    from lambdastore import new
 
     me = host.create("Counter", None)
 
     def as_a_lambda():
-        counter = create(Counter, [1])
-        assert call(counter, "add", [2]) == 3
-        return call(counter, "get")
+        counter = new(Counter, 1)
+        assert counter.add(2) == 3
+        return counter.get()
 
     assert host.with_object(me, as_a_lambda) == 3
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lambdastore import (
-    U32, U64, App, Cell, LambdaError, Map, call, constructor, create, lambda_object, now_micros, protected,
-    readonly, self_id, stored_as,
+    U32, U64, App, Cell, LambdaError, Map, constructor, lambda_object, new, now_micros, protected, readonly, ref,
+    self_id, stored_as,
 )
 
 #: How many threads `list_threads` returns by default.
@@ -99,15 +99,15 @@ class Account:
     def create_thread(self, community: Community, title: str, text: str) -> Thread:
         """Starts a thread in `community`; returns the new thread."""
         me = self_id()
-        thread = create(Thread, {"author": me, "community": community, "title": title, "text": text})
+        thread = new(Thread, author=me, community=community, title=title, text=text)
         # If the community refuses (or does not exist), the error undoes
         # the thread created above.
-        call(community, "add_thread", {"thread": thread, "title": title, "author": me})
+        ref(Community, community).add_thread(thread, title, me)
         return thread
 
     def add_comment(self, thread: Thread, text: str) -> U64:
         """Comments on `thread`; returns the comment's id."""
-        return call(thread, "add_comment", {"author": self_id(), "text": text})
+        return ref(Thread, thread).add_comment(author=self_id(), text=text)
 
 
 @lambda_object
