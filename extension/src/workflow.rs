@@ -40,12 +40,17 @@ fn counted<T>(app: &str, ty: &str, function: &str, started: Instant, outcome: Re
 /// have ended, whose writer counts this workflow's validation must not meet
 /// (an entry point that skipped it failed with 40001 on a cluster).
 pub(crate) fn start(caller: Caller, job: Option<i64>, tape: Option<Vec<Draw>>) -> Result<Rc<Workflow>> {
-    occ::check_isolation()?;
-    let workflow = Workflow::new(caller, job, gucs::timeout(caller.is_superuser()));
+    let workflow = begin(caller, job)?;
     Ok(Rc::new(match tape {
         Some(tape) => workflow.replaying(tape),
         None => workflow,
     }))
+}
+
+/// `start`'s workflow before it is shared: checked and given its timeout.
+fn begin(caller: Caller, job: Option<i64>) -> Result<Workflow> {
+    occ::check_isolation()?;
+    Ok(Workflow::new(caller, job, gucs::timeout(caller.is_superuser())))
 }
 
 /// A call that returned, and the calls its workflow spawned on objects of
@@ -159,8 +164,7 @@ pub(crate) fn invoke_on_copy(
     let app = registry::load(module)?;
     let readonly = method_callable_from_sql(&app, &info.type_name, method)?;
     refuse_in_read_only_transaction(readonly, &info.type_name, method)?;
-    occ::check_isolation()?;
-    let workflow = Rc::new(Workflow::new(caller, None, gucs::timeout(caller.is_superuser())).on_copy(copy));
+    let workflow = Rc::new(begin(caller, None)?.on_copy(copy));
     workflow.remember_object(object, info.clone());
     let frame = Frame { object, type_name: info.type_name.clone(), function: method.to_string(), readonly, depth: 0 };
     let outcome = match registry::run(&workflow, &app, frame, FunctionKind::Method, args) {

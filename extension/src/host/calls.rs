@@ -124,6 +124,10 @@ fn callee(
         Some(pinned) => pinned,
         None => catalog::modules::current(&info.app)?,
     };
+    // Both sides pinned: a call back into the caller's application runs
+    // the version it runs now. (Within one application nothing is pinned:
+    // every frame runs the version its caller passes down.)
+    workflow.pin([&app.key, &key]);
     let version = registry::load_in(workflow, &key)?;
     version.refuse_protected(&info.type_name, version.function(&info.type_name, function, FunctionKind::Method)?)?;
     Ok((info, version))

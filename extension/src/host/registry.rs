@@ -225,7 +225,6 @@ pub(crate) fn run(
     args: &str,
 ) -> Result<String> {
     check_args_size(args)?;
-    workflow.pin([&app.key]);
     let (object, ty, function) = (frame.object, frame.type_name.clone(), frame.function.clone());
     let outcome = with_instance(workflow, app, frame, gucs::memory_limit_bytes(), |store, lambda| {
         lambda.call_dispatch(store, kind.into(), &ty, &function, object, args)

@@ -70,9 +70,10 @@ pub(crate) struct Workflow {
     /// A workflow run for a call forwarded to this node: what its earlier
     /// runs drew, and what this one draws (core/src/txn/tape.rs).
     tape: Option<RefCell<Tape>>,
-    /// The code version of each application the workflow has run code of,
-    /// pinned at its first run: a redeploy in the middle of a workflow
-    /// never mixes versions, across applications and nodes too.
+    /// The code version of each application a call across applications
+    /// reached, pinned at the first such call (host/calls.rs `callee`): a
+    /// redeploy in the middle of a workflow never mixes versions, across
+    /// applications and nodes too.
     versions: RefCell<BTreeMap<String, ModuleKey>>,
     /// On a light replica: the copy of the object the call runs on, which
     /// its reads use instead of the tables (copy.rs).
@@ -412,7 +413,9 @@ impl Workflow {
     pub(crate) fn pin<'a>(&self, versions: impl IntoIterator<Item = &'a ModuleKey>) {
         let mut pinned = self.versions.borrow_mut();
         for key in versions {
-            pinned.entry(key.app.clone()).or_insert_with(|| key.clone());
+            if !pinned.contains_key(&key.app) {
+                pinned.insert(key.app.clone(), key.clone());
+            }
         }
     }
 
