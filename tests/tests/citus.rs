@@ -679,7 +679,7 @@ fn plain_sql_across_nodes_keeps_committing_where_no_call_runs() {
     c.batch_execute(
         "DROP TABLE IF EXISTS plain_accounts;
          CREATE TABLE plain_accounts (k bigint PRIMARY KEY, v bigint NOT NULL);
-         SELECT create_distributed_table('plain_accounts', 'k');
+         SELECT create_distributed_table('plain_accounts', 'k', colocate_with => 'none');
          INSERT INTO plain_accounts SELECT k, 1000 FROM generate_series(1, 20) k;",
     )
     .unwrap();
