@@ -6,7 +6,9 @@
 # object with 0, 1 and 2 light replicas (the other worker, then the
 # coordinator too). Then the replicas alone take the clients, to measure
 # what serving them costs the owner (its CPU per call: the fetch and the
-# commit, the paper's finalization). Rounds alternate; medians. Its own
+# commit, the paper's finalization). Rounds alternate; medians. Last, the
+# rebalancer adds the replicas by itself (lambdastore.light_replica_threshold)
+# under the same load, window by window. Its own
 # cluster (citus-bench, ports 54360...), stopped on exit.
 #
 #   scripts/bench-replicas.sh          # ROUNDS=3 SECONDS_PER_RUN=8 CLIENTS=6
@@ -73,6 +75,20 @@ for round in $(seq "$rounds"); do
   echo "finalize $(( ($(cpu $o) - before) * 10000 / (calls * seconds) ))" >>"$script.out"
   echo "round $round: $(tail -n 7 "$script.out" | tr '\n' ' ')"
 done
+# The rebalancer's own choice: no replica to start with, the background
+# rebalancer every WINDOW seconds at the default threshold, the same load.
+window=${WINDOW:-4}
+replicas none
+sql -c "ALTER SYSTEM SET lambdastore.rebalance_interval = '${window}s'" -c "SELECT pg_reload_conf()" >/dev/null
+sql -c "SELECT count(*) FROM lambdastore.affinity(forget => true)" >/dev/null
+for step in 1 2 3 4; do
+  before=$(cpu $o)
+  rate=$(spread coord $o $r)
+  echo "rebalancer, ${seconds} s window $step: $rate calls/s, the owner's CPU per call" \
+       "$(( ($(cpu $o) - before) * 10000 / (rate * seconds) )) µs, light replicas after it:" \
+       "$(sql -c "SELECT coalesce(string_agg(node, ', ' ORDER BY added), 'none') FROM lambdastore.light_replicas")"
+done
+sql -c "ALTER SYSTEM RESET lambdastore.rebalance_interval" -c "SELECT pg_reload_conf()" >/dev/null
 pick() { awk -v k="$1" '$1 == k {print $2}' "$script.out" | median; }
 echo "Bench.digest (SHA-512 over 1,000 entries of 1 KiB), $clients clients over the 3 nodes, $rounds rounds of ${seconds} s, medians:"
 echo "  no light replica:    $(pick none) calls/s; the owner's CPU per call $(pick owner-none) µs"

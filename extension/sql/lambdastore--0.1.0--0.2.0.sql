@@ -857,3 +857,184 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION lambdastore_gateway.light_replicas() FROM PUBLIC;
+
+-- The rebalancer adds and drops light replicas (issue 47): the counts
+-- gain the time each object's calls ran and how many wrote, and the plan
+-- its light-replica steps. A table function's columns cannot be replaced
+-- in place.
+DROP FUNCTION lambdastore.affinity(boolean);
+DROP FUNCTION lambdastore._affinity_here(boolean);
+-- lambdastore::cluster::affinity::_affinity_here (pgrx-generated)
+CREATE FUNCTION lambdastore."_affinity_here"(
+	"forget" bool /* bool */
+) RETURNS TABLE (
+	"object_id" bigint,  /* Option < i64 > */
+	"partner" bigint,  /* Option < i64 > */
+	"calls" bigint,  /* i64 */
+	"cross_node" bigint,  /* Option < i64 > */
+	"busy_ms" double precision,  /* Option < f64 > */
+	"writes" bigint,  /* Option < i64 > */
+	"window_s" double precision  /* Option < f64 > */
+)
+STRICT
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'affinity_here_wrapper';
+
+-- Calls per object and between objects on every node, counted since the
+-- last rebalancing run (extension/src/cluster/affinity.rs): a row with no
+-- partner is the calls `object_id` received on `node`, with the time its
+-- top-level calls ran there (`busy_ms`) and how many of those wrote
+-- (`writes`); one with a partner, the nested calls `object_id`, running on
+-- `node`, made to it, `cross_node` of them to an object on another node; a
+-- row with no object, the calls that found the node's tables full.
+-- `window_s` is the seconds since the node counted its first call.
+-- `forget` clears the counts as they are read.
+CREATE FUNCTION lambdastore.affinity(forget boolean DEFAULT false)
+RETURNS TABLE (node text, object_id bigint, partner bigint, calls bigint, cross_node bigint,
+               busy_ms double precision, writes bigint, window_s double precision)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    failed record;
+BEGIN
+    IF NOT lambdastore._distributed() THEN
+        RETURN QUERY SELECT 'local'::text, a.* FROM lambdastore._affinity_here(forget) a;
+        RETURN;
+    END IF;
+    -- As Citus' own citus_stat_tenants gathers its per-node counts.
+    CREATE TEMP TABLE lambdastore_affinity ON COMMIT DROP AS
+    SELECT * FROM run_command_on_all_nodes(
+        format('SELECT coalesce(jsonb_agg(a), ''[]'') FROM lambdastore._affinity_here(%L) a', forget));
+    SELECT * INTO failed FROM lambdastore_affinity WHERE NOT success LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'reading the call counts of node % failed: %', failed.nodeid, failed.result
+            USING ERRCODE = '08006';
+    END IF;
+    RETURN QUERY
+    SELECT n.nodename || ':' || n.nodeport, a.*
+      FROM lambdastore_affinity r JOIN pg_dist_node n USING (nodeid),
+           jsonb_to_recordset(r.result::jsonb) AS a(object_id bigint, partner bigint, calls bigint, cross_node bigint,
+                                                    busy_ms double precision, writes bigint, window_s double precision);
+    DROP TABLE lambdastore_affinity;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore.affinity(boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore._affinity_here(boolean) FROM PUBLIC;
+
+-- The plan of a rebalancing run (core/src/cluster/rebalance.rs and
+-- replicas.rs), from the counts of every node, for the objects of `app`
+-- (all if NULL) that still exist, on the nodes that hold shards, and for
+-- their light replicas and those of objects that no longer exist.
+CREATE OR REPLACE FUNCTION lambdastore._rebalance_plan(max_moves int, app text, forget boolean)
+RETURNS jsonb LANGUAGE plpgsql AS $fn$
+DECLARE
+    ids bigint[];
+    replicated bigint[];
+    still_there bigint[];
+    untracked bigint;
+    plan jsonb;
+BEGIN
+    PERFORM lambdastore._require_coordinator('rebalance');
+    IF max_moves < 0 THEN
+        RAISE EXCEPTION 'max_moves must not be negative, not %', max_moves USING ERRCODE = '22023';
+    END IF;
+    CREATE TEMP TABLE lambdastore_counts ON COMMIT DROP AS SELECT * FROM lambdastore.affinity(forget);
+    SELECT coalesce(sum(calls), 0) INTO untracked FROM lambdastore_counts WHERE object_id IS NULL;
+    SELECT coalesce(array_agg(r.object_id), '{}') INTO replicated FROM lambdastore.light_replicas r;
+    -- Arrays, not subqueries: Citus plans no subquery that correlates a
+    -- reference table with the distributed objects.
+    SELECT coalesce(array_agg(o.object_id), '{}') INTO still_there FROM lambdastore.objects o
+     WHERE o.object_id = ANY (replicated);
+    SELECT array_agg(o.object_id) INTO ids FROM lambdastore.objects o
+     WHERE (o.object_id IN (SELECT c.object_id FROM lambdastore_counts c UNION SELECT c.partner FROM lambdastore_counts c)
+            OR o.object_id = ANY (replicated))
+       AND (_rebalance_plan.app IS NULL OR o.app = _rebalance_plan.app);
+    plan := lambdastore._plan_moves(jsonb_build_object(
+        'nodes', (SELECT coalesce(jsonb_agg(nodename || ':' || nodeport ORDER BY nodeid), '[]') FROM pg_dist_node
+                   WHERE shouldhaveshards AND isactive AND noderole = 'primary'),
+        'objects', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                               'id', id,
+                               'node', (SELECT n.nodename || ':' || n.nodeport FROM pg_dist_placement p
+                                          JOIN pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+                                         WHERE p.shardid = get_shard_id_for_distribution_column('lambdastore.objects', id)),
+                               'calls', c.calls, 'writes', c.writes, 'busy_ms', c.busy_ms)), '[]')
+                      FROM unnest(ids) id,
+                           LATERAL (SELECT coalesce(sum(c.calls), 0) AS calls, coalesce(sum(c.writes), 0) AS writes,
+                                           coalesce(sum(c.busy_ms), 0) AS busy_ms
+                                      FROM lambdastore_counts c WHERE c.object_id = id AND c.partner IS NULL) c),
+        'pairs', (SELECT coalesce(jsonb_agg(jsonb_build_object('from', c.object_id, 'to', c.partner, 'calls', c.calls)), '[]')
+                    FROM (SELECT c.object_id, c.partner, sum(c.calls) AS calls FROM lambdastore_counts c
+                           WHERE c.object_id = ANY (ids) AND c.partner = ANY (ids) GROUP BY 1, 2) c),
+        'replicas', (SELECT coalesce(jsonb_agg(jsonb_build_object('object_id', r.object_id, 'node', r.node)
+                                               ORDER BY r.added, r.node), '[]')
+                       FROM lambdastore.light_replicas r
+                      WHERE r.object_id = ANY (ids) OR NOT r.object_id = ANY (still_there)),
+        'replica_nodes', (SELECT coalesce(jsonb_agg(nodename || ':' || nodeport ORDER BY nodeid), '[]') FROM pg_dist_node
+                           WHERE isactive AND noderole = 'primary'),
+        'busy_ms_by_node', (SELECT coalesce(jsonb_object_agg(b.node, b.busy_ms), '{}')
+                              FROM (SELECT c.node, sum(c.busy_ms) AS busy_ms FROM lambdastore_counts c
+                                     WHERE c.busy_ms IS NOT NULL GROUP BY 1) b),
+        'window_s', (SELECT max(c.window_s) FROM lambdastore_counts c),
+        'max_moves', max_moves));
+    DROP TABLE lambdastore_counts;
+    RETURN plan || jsonb_build_object('app', app, 'untracked_calls', untracked);
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._rebalance_plan(int, text, boolean) FROM PUBLIC;
+
+-- One planned light-replica step: 'added', 'dropped', or why not.
+CREATE FUNCTION lambdastore._rebalance_replica(step jsonb) RETURNS text
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF step->>'action' = 'add' THEN
+        PERFORM lambdastore.add_light_replica((step->>'object_id')::bigint, step->>'node');
+        RETURN 'added';
+    END IF;
+    -- Directly, not by drop_light_replica: the object may be gone.
+    DELETE FROM lambdastore.light_replicas r
+     WHERE r.object_id = (step->>'object_id')::bigint AND r.node = step->>'node';
+    RETURN 'dropped';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._rebalance_replica(jsonb) FROM PUBLIC;
+
+-- Moves objects so that objects that call each other share a node and
+-- load is even across nodes, and adds and drops light replicas of hot
+-- objects, planned from the calls counted since the last run
+-- (docs/ARCHITECTURE.md, "Rebalancing"). At most `max_moves`
+-- (lambdastore.rebalance_max_moves if NULL); `app` limits it to one
+-- application's objects. A dry run only returns the plan and its expected
+-- effect, and forgets nothing. A real run forgets the counts (the next run
+-- plans from calls made after this one) and makes each move a transaction
+-- of its own, so CALL it outside a transaction block; the plan returned
+-- says how each move went.
+CREATE OR REPLACE PROCEDURE lambdastore.rebalance(dry_run boolean DEFAULT false, max_moves int DEFAULT NULL,
+                                       app text DEFAULT NULL, INOUT plan jsonb DEFAULT NULL)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    step jsonb;
+    done jsonb := '[]';
+BEGIN
+    IF NOT dry_run THEN
+        COMMIT; -- here, inside a transaction block, it fails before the counts are forgotten
+    END IF;
+    plan := lambdastore._rebalance_plan(max_moves, app, NOT dry_run) || jsonb_build_object('dry_run', dry_run);
+    IF dry_run THEN
+        RETURN;
+    END IF;
+    COMMIT;
+    FOR step IN SELECT * FROM jsonb_array_elements(plan->'moves') LOOP
+        done := done || jsonb_build_array(step || jsonb_build_object('outcome', lambdastore._rebalance_move(step)));
+        COMMIT;
+    END LOOP;
+    plan := jsonb_set(plan, '{moves}', done);
+    done := '[]';
+    FOR step IN SELECT * FROM jsonb_array_elements(plan->'replicas') LOOP
+        done := done || jsonb_build_array(step || jsonb_build_object('outcome', lambdastore._rebalance_replica(step)));
+    END LOOP;
+    COMMIT;
+    plan := jsonb_set(plan, '{replicas}', done);
+END
+$fn$;
+REVOKE ALL ON PROCEDURE lambdastore.rebalance(boolean, int, text, jsonb) FROM PUBLIC;

@@ -150,6 +150,13 @@ static REBALANCE_MAX_MOVES: GucSetting<i32> = GucSetting::<i32>::new(4);
 /// most that bringing partners together may load a node.
 static REBALANCE_TOLERANCE: GucSetting<f64> = GucSetting::<f64>::new(0.2);
 
+/// `lambdastore.light_replica_threshold` (cores, default 0.5): a rebalancing
+/// run adds a light replica to an object whose calls, mostly reading, kept
+/// each of its servers this busy, and drops one where, with a server fewer,
+/// each would be under half of it (core/src/cluster/replicas.rs). 0: runs
+/// neither add nor drop replicas, except those that can no longer serve.
+static LIGHT_REPLICA_THRESHOLD: GucSetting<f64> = GucSetting::<f64>::new(0.5);
+
 pub(crate) fn define() {
     GucRegistry::define_int_guc(
         c"lambdastore.workers",
@@ -226,6 +233,16 @@ pub(crate) fn define() {
         &REBALANCE_TOLERANCE,
         0.0,
         10.0,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"lambdastore.light_replica_threshold",
+        c"Cores an object's calls must keep each of its servers busy before rebalancing adds a light replica.",
+        c"A replica is dropped when, with one server fewer, each would be busy under half of it; 0 leaves replicas alone.",
+        &LIGHT_REPLICA_THRESHOLD,
+        0.0,
+        1000.0,
         GucContext::Suset,
         GucFlags::default(),
     );
@@ -443,6 +460,10 @@ pub(crate) fn rebalance_max_moves() -> i32 {
 
 pub(crate) fn rebalance_tolerance() -> f64 {
     REBALANCE_TOLERANCE.get()
+}
+
+pub(crate) fn light_replica_threshold() -> f64 {
+    LIGHT_REPLICA_THRESHOLD.get()
 }
 
 pub(crate) fn job_max_attempts() -> i32 {

@@ -136,9 +136,10 @@ fn invoke(
     refuse_in_read_only_transaction(readonly, &info.type_name, method)?;
     let workflow = start(caller, job, tape)?;
     workflow.remember_object(object, info.clone());
+    let running = Instant::now();
     let outcome = run_method(&workflow, &info, &app, readonly, object, method, args);
     if !matches!(outcome, Err(LambdaError::Suspended(_))) {
-        affinity::received(object);
+        count_ran(&workflow, object, running);
     }
     counted(&info.app, &info.type_name, method, started, outcome)
 }
@@ -167,13 +168,22 @@ pub(crate) fn invoke_on_copy(
     let workflow = Rc::new(begin(caller, None)?.on_copy(copy));
     workflow.remember_object(object, info.clone());
     let frame = Frame { object, type_name: info.type_name.clone(), function: method.to_string(), readonly, depth: 0 };
+    let running = Instant::now();
     let outcome = match registry::run(&workflow, &app, frame, FunctionKind::Method, args) {
         Err(LambdaError::HandOver(what)) => return Err(LambdaError::HandOver(what)),
         Ok(result) => finish(&workflow, true).map(|_| result),
         Err(failure) if occ::computed_from_reads(&failure) => Err(finish(&workflow, false).err().unwrap_or(failure)),
         Err(failure) => Err(failure),
     };
+    count_ran(&workflow, object, running);
     counted(&info.app, &info.type_name, method, started, outcome)
+}
+
+/// Counts a top-level call for the rebalancer (cluster/affinity.rs): the
+/// time it ran here, loading code aside, and whether it wrote entries.
+fn count_ran(workflow: &Workflow, object: i64, running: Instant) {
+    let wrote = workflow.writes().entries().next().is_some();
+    affinity::ran(object, running.elapsed().saturating_sub(workflow.loading()), wrote);
 }
 
 fn run_method(

@@ -15,7 +15,12 @@
 //!    other and a second run over the same counts plans nothing.
 //!
 //! Load is calls received; a pair's calls count in both directions.
+//!
+//! Before both, the light replicas (replicas.rs): an object that has
+//! replicas after this run is not moved, nor counted in any node's load:
+//! its replicas are where its load goes.
 
+use super::replicas::{self, ReplicaAt, ReplicaStep};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -28,6 +33,22 @@ pub struct Input {
     pub pairs: Vec<Pair>,
     pub max_moves: usize,
     pub tolerance: f64,
+    /// The light replicas of the objects planned for, and of objects that
+    /// no longer exist; last added last.
+    #[serde(default)]
+    pub replicas: Vec<ReplicaAt>,
+    /// Nodes a light replica may be on.
+    #[serde(default)]
+    pub replica_nodes: Vec<String>,
+    /// Time calls ran on each node.
+    #[serde(default)]
+    pub busy_ms_by_node: BTreeMap<String, f64>,
+    /// Seconds the counts cover; None if nothing was counted.
+    #[serde(default)]
+    pub window_s: Option<f64>,
+    /// Cores (`lambdastore.light_replica_threshold`); 0 adds and drops none.
+    #[serde(default)]
+    pub replica_threshold: f64,
 }
 
 #[derive(Deserialize)]
@@ -36,6 +57,12 @@ pub struct Object {
     pub node: String,
     /// Calls it received.
     pub calls: i64,
+    /// Of them, calls that wrote entries (top-level calls only).
+    #[serde(default)]
+    pub writes: i64,
+    /// Time its top-level calls ran, on every node.
+    #[serde(default)]
+    pub busy_ms: f64,
 }
 
 /// Nested calls `from` made to `to`.
@@ -49,6 +76,8 @@ pub struct Pair {
 #[derive(Serialize, Debug)]
 pub struct Plan {
     pub moves: Vec<Move>,
+    /// Light replicas to add and drop.
+    pub replicas: Vec<ReplicaStep>,
     /// Nested calls between the objects planned for.
     pub nested_calls: i64,
     /// Of them, between objects on two nodes: now, and had the moves been
@@ -231,6 +260,18 @@ impl Model<'_> {
     }
 }
 
+/// The objects that have light replicas once `steps` are taken.
+fn replicated_after(replicas: &[ReplicaAt], steps: &[ReplicaStep]) -> HashSet<i64> {
+    let mut now: HashSet<(i64, &str)> = replicas.iter().map(|r| (r.object_id, r.node.as_str())).collect();
+    for s in steps {
+        match s.action {
+            replicas::Action::Add => now.insert((s.object_id, &s.node)),
+            replicas::Action::Drop => now.remove(&(s.object_id, s.node.as_str())),
+        };
+    }
+    now.into_iter().map(|(id, _)| id).collect()
+}
+
 fn share(part: i64, whole: i64) -> f64 {
     if whole == 0 {
         0.0
@@ -243,9 +284,26 @@ fn share(part: i64, whole: i64) -> f64 {
 /// Objects on nodes not in `nodes`, and pairs with an object not in
 /// `objects`, are left out.
 pub fn plan(input: &Input) -> Plan {
+    let replica_steps = replicas::plan(&replicas::Cluster {
+        objects: input
+            .objects
+            .iter()
+            .map(|o| replicas::Load { id: o.id, owner: &o.node, calls: o.calls, writes: o.writes, busy_ms: o.busy_ms })
+            .collect(),
+        replicas: &input.replicas,
+        nodes: &input.replica_nodes,
+        busy_ms_by_node: &input.busy_ms_by_node,
+        window_s: input.window_s,
+        threshold: input.replica_threshold,
+    });
+    let replicated = replicated_after(&input.replicas, &replica_steps);
     let index: HashMap<&str, usize> = input.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
-    let placed: Vec<_> =
-        input.objects.iter().filter_map(|o| Some((o.id, *index.get(o.node.as_str())?, o.calls))).collect();
+    let placed: Vec<_> = input
+        .objects
+        .iter()
+        .filter(|o| !replicated.contains(&o.id))
+        .filter_map(|o| Some((o.id, *index.get(o.node.as_str())?, o.calls)))
+        .collect();
     let mut model = Model {
         nodes: &input.nodes,
         node_of: placed.iter().map(|(id, node, _)| (*id, *node)).collect(),
@@ -284,6 +342,7 @@ pub fn plan(input: &Input) -> Plan {
     let cross_after = model.cross_node_calls(&pairs);
     Plan {
         moves,
+        replicas: replica_steps,
         nested_calls,
         cross_node_calls: Effect { before: cross_before, after: cross_after },
         cross_node_share: Effect { before: share(cross_before, nested_calls), after: share(cross_after, nested_calls) },
@@ -300,11 +359,22 @@ mod tests {
             nodes: vec!["a".into(), "b".into()],
             objects: objects
                 .iter()
-                .map(|(id, node, calls)| Object { id: *id, node: node.to_string(), calls: *calls })
+                .map(|(id, node, calls)| Object {
+                    id: *id,
+                    node: node.to_string(),
+                    calls: *calls,
+                    writes: 0,
+                    busy_ms: 0.0,
+                })
                 .collect(),
             pairs: pairs.iter().map(|(from, to, calls)| Pair { from: *from, to: *to, calls: *calls }).collect(),
             max_moves,
             tolerance: 0.2,
+            replicas: Vec::new(),
+            replica_nodes: Vec::new(),
+            busy_ms_by_node: BTreeMap::new(),
+            window_s: None,
+            replica_threshold: 0.0,
         }
     }
 
@@ -372,6 +442,18 @@ mod tests {
         let plan = plan(&input(&objects, &[(1, 2, 10), (3, 4, 10)], 4));
         assert!(plan.moves.is_empty());
         assert_eq!(plan.cross_node_share.before, 0.0);
+    }
+
+    #[test]
+    fn an_object_with_light_replicas_is_neither_moved_nor_counted_in_load() {
+        let objects = [(1, "a", 800), (2, "a", 50), (3, "a", 50), (4, "b", 10)];
+        let mut input = input(&objects, &[], 4);
+        input.replica_nodes = input.nodes.clone();
+        input.replicas = vec![ReplicaAt { object_id: 1, node: "b".into() }];
+        let plan = plan(&input);
+        assert!(plan.replicas.is_empty(), "the policy is off: {plan:?}");
+        assert!(plan.moves.iter().all(|m| m.object_id != 1), "{plan:?}");
+        assert_eq!(plan.load.before["a"], 100);
     }
 
     #[test]

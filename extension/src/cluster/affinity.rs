@@ -15,6 +15,7 @@ use crate::pg::shmem::Zeroed;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Objects and pairs tracked per node between two runs of the rebalancer.
 const OBJECTS: usize = 4096;
@@ -34,6 +35,9 @@ trait Slot {
 struct ObjectSlot {
     id: AtomicI64,
     calls: AtomicI64,
+    /// Microseconds its top-level calls ran here, and how many wrote.
+    busy_us: AtomicI64,
+    writes: AtomicI64,
 }
 
 struct PairSlot {
@@ -52,6 +56,8 @@ impl Slot for ObjectSlot {
 
     fn claim(&self, id: i64) {
         self.calls.store(0, Ordering::Relaxed);
+        self.busy_us.store(0, Ordering::Relaxed);
+        self.writes.store(0, Ordering::Relaxed);
         self.id.store(id, Ordering::Release);
     }
 
@@ -86,6 +92,9 @@ struct Tables {
     pairs: [PairSlot; PAIRS],
     /// Calls that found no slot.
     untracked: AtomicI64,
+    /// When the window began (Unix µs): at the start of the first call
+    /// counted after the counts were last forgotten; 0 before it.
+    since_us: AtomicI64,
 }
 
 // SAFETY: the names are unique to this extension.
@@ -150,11 +159,39 @@ fn count(counter: Option<&AtomicI64>) {
     };
 }
 
-/// Counts a call that `object` received on this node.
+/// Counts a nested call that `object` received on this node.
 pub(crate) fn received(object: i64) {
     if ENABLED.load(Ordering::Relaxed) {
         count(slot(&TABLES.get().objects, object, object as u64).map(|s| &s.calls));
     }
+}
+
+/// Counts a top-level call of `object` run on this node (as its owner or
+/// a light replica), with the time it ran and whether it wrote entries:
+/// what the rebalancer's light-replica policy weighs.
+pub(crate) fn ran(object: i64, busy: Duration, wrote: bool) {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let tables = TABLES.get();
+    let busy_us = i64::try_from(busy.as_micros()).unwrap_or(i64::MAX);
+    if tables.since_us.load(Ordering::Relaxed) == 0 {
+        let began = unix_micros().saturating_sub(busy_us);
+        let _ = tables.since_us.compare_exchange(0, began, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    let Some(slot) = slot(&tables.objects, object, object as u64) else {
+        return count(None);
+    };
+    slot.calls.fetch_add(1, Ordering::Relaxed);
+    slot.busy_us.fetch_add(busy_us, Ordering::Relaxed);
+    if wrote {
+        slot.writes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn unix_micros() -> i64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(now.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// Counts a nested call that `from`, running here, made to `to`.
@@ -170,12 +207,17 @@ pub(crate) fn called(from: i64, to: i64, cross_node: bool) {
     }
 }
 
-type Row = (Option<i64>, Option<i64>, i64, Option<i64>);
+/// One row of `_affinity_here`: (object, partner, calls, cross_node,
+/// busy_ms, writes, window_s).
+type Row = (Option<i64>, Option<i64>, i64, Option<i64>, Option<f64>, Option<i64>, Option<f64>);
 
-/// This node's counts: (object, None, calls received, None) and (caller,
-/// callee, nested calls, of which to another node); a last row (None, None,
-/// untracked calls, None) if any found the tables full. `forget` clears
-/// them as they are read, under the claim lock: a window of counts.
+/// This node's counts: (object, None, calls received, None, ms its
+/// top-level calls ran, of them calls that wrote, window) and (caller,
+/// callee, nested calls, of which to another node, None, None, window); a
+/// last row (None, None, untracked calls, None, None, None, window) if any
+/// found the tables full. The window is the seconds since the first call
+/// counted. `forget` clears them as they are read, under the claim lock:
+/// a window of counts.
 fn read(forget: bool) -> Vec<Row> {
     if !ENABLED.load(Ordering::Relaxed) {
         pgrx::notice!("lambdastore.affinity needs lambdastore in shared_preload_libraries");
@@ -185,10 +227,14 @@ fn read(forget: bool) -> Vec<Row> {
     let _claiming = CLAIM.exclusive();
     let take =
         |counter: &AtomicI64| if forget { counter.swap(0, Ordering::Relaxed) } else { counter.load(Ordering::Relaxed) };
+    let since =
+        if forget { tables.since_us.swap(0, Ordering::Relaxed) } else { tables.since_us.load(Ordering::Relaxed) };
+    let window = (since != 0).then(|| (unix_micros() - since) as f64 / 1e6);
     let mut rows = Vec::new();
     for slot in &tables.objects {
         if let Some(id) = slot.key() {
-            rows.push((Some(id), None, take(&slot.calls), None));
+            let (busy_ms, writes) = (take(&slot.busy_us) as f64 / 1e3, take(&slot.writes));
+            rows.push((Some(id), None, take(&slot.calls), None, Some(busy_ms), Some(writes), window));
             if forget {
                 slot.clear();
             }
@@ -196,7 +242,7 @@ fn read(forget: bool) -> Vec<Row> {
     }
     for slot in &tables.pairs {
         if let Some((from, to)) = slot.key() {
-            rows.push((Some(from), Some(to), take(&slot.calls), Some(take(&slot.cross_node))));
+            rows.push((Some(from), Some(to), take(&slot.calls), Some(take(&slot.cross_node)), None, None, window));
             if forget {
                 slot.clear();
             }
@@ -204,7 +250,7 @@ fn read(forget: bool) -> Vec<Row> {
     }
     let untracked = take(&tables.untracked);
     if untracked > 0 {
-        rows.push((None, None, untracked, None));
+        rows.push((None, None, untracked, None, None, None, window));
     }
     rows
 }
@@ -214,7 +260,15 @@ fn affinity_here(
     forget: bool,
 ) -> TableIterator<
     'static,
-    (name!(object_id, Option<i64>), name!(partner, Option<i64>), name!(calls, i64), name!(cross_node, Option<i64>)),
+    (
+        name!(object_id, Option<i64>),
+        name!(partner, Option<i64>),
+        name!(calls, i64),
+        name!(cross_node, Option<i64>),
+        name!(busy_ms, Option<f64>),
+        name!(writes, Option<i64>),
+        name!(window_s, Option<f64>),
+    ),
 > {
     TableIterator::new(read(forget))
 }

@@ -208,6 +208,7 @@ mod lambdastore {
             counts["max_moves"] = crate::gucs::rebalance_max_moves().into();
         }
         counts["tolerance"] = crate::gucs::rebalance_tolerance().into();
+        counts["replica_threshold"] = crate::gucs::light_replica_threshold().into();
         let input: rebalance::Input = serde_json::from_value(counts).unwrap_or_else(|err| {
             raise(LambdaError::InvalidParameter(format!("unexpected counts: {err}")), "_plan_moves".into())
         });

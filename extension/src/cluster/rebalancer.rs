@@ -2,7 +2,8 @@
 //! `lambdastore.rebalance_interval`, on the coordinator of a Citus cluster
 //! with lambdastore distributed, does what `CALL lambdastore.rebalance()`
 //! does (sql/citus.sql): the plan in one transaction, forgetting the
-//! counts, then each move in a transaction of its own. Elsewhere, and while
+//! counts, then each move in a transaction of its own, then each light
+//! replica added or dropped. Elsewhere, and while
 //! the setting is 0, it only sleeps on its latch, which a reload sets.
 
 use crate::jobs::runner::{in_subtransaction, Failure};
@@ -21,6 +22,7 @@ const OFF: Duration = Duration::from_secs(3600);
 const HERE: &str = "SELECT to_regprocedure('lambdastore._coordinator()') IS NOT NULL";
 const PLAN: &str = "SELECT lambdastore._rebalance_plan(NULL, NULL, true)::text WHERE lambdastore._coordinator()";
 const MOVE: &str = "SELECT lambdastore._rebalance_move($1::jsonb)";
+const REPLICA: &str = "SELECT lambdastore._rebalance_replica($1::jsonb)";
 
 /// Entry point, named in the worker's registration (`workers::register`).
 #[pg_guard]
@@ -54,7 +56,7 @@ fn run() {
     let steps = plan["moves"].as_array().cloned().unwrap_or_default();
     let mut moved = 0;
     for step in &steps {
-        let outcome = transaction(|| in_subtransaction(|| make(step)));
+        let outcome = transaction(|| in_subtransaction(|| make(MOVE, step)));
         match outcome.as_deref() {
             Ok("moved") => moved += 1,
             Ok(why) => pgrx::warning!("lambdastore rebalancer: object {} not moved: {why}", step["object_id"]),
@@ -71,6 +73,19 @@ fn run() {
             plan["cross_node_share"]["after"]
         );
     }
+    for step in plan["replicas"].as_array().into_iter().flatten() {
+        let (object, node, action) = (&step["object_id"], &step["node"], &step["action"]);
+        match transaction(|| in_subtransaction(|| make(REPLICA, step))) {
+            Ok(outcome) if outcome == "added" || outcome == "dropped" => {
+                pgrx::log!("lambdastore rebalancer: light replica of {object} on {node} {outcome}: {}", step["reason"])
+            }
+            Ok(why) => pgrx::warning!("lambdastore rebalancer: light replica of {object} on {node} ({action}): {why}"),
+            Err(failure) => pgrx::warning!(
+                "lambdastore rebalancer: light replica of {object} on {node} ({action}) failed: {}",
+                failure.message
+            ),
+        }
+    }
 }
 
 fn plan() -> Result<Option<serde_json::Value>, Failure> {
@@ -82,9 +97,10 @@ fn plan() -> Result<Option<serde_json::Value>, Failure> {
     Ok(plan.map(|text| serde_json::from_str(&text).expect("the planner writes JSON")))
 }
 
-fn make(step: &serde_json::Value) -> Result<String, Failure> {
+/// One step of the plan, by `statement`: its outcome.
+fn make(statement: &'static str, step: &serde_json::Value) -> Result<String, Failure> {
     let text = step.to_string();
     let outcome =
-        catalog::query_cluster(MOVE, &[TEXTOID], &[text.as_str().into()], |rows| rows.first().get::<String>(1))?;
+        catalog::query_cluster(statement, &[TEXTOID], &[text.as_str().into()], |rows| rows.first().get::<String>(1))?;
     Ok(outcome.unwrap_or_default())
 }

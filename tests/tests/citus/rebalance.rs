@@ -223,3 +223,71 @@ fn background_rebalancer_brings_partners_together_by_itself() {
     assert!(by_rebalancer >= 4, "{by_rebalancer} moves logged by the rebalancer");
     assert_eq!(total(&mut c, &pairs), 8 * 1000, "money was made or lost");
 }
+
+/// The light replicas of `object`, by node.
+fn light_replicas(c: &mut Client, object: i64) -> Vec<String> {
+    c.query("SELECT node FROM lambdastore.light_replicas WHERE object_id = $1 ORDER BY node", &[&object])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// The plan's light-replica steps: (object, node, action, outcome).
+fn replica_steps(plan: &Value) -> Vec<(i64, String, String, String)> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    plan["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["object_id"].as_i64().unwrap(), text(&s["node"]), text(&s["action"]), text(&s["outcome"])))
+        .collect()
+}
+
+/// A hot object whose calls read and compute gets a light replica, one
+/// as hot whose calls write gets none (replicas spread compute, not
+/// writes), and when the load falls the replica goes; so does one left on
+/// the node its object was moved to.
+#[test]
+fn the_rebalancer_gives_a_hot_object_whose_calls_read_a_light_replica_and_takes_it_back() {
+    let Some(_workers) = workers() else { return };
+    let _turn = REBALANCING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (mut c, app) = deployed("citus_rebalance_replicas", "micro");
+    let by_node = spread(&mut c, &app, "Bench", json!({"entries": 10}), 2);
+    let mut nodes = by_node.iter();
+    let ((a, on_a), (_, on_b)) = (nodes.next().unwrap(), nodes.next().unwrap());
+    let (reader, writer, moving) = (on_a[0], on_a[1], on_b[0]);
+    // Low enough that a test's few calls make an object hot (this
+    // session's runs only).
+    c.batch_execute("SET lambdastore.light_replica_threshold = 0.001").unwrap();
+    let forget = |c: &mut Client| c.execute("SELECT count(*) FROM lambdastore.affinity(forget => true)", &[]).unwrap();
+    forget(&mut c);
+    for _ in 0..20 {
+        call(&mut c, reader, "hash", json!({"n": 500}));
+        call(&mut c, writer, "write", json!({"k": 3}));
+    }
+    let added = rebalance(&mut c, &app, false, 0);
+    let steps = replica_steps(&added);
+    assert_eq!(steps.len(), 1, "one replica, for the reader: {added}");
+    let (object, node, action, outcome) = steps[0].clone();
+    assert_eq!((object, action.as_str(), outcome.as_str()), (reader, "add", "added"), "{added}");
+    assert_ne!(&node, a, "not on its owner");
+    assert_eq!(light_replicas(&mut c, reader), vec![node.clone()]);
+    assert!(light_replicas(&mut c, writer).is_empty());
+    assert_eq!(call(&mut c, reader, "hash", json!({"n": 1})).as_str().map(str::len), Some(128));
+
+    // A replica left on the node its object then moves to serves nothing.
+    c.execute("SELECT lambdastore.add_light_replica($1, $2)", &[&moving, a]).unwrap();
+    c.execute("SELECT lambdastore.migrate_object($1, $2)", &[&moving, a]).unwrap();
+    // No more calls: the load fell.
+    forget(&mut c);
+    let dropped = rebalance(&mut c, &app, false, 0);
+    let mut steps = replica_steps(&dropped);
+    steps.sort();
+    let drop = |object: i64, node: &str| (object, node.to_string(), "drop".to_string(), "dropped".to_string());
+    let mut expected = vec![drop(reader, &node), drop(moving, a)];
+    expected.sort();
+    assert_eq!(steps, expected, "{dropped}");
+    assert!(light_replicas(&mut c, reader).is_empty());
+    assert!(light_replicas(&mut c, moving).is_empty());
+}

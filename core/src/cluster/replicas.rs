@@ -1,0 +1,269 @@
+//! The light-replica half of a rebalancing plan: which hot objects get
+//! one more light replica and which replicas go, from the time each
+//! object's calls kept the nodes busy since the last run (the extension's
+//! cluster/affinity.rs). A light replica spreads an object's compute, not
+//! its writes: the owner still validates and applies every write.
+//!
+//! Per object, at most one step per run:
+//! - **drop** a replica that can no longer serve (its object is gone, or
+//!   now stored on the replica's node, or the node left the cluster);
+//! - **drop** one replica (the last added) when the object's calls mostly
+//!   wrote, or when, with one server fewer, each would be busy under half
+//!   of `threshold` cores;
+//! - **add** one on the least busy node that is neither its owner nor a
+//!   replica, when the object's calls mostly read and each of its servers
+//!   (owner and replicas) was busy at least `threshold` cores with them.
+//!
+//! Adding at `threshold` per server and dropping under half of it leaves a
+//! band between, so that a steady load neither adds nor drops.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A window shorter than this counts as this long: one slow call in a
+/// window of a few milliseconds is no sustained load.
+pub const MIN_WINDOW_S: f64 = 1.0;
+
+/// An existing light replica.
+#[derive(Deserialize, Clone)]
+pub struct ReplicaAt {
+    pub object_id: i64,
+    pub node: String,
+}
+
+#[derive(Serialize, Debug, PartialEq, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Add,
+    Drop,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+pub struct ReplicaStep {
+    pub object_id: i64,
+    pub node: String,
+    pub action: Action,
+    pub reason: String,
+}
+
+/// What the replica plan reads of an object.
+pub struct Load<'a> {
+    pub id: i64,
+    /// Where it is stored.
+    pub owner: &'a str,
+    pub calls: i64,
+    /// Calls that wrote entries.
+    pub writes: i64,
+    /// Time its calls ran, on every node that ran them.
+    pub busy_ms: f64,
+}
+
+/// What the replica plan reads of the cluster.
+pub struct Cluster<'a> {
+    pub objects: Vec<Load<'a>>,
+    pub replicas: &'a [ReplicaAt],
+    /// Nodes a replica may be on (every active primary).
+    pub nodes: &'a [String],
+    /// Time calls ran on each node.
+    pub busy_ms_by_node: &'a BTreeMap<String, f64>,
+    /// Seconds the counts cover; None if nothing was counted.
+    pub window_s: Option<f64>,
+    /// Cores; 0 leaves replicas alone (except those that cannot serve).
+    pub threshold: f64,
+}
+
+/// The steps, in object order.
+pub fn plan(cluster: &Cluster) -> Vec<ReplicaStep> {
+    let mut replicas_of: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    let mut steps = Vec::new();
+    for replica in cluster.replicas {
+        let object = cluster.objects.iter().find(|o| o.id == replica.object_id);
+        let broken = match object {
+            None => Some("the object no longer exists".to_string()),
+            Some(o) if o.owner == replica.node => Some(format!("the object is stored on {} now", o.owner)),
+            Some(_) if !cluster.nodes.contains(&replica.node) => Some("the node is not an active node".to_string()),
+            Some(_) => None,
+        };
+        match broken {
+            Some(reason) => steps.push(step(replica.object_id, &replica.node, Action::Drop, reason)),
+            None => replicas_of.entry(replica.object_id).or_default().push(&replica.node),
+        }
+    }
+    if cluster.threshold <= 0.0 {
+        return steps;
+    }
+    let seconds = cluster.window_s.unwrap_or(MIN_WINDOW_S).max(MIN_WINDOW_S);
+    let mut busy_by_node = cluster.busy_ms_by_node.clone();
+    let mut objects: Vec<&Load> = cluster.objects.iter().collect();
+    objects.sort_by_key(|o| o.id);
+    for o in objects {
+        let replicas = replicas_of.get(&o.id).map(Vec::as_slice).unwrap_or_default();
+        let cores = o.busy_ms / 1000.0 / seconds;
+        let mostly_writes = o.writes * 2 > o.calls;
+        let load = || {
+            format!(
+                "its calls kept {cores:.2} cores busy over {seconds:.0} s on {} nodes (threshold {} per node), {} of {} wrote",
+                replicas.len() + 1,
+                cluster.threshold,
+                o.writes,
+                o.calls
+            )
+        };
+        if let Some(last) = replicas.last() {
+            if mostly_writes {
+                let reason = format!("{}: replicas spread compute, not writes", load());
+                steps.push(step(o.id, last, Action::Drop, reason));
+            } else if cores / (replicas.len() as f64) < cluster.threshold / 2.0 {
+                steps.push(step(o.id, last, Action::Drop, format!("the load fell: {}", load())));
+            } else {
+                add_if_hot(o, replicas, cores, cluster, &mut busy_by_node, &load, &mut steps);
+            }
+        } else if !mostly_writes {
+            add_if_hot(o, replicas, cores, cluster, &mut busy_by_node, &load, &mut steps);
+        }
+    }
+    steps
+}
+
+fn add_if_hot(
+    o: &Load,
+    replicas: &[&str],
+    cores: f64,
+    cluster: &Cluster,
+    busy_by_node: &mut BTreeMap<String, f64>,
+    load: &dyn Fn() -> String,
+    steps: &mut Vec<ReplicaStep>,
+) {
+    if cores / ((replicas.len() + 1) as f64) < cluster.threshold {
+        return;
+    }
+    let busy = |node: &str| busy_by_node.get(node).copied().unwrap_or(0.0);
+    let target = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.as_str() != o.owner && !replicas.contains(&n.as_str()))
+        .min_by(|a, b| busy(a).total_cmp(&busy(b)));
+    if let Some(node) = target {
+        // The new replica takes its share: the next hot object goes elsewhere.
+        let share = o.busy_ms / (replicas.len() + 2) as f64;
+        *busy_by_node.entry(node.clone()).or_default() += share;
+        steps.push(step(o.id, node, Action::Add, load()));
+    }
+}
+
+fn step(object_id: i64, node: &str, action: Action, reason: String) -> ReplicaStep {
+    ReplicaStep { object_id, node: node.to_string(), action, reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODES: [&str; 3] = ["coord", "w1", "w2"];
+
+    fn nodes() -> Vec<String> {
+        NODES.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn object(id: i64, owner: &'static str, calls: i64, writes: i64, busy_ms: f64) -> Load<'static> {
+        Load { id, owner, calls, writes, busy_ms }
+    }
+
+    fn replicas(of: &[(i64, &str)]) -> Vec<ReplicaAt> {
+        of.iter().map(|(id, node)| ReplicaAt { object_id: *id, node: node.to_string() }).collect()
+    }
+
+    fn run(
+        objects: Vec<Load>,
+        existing: &[(i64, &str)],
+        busy: &[(&str, f64)],
+        window_s: Option<f64>,
+    ) -> Vec<ReplicaStep> {
+        let (nodes, existing) = (nodes(), replicas(existing));
+        let busy: BTreeMap<String, f64> = busy.iter().map(|(n, ms)| (n.to_string(), *ms)).collect();
+        plan(&Cluster { objects, replicas: &existing, nodes: &nodes, busy_ms_by_node: &busy, window_s, threshold: 0.5 })
+    }
+
+    fn actions(steps: &[ReplicaStep]) -> Vec<(i64, &str, Action)> {
+        steps.iter().map(|s| (s.object_id, s.node.as_str(), s.action)).collect()
+    }
+
+    #[test]
+    fn a_hot_object_whose_calls_read_gets_a_replica_on_the_least_busy_node() {
+        // 9 s of calls in 10 s: 0.9 cores; w2 is busier than the coordinator.
+        let steps = run(vec![object(1, "w1", 900, 0, 9000.0)], &[], &[("w1", 9000.0), ("w2", 500.0)], Some(10.0));
+        assert_eq!(actions(&steps), vec![(1, "coord", Action::Add)], "{steps:?}");
+        assert!(steps[0].reason.contains("0.90 cores"), "{}", steps[0].reason);
+    }
+
+    #[test]
+    fn an_object_as_hot_whose_calls_write_gets_none() {
+        let steps = run(vec![object(1, "w1", 900, 600, 9000.0)], &[], &[], Some(10.0));
+        assert!(steps.is_empty(), "{steps:?}");
+    }
+
+    #[test]
+    fn a_second_replica_only_while_each_server_stays_busy() {
+        // Two servers at 0.6 cores each: a third.
+        let more = run(vec![object(1, "w1", 1200, 0, 12000.0)], &[(1, "w2")], &[], Some(10.0));
+        assert_eq!(actions(&more), vec![(1, "coord", Action::Add)]);
+        // Two servers at 0.4 each: within the band, nothing.
+        assert!(run(vec![object(1, "w1", 800, 0, 8000.0)], &[(1, "w2")], &[], Some(10.0)).is_empty());
+        // Every other node is one already: nothing more to add.
+        assert!(run(vec![object(1, "w1", 9000, 0, 90000.0)], &[(1, "w2"), (1, "coord")], &[], Some(10.0)).is_empty());
+    }
+
+    #[test]
+    fn replicas_go_one_per_run_as_the_load_falls_or_turns_to_writes() {
+        let two = [(1, "w2"), (1, "coord")];
+        // 0.3 cores for two servers after a drop: 0.15 each, under 0.25.
+        let fell = run(vec![object(1, "w1", 300, 0, 3000.0)], &two, &[], Some(10.0));
+        assert_eq!(actions(&fell), vec![(1, "coord", Action::Drop)], "the last added goes first");
+        // Nothing counted at all: the load is gone.
+        let idle = run(vec![object(1, "w1", 0, 0, 0.0)], &[(1, "w2")], &[], None);
+        assert_eq!(actions(&idle), vec![(1, "w2", Action::Drop)]);
+        let writes = run(vec![object(1, "w1", 900, 800, 9000.0)], &two, &[], Some(10.0));
+        assert_eq!(actions(&writes), vec![(1, "coord", Action::Drop)]);
+        assert!(writes[0].reason.contains("not writes"), "{}", writes[0].reason);
+    }
+
+    #[test]
+    fn replicas_that_cannot_serve_are_dropped_even_with_the_policy_off() {
+        let (nodes, existing) = (nodes(), replicas(&[(1, "w1"), (2, "gone:1"), (3, "w2")]));
+        let busy = BTreeMap::new();
+        let steps = plan(&Cluster {
+            objects: vec![object(1, "w1", 0, 0, 0.0), object(2, "w1", 0, 0, 0.0)],
+            replicas: &existing,
+            nodes: &nodes,
+            busy_ms_by_node: &busy,
+            window_s: None,
+            threshold: 0.0,
+        });
+        let why: Vec<_> = steps.iter().map(|s| (s.object_id, s.reason.as_str())).collect();
+        assert_eq!(
+            why,
+            vec![
+                (1, "the object is stored on w1 now"),
+                (2, "the node is not an active node"),
+                (3, "the object no longer exists")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_short_window_counts_as_a_second() {
+        // One 400 ms call seen in a window of 10 ms: 0.4 cores, not 40.
+        assert!(run(vec![object(1, "w1", 1, 0, 400.0)], &[], &[], Some(0.01)).is_empty());
+    }
+
+    #[test]
+    fn two_hot_objects_of_one_node_get_replicas_on_different_nodes() {
+        let steps = run(
+            vec![object(1, "w1", 900, 0, 9000.0), object(2, "w1", 900, 0, 9000.0)],
+            &[],
+            &[("w1", 18000.0)],
+            Some(10.0),
+        );
+        assert_eq!(actions(&steps), vec![(1, "coord", Action::Add), (2, "w2", Action::Add)]);
+    }
+}
