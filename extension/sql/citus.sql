@@ -333,8 +333,8 @@ REVOKE ALL ON FUNCTION lambdastore._hold_shard_operations() FROM PUBLIC;
 
 -- Calls per object and between objects on every node, counted since the
 -- last rebalancing run (extension/src/cluster/affinity.rs): a row with no
--- partner is the calls `object_id` received on `node`, with the time its
--- top-level calls ran there (`busy_ms`) and how many of those wrote
+-- partner is the calls `object_id` received on `node`, with the CPU time
+-- its top-level calls took there (`busy_ms`) and how many of those wrote
 -- (`writes`); one with a partner, the nested calls `object_id`, running on
 -- `node`, made to it, `cross_node` of them to an object on another node; a
 -- row with no object, the calls that found the node's tables full.

@@ -859,7 +859,7 @@ $$;
 REVOKE ALL ON FUNCTION lambdastore_gateway.light_replicas() FROM PUBLIC;
 
 -- The rebalancer adds and drops light replicas (issue 47): the counts
--- gain the time each object's calls ran and how many wrote, and the plan
+-- gain the CPU time each object's calls took and how many wrote, and the plan
 -- its light-replica steps. A table function's columns cannot be replaced
 -- in place.
 DROP FUNCTION lambdastore.affinity(boolean);
@@ -882,8 +882,8 @@ AS 'MODULE_PATHNAME', 'affinity_here_wrapper';
 
 -- Calls per object and between objects on every node, counted since the
 -- last rebalancing run (extension/src/cluster/affinity.rs): a row with no
--- partner is the calls `object_id` received on `node`, with the time its
--- top-level calls ran there (`busy_ms`) and how many of those wrote
+-- partner is the calls `object_id` received on `node`, with the CPU time
+-- its top-level calls took there (`busy_ms`) and how many of those wrote
 -- (`writes`); one with a partner, the nested calls `object_id`, running on
 -- `node`, made to it, `cross_node` of them to an object on another node; a
 -- row with no object, the calls that found the node's tables full.

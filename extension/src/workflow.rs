@@ -22,7 +22,7 @@ use crate::txn::copy::ObjectCopy;
 use crate::txn::{occ, Workflow};
 use lambdastore_core::model::{Draw, FunctionKind, ModuleKey, ObjectInfo, Spawned};
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Counts a top-level call in `lambdastore.stats` (not a run of a
 /// forwarded call that stopped for a call on another node: it runs again).
@@ -136,7 +136,7 @@ fn invoke(
     refuse_in_read_only_transaction(readonly, &info.type_name, method)?;
     let workflow = start(caller, job, tape)?;
     workflow.remember_object(object, info.clone());
-    let running = Instant::now();
+    let running = affinity::cpu_time();
     let outcome = run_method(&workflow, &info, &app, readonly, object, method, args);
     if !matches!(outcome, Err(LambdaError::Suspended(_))) {
         count_ran(&workflow, object, running);
@@ -168,7 +168,7 @@ pub(crate) fn invoke_on_copy(
     let workflow = Rc::new(begin(caller, None)?.on_copy(copy));
     workflow.remember_object(object, info.clone());
     let frame = Frame { object, type_name: info.type_name.clone(), function: method.to_string(), readonly, depth: 0 };
-    let running = Instant::now();
+    let running = affinity::cpu_time();
     let outcome = match registry::run(&workflow, &app, frame, FunctionKind::Method, args) {
         Err(LambdaError::HandOver(what)) => return Err(LambdaError::HandOver(what)),
         Ok(result) => finish(&workflow, true).map(|_| result),
@@ -180,10 +180,12 @@ pub(crate) fn invoke_on_copy(
 }
 
 /// Counts a top-level call for the rebalancer (cluster/affinity.rs): the
-/// time it ran here, loading code aside, and whether it wrote entries.
-fn count_ran(workflow: &Workflow, object: i64, running: Instant) {
+/// CPU time it took here since `running`, loading code aside, and whether
+/// it wrote entries.
+fn count_ran(workflow: &Workflow, object: i64, running: Duration) {
     let wrote = workflow.writes().entries().next().is_some();
-    affinity::ran(object, running.elapsed().saturating_sub(workflow.loading()), wrote);
+    let busy = affinity::cpu_time().saturating_sub(running).saturating_sub(workflow.loading());
+    affinity::ran(object, busy, wrote);
 }
 
 fn run_method(

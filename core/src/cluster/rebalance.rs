@@ -40,7 +40,7 @@ pub struct Input {
     /// Nodes a light replica may be on.
     #[serde(default)]
     pub replica_nodes: Vec<String>,
-    /// Time calls ran on each node.
+    /// CPU time calls took on each node.
     #[serde(default)]
     pub busy_ms_by_node: BTreeMap<String, f64>,
     /// Seconds the counts cover; None if nothing was counted.
@@ -60,7 +60,7 @@ pub struct Object {
     /// Of them, calls that wrote entries (top-level calls only).
     #[serde(default)]
     pub writes: i64,
-    /// Time its top-level calls ran, on every node.
+    /// CPU time its top-level calls took, on every node.
     #[serde(default)]
     pub busy_ms: f64,
 }

@@ -1,5 +1,5 @@
 //! The light-replica half of a rebalancing plan: which hot objects get
-//! one more light replica and which replicas go, from the time each
+//! one more light replica and which replicas go, from the CPU time each
 //! object's calls kept the nodes busy since the last run (the extension's
 //! cluster/affinity.rs). A light replica spreads an object's compute, not
 //! its writes: the owner still validates and applies every write.
@@ -54,7 +54,7 @@ pub struct Load<'a> {
     pub calls: i64,
     /// Calls that wrote entries.
     pub writes: i64,
-    /// Time its calls ran, on every node that ran them.
+    /// CPU time its calls took, on every node that ran them.
     pub busy_ms: f64,
 }
 
@@ -64,7 +64,7 @@ pub struct Cluster<'a> {
     pub replicas: &'a [ReplicaAt],
     /// Nodes a replica may be on (every active primary).
     pub nodes: &'a [String],
-    /// Time calls ran on each node.
+    /// CPU time calls took on each node.
     pub busy_ms_by_node: &'a BTreeMap<String, f64>,
     /// Seconds the counts cover; None if nothing was counted.
     pub window_s: Option<f64>,
