@@ -1,5 +1,6 @@
 //! Who calls whom, for `lambdastore.rebalance()`: per object, the calls it
-//! received on this node, and per pair of objects, the nested calls the
+//! received on this node (for top-level calls, the CPU time they took and
+//! how many wrote: the light-replica policy's input), and per pair of objects, the nested calls the
 //! first made to the second from here, and how many of them went to
 //! another node. In shared memory, as the statistics are (a call that
 //! aborts still loaded the node), so it needs the library preloaded.
