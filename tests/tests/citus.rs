@@ -666,6 +666,47 @@ fn a_deploy_on_one_node_reaches_the_cached_sessions_of_every_node() {
     }
 }
 
+/// A workflow pins the code version of every application it calls at its
+/// first call there, and the pins travel with each call it sends to
+/// another node: a redeploy of the called application between two calls
+/// of one workflow (to a module without the type) reaches neither. The
+/// caller runs on one worker, its target on the other; the workflow waits
+/// for the object-id sequence of its node between the two calls.
+#[test]
+fn a_workflow_on_one_node_runs_one_version_of_an_application_it_calls_on_another() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, caller_app) = deployed("citus_pinned_caller", "micro");
+    let counters = app("citus_pinned_counters");
+    deploy_example(&mut c, &counters, "counter");
+    let (caller, _) = on_two_nodes(&mut c, &caller_app, "Bench", json!({"entries": 0}));
+    let here = owner(&mut c, caller);
+    let counter = spread(&mut c, &counters, "Counter", json!({"initial": 7}), 1)
+        .into_iter()
+        .find(|(node, _)| *node != here)
+        .map(|(_, ids)| ids[0])
+        .expect("a counter on the other worker");
+    let worker = worker_at(&mut workers, &here);
+    let url = cluster::citus().unwrap().workers[worker].clone();
+
+    let mut sequence = connect_node(&url);
+    sequence.batch_execute("BEGIN; ALTER SEQUENCE lambdastore.object_id_seq INCREMENT BY 1").unwrap();
+    let mut workflow = connect_node(&url);
+    let pid = backend_pid(&mut workflow);
+    let twice = json!({"target": counter, "method": "get", "args": {}});
+    let running = std::thread::spawn(move || invoke(&mut workflow, caller, "relay_twice", twice));
+    wait_until_waiting_for_a_lock(&mut connect_node(&url), pid);
+    deploy_example(&mut c, &counters, "bank"); // no type Counter any more
+    sequence.batch_execute("ROLLBACK").unwrap();
+
+    let result = running.join().unwrap().unwrap_or_else(|e| panic!("relay_twice: {}", describe(&e)));
+    assert_eq!(result, json!([7, 7]), "the second call ran another version");
+    let message = expect_sqlstate(
+        invoke(&mut workers[worker], caller, "relay", json!({"target": counter, "method": "get", "args": {}})),
+        "P0001",
+    );
+    assert!(message.contains("Counter"), "a new workflow runs the new version: {message}");
+}
+
 /// Plain SQL over a distributed table of the user's own, across two
 /// workers: every transaction commits in two phases, in worker backends
 /// that ran no lambdastore call and so count, at PREPARE, as changing the
