@@ -136,7 +136,9 @@ CONF
     if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
       # The ports are in Linux's ephemeral range: a client connection that
       # was given the port as its local one makes the bind fail until it
-      # closes (seen once in CI). Such a start is tried again, a few times.
+      # closes (seen in CI, which now reserves 54320-54399: .ci/run; as
+      # root, `sysctl -w net.ipv4.ip_local_reserved_ports=54320-54399`).
+      # Such a start is tried again, a few times.
       for attempt in 1 2 3 4 5; do
         # Without RUST_BACKTRACE, pgrx does not append Rust backtraces to errors.
         without_fds as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 start >/dev/null && break
