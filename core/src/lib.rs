@@ -18,7 +18,6 @@ pub mod txn {
 /// The pure parts of running on a Citus cluster.
 pub mod cluster {
     pub mod rebalance;
-    pub mod replicas;
     pub mod shards;
 }
 

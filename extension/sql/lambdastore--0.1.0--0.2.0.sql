@@ -921,7 +921,7 @@ REVOKE ALL ON FUNCTION lambdastore.affinity(boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._affinity_here(boolean) FROM PUBLIC;
 
 -- The plan of a rebalancing run (core/src/cluster/rebalance.rs and
--- replicas.rs), from the counts of every node, for the objects of `app`
+-- rebalance/replicas.rs), from the counts of every node, for the objects of `app`
 -- (all if NULL) that still exist, on the nodes that hold shards, and for
 -- their light replicas and those of objects that no longer exist.
 CREATE OR REPLACE FUNCTION lambdastore._rebalance_plan(max_moves int, app text, forget boolean)

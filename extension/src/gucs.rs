@@ -153,7 +153,7 @@ static REBALANCE_TOLERANCE: GucSetting<f64> = GucSetting::<f64>::new(0.2);
 /// `lambdastore.light_replica_threshold` (cores, default 0.5): a rebalancing
 /// run adds a light replica to an object whose calls, mostly reading, kept
 /// each of its servers this busy, and drops one where, with a server fewer,
-/// each would be under half of it (core/src/cluster/replicas.rs). 0: runs
+/// each would be under half of it (core/src/cluster/rebalance/replicas.rs). 0: runs
 /// neither add nor drop replicas, except those that can no longer serve.
 static LIGHT_REPLICA_THRESHOLD: GucSetting<f64> = GucSetting::<f64>::new(0.5);
 

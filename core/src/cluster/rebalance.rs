@@ -20,7 +20,9 @@
 //! replicas after this run is not moved, nor counted in any node's load:
 //! its replicas are where its load goes.
 
-use super::replicas::{self, ReplicaAt, ReplicaStep};
+pub mod replicas;
+
+use replicas::{ReplicaAt, ReplicaStep};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -33,22 +35,9 @@ pub struct Input {
     pub pairs: Vec<Pair>,
     pub max_moves: usize,
     pub tolerance: f64,
-    /// The light replicas of the objects planned for, and of objects that
-    /// no longer exist; last added last.
-    #[serde(default)]
-    pub replicas: Vec<ReplicaAt>,
-    /// Nodes a light replica may be on.
-    #[serde(default)]
-    pub replica_nodes: Vec<String>,
-    /// CPU time calls took on each node.
-    #[serde(default)]
-    pub busy_ms_by_node: BTreeMap<String, f64>,
-    /// Seconds the counts cover; None if nothing was counted.
-    #[serde(default)]
-    pub window_s: Option<f64>,
-    /// Cores (`lambdastore.light_replica_threshold`); 0 adds and drops none.
-    #[serde(default)]
-    pub replica_threshold: f64,
+    /// The light replicas' part (replicas.rs).
+    #[serde(flatten)]
+    pub light: replicas::Input,
 }
 
 #[derive(Deserialize)]
@@ -284,19 +273,8 @@ fn share(part: i64, whole: i64) -> f64 {
 /// Objects on nodes not in `nodes`, and pairs with an object not in
 /// `objects`, are left out.
 pub fn plan(input: &Input) -> Plan {
-    let replica_steps = replicas::plan(&replicas::Cluster {
-        objects: input
-            .objects
-            .iter()
-            .map(|o| replicas::Load { id: o.id, owner: &o.node, calls: o.calls, writes: o.writes, busy_ms: o.busy_ms })
-            .collect(),
-        replicas: &input.replicas,
-        nodes: &input.replica_nodes,
-        busy_ms_by_node: &input.busy_ms_by_node,
-        window_s: input.window_s,
-        threshold: input.replica_threshold,
-    });
-    let replicated = replicated_after(&input.replicas, &replica_steps);
+    let replica_steps = replicas::plan(&input.objects, &input.light);
+    let replicated = replicated_after(&input.light.replicas, &replica_steps);
     let index: HashMap<&str, usize> = input.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
     let placed: Vec<_> = input
         .objects
@@ -370,11 +348,7 @@ mod tests {
             pairs: pairs.iter().map(|(from, to, calls)| Pair { from: *from, to: *to, calls: *calls }).collect(),
             max_moves,
             tolerance: 0.2,
-            replicas: Vec::new(),
-            replica_nodes: Vec::new(),
-            busy_ms_by_node: BTreeMap::new(),
-            window_s: None,
-            replica_threshold: 0.0,
+            light: replicas::Input::default(),
         }
     }
 
@@ -448,8 +422,8 @@ mod tests {
     fn an_object_with_light_replicas_is_neither_moved_nor_counted_in_load() {
         let objects = [(1, "a", 800), (2, "a", 50), (3, "a", 50), (4, "b", 10)];
         let mut input = input(&objects, &[], 4);
-        input.replica_nodes = input.nodes.clone();
-        input.replicas = vec![ReplicaAt { object_id: 1, node: "b".into() }];
+        input.light.replica_nodes = input.nodes.clone();
+        input.light.replicas = vec![ReplicaAt { object_id: 1, node: "b".into() }];
         let plan = plan(&input);
         assert!(plan.replicas.is_empty(), "the policy is off: {plan:?}");
         assert!(plan.moves.iter().all(|m| m.object_id != 1), "{plan:?}");

@@ -17,6 +17,7 @@
 //! Adding at `threshold` per server and dropping under half of it leaves a
 //! band between, so that a steady load neither adds nor drops.
 
+use super::Object;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -46,42 +47,37 @@ pub struct ReplicaStep {
     pub reason: String,
 }
 
-/// What the replica plan reads of an object.
-pub struct Load<'a> {
-    pub id: i64,
-    /// Where it is stored.
-    pub owner: &'a str,
-    pub calls: i64,
-    /// Calls that wrote entries.
-    pub writes: i64,
-    /// CPU time its calls took, on every node that ran them.
-    pub busy_ms: f64,
-}
-
-/// What the replica plan reads of the cluster.
-pub struct Cluster<'a> {
-    pub objects: Vec<Load<'a>>,
-    pub replicas: &'a [ReplicaAt],
+/// What the light-replica half of a plan reads besides the objects: the
+/// JSON fields of `rebalance::Input` that belong to it.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct Input {
+    /// The light replicas of the objects planned for, and of objects that
+    /// no longer exist; last added last.
+    pub replicas: Vec<ReplicaAt>,
     /// Nodes a replica may be on (every active primary).
-    pub nodes: &'a [String],
+    pub replica_nodes: Vec<String>,
     /// CPU time calls took on each node.
-    pub busy_ms_by_node: &'a BTreeMap<String, f64>,
+    pub busy_ms_by_node: BTreeMap<String, f64>,
     /// Seconds the counts cover; None if nothing was counted.
     pub window_s: Option<f64>,
-    /// Cores; 0 leaves replicas alone (except those that cannot serve).
-    pub threshold: f64,
+    /// Cores (`lambdastore.light_replica_threshold`); 0 leaves replicas
+    /// alone, except those that cannot serve.
+    pub replica_threshold: f64,
 }
 
 /// The steps, in object order.
-pub fn plan(cluster: &Cluster) -> Vec<ReplicaStep> {
+pub fn plan(objects: &[Object], input: &Input) -> Vec<ReplicaStep> {
     let mut replicas_of: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
     let mut steps = Vec::new();
-    for replica in cluster.replicas {
-        let object = cluster.objects.iter().find(|o| o.id == replica.object_id);
+    for replica in &input.replicas {
+        let object = objects.iter().find(|o| o.id == replica.object_id);
         let broken = match object {
             None => Some("the object no longer exists".to_string()),
-            Some(o) if o.owner == replica.node => Some(format!("the object is stored on {} now", o.owner)),
-            Some(_) if !cluster.nodes.contains(&replica.node) => Some("the node is not an active node".to_string()),
+            Some(o) if o.node == replica.node => Some(format!("the object is stored on {} now", o.node)),
+            Some(_) if !input.replica_nodes.contains(&replica.node) => {
+                Some("the node is not an active node".to_string())
+            }
             Some(_) => None,
         };
         match broken {
@@ -89,12 +85,12 @@ pub fn plan(cluster: &Cluster) -> Vec<ReplicaStep> {
             None => replicas_of.entry(replica.object_id).or_default().push(&replica.node),
         }
     }
-    if cluster.threshold <= 0.0 {
+    if input.replica_threshold <= 0.0 {
         return steps;
     }
-    let seconds = cluster.window_s.unwrap_or(MIN_WINDOW_S).max(MIN_WINDOW_S);
-    let mut busy_by_node = cluster.busy_ms_by_node.clone();
-    let mut objects: Vec<&Load> = cluster.objects.iter().collect();
+    let seconds = input.window_s.unwrap_or(MIN_WINDOW_S).max(MIN_WINDOW_S);
+    let mut busy_by_node = input.busy_ms_by_node.clone();
+    let mut objects: Vec<&Object> = objects.iter().collect();
     objects.sort_by_key(|o| o.id);
     for o in objects {
         let replicas = replicas_of.get(&o.id).map(Vec::as_slice).unwrap_or_default();
@@ -104,7 +100,7 @@ pub fn plan(cluster: &Cluster) -> Vec<ReplicaStep> {
             format!(
                 "its calls kept {cores:.2} cores busy over {seconds:.0} s on {} nodes (threshold {} per node), {} of {} wrote",
                 replicas.len() + 1,
-                cluster.threshold,
+                input.replica_threshold,
                 o.writes,
                 o.calls
             )
@@ -113,35 +109,35 @@ pub fn plan(cluster: &Cluster) -> Vec<ReplicaStep> {
             if mostly_writes {
                 let reason = format!("{}: replicas spread compute, not writes", load());
                 steps.push(step(o.id, last, Action::Drop, reason));
-            } else if cores / (replicas.len() as f64) < cluster.threshold / 2.0 {
+            } else if cores / (replicas.len() as f64) < input.replica_threshold / 2.0 {
                 steps.push(step(o.id, last, Action::Drop, format!("the load fell: {}", load())));
             } else {
-                add_if_hot(o, replicas, cores, cluster, &mut busy_by_node, &load, &mut steps);
+                add_if_hot(o, replicas, cores, input, &mut busy_by_node, &load, &mut steps);
             }
         } else if !mostly_writes {
-            add_if_hot(o, replicas, cores, cluster, &mut busy_by_node, &load, &mut steps);
+            add_if_hot(o, replicas, cores, input, &mut busy_by_node, &load, &mut steps);
         }
     }
     steps
 }
 
 fn add_if_hot(
-    o: &Load,
+    o: &Object,
     replicas: &[&str],
     cores: f64,
-    cluster: &Cluster,
+    input: &Input,
     busy_by_node: &mut BTreeMap<String, f64>,
     load: &dyn Fn() -> String,
     steps: &mut Vec<ReplicaStep>,
 ) {
-    if cores / ((replicas.len() + 1) as f64) < cluster.threshold {
+    if cores / ((replicas.len() + 1) as f64) < input.replica_threshold {
         return;
     }
     let busy = |node: &str| busy_by_node.get(node).copied().unwrap_or(0.0);
-    let target = cluster
-        .nodes
+    let target = input
+        .replica_nodes
         .iter()
-        .filter(|n| n.as_str() != o.owner && !replicas.contains(&n.as_str()))
+        .filter(|n| **n != o.node && !replicas.contains(&n.as_str()))
         .min_by(|a, b| busy(a).total_cmp(&busy(b)));
     if let Some(node) = target {
         // The new replica takes its share: the next hot object goes elsewhere.
@@ -165,8 +161,8 @@ mod tests {
         NODES.iter().map(|n| n.to_string()).collect()
     }
 
-    fn object(id: i64, owner: &'static str, calls: i64, writes: i64, busy_ms: f64) -> Load<'static> {
-        Load { id, owner, calls, writes, busy_ms }
+    fn object(id: i64, owner: &str, calls: i64, writes: i64, busy_ms: f64) -> Object {
+        Object { id, node: owner.to_string(), calls, writes, busy_ms }
     }
 
     fn replicas(of: &[(i64, &str)]) -> Vec<ReplicaAt> {
@@ -174,14 +170,19 @@ mod tests {
     }
 
     fn run(
-        objects: Vec<Load>,
+        objects: Vec<Object>,
         existing: &[(i64, &str)],
         busy: &[(&str, f64)],
         window_s: Option<f64>,
     ) -> Vec<ReplicaStep> {
-        let (nodes, existing) = (nodes(), replicas(existing));
-        let busy: BTreeMap<String, f64> = busy.iter().map(|(n, ms)| (n.to_string(), *ms)).collect();
-        plan(&Cluster { objects, replicas: &existing, nodes: &nodes, busy_ms_by_node: &busy, window_s, threshold: 0.5 })
+        let input = Input {
+            replicas: replicas(existing),
+            replica_nodes: nodes(),
+            busy_ms_by_node: busy.iter().map(|(n, ms)| (n.to_string(), *ms)).collect(),
+            window_s,
+            replica_threshold: 0.5,
+        };
+        plan(&objects, &input)
     }
 
     fn actions(steps: &[ReplicaStep]) -> Vec<(i64, &str, Action)> {
@@ -229,16 +230,12 @@ mod tests {
 
     #[test]
     fn replicas_that_cannot_serve_are_dropped_even_with_the_policy_off() {
-        let (nodes, existing) = (nodes(), replicas(&[(1, "w1"), (2, "gone:1"), (3, "w2")]));
-        let busy = BTreeMap::new();
-        let steps = plan(&Cluster {
-            objects: vec![object(1, "w1", 0, 0, 0.0), object(2, "w1", 0, 0, 0.0)],
-            replicas: &existing,
-            nodes: &nodes,
-            busy_ms_by_node: &busy,
-            window_s: None,
-            threshold: 0.0,
-        });
+        let input = Input {
+            replicas: replicas(&[(1, "w1"), (2, "gone:1"), (3, "w2")]),
+            replica_nodes: nodes(),
+            ..Input::default()
+        };
+        let steps = plan(&[object(1, "w1", 0, 0, 0.0), object(2, "w1", 0, 0, 0.0)], &input);
         let why: Vec<_> = steps.iter().map(|s| (s.object_id, s.reason.as_str())).collect();
         assert_eq!(
             why,
