@@ -457,9 +457,7 @@ BEGIN
         PERFORM lambdastore.add_light_replica((step->>'object_id')::bigint, step->>'node');
         RETURN 'added';
     END IF;
-    -- Directly, not by drop_light_replica: the object may be gone.
-    DELETE FROM lambdastore.light_replicas r
-     WHERE r.object_id = (step->>'object_id')::bigint AND r.node = step->>'node';
+    PERFORM lambdastore.drop_light_replica((step->>'object_id')::bigint, step->>'node');
     RETURN 'dropped';
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
