@@ -180,11 +180,13 @@ pub(crate) fn invoke_on_copy(
 }
 
 /// Counts a top-level call for the rebalancer (cluster/affinity.rs): the
-/// CPU time it took here since `running`, loading code aside, and whether
-/// it wrote entries.
-fn count_ran(workflow: &Workflow, object: i64, running: Duration) {
+/// CPU time it took here since `running`, loading code aside (on a Citus
+/// cluster only: `cpu_time`), and whether it wrote entries.
+fn count_ran(workflow: &Workflow, object: i64, running: Option<Duration>) {
     let wrote = workflow.writes().entries().next().is_some();
-    let busy = affinity::cpu_time().saturating_sub(running).saturating_sub(workflow.loading());
+    let busy = running
+        .zip(affinity::cpu_time())
+        .map_or(Duration::ZERO, |(start, now)| now.saturating_sub(start).saturating_sub(workflow.loading()));
     affinity::ran(object, busy, wrote);
 }
 
