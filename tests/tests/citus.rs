@@ -694,7 +694,7 @@ fn a_workflow_on_one_node_runs_one_version_of_an_application_it_calls_on_another
     let pid = backend_pid(&mut workflow);
     let twice = json!({"target": counter, "method": "get", "args": {}});
     let running = std::thread::spawn(move || invoke(&mut workflow, caller, "relay_twice", twice));
-    wait_until_waiting_for_a_lock(&mut connect_node(&url), pid);
+    wait_until_waiting_for_the_id_sequence(&mut connect_node(&url), pid);
     deploy_example(&mut c, &counters, "bank"); // no type Counter any more
     sequence.batch_execute("ROLLBACK").unwrap();
 

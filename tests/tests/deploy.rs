@@ -167,7 +167,7 @@ fn a_workflow_runs_one_version_of_each_application_it_calls() {
     let pid = backend_pid(&mut workflow);
     let twice = json!({"target": counter, "method": "get", "args": {}});
     let running = std::thread::spawn(move || invoke(&mut workflow, caller, "relay_twice", twice));
-    wait_until_waiting_for_a_lock(&mut connect(), pid);
+    wait_until_waiting_for_the_id_sequence(&mut connect(), pid);
     deploy_example(&mut c, &counters, "bank"); // no type Counter any more
     sequence.batch_execute("ROLLBACK").unwrap();
 

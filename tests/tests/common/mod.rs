@@ -301,6 +301,16 @@ pub fn wait_until_waiting_for_a_lock(observer: &mut Client, pid: i32) {
     wait_for_backend(observer, pid, "wait_event_type = 'Lock'", None, "waited for a lock");
 }
 
+/// Polls from `observer` until backend `pid` waits for a lock on the
+/// object-id sequence (held by a test's `ALTER SEQUENCE`): not for any
+/// lock, which a concurrent test's migration may make it wait for first.
+#[track_caller]
+pub fn wait_until_waiting_for_the_id_sequence(observer: &mut Client, pid: i32) {
+    let on_sequence = "EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_stat_activity.pid AND NOT l.granted
+                               AND l.relation = 'lambdastore.object_id_seq'::regclass)";
+    wait_for_backend(observer, pid, on_sequence, None, "waited for the object-id sequence");
+}
+
 /// Polls from `observer` until backend `pid` waits for a transaction that
 /// holds an entry set it reads (`lambdastore.commit_wait`).
 #[track_caller]
