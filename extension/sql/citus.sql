@@ -28,6 +28,9 @@ CREATE TABLE lambdastore.light_replicas (
     object_id  bigint NOT NULL,
     node       text NOT NULL,        -- host:port
     added      timestamptz NOT NULL DEFAULT now(),
+    -- Added by a rebalancing run: only those does one drop as the load
+    -- falls; one added by hand stays until dropped by hand.
+    by_rebalancer boolean NOT NULL DEFAULT false,
     PRIMARY KEY (object_id, node)
 );
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.light_replicas', '');
@@ -415,7 +418,8 @@ BEGIN
         'pairs', (SELECT coalesce(jsonb_agg(jsonb_build_object('from', c.object_id, 'to', c.partner, 'calls', c.calls)), '[]')
                     FROM (SELECT c.object_id, c.partner, sum(c.calls) AS calls FROM lambdastore_counts c
                            WHERE c.object_id = ANY (ids) AND c.partner = ANY (ids) GROUP BY 1, 2) c),
-        'replicas', (SELECT coalesce(jsonb_agg(jsonb_build_object('object_id', r.object_id, 'node', r.node)
+        'replicas', (SELECT coalesce(jsonb_agg(jsonb_build_object('object_id', r.object_id, 'node', r.node,
+                                                                  'by_rebalancer', r.by_rebalancer)
                                                ORDER BY r.added, r.node), '[]')
                        FROM lambdastore.light_replicas r
                       WHERE r.object_id = ANY (ids) OR NOT r.object_id = ANY (still_there)),
@@ -454,7 +458,11 @@ CREATE FUNCTION lambdastore._rebalance_replica(step jsonb) RETURNS text
 LANGUAGE plpgsql AS $fn$
 BEGIN
     IF step->>'action' = 'add' THEN
-        PERFORM lambdastore.add_light_replica((step->>'object_id')::bigint, step->>'node');
+        IF NOT lambdastore.add_light_replica((step->>'object_id')::bigint, step->>'node') THEN
+            RETURN 'a replica already';  -- added by hand meanwhile: it stays one by hand
+        END IF;
+        UPDATE lambdastore.light_replicas r SET by_rebalancer = true
+         WHERE r.object_id = (step->>'object_id')::bigint AND r.node = step->>'node';
         RETURN 'added';
     END IF;
     PERFORM lambdastore.drop_light_replica((step->>'object_id')::bigint, step->>'node');

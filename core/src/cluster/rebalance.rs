@@ -423,7 +423,7 @@ mod tests {
         let objects = [(1, "a", 800), (2, "a", 50), (3, "a", 50), (4, "b", 10)];
         let mut input = input(&objects, &[], 4);
         input.light.replica_nodes = input.nodes.clone();
-        input.light.replicas = vec![ReplicaAt { object_id: 1, node: "b".into() }];
+        input.light.replicas = vec![ReplicaAt { object_id: 1, node: "b".into(), by_rebalancer: false }];
         let plan = plan(&input);
         assert!(plan.replicas.is_empty(), "the policy is off: {plan:?}");
         assert!(plan.moves.iter().all(|m| m.object_id != 1), "{plan:?}");

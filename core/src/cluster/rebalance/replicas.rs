@@ -7,9 +7,11 @@
 //! Per object, at most one step per run:
 //! - **drop** a replica that can no longer serve (its object is gone, or
 //!   now stored on the replica's node, or the node left the cluster);
-//! - **drop** one replica (the last added) when the object's calls mostly
-//!   wrote, or when, with one server fewer, each would be busy under half
-//!   of `threshold` cores;
+//! - **drop** one replica it added itself (the last) when the object's
+//!   calls mostly wrote, or when, with one server fewer, each would be busy
+//!   under half of `threshold` cores; a replica added by hand
+//!   (`add_light_replica`) stays until it is dropped by hand or can no
+//!   longer serve: whoever placed it had a reason the counts do not show;
 //! - **add** one on the least busy node that is neither its owner nor a
 //!   replica, when the object's calls mostly read and each of its servers
 //!   (owner and replicas) was busy at least `threshold` cores with them.
@@ -26,10 +28,14 @@ use std::collections::BTreeMap;
 pub const MIN_WINDOW_S: f64 = 1.0;
 
 /// An existing light replica.
-#[derive(Deserialize, Clone)]
+#[derive(Deserialize, Clone, Debug)]
 pub struct ReplicaAt {
     pub object_id: i64,
     pub node: String,
+    /// Added by a rebalancing run (else by hand): only those go when the
+    /// load falls.
+    #[serde(default)]
+    pub by_rebalancer: bool,
 }
 
 #[derive(Serialize, Debug, PartialEq, Clone, Copy)]
@@ -68,7 +74,7 @@ pub struct Input {
 
 /// The steps, in object order.
 pub fn plan(objects: &[Object], input: &Input) -> Vec<ReplicaStep> {
-    let mut replicas_of: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    let mut replicas_of: BTreeMap<i64, Vec<&ReplicaAt>> = BTreeMap::new();
     let mut steps = Vec::new();
     for replica in &input.replicas {
         let object = objects.iter().find(|o| o.id == replica.object_id);
@@ -82,7 +88,7 @@ pub fn plan(objects: &[Object], input: &Input) -> Vec<ReplicaStep> {
         };
         match broken {
             Some(reason) => steps.push(step(replica.object_id, &replica.node, Action::Drop, reason)),
-            None => replicas_of.entry(replica.object_id).or_default().push(&replica.node),
+            None => replicas_of.entry(replica.object_id).or_default().push(replica),
         }
     }
     if input.replica_threshold <= 0.0 {
@@ -93,7 +99,8 @@ pub fn plan(objects: &[Object], input: &Input) -> Vec<ReplicaStep> {
     let mut objects: Vec<&Object> = objects.iter().collect();
     objects.sort_by_key(|o| o.id);
     for o in objects {
-        let replicas = replicas_of.get(&o.id).map(Vec::as_slice).unwrap_or_default();
+        let replicas: Vec<&str> = replicas_of.get(&o.id).into_iter().flatten().map(|r| r.node.as_str()).collect();
+        let last_ours = replicas_of.get(&o.id).and_then(|rs| rs.iter().rev().find(|r| r.by_rebalancer));
         let cores = o.busy_ms / 1000.0 / seconds;
         let mostly_writes = o.writes * 2 > o.calls;
         let load = || {
@@ -105,17 +112,16 @@ pub fn plan(objects: &[Object], input: &Input) -> Vec<ReplicaStep> {
                 o.calls
             )
         };
-        if let Some(last) = replicas.last() {
-            if mostly_writes {
+        if mostly_writes {
+            if let Some(last) = last_ours {
                 let reason = format!("{}: replicas spread compute, not writes", load());
-                steps.push(step(o.id, last, Action::Drop, reason));
-            } else if cores / (replicas.len() as f64) < input.replica_threshold / 2.0 {
-                steps.push(step(o.id, last, Action::Drop, format!("the load fell: {}", load())));
-            } else {
-                add_if_hot(o, replicas, cores, input, &mut busy_by_node, &load, &mut steps);
+                steps.push(step(o.id, &last.node, Action::Drop, reason));
             }
-        } else if !mostly_writes {
-            add_if_hot(o, replicas, cores, input, &mut busy_by_node, &load, &mut steps);
+        } else if let Some(last) = last_ours.filter(|_| cores / (replicas.len() as f64) < input.replica_threshold / 2.0)
+        {
+            steps.push(step(o.id, &last.node, Action::Drop, format!("the load fell: {}", load())));
+        } else {
+            add_if_hot(o, &replicas, cores, input, &mut busy_by_node, &load, &mut steps);
         }
     }
     steps
@@ -165,8 +171,9 @@ mod tests {
         Object { id, node: owner.to_string(), calls, writes, busy_ms }
     }
 
+    /// Replicas the rebalancer added.
     fn replicas(of: &[(i64, &str)]) -> Vec<ReplicaAt> {
-        of.iter().map(|(id, node)| ReplicaAt { object_id: *id, node: node.to_string() }).collect()
+        of.iter().map(|(id, node)| ReplicaAt { object_id: *id, node: node.to_string(), by_rebalancer: true }).collect()
     }
 
     fn run(
@@ -226,6 +233,37 @@ mod tests {
         let writes = run(vec![object(1, "w1", 900, 800, 9000.0)], &two, &[], Some(10.0));
         assert_eq!(actions(&writes), vec![(1, "coord", Action::Drop)]);
         assert!(writes[0].reason.contains("not writes"), "{}", writes[0].reason);
+    }
+
+    #[test]
+    fn a_replica_added_by_hand_stays_when_the_load_falls_or_turns_to_writes() {
+        let plan_for = |existing: &[ReplicaAt], objects: &[Object]| {
+            let input = Input {
+                replicas: existing.to_vec(),
+                replica_nodes: nodes(),
+                window_s: Some(10.0),
+                replica_threshold: 0.5,
+                ..Input::default()
+            };
+            actions(&plan(objects, &input))
+                .into_iter()
+                .map(|(id, node, a)| (id, node.to_string(), a))
+                .collect::<Vec<_>>()
+        };
+        let (idle, writing) = (object(1, "w1", 0, 0, 0.0), object(1, "w1", 900, 800, 9000.0));
+        let mut existing = replicas(&[(1, "w2"), (1, "coord")]);
+        existing[1].by_rebalancer = false; // the last added, by hand
+                                           // The rebalancer's own goes, never the one placed by hand.
+        let ours = vec![(1, "w2".to_string(), Action::Drop)];
+        assert_eq!(plan_for(&existing, std::slice::from_ref(&idle)), ours);
+        assert_eq!(plan_for(&existing, std::slice::from_ref(&writing)), ours);
+        existing.remove(0);
+        assert!(plan_for(&existing, &[idle]).is_empty());
+        assert!(plan_for(&existing, &[writing]).is_empty());
+        // It still counts as a server: 0.6 cores over two is not enough for a third.
+        assert!(plan_for(&existing, &[object(1, "w1", 600, 0, 6000.0)]).is_empty());
+        // Gone with its object, as any replica.
+        assert_eq!(plan_for(&existing, &[]), vec![(1, "coord".to_string(), Action::Drop)]);
     }
 
     #[test]
