@@ -19,9 +19,10 @@ CREATE EXTENSION IF NOT EXISTS pgcrypto;
 -- occurrence like the lambda (a repeat sees this call's own write).
 --
 -- Map<u32, _> keys are 4-byte big-endian, which int4send is for 0..2^31-1.
--- The new value is 32 random md5 hex strings: 1024 printable characters, a
--- 1026-byte JSON string, like the lambda's (which draws its characters
--- from a different generator; only the length and alphabet matter here).
+-- The new value is one random md5 hex string repeated 32 times: 1024
+-- printable characters, a 1026-byte JSON string, made as the lambda makes
+-- its own (32 characters drawn from another generator, repeated 32 times;
+-- only the length and alphabet matter here).
 CREATE OR REPLACE FUNCTION bench_plpgsql.touch(object_id bigint, keys int[], write boolean)
 RETURNS int
 LANGUAGE plpgsql STRICT AS $$
