@@ -11,7 +11,7 @@
 //! The background rebalancer moves any application's objects, so its test
 //! runs alone, after the others (scripts/e2e-citus.sh).
 
-use super::{spread, workers};
+use super::{node, spread, workers};
 use crate::common::*;
 use postgres::Client;
 use serde_json::{json, Value};
@@ -222,6 +222,47 @@ fn background_rebalancer_brings_partners_together_by_itself() {
         .get(0);
     assert!(by_rebalancer >= 4, "{by_rebalancer} moves logged by the rebalancer");
     assert_eq!(total(&mut c, &pairs), 8 * 1000, "money was made or lost");
+}
+
+/// Runs alone (scripts/e2e-citus.sh): the coordinator's rebalancer, by
+/// itself, gives an object whose calls read and compute a light replica,
+/// and takes it back once the calls stop; a replica placed by hand on an
+/// idle object stays through every run (the steps rebalancer.rs applies).
+#[test]
+fn background_rebalancer_adds_and_drops_light_replicas_by_itself() {
+    let Some(_workers) = workers() else { return };
+    let _turn = REBALANCING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (mut c, app) = deployed("citus_rebalance_background_replicas", "micro");
+    let by_node = spread(&mut c, &app, "Bench", json!({"entries": 10}), 1);
+    let reader = by_node.values().next().unwrap()[0];
+    // On the coordinator, which stores no objects.
+    let (idle, idle_at) = (create(&mut c, &app, "Bench", json!({"entries": 1})), node(&mut c));
+    c.execute("SELECT lambdastore.add_light_replica($1, $2)", &[&idle, &idle_at]).unwrap();
+    c.execute("SELECT count(*) FROM lambdastore.affinity(forget => true)", &[]).unwrap();
+    let configure = |c: &mut Client, interval: &str, threshold: &str| {
+        // One statement each: ALTER SYSTEM runs in no transaction block.
+        c.batch_execute(&format!("ALTER SYSTEM SET lambdastore.rebalance_interval = '{interval}'")).unwrap();
+        c.batch_execute(&format!("ALTER SYSTEM SET lambdastore.light_replica_threshold = {threshold}")).unwrap();
+        c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    };
+    // Low enough that one client's hashing makes the object hot.
+    configure(&mut c, "200ms", "0.001");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while light_replicas(&mut c, reader).is_empty() && Instant::now() < deadline {
+        call(&mut c, reader, "hash", json!({"n": 500}));
+    }
+    let added = light_replicas(&mut c, reader);
+    // No more calls: the load falls, and each run drops one it added.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !light_replicas(&mut c, reader).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50)); // polling the runs' outcome
+    }
+    let left = light_replicas(&mut c, reader);
+    let kept = light_replicas(&mut c, idle);
+    configure(&mut c, "0", "DEFAULT");
+    assert!(!added.is_empty(), "no light replica within a minute of load");
+    assert!(left.is_empty(), "still replicas {left:?} 30 s after the calls stopped");
+    assert_eq!(kept, vec![idle_at], "the replica placed by hand stays");
 }
 
 /// The light replicas of `object`, by node.
