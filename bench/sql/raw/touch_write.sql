@@ -1,8 +1,7 @@
 -- rw-mix write (Bench.touch(keys, true)): overwrites the keys $2 of the map
 -- `data` of the Bench object $1 with new 1 KiB printable JSON strings (a
 -- random md5 hex string repeated 32 times, between quotes, 1026 bytes) in
--- one UPDATE; yields
--- how many of the keys existed.
+-- one UPDATE; yields how many of the keys existed.
 --   $1 bigint  the object id
 --   $2 int[]   the keys (0..99), encoded here with int4send (the SDK's
 --              4-byte big-endian u32 key for 0..2^31-1)

@@ -252,8 +252,8 @@ mod tests {
         };
         let (idle, writing) = (object(1, "w1", 0, 0, 0.0), object(1, "w1", 900, 800, 9000.0));
         let mut existing = replicas(&[(1, "w2"), (1, "coord")]);
-        existing[1].by_rebalancer = false; // the last added, by hand
-                                           // The rebalancer's own goes, never the one placed by hand.
+        // The last added was placed by hand: the rebalancer's own goes, never that one.
+        existing[1].by_rebalancer = false;
         let ours = vec![(1, "w2".to_string(), Action::Drop)];
         assert_eq!(plan_for(&existing, std::slice::from_ref(&idle)), ours);
         assert_eq!(plan_for(&existing, std::slice::from_ref(&writing)), ours);

@@ -35,13 +35,14 @@ pub struct Bench {
 fn value(seed: u64) -> String {
     let alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut x = seed;
-    let drawn: Vec<u8> = (0..32)
+    const DRAWN: usize = 32; // md5's hex digits
+    let drawn: Vec<u8> = (0..DRAWN)
         .map(|_| {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             alphabet[(x >> 58) as usize % alphabet.len()]
         })
         .collect();
-    String::from_utf8(drawn.repeat(VALUE_BYTES / drawn.len())).expect("the alphabet is ASCII")
+    String::from_utf8(drawn.repeat(VALUE_BYTES / DRAWN)).expect("the alphabet is ASCII")
 }
 
 /// `k` distinct keys of `data`, chosen with host randomness.
