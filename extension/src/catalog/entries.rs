@@ -110,7 +110,9 @@ pub(crate) fn all(object: i64, max_bytes: usize) -> Result<Vec<(String, Vec<u8>,
 const SCAN_CHUNK: i64 = 64;
 
 /// Inserts the created objects (each with its first entry set), deletes
-/// and upserts entries. One kept single-row statement per change:
+/// and upserts entries. A new value of an entry that exists is written over
+/// its row (`probe::overwrite`); every other change is one kept single-row
+/// statement:
 /// statements with array arguments would be re-planned on every execution
 /// (their generic plan never looks cheaper than a custom one), and a
 /// workflow writes few entries. A workflow that buffered many is stopped by
@@ -137,7 +139,12 @@ pub(crate) fn apply<'a>(
         }
         super::note_write();
         let place = layout::place(*object)?;
+        let over_row = |value: &[u8]| {
+            let key = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
+            probe::overwrite(place, c"entries", c"entries_pkey", &key, value)
+        };
         match slot {
+            Some(value) if probe::usable() && over_row(value)? => {}
             Some(value) => query_at(
                 place,
                 "INSERT INTO lambdastore.entries (object_id, field, key, value) VALUES ($1, $2, $3, $4)

@@ -80,8 +80,8 @@ thread_local! {
 #[derive(Default)]
 struct Relations {
     oids: Vec<((usize, Place), pgrx::pg_sys::Oid)>,
-    /// (relation, user) pairs, and whether the user may SELECT.
-    readable: Vec<((pgrx::pg_sys::Oid, pgrx::pg_sys::Oid), bool)>,
+    /// (relation, user, rights) and whether the user holds those rights.
+    allowed: Vec<((pgrx::pg_sys::Oid, pgrx::pg_sys::Oid, u32), bool)>,
 }
 
 fn find<K: PartialEq, V: Copy>(entries: &[(K, V)], key: &K) -> Option<V> {
@@ -226,18 +226,24 @@ pub(crate) fn prepared_gid(xid: u32) -> Result<Option<String>> {
 /// Whether the current user may read relation `oid`: the check SPI makes
 /// on every statement, for the paths that skip SPI (probes, the cache).
 pub(crate) fn may_select(oid: pgrx::pg_sys::Oid) -> bool {
-    let user = crate::pg::roles::current_user();
-    if let Some(allowed) = RELATIONS.with(|r| find(&r.borrow().readable, &(oid, user))) {
+    may(oid, pgrx::pg_sys::ACL_SELECT)
+}
+
+/// Whether the current user holds every right of `mode` on relation `oid`,
+/// remembered until the next invalidation (`RELATIONS`).
+pub(crate) fn may(oid: pgrx::pg_sys::Oid, mode: u32) -> bool {
+    let key = (oid, crate::pg::roles::current_user(), mode);
+    if let Some(allowed) = RELATIONS.with(|r| find(&r.borrow().allowed, &key)) {
         return allowed;
     }
-    let allowed = crate::pg::roles::may_select(oid, user);
+    let allowed = crate::pg::roles::may(key.0, key.1, mode);
     RELATIONS.with(|r| {
-        let readable = &mut r.borrow_mut().readable;
+        let known = &mut r.borrow_mut().allowed;
         // A backend that switches between many roles starts again.
-        if readable.len() >= 64 {
-            readable.clear();
+        if known.len() >= 64 {
+            known.clear();
         }
-        readable.push(((oid, user), allowed));
+        known.push((key, allowed));
     });
     allowed
 }

@@ -1,7 +1,8 @@
 //! Point reads by primary key straight through the index, without SPI's
 //! plan cache, portal and executor: a warm call reads each entry and checks
 //! each entry-set version this way, and executor start-up cost more than
-//! the index lookup itself.
+//! the index lookup itself. An entry's new value is written over its row
+//! the same way (`overwrite`).
 //!
 //! A probe behaves like the kept SPI statement it replaces: the caller's
 //! table privilege is checked, the command counter is advanced so the
@@ -120,39 +121,260 @@ pub(crate) fn by_prefix<R>(
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(table_oid, lock);
         let index = pg_sys::index_open(index_oid, lock);
-
-        let parts: Vec<(pg_sys::Datum, u32)> = prefix.iter().map(Part::datum).collect();
-        let mut keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); parts.len()];
-        for (i, ((datum, equal), key)) in parts.iter().zip(keys.iter_mut()).enumerate() {
-            // Attribute numbers are the table's (the key's columns come
-            // first); ScanKeyInit compares text under the "C" collation,
-            // the columns' own.
-            let attno = pg_sys::AttrNumber::try_from(i + 1).expect("a short key");
-            let strategy = pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber;
-            pg_sys::ScanKeyInit(key, attno, strategy, (*equal).into(), *datum);
-        }
-
-        // The ordered form: the index is used even under
-        // ignore_system_indexes, so rows come in key order.
-        let scan = pg_sys::systable_beginscan_ordered(relation, index, snapshot, keys.len() as i32, keys.as_mut_ptr());
+        let scan = Scan::begin(relation, index, snapshot, prefix);
         let mut rows = Vec::new();
         while rows.len() < limit {
-            let tuple = pg_sys::systable_getnext_ordered(scan, pg_sys::ScanDirection::ForwardScanDirection);
-            if tuple.is_null() {
-                break;
-            }
+            let Some(tuple) = scan.next() else { break };
             rows.push(read(&Row { tuple, desc: (*relation).rd_att }));
         }
-        pg_sys::systable_endscan_ordered(scan);
+        scan.end();
         // Like the executor, keep the locks until the transaction ends.
         pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::UnregisterSnapshot(snapshot);
-        for ((datum, equal), _) in parts.iter().zip(prefix) {
-            if *equal != pg_sys::F_INT8EQ {
-                pg_sys::pfree(datum.cast_mut_ptr());
+        Ok(rows)
+    }
+}
+
+/// Writes `value` over the last column of the row of `table` whose primary
+/// key (the columns before it) is `key`, as `UPDATE ... SET value = $4
+/// WHERE (key) = ($1, $2, $3)` would at READ COMMITTED, straight through the
+/// heap: the executor's start-up and `ON CONFLICT`'s lock of the row (a
+/// WAL record of its own) cost more than the update itself. Returns false,
+/// having written nothing, where the statement must run instead: no such
+/// row is visible; a concurrent transaction updated or deleted it since
+/// (the statement follows the row as READ COMMITTED does); the current
+/// user lacks the statement's rights (the statement says so); or the table
+/// is not the plain one this path knows (`plain`). Used only where probes
+/// are (`usable`): under REPEATABLE READ or SERIALIZABLE the statement runs.
+pub(crate) fn overwrite(
+    place: Place,
+    table: &'static CStr,
+    index: &'static CStr,
+    key: &[Part<'_>],
+    value: &[u8],
+) -> Result<bool> {
+    let (table_oid, index_oid) = (super::relation(table, place)?, super::relation(index, place)?);
+    if table_oid == pg_sys::InvalidOid || index_oid == pg_sys::InvalidOid {
+        return Err(LambdaError::Internal(format!("lambdastore.{table:?} or its index is missing")));
+    }
+    if !super::may(table_oid, pg_sys::ACL_INSERT | pg_sys::ACL_UPDATE) {
+        return Ok(false);
+    }
+    // SAFETY: as in `by_prefix`; the row is updated as the executor's
+    // UPDATE does (heap_update, then the index entries a non-HOT version
+    // needs), under the lock an UPDATE takes.
+    unsafe {
+        pg_sys::CommandCounterIncrement();
+        let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::table_open(table_oid, lock);
+        let index = pg_sys::index_open(index_oid, lock);
+        let written = plain(relation, index, key.len()) && {
+            pg_sys::CheckCmdReplicaIdentity(relation, pg_sys::CmdType::CMD_UPDATE);
+            update_last_column(relation, index, key, value)
+        };
+        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
+        Ok(written)
+    }
+}
+
+/// Whether `relation` is a plain heap table of the key's columns and one
+/// more, whose only index is `index` and whose UPDATE runs nothing but the
+/// update: no trigger (a foreign key's check of columns before the last
+/// is skipped by an UPDATE that keeps them, so it may stay), no CHECK,
+/// no row security, not a partition. A table someone changed takes the
+/// statement's path.
+///
+/// SAFETY: `relation` and `index` are open.
+unsafe fn plain(relation: pg_sys::Relation, index: pg_sys::Relation, key_columns: usize) -> bool {
+    // SAFETY: the caller's promise; the relcache entries stay valid while
+    // the relations are open.
+    unsafe {
+        let (rel, form) = (&*relation, &*(*relation).rd_rel);
+        let desc = &*rel.rd_att;
+        let last = key_columns + 1;
+        if form.relkind != pg_sys::RELKIND_RELATION as std::ffi::c_char
+            || form.relam != pg_sys::HEAP_TABLE_AM_OID
+            || form.relrowsecurity
+            || form.relispartition
+            || desc.natts as usize != last
+            || desc.attrs.as_slice(last)[last - 1].attisdropped
+            || (!desc.constr.is_null() && ((*desc.constr).num_check > 0 || (*desc.constr).has_generated_stored))
+        {
+            return false;
+        }
+        if let Some(triggers) = rel.trigdesc.as_ref() {
+            if triggers.trig_update_before_row
+                || triggers.trig_update_instead_row
+                || triggers.trig_update_before_statement
+                || triggers.trig_update_after_statement
+                || triggers.trig_update_old_table
+                || triggers.trig_update_new_table
+            {
+                return false;
+            }
+            let all = std::slice::from_raw_parts(triggers.triggers, triggers.numtriggers as usize);
+            let others = all.iter().any(|t| {
+                (t.tgtype as u32 & pg_sys::TRIGGER_TYPE_UPDATE) != 0
+                    && pg_sys::RI_FKey_trigger_type(t.tgfoid) != pg_sys::RI_TRIGGER_FK as i32
+            });
+            let keys = pgrx::PgList::<pg_sys::ForeignKeyCacheInfo>::from_pg(pg_sys::RelationGetFKeyList(relation));
+            let on_last = keys.iter_ptr().any(|fk| {
+                let fk = &*fk;
+                fk.conkey[..fk.nkeys as usize].contains(&(last as i16))
+            });
+            if others || on_last {
+                return false;
             }
         }
-        Ok(rows)
+        let indexes = pg_sys::RelationGetIndexList(relation);
+        let only = pgrx::PgList::<pg_sys::Oid>::from_pg(indexes);
+        let only_this = only.len() == 1 && only.get_oid(0) == Some((*index).rd_id);
+        pg_sys::list_free(indexes);
+        let index_form = &*(*index).rd_index;
+        only_this
+            && index_form.indimmediate
+            && !index_form.indisexclusion
+            && pg_sys::RelationGetIndexExpressions(index).is_null()
+            && pg_sys::RelationGetIndexPredicate(index).is_null()
+    }
+}
+
+/// The update itself: finds the row's visible version, writes the new one
+/// over it, and gives a version off its page its index entry.
+///
+/// SAFETY: `relation` and `index` are open under RowExclusiveLock.
+unsafe fn update_last_column(
+    relation: pg_sys::Relation,
+    index: pg_sys::Relation,
+    key: &[Part<'_>],
+    value: &[u8],
+) -> bool {
+    // SAFETY: the caller's promise; the new tuple is ours until freed.
+    unsafe {
+        let desc = (*relation).rd_att;
+        let columns = (*desc).natts as usize;
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let scan = Scan::begin(relation, index, snapshot, key);
+        let found = scan.next().map(|old| {
+            let mut values = vec![pg_sys::Datum::from(0); columns];
+            let mut nulls = vec![false; columns];
+            let mut replace = vec![false; columns];
+            values[columns - 1] = value.into_datum().expect("bytea is not null");
+            replace[columns - 1] = true;
+            let new =
+                pg_sys::heap_modify_tuple(old, desc, values.as_mut_ptr(), nulls.as_mut_ptr(), replace.as_mut_ptr());
+            pg_sys::pfree(values[columns - 1].cast_mut_ptr());
+            ((*old).t_self, new)
+        });
+        scan.end();
+        pg_sys::UnregisterSnapshot(snapshot);
+        let Some((mut at, new)) = found else { return false };
+
+        let mut failure = pg_sys::TM_FailureData::default();
+        let mut mode = pg_sys::LockTupleMode::LockTupleExclusive;
+        let cid = pg_sys::GetCurrentCommandId(true);
+        let result =
+            pg_sys::heap_update(relation, &mut at, new, cid, std::ptr::null_mut(), true, &mut failure, &mut mode);
+        let written = result == pg_sys::TM_Result::TM_Ok;
+        if written && (*(*new).t_data).t_infomask2 as u32 & pg_sys::HEAP_ONLY_TUPLE == 0 {
+            index_new_version(relation, index, new);
+        }
+        pg_sys::heap_freetuple(new);
+        written
+    }
+}
+
+/// The index entry of a row version that left its page (not a HOT update),
+/// as `ExecInsertIndexTuples` makes it for an UPDATE.
+///
+/// SAFETY: `relation` and `index` are open; `tuple` was just written.
+unsafe fn index_new_version(relation: pg_sys::Relation, index: pg_sys::Relation, tuple: pg_sys::HeapTuple) {
+    // SAFETY: the caller's promise; `plain` ruled out expressions, so
+    // FormIndexDatum needs no executor state.
+    unsafe {
+        let info = pg_sys::BuildIndexInfo(index);
+        let slot = pg_sys::MakeSingleTupleTableSlot((*relation).rd_att, &pg_sys::TTSOpsHeapTuple);
+        pg_sys::ExecStoreHeapTuple(tuple, slot, false);
+        let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
+        let mut nulls = [false; pg_sys::INDEX_MAX_KEYS as usize];
+        pg_sys::FormIndexDatum(info, slot, std::ptr::null_mut(), values.as_mut_ptr(), nulls.as_mut_ptr());
+        let unique = if (*(*index).rd_index).indisunique {
+            pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES
+        } else {
+            pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
+        };
+        // The key is unchanged: a hint for btree's bottom-up deletion.
+        let unchanged = true;
+        pg_sys::index_insert(
+            index,
+            values.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+            &mut (*tuple).t_self,
+            relation,
+            unique,
+            unchanged,
+            info,
+        );
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+    }
+}
+
+/// An ordered index scan for the rows whose key starts with some parts.
+struct Scan<'a> {
+    scan: pg_sys::SysScanDesc,
+    parts: Vec<(pg_sys::Datum, u32)>,
+    prefix: &'a [Part<'a>],
+}
+
+impl<'a> Scan<'a> {
+    /// SAFETY: `relation` and `index` open, `snapshot` registered, until
+    /// `end`.
+    unsafe fn begin(
+        relation: pg_sys::Relation,
+        index: pg_sys::Relation,
+        snapshot: pg_sys::Snapshot,
+        prefix: &'a [Part<'a>],
+    ) -> Scan<'a> {
+        let parts: Vec<(pg_sys::Datum, u32)> = prefix.iter().map(Part::datum).collect();
+        // SAFETY: the caller's promise; the keys are copied by the scan,
+        // their datums are kept until `end`.
+        unsafe {
+            let mut keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); parts.len()];
+            for (i, ((datum, equal), key)) in parts.iter().zip(keys.iter_mut()).enumerate() {
+                // Attribute numbers are the table's (the key's columns come
+                // first); ScanKeyInit compares text under the "C" collation,
+                // the columns' own.
+                let attno = pg_sys::AttrNumber::try_from(i + 1).expect("a short key");
+                let strategy = pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber;
+                pg_sys::ScanKeyInit(key, attno, strategy, (*equal).into(), *datum);
+            }
+            // The ordered form: the index is used even under
+            // ignore_system_indexes, so rows come in key order.
+            let scan =
+                pg_sys::systable_beginscan_ordered(relation, index, snapshot, keys.len() as i32, keys.as_mut_ptr());
+            Scan { scan, parts, prefix }
+        }
+    }
+
+    /// The next row, valid until the next call or `end`.
+    fn next(&self) -> Option<pg_sys::HeapTuple> {
+        // SAFETY: the scan is open (`begin`).
+        let tuple = unsafe { pg_sys::systable_getnext_ordered(self.scan, pg_sys::ScanDirection::ForwardScanDirection) };
+        (!tuple.is_null()).then_some(tuple)
+    }
+
+    fn end(self) {
+        // SAFETY: ends the scan begun in `begin`, then frees the key's
+        // copies of text and bytea.
+        unsafe {
+            pg_sys::systable_endscan_ordered(self.scan);
+            for ((datum, equal), _) in self.parts.iter().zip(self.prefix) {
+                if *equal != pg_sys::F_INT8EQ {
+                    pg_sys::pfree(datum.cast_mut_ptr());
+                }
+            }
+        }
     }
 }

@@ -53,13 +53,12 @@ pub(crate) fn as_bootstrap_superuser<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 
-/// Whether `role` may SELECT from `relation` (its ACL, by OID).
-pub(crate) fn may_select(relation: Oid, role: Oid) -> bool {
+/// Whether `role` holds every right of `mode` (`ACL_SELECT`, ...) on
+/// `relation` (its ACL, by OID).
+pub(crate) fn may(relation: Oid, role: Oid, mode: u32) -> bool {
+    let mode = mode as pg_sys::AclMode;
     // SAFETY: an ACL check by OID on the main thread.
-    unsafe {
-        pg_sys::pg_class_aclcheck(relation, role, pg_sys::ACL_SELECT as pg_sys::AclMode)
-            == pg_sys::AclResult::ACLCHECK_OK
-    }
+    unsafe { pg_sys::pg_class_aclmask(relation, role, mode, pg_sys::AclMaskHow::ACLMASK_ALL) == mode }
 }
 
 /// A function PostgreSQL calls when a syscache entry is invalidated.
