@@ -77,7 +77,7 @@ thread_local! {
 }
 
 fn write_value<V: Serialize + ?Sized>(field: &'static str, key: &[u8], value: &V) {
-    let put = |buffer: &mut Vec<u8>| match serde_json::to_writer(&mut *buffer, value) {
+    let put = |buffer: &mut Vec<u8>| match crate::json::to_writer(&mut *buffer, value) {
         Ok(()) => host::put(field, key, buffer),
         Err(e) => fail_later(format!("field `{field}`: value does not encode as JSON: {e}")),
     };

@@ -53,6 +53,7 @@ mod error;
 pub mod fields;
 mod finite;
 pub mod host;
+mod json;
 pub mod key;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mock;
