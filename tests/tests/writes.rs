@@ -85,21 +85,26 @@ fn a_trigger_on_the_entries_table_sees_every_write() {
     // of its own.
     let scratch = ScratchDatabase::new("overwrite_trigger");
     let mut c = scratch.connect();
-    c.batch_execute(
-        "CREATE EXTENSION lambdastore;
-         CREATE TABLE audit (object_id bigint, key bytea, bytes int);
-         CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             INSERT INTO public.audit VALUES (NEW.object_id, NEW.key, length(NEW.value));
-             RETURN NULL;
-         END $$;
-         CREATE TRIGGER audit AFTER UPDATE ON lambdastore.entries FOR EACH ROW EXECUTE FUNCTION audit();",
-    )
-    .unwrap();
+    c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
     let app = app("overwrite_trigger");
     deploy_example(&mut c, &app, "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
+    // This session writes over rows, and remembers that the table allows it.
+    call(&mut c, id, "touch", json!({"keys": [6, 7], "write": true}));
 
+    // Another session adds a trigger; the next write of this one must fire it.
+    scratch
+        .connect()
+        .batch_execute(
+            "CREATE TABLE audit (object_id bigint, key bytea, bytes int);
+             CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO public.audit VALUES (NEW.object_id, NEW.key, length(NEW.value));
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER audit AFTER UPDATE ON lambdastore.entries FOR EACH ROW EXECUTE FUNCTION audit();",
+        )
+        .unwrap();
     call(&mut c, id, "touch", json!({"keys": [1, 2, 3, 4, 5], "write": true}));
     let audited: Vec<(i64, Vec<u8>, i32)> = c
         .query("SELECT object_id, key, bytes FROM audit ORDER BY key", &[])

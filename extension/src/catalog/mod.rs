@@ -82,6 +82,10 @@ struct Relations {
     oids: Vec<((usize, Place), pgrx::pg_sys::Oid)>,
     /// (relation, user, rights) and whether the user holds those rights.
     allowed: Vec<((pgrx::pg_sys::Oid, pgrx::pg_sys::Oid, u32), bool)>,
+    /// Tables and whether a new value may be written over a row of theirs
+    /// (probe.rs, `plain`): a trigger, index or constraint added since
+    /// sent an invalidation, which emptied this.
+    plain: Vec<(pgrx::pg_sys::Oid, bool)>,
 }
 
 fn find<K: PartialEq, V: Copy>(entries: &[(K, V)], key: &K) -> Option<V> {
@@ -221,6 +225,17 @@ pub(crate) fn prepared_gid(xid: u32) -> Result<Option<String>> {
         &[xid.to_string().into()],
         |rows| rows.into_iter().next().map(|row| row.get::<String>(1)).transpose().map(Option::flatten),
     )
+}
+
+/// `probe::plain`'s verdict on table `oid`, worked out by `judge` on a miss.
+/// Asked with the table open, so invalidations have been taken in.
+pub(crate) fn remembered_plain(oid: pgrx::pg_sys::Oid, judge: impl FnOnce() -> bool) -> bool {
+    if let Some(plain) = RELATIONS.with(|r| find(&r.borrow().plain, &oid)) {
+        return plain;
+    }
+    let plain = judge();
+    RELATIONS.with(|r| r.borrow_mut().plain.push((oid, plain)));
+    plain
 }
 
 /// Whether the current user may read relation `oid`: the check SPI makes

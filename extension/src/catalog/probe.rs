@@ -169,7 +169,8 @@ pub(crate) fn overwrite(
         let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(table_oid, lock);
         let index = pg_sys::index_open(index_oid, lock);
-        let written = plain(relation, index, key.len()) && {
+        let is_plain = super::remembered_plain(table_oid, || plain(relation, index, key.len()));
+        let written = is_plain && {
             pg_sys::CheckCmdReplicaIdentity(relation, pg_sys::CmdType::CMD_UPDATE);
             update_last_column(relation, index, key, value)
         };
@@ -184,7 +185,8 @@ pub(crate) fn overwrite(
 /// update: no trigger (a foreign key's check of columns before the last
 /// is skipped by an UPDATE that keeps them, so it may stay), no CHECK,
 /// no row security, not a partition. A table someone changed takes the
-/// statement's path.
+/// statement's path. Remembered per table until the next relcache
+/// invalidation, which every such change sends (`catalog::remembered_plain`).
 ///
 /// SAFETY: `relation` and `index` are open.
 unsafe fn plain(relation: pg_sys::Relation, index: pg_sys::Relation, key_columns: usize) -> bool {
@@ -254,18 +256,14 @@ unsafe fn update_last_column(
     // SAFETY: the caller's promise; the new tuple is ours until freed.
     unsafe {
         let desc = (*relation).rd_att;
-        let columns = (*desc).natts as usize;
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         let scan = Scan::begin(relation, index, snapshot, key);
         let found = scan.next().map(|old| {
-            let mut values = vec![pg_sys::Datum::from(0); columns];
-            let mut nulls = vec![false; columns];
-            let mut replace = vec![false; columns];
-            values[columns - 1] = value.into_datum().expect("bytea is not null");
-            replace[columns - 1] = true;
-            let new =
-                pg_sys::heap_modify_tuple(old, desc, values.as_mut_ptr(), nulls.as_mut_ptr(), replace.as_mut_ptr());
-            pg_sys::pfree(values[columns - 1].cast_mut_ptr());
+            let mut column = (*desc).natts;
+            let mut datum = value.into_datum().expect("bytea is not null");
+            let mut null = false;
+            let new = pg_sys::heap_modify_tuple_by_cols(old, desc, 1, &mut column, &mut datum, &mut null);
+            pg_sys::pfree(datum.cast_mut_ptr());
             ((*old).t_self, new)
         });
         scan.end();
@@ -322,21 +320,22 @@ unsafe fn index_new_version(relation: pg_sys::Relation, index: pg_sys::Relation,
 }
 
 /// An ordered index scan for the rows whose key starts with some parts.
-struct Scan<'a> {
+struct Scan {
     scan: pg_sys::SysScanDesc,
+    /// The parts' datums (text and bytea are copies, freed at `end`) and
+    /// equality functions.
     parts: Vec<(pg_sys::Datum, u32)>,
-    prefix: &'a [Part<'a>],
 }
 
-impl<'a> Scan<'a> {
+impl Scan {
     /// SAFETY: `relation` and `index` open, `snapshot` registered, until
     /// `end`.
     unsafe fn begin(
         relation: pg_sys::Relation,
         index: pg_sys::Relation,
         snapshot: pg_sys::Snapshot,
-        prefix: &'a [Part<'a>],
-    ) -> Scan<'a> {
+        prefix: &[Part<'_>],
+    ) -> Scan {
         let parts: Vec<(pg_sys::Datum, u32)> = prefix.iter().map(Part::datum).collect();
         // SAFETY: the caller's promise; the keys are copied by the scan,
         // their datums are kept until `end`.
@@ -354,7 +353,7 @@ impl<'a> Scan<'a> {
             // ignore_system_indexes, so rows come in key order.
             let scan =
                 pg_sys::systable_beginscan_ordered(relation, index, snapshot, keys.len() as i32, keys.as_mut_ptr());
-            Scan { scan, parts, prefix }
+            Scan { scan, parts }
         }
     }
 
@@ -370,7 +369,7 @@ impl<'a> Scan<'a> {
         // copies of text and bytea.
         unsafe {
             pg_sys::systable_endscan_ordered(self.scan);
-            for ((datum, equal), _) in self.parts.iter().zip(self.prefix) {
+            for (datum, equal) in &self.parts {
                 if *equal != pg_sys::F_INT8EQ {
                     pg_sys::pfree(datum.cast_mut_ptr());
                 }

@@ -99,8 +99,9 @@ pub fn plan(objects: &[Object], input: &Input) -> Vec<ReplicaStep> {
     let mut objects: Vec<&Object> = objects.iter().collect();
     objects.sort_by_key(|o| o.id);
     for o in objects {
-        let replicas: Vec<&str> = replicas_of.get(&o.id).into_iter().flatten().map(|r| r.node.as_str()).collect();
-        let last_ours = replicas_of.get(&o.id).and_then(|rs| rs.iter().rev().find(|r| r.by_rebalancer));
+        let mine = replicas_of.get(&o.id).map(Vec::as_slice).unwrap_or_default();
+        let replicas: Vec<&str> = mine.iter().map(|r| r.node.as_str()).collect();
+        let last_ours = mine.iter().rev().find(|r| r.by_rebalancer);
         let cores = o.busy_ms / 1000.0 / seconds;
         let mostly_writes = o.writes * 2 > o.calls;
         let load = || {
