@@ -142,6 +142,11 @@ pub struct Forwarded {
     /// A light replica's request to the object's owner (cluster/replica.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<ReplicaAsk>,
+    /// The sender's transaction holds entry sets for writing (on its node
+    /// or on others it reached): the call's part must not wait for another
+    /// transaction's writers, which may be waiting for those.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holding: bool,
 }
 
 /// What a light replica asks of the node that owns an object.

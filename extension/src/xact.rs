@@ -13,6 +13,9 @@ use pgrx::pg_sys;
 /// Registers the callback; once per process, from `_PG_init`.
 pub(crate) fn init() {
     crate::pg::xact::on_transaction_events(at_transaction_end);
+    // Entry-set writer counts drop only once the sets' locks are free, so
+    // that a reader they wake finds them free (txn/versions.rs).
+    crate::pg::xact::after_locks_released(txn::versions::at_locks_released);
 }
 
 #[pgrx::pg_guard]
@@ -64,9 +67,10 @@ unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _
             // than at the next sweep (txn/prepared.rs).
             txn::prepared::finish_ended();
         }
-        // Nothing here may fail. Versions first, before the writer counts
-        // drop; then the catalog generation; then the workers are woken, so
-        // that they find the bumped versions and the new generation.
+        // Nothing here may fail. Versions first (the writer counts drop
+        // after the locks, `at_locks_released`); then the catalog
+        // generation; then the workers are woken, so that they find the
+        // bumped versions and the new generation.
         XACT_EVENT_COMMIT => {
             txn::versions::at_commit();
             catalog::cache::at_commit();

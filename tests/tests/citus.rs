@@ -381,6 +381,102 @@ fn a_nested_call_reaches_an_object_on_another_node_from_any_node() {
     assert_eq!(call(&mut c, b, "balance", json!({})), json!(130));
 }
 
+/// A workflow that wrote a set and then calls an object on another node
+/// holds that set's write lock while the call is away (txn/occ.rs,
+/// `hold_written`): a second transfer out of the same account, arriving
+/// meanwhile, waits for the first and debits what it left, where it used
+/// to read the balance about to change, commit first, and make the first
+/// transfer fail with 40001 at its end.
+#[test]
+fn a_set_written_before_a_call_to_another_node_is_held_while_the_call_is_away() {
+    let Some(mut workers) = workers() else { return };
+    let urls = cluster::citus().expect("a cluster").workers.clone();
+    let (mut c, bank) = deployed("citus_hold", "bank");
+    let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 100}), 2);
+    let nodes: Vec<&String> = by_node.keys().collect();
+    // a and e on one node, b on the other.
+    let (a, e, b) = (by_node[nodes[0]][0], by_node[nodes[0]][1], by_node[nodes[1]][0]);
+    let (a_node, b_node) = (worker_at(&mut workers, nodes[0]), worker_at(&mut workers, nodes[1]));
+    let patient = "SET lambdastore.timeout = '60s'; SET lambdastore.commit_wait = '60s'";
+
+    // b's node: a transaction locks b's rows, so that b's deposit stops
+    // where it writes them (as an UPDATE would wait).
+    let mut blocker = connect_node(&urls[b_node]);
+    let mut locked = blocker.transaction().unwrap();
+    let rows = locked.query("SELECT 1 FROM lambdastore.entries WHERE object_id = $1 FOR UPDATE", &[&b]).unwrap();
+    assert!(!rows.is_empty(), "b has rows to lock");
+
+    // The first transfer a → b, through the coordinator: a's node debits a
+    // and sends b's deposit, which waits on b's node for the rows.
+    let first = std::thread::spawn(move || {
+        c.batch_execute(patient).unwrap();
+        let outcome = invoke(&mut c, a, "transfer", json!({"to": b, "amount": 10})).map_err(|e| describe(&e));
+        (c, outcome)
+    });
+    let mut observer = connect_node(&urls[b_node]);
+    wait_until_a_statement_waits(&mut observer, "_call_here", "Lock");
+
+    // The second transfer a → e, on a's node, while the first is away.
+    let mut session = connect_node(&urls[a_node]);
+    session.batch_execute(patient).unwrap();
+    let pid = backend_pid(&mut session);
+    let second = std::thread::spawn(move || {
+        invoke(&mut session, a, "transfer", json!({"to": e, "amount": 1})).map_err(|e| describe(&e))
+    });
+    wait_until_waiting_for_a_writer(&mut workers[a_node], pid);
+
+    locked.rollback().unwrap();
+    let (mut c, first) = first.join().unwrap();
+    assert_eq!(first, Ok(json!(90)), "the first transfer");
+    assert_eq!(second.join().unwrap(), Ok(json!(89)), "the second transfer, after the first");
+    let balances: Vec<_> = [a, b, e].iter().map(|&id| call(&mut c, id, "balance", json!({}))).collect();
+    assert_eq!(balances, [json!(89), json!(110), json!(101)]);
+}
+
+/// A call whose sender holds sets does not wait on its node for another
+/// transaction's writer (`Forwarded::holding`): that one may be waiting,
+/// on the sender's node, for what the sender holds. The transfer a → b
+/// holds a while b's deposit meets b held by an open transaction on b's
+/// node: it fails at once with 40001, where it would wait out
+/// `commit_wait` (and, once the other commits, succeed).
+#[test]
+fn a_call_whose_sender_holds_sets_does_not_wait_for_writers_on_its_node() {
+    let Some(mut workers) = workers() else { return };
+    let urls = cluster::citus().expect("a cluster").workers.clone();
+    let (mut c, bank) = deployed("citus_no_wait", "bank");
+    let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 100}), 2);
+    let nodes: Vec<&String> = by_node.keys().collect();
+    let (a, b, d) = (by_node[nodes[0]][0], by_node[nodes[1]][0], by_node[nodes[1]][1]);
+    let b_node = worker_at(&mut workers, nodes[1]);
+    let patient = "SET lambdastore.timeout = '60s'; SET lambdastore.commit_wait = '60s'";
+
+    let mut holder = connect_node(&urls[b_node]);
+    holder.batch_execute(&format!("{patient}; BEGIN")).unwrap();
+    assert_eq!(call(&mut holder, b, "transfer", json!({"to": d, "amount": 1})), json!(99));
+    let transfer = std::thread::spawn(move || {
+        c.batch_execute(patient).unwrap();
+        let outcome = invoke(&mut c, a, "transfer", json!({"to": b, "amount": 10})).map_err(|e| describe(&e));
+        (c, outcome)
+    });
+    // Either the transfer ends while b is held, or its deposit waits for
+    // the holder on b's node (then the holder commits, and the transfer
+    // succeeds: what this test refuses).
+    let mut observer = connect_node(&urls[b_node]);
+    let waiting =
+        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND position('_call_here' in query) > 0";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !transfer.is_finished() && observer.query(waiting, &[]).unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the transfer neither ended nor waited");
+        std::thread::sleep(Duration::from_millis(5)); // polling interval, not a wait for an event
+    }
+    holder.batch_execute("COMMIT").unwrap();
+    let (mut c, outcome) = transfer.join().unwrap();
+    let message = outcome.expect_err("the deposit waited for b's holder");
+    assert!(message.starts_with("ERROR 40001"), "{message}");
+    let balances: Vec<_> = [a, b].iter().map(|&id| call(&mut c, id, "balance", json!({}))).collect();
+    assert_eq!(balances, [json!(100), json!(99)], "the failed transfer left nothing");
+}
+
 #[test]
 fn a_run_stopped_for_a_call_on_a_third_node_runs_again_with_the_same_draws() {
     let Some(mut nodes) = workers() else { return };

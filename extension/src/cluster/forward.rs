@@ -163,6 +163,9 @@ pub(crate) fn create_elsewhere() -> Result<bool> {
 /// stored here: from SQL (checked as `lambda_invoke` is) or nested (run as
 /// a callee of the sender's workflow). Its answer as JSON: `Reply`.
 pub(crate) fn run_forwarded(caller: Caller, object: i64, method: &str, args: &str, sent: Forwarded) -> Result<String> {
+    if sent.holding {
+        route::sender_holds_sets();
+    }
     if sent.alone {
         return run_alone(caller, object, method, args, sent.tape);
     }

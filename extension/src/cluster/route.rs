@@ -114,6 +114,12 @@ struct Reach {
     here: bool,
     /// Whether any call wrote, here or elsewhere.
     wrote: bool,
+    /// Whether a call forwarded to another node wrote there (its node's
+    /// part then holds the sets it wrote until the transaction ends).
+    wrote_elsewhere: bool,
+    /// Whether the node that sent this part a call said that its
+    /// transaction held entry sets for writing (`Forwarded::holding`).
+    sender_holds: bool,
     /// Whether the transaction commits in two phases.
     two_phase: bool,
 }
@@ -224,6 +230,25 @@ pub(crate) fn arrived() -> bool {
     layout::arrived() && !ALONE.get()
 }
 
+/// Whether this transaction holds entry sets for writing anywhere: on
+/// this node, on a node a call of it wrote on, or on the side of the node
+/// that sent this part a call. Such a transaction never waits for another
+/// one's writers (txn/occ.rs): that one may be waiting for what it holds,
+/// here or on another node, and neither would see the other's wait.
+pub(crate) fn holds_sets() -> bool {
+    crate::txn::versions::holding_any()
+        || REACH.with(|r| {
+            let reach = r.borrow();
+            reach.wrote_elsewhere || reach.sender_holds
+        })
+}
+
+/// The node that sent this part a call holds entry sets for writing, or
+/// a node it reached does (`holds_sets` there), until the transaction ends.
+pub(crate) fn sender_holds_sets() {
+    REACH.with(|r| r.borrow_mut().sender_holds = true);
+}
+
 /// Whether the current transaction ran calls on more than one node.
 pub(crate) fn spread() -> bool {
     REACH.with(|r| r.borrow().spread())
@@ -320,6 +345,7 @@ fn ran_on(node: &str, object: i64, wrote: bool, marked: bool) -> Result<()> {
     REACH.with(|r| {
         let mut reach = r.borrow_mut();
         reach.wrote |= wrote;
+        reach.wrote_elsewhere |= wrote;
         match reach.forwarded.iter_mut().find(|(o, _, _)| *o == object) {
             Some(known) => known.2 |= marked,
             None => reach.forwarded.push((object, node.to_string(), marked)),

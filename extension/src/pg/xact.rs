@@ -163,3 +163,30 @@ pub(crate) fn on_transaction_events(callback: XactCallback) {
     // SAFETY: registers a plain function with no argument.
     unsafe { pg_sys::RegisterXactCallback(Some(callback), std::ptr::null_mut()) };
 }
+
+/// Has `callback` called at the end of every top-level transaction
+/// (commit, abort or PREPARE) once PostgreSQL has released its
+/// heavyweight locks, which the transaction callbacks run before; once
+/// per process. It must not fail.
+pub(crate) fn after_locks_released(callback: fn()) {
+    #[pgrx::pg_guard]
+    unsafe extern "C-unwind" fn released(
+        phase: pg_sys::ResourceReleasePhase::Type,
+        _is_commit: bool,
+        is_top_level: bool,
+        arg: *mut std::ffi::c_void,
+    ) {
+        // Called for each resource owner released, children first, with
+        // the owner being released as the current one: only the top
+        // transaction's has released the locks by now.
+        // SAFETY: reads two of PostgreSQL's globals.
+        let top = unsafe { pg_sys::CurrentResourceOwner == pg_sys::TopTransactionResourceOwner };
+        if is_top_level && top && phase == pg_sys::ResourceReleasePhase::RESOURCE_RELEASE_LOCKS {
+            // SAFETY: `arg` is the `fn()` registered below.
+            let callback: fn() = unsafe { std::mem::transmute::<*mut std::ffi::c_void, fn()>(arg) };
+            callback();
+        }
+    }
+    // SAFETY: registers a plain function whose argument is a function pointer.
+    unsafe { pg_sys::RegisterResourceReleaseCallback(Some(released), callback as *mut std::ffi::c_void) };
+}

@@ -30,6 +30,7 @@ use super::prepared;
 use super::versions::{self, Stale};
 use super::Workflow;
 use crate::catalog;
+use crate::cluster::route;
 use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::pg::{self, locks::Tried};
@@ -101,10 +102,11 @@ fn try_lock(set: &SetId) -> bool {
 /// `lambdastore.commit_wait` and half the call's time left, then reads
 /// what it committed. After the bound the version is recorded all the
 /// same, and validation fails as before; an interrupt is noticed at
-/// `keep_going`. A transaction that holds sets on this node never waits
-/// (two of them could wait for each other).
+/// `keep_going`. A transaction that holds sets never waits (two of them
+/// could wait for each other), on this node or, on a Citus cluster,
+/// anywhere (`route::holds_sets`).
 pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow) -> i64 {
-    if versions::written_by_others(set) && !versions::holding_any() {
+    if versions::written_by_others(set) && !route::holds_sets() {
         wait_for_writers(workflow, set);
     }
     versions::version(set)
@@ -142,16 +144,7 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
         return if writes.is_empty() { Ok(()) } else { apply(&writes, workflow) };
     }
 
-    // Which set each write falls in, by the sets loaded during the workflow.
-    // Objects created by this workflow are invisible to others: no locks.
-    let mut written: BTreeMap<SetId, Vec<Position>> = BTreeMap::new();
-    for ((object, field, key), _) in writes.entries() {
-        if workflow.is_created(*object) {
-            continue;
-        }
-        let lower = workflow.containing(*object, field, key)?.lower;
-        written.entry((*object, lower)).or_default().push((field.clone(), key.clone()));
-    }
+    let written = written_sets(workflow, &writes)?;
 
     // 1. Lock the written sets, in one order: (object, lower bound).
     for set in written.keys() {
@@ -203,6 +196,42 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
             catalog::guards::insert_guard(set.0, &guard.0, &guard.1)?;
             versions::split_at_commit(set, &(set.0, guard.clone()));
         }
+    }
+    Ok(())
+}
+
+/// Which set each write falls in, by the sets loaded during the workflow,
+/// with the positions written in it. Objects created by this workflow are
+/// invisible to others: no locks.
+fn written_sets(workflow: &Workflow, writes: &super::WriteBuffer) -> Result<BTreeMap<SetId, Vec<Position>>> {
+    let mut written: BTreeMap<SetId, Vec<Position>> = BTreeMap::new();
+    for ((object, field, key), _) in writes.entries() {
+        if workflow.is_created(*object) {
+            continue;
+        }
+        let lower = workflow.containing(*object, field, key)?.lower;
+        written.entry((*object, lower)).or_default().push((field.clone(), key.clone()));
+    }
+    Ok(written)
+}
+
+/// Before a nested call to another node: takes the write locks of the
+/// sets `workflow` has written so far, where they are free. The call is a
+/// round trip or more, and a concurrent workflow that read one of those
+/// sets meanwhile would read a version this transaction is about to
+/// change and fail at validation (a transfer across two nodes failed 9%
+/// of the time, each failure a client's retry). Held, the set makes that
+/// reader wait for this transaction to end (`version_at_first_touch`), as
+/// a row lock makes a concurrent UPDATE wait, and it reads what this one
+/// wrote. A set another transaction holds is left for `commit`: never
+/// waited for, so no lock order matters. Holding a set longer only ever
+/// makes others fail or wait, never miss a change.
+pub(crate) fn hold_written(workflow: &Workflow) -> Result<()> {
+    if !gucs::occ() {
+        return Ok(());
+    }
+    for set in written_sets(workflow, &workflow.writes.borrow())?.keys() {
+        try_lock(set);
     }
     Ok(())
 }
@@ -309,7 +338,7 @@ pub(crate) fn failed(workflow: &Workflow, failure: LambdaError) -> LambdaError {
 /// something changed. A node a call arrived at answers to the node that
 /// sent it, which does this.
 pub(crate) fn reads_elsewhere_hold() -> Result<()> {
-    if !gucs::occ() || !versions::available() || crate::cluster::route::arrived() {
+    if !gucs::occ() || !versions::available() || route::arrived() {
         return Ok(());
     }
     crate::cluster::route::validate_reached()
@@ -394,7 +423,7 @@ pub(crate) fn validate_again() -> Result<()> {
 /// a part's failed COMMIT as XX000, not as its 40001), and a prepared
 /// transaction's reads are not marked.
 pub(crate) fn before_commit() -> Result<()> {
-    if !gucs::occ() || !versions::available() || !versions::holding_any() || crate::cluster::route::arrived() {
+    if !gucs::occ() || !versions::available() || !versions::holding_any() || route::arrived() {
         return Ok(());
     }
     versions::wait_for_committing_readers();

@@ -152,7 +152,6 @@ pub(crate) fn available() -> bool {
 pub(crate) fn at_commit() {
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     apply(&pending);
-    release();
 }
 
 fn apply(pending: &[Pending]) {
@@ -269,11 +268,20 @@ pub(crate) fn bump_everything() {
 /// At abort (or once prepared): no bumps.
 pub(crate) fn at_abort() {
     PENDING.with(|p| p.borrow_mut().clear());
+}
+
+/// Once the transaction's locks are released (after its bumps, at
+/// commit): stops counting it as a writer and as a committing reader, and
+/// forgets what it validated. So a set's lock is never free while no
+/// writer is counted: a reader woken here, or one that saw no writer,
+/// finds it free at its own commit. (Dropped in the commit callback,
+/// before PostgreSQL releases the locks, the count let a woken reader
+/// reach its commit first under load and fail: "is locked by a concurrent
+/// transaction", by a transaction already committed.)
+pub(crate) fn at_locks_released() {
     release();
 }
 
-/// Stops counting this transaction as a writer (after its bumps) and as a
-/// committing reader, and forgets what it validated.
 fn release() {
     let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
     let committing = COMMITTING.with(|c| std::mem::take(&mut *c.borrow_mut()));

@@ -318,6 +318,20 @@ pub fn wait_until_waiting_for_a_writer(observer: &mut Client, pid: i32) {
     wait_for_backend(observer, pid, "wait_event_type = 'Extension'", None, "waited for a writer");
 }
 
+/// Polls from `observer` until some backend running a statement that
+/// contains `needle` waits, with wait event type `event_type`: a call
+/// sent to `observer`'s node by another node, whose pid the test does not
+/// know.
+#[track_caller]
+pub fn wait_until_a_statement_waits(observer: &mut Client, needle: &str, event_type: &str) {
+    let sql = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = $2 AND position($1 in query) > 0";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while observer.query(sql, &[&needle, &event_type]).unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no statement running {needle} waited ({event_type})");
+        std::thread::sleep(std::time::Duration::from_millis(5)); // polling interval, not a wait for an event
+    }
+}
+
 /// Polls `pg_stat_activity` until backend `pid`'s row meets `condition`
 /// (SQL over its columns, with `$2` bound to `needle` if given), for at
 /// most 30 s.
