@@ -381,6 +381,30 @@ fn a_nested_call_reaches_an_object_on_another_node_from_any_node() {
     assert_eq!(call(&mut c, b, "balance", json!({})), json!(130));
 }
 
+/// Settings under which a call waits for a writer as long as a test needs.
+const PATIENT: &str = "SET lambdastore.timeout = '60s'; SET lambdastore.commit_wait = '60s'";
+
+/// Two bank accounts of 100 on each worker, and the workers' URLs in the
+/// same order (for the tests of sets held across a call).
+struct Accounts {
+    c: Client,
+    left: [i64; 2],
+    right: [i64; 2],
+    urls: [String; 2],
+}
+
+fn accounts_on_two_workers(test: &str) -> Option<Accounts> {
+    let mut workers = workers()?;
+    let urls = &cluster::citus().expect("a cluster").workers;
+    let (mut c, bank) = deployed(&format!("citus_{test}"), "bank");
+    let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 100}), 2);
+    let nodes: Vec<&String> = by_node.keys().collect();
+    let pair = |i: usize| [by_node[nodes[i]][0], by_node[nodes[i]][1]];
+    let url = |workers: &mut [Client], i: usize| urls[worker_at(workers, nodes[i])].clone();
+    let urls = [url(&mut workers, 0), url(&mut workers, 1)];
+    Some(Accounts { c, left: pair(0), right: pair(1), urls })
+}
+
 /// A workflow that wrote a set and then calls an object on another node
 /// holds that set's write lock while the call is away (txn/occ.rs,
 /// `hold_written`): a second transfer out of the same account, arriving
@@ -389,19 +413,14 @@ fn a_nested_call_reaches_an_object_on_another_node_from_any_node() {
 /// transfer fail with 40001 at its end.
 #[test]
 fn a_set_written_before_a_call_to_another_node_is_held_while_the_call_is_away() {
-    let Some(mut workers) = workers() else { return };
-    let urls = cluster::citus().expect("a cluster").workers.clone();
-    let (mut c, bank) = deployed("citus_hold", "bank");
-    let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 100}), 2);
-    let nodes: Vec<&String> = by_node.keys().collect();
-    // a and e on one node, b on the other.
-    let (a, e, b) = (by_node[nodes[0]][0], by_node[nodes[0]][1], by_node[nodes[1]][0]);
-    let (a_node, b_node) = (worker_at(&mut workers, nodes[0]), worker_at(&mut workers, nodes[1]));
-    let patient = "SET lambdastore.timeout = '60s'; SET lambdastore.commit_wait = '60s'";
+    let Some(Accounts { mut c, left: [a, e], right: [b, _], urls: [a_url, b_url] }) = accounts_on_two_workers("hold")
+    else {
+        return;
+    };
 
     // b's node: a transaction locks b's rows, so that b's deposit stops
     // where it writes them (as an UPDATE would wait).
-    let mut blocker = connect_node(&urls[b_node]);
+    let mut blocker = connect_node(&b_url);
     let mut locked = blocker.transaction().unwrap();
     let rows = locked.query("SELECT 1 FROM lambdastore.entries WHERE object_id = $1 FOR UPDATE", &[&b]).unwrap();
     assert!(!rows.is_empty(), "b has rows to lock");
@@ -409,21 +428,21 @@ fn a_set_written_before_a_call_to_another_node_is_held_while_the_call_is_away() 
     // The first transfer a → b, through the coordinator: a's node debits a
     // and sends b's deposit, which waits on b's node for the rows.
     let first = std::thread::spawn(move || {
-        c.batch_execute(patient).unwrap();
+        c.batch_execute(PATIENT).unwrap();
         let outcome = invoke(&mut c, a, "transfer", json!({"to": b, "amount": 10})).map_err(|e| describe(&e));
         (c, outcome)
     });
-    let mut observer = connect_node(&urls[b_node]);
+    let mut observer = connect_node(&b_url);
     wait_until_a_statement_waits(&mut observer, "_call_here", "Lock");
 
     // The second transfer a → e, on a's node, while the first is away.
-    let mut session = connect_node(&urls[a_node]);
-    session.batch_execute(patient).unwrap();
+    let mut session = connect_node(&a_url);
+    session.batch_execute(PATIENT).unwrap();
     let pid = backend_pid(&mut session);
     let second = std::thread::spawn(move || {
         invoke(&mut session, a, "transfer", json!({"to": e, "amount": 1})).map_err(|e| describe(&e))
     });
-    wait_until_waiting_for_a_writer(&mut workers[a_node], pid);
+    wait_until_waiting_for_a_writer(&mut connect_node(&a_url), pid);
 
     locked.rollback().unwrap();
     let (mut c, first) = first.join().unwrap();
@@ -441,27 +460,23 @@ fn a_set_written_before_a_call_to_another_node_is_held_while_the_call_is_away() 
 /// `commit_wait` (and, once the other commits, succeed).
 #[test]
 fn a_call_whose_sender_holds_sets_does_not_wait_for_writers_on_its_node() {
-    let Some(mut workers) = workers() else { return };
-    let urls = cluster::citus().expect("a cluster").workers.clone();
-    let (mut c, bank) = deployed("citus_no_wait", "bank");
-    let by_node = spread(&mut c, &bank, "Account", json!({"owner": "x", "initial": 100}), 2);
-    let nodes: Vec<&String> = by_node.keys().collect();
-    let (a, b, d) = (by_node[nodes[0]][0], by_node[nodes[1]][0], by_node[nodes[1]][1]);
-    let b_node = worker_at(&mut workers, nodes[1]);
-    let patient = "SET lambdastore.timeout = '60s'; SET lambdastore.commit_wait = '60s'";
+    let Some(Accounts { mut c, left: [a, _], right: [b, d], urls: [_, b_url] }) = accounts_on_two_workers("no_wait")
+    else {
+        return;
+    };
 
-    let mut holder = connect_node(&urls[b_node]);
-    holder.batch_execute(&format!("{patient}; BEGIN")).unwrap();
+    let mut holder = connect_node(&b_url);
+    holder.batch_execute(&format!("{PATIENT}; BEGIN")).unwrap();
     assert_eq!(call(&mut holder, b, "transfer", json!({"to": d, "amount": 1})), json!(99));
     let transfer = std::thread::spawn(move || {
-        c.batch_execute(patient).unwrap();
+        c.batch_execute(PATIENT).unwrap();
         let outcome = invoke(&mut c, a, "transfer", json!({"to": b, "amount": 10})).map_err(|e| describe(&e));
         (c, outcome)
     });
     // Either the transfer ends while b is held, or its deposit waits for
     // the holder on b's node (then the holder commits, and the transfer
     // succeeds: what this test refuses).
-    let mut observer = connect_node(&urls[b_node]);
+    let mut observer = connect_node(&b_url);
     let waiting =
         "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND position('_call_here' in query) > 0";
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

@@ -230,21 +230,20 @@ pub(crate) fn arrived() -> bool {
     layout::arrived() && !ALONE.get()
 }
 
-/// Whether this transaction holds entry sets for writing anywhere: on
-/// this node, on a node a call of it wrote on, or on the side of the node
-/// that sent this part a call. Such a transaction never waits for another
-/// one's writers (txn/occ.rs): that one may be waiting for what it holds,
-/// here or on another node, and neither would see the other's wait.
-pub(crate) fn holds_sets() -> bool {
-    crate::txn::versions::holding_any()
-        || REACH.with(|r| {
-            let reach = r.borrow();
-            reach.wrote_elsewhere || reach.sender_holds
-        })
+/// Whether this transaction holds entry sets for writing on other nodes:
+/// on a node a call of it wrote on, or on the side of the node that sent
+/// this part a call. Such a transaction never waits for another one's
+/// writers (txn/occ.rs), as one holding sets on this node does not: that
+/// one may be waiting, there, for what it holds.
+pub(crate) fn holds_sets_elsewhere() -> bool {
+    REACH.with(|r| {
+        let reach = r.borrow();
+        reach.wrote_elsewhere || reach.sender_holds
+    })
 }
 
 /// The node that sent this part a call holds entry sets for writing, or
-/// a node it reached does (`holds_sets` there), until the transaction ends.
+/// a node it reached does, until the transaction ends.
 pub(crate) fn sender_holds_sets() {
     REACH.with(|r| r.borrow_mut().sender_holds = true);
 }

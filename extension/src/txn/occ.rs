@@ -9,7 +9,9 @@
 //! the workflow `commit`:
 //! 1. try-locks the written sets exclusively, as transaction-level advisory
 //!    locks, in one global order, never waiting; while it holds a set the
-//!    transaction counts as its writer in shared memory;
+//!    transaction counts as its writer in shared memory (a workflow about
+//!    to call an object on another node takes them before the call leaves,
+//!    `hold_written`);
 //! 2. checks, as Silo does, that no other transaction is a writer of a read
 //!    set and that its version is still the one seen, and that no object
 //!    it loaded sets of was split since (a split moves keys between sets).
@@ -104,9 +106,9 @@ fn try_lock(set: &SetId) -> bool {
 /// same, and validation fails as before; an interrupt is noticed at
 /// `keep_going`. A transaction that holds sets never waits (two of them
 /// could wait for each other), on this node or, on a Citus cluster,
-/// anywhere (`route::holds_sets`).
+/// anywhere (`route::holds_sets_elsewhere`).
 pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow) -> i64 {
-    if versions::written_by_others(set) && !route::holds_sets() {
+    if versions::written_by_others(set) && !versions::holding_any() && !route::holds_sets_elsewhere() {
         wait_for_writers(workflow, set);
     }
     versions::version(set)
