@@ -221,7 +221,7 @@ fn written_sets(workflow: &Workflow, writes: &super::WriteBuffer) -> Result<BTre
 /// sets `workflow` has written so far, where they are free. The call is a
 /// round trip or more, and a concurrent workflow that read one of those
 /// sets meanwhile would read a version this transaction is about to
-/// change and fail at validation (a transfer across two nodes failed 9%
+/// change and fail at validation (a transfer across two nodes failed 5%
 /// of the time, each failure a client's retry). Held, the set makes that
 /// reader wait for this transaction to end (`version_at_first_touch`), as
 /// a row lock makes a concurrent UPDATE wait, and it reads what this one
@@ -343,7 +343,7 @@ pub(crate) fn reads_elsewhere_hold() -> Result<()> {
     if !gucs::occ() || !versions::available() || route::arrived() {
         return Ok(());
     }
-    crate::cluster::route::validate_reached()
+    route::validate_reached()
 }
 
 /// Checks, at `now`, what `workflow` read (`splits`: the split counts of
