@@ -479,11 +479,9 @@ fn a_call_whose_sender_holds_sets_does_not_wait_for_writers_on_its_node() {
     let mut observer = connect_node(&b_url);
     let waiting =
         "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND position('_call_here' in query) > 0";
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !transfer.is_finished() && observer.query(waiting, &[]).unwrap().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the transfer neither ended nor waited");
-        std::thread::sleep(Duration::from_millis(5)); // polling interval, not a wait for an event
-    }
+    poll_until("the transfer neither ended nor waited", || {
+        transfer.is_finished() || !observer.query(waiting, &[]).unwrap().is_empty()
+    });
     holder.batch_execute("COMMIT").unwrap();
     let (mut c, outcome) = transfer.join().unwrap();
     let message = outcome.expect_err("the deposit waited for b's holder");

@@ -28,7 +28,7 @@ use crate::access::Caller;
 use crate::cluster::route::{self, here, Routed};
 use crate::error::{LambdaError, Result};
 use crate::pg::xact::Subtransaction;
-use crate::txn::{occ, versions, Workflow};
+use crate::txn::{occ, Workflow};
 use lambdastore_core::model::{CallFailure, Create, Draw, Forwarded, MethodCall, ModuleKey, Nested, Reply, Spawned};
 use std::rc::Rc;
 
@@ -93,7 +93,7 @@ fn drive_with(
     run_needed: Needed,
 ) -> Result<Result<String, CallFailure>> {
     occ::hold_written(workflow)?;
-    forwarded.holding = versions::holding_any() || route::holds_sets_elsewhere();
+    forwarded.holding = occ::holds_sets();
     let savepoint = workflow.savepoint();
     let mut hops: Option<Subtransaction> = None;
     let outcome = loop {

@@ -106,12 +106,18 @@ fn try_lock(set: &SetId) -> bool {
 /// same, and validation fails as before; an interrupt is noticed at
 /// `keep_going`. A transaction that holds sets never waits (two of them
 /// could wait for each other), on this node or, on a Citus cluster,
-/// anywhere (`route::holds_sets_elsewhere`).
+/// anywhere (`holds_sets`).
 pub(crate) fn version_at_first_touch(set: &SetId, workflow: &Workflow) -> i64 {
-    if versions::written_by_others(set) && !versions::holding_any() && !route::holds_sets_elsewhere() {
+    if versions::written_by_others(set) && !holds_sets() {
         wait_for_writers(workflow, set);
     }
     versions::version(set)
+}
+
+/// Whether this transaction holds entry sets for writing: on this node,
+/// or (on a Citus cluster) on another one it reached or was sent from.
+pub(crate) fn holds_sets() -> bool {
+    versions::holding_any() || route::holds_sets_elsewhere()
 }
 
 /// Waits until no other transaction holds `set` for writing, at most

@@ -279,10 +279,6 @@ pub(crate) fn at_abort() {
 /// reach its commit first under load and fail: "is locked by a concurrent
 /// transaction", by a transaction already committed.)
 pub(crate) fn at_locks_released() {
-    release();
-}
-
-fn release() {
     let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
     let committing = COMMITTING.with(|c| std::mem::take(&mut *c.borrow_mut()));
     if let Some(shared) = shared() {

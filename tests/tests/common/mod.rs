@@ -325,9 +325,19 @@ pub fn wait_until_waiting_for_a_writer(observer: &mut Client, pid: i32) {
 #[track_caller]
 pub fn wait_until_a_statement_waits(observer: &mut Client, needle: &str, event_type: &str) {
     let sql = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = $2 AND position($1 in query) > 0";
+    poll_until(&format!("no statement running {needle} waited ({event_type})"), || {
+        !observer.query(sql, &[&needle, &event_type]).unwrap().is_empty()
+    });
+}
+
+/// Polls `done` every 5 ms until it holds, for at most 30 s (then fails
+/// the test with `what`): for states another process reaches, which the
+/// test can only look at.
+#[track_caller]
+pub fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while observer.query(sql, &[&needle, &event_type]).unwrap().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no statement running {needle} waited ({event_type})");
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
         std::thread::sleep(std::time::Duration::from_millis(5)); // polling interval, not a wait for an event
     }
 }
@@ -342,11 +352,8 @@ fn wait_for_backend(observer: &mut Client, pid: i32, condition: &str, needle: Op
     if let Some(needle) = &needle {
         params.push(needle);
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while observer.query_opt(&sql, &params).unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "backend {pid} never {what} {}", needle.unwrap_or(""));
-        std::thread::sleep(std::time::Duration::from_millis(5)); // polling interval, not a wait for an event
-    }
+    let failure = format!("backend {pid} never {what} {}", needle.unwrap_or(""));
+    poll_until(&failure, || observer.query_opt(&sql, &params).unwrap().is_some());
 }
 
 /// Creates role `name` unless it exists (roles outlive test databases).
