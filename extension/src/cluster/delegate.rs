@@ -4,14 +4,21 @@
 //! method, args)` (pg/planner.rs), a function `distribute()` made
 //! Citus distribute by `id`, colocated with the objects. Citus' planner
 //! then sends it, as it is, to the node holding the object, in one round
-//! trip and without a distributed transaction: this node runs none of
-//! lambdastore's code for it (no fence, no layout, no routed statement).
-//! There it runs as a call made on that node: the node drives its
-//! transaction (`route::arrive_alone`), so it may call objects elsewhere,
-//! and a call that finds its object gone (moved meanwhile) is sent on as
-//! any call there would be. Where Citus does not delegate (the object is
-//! here, or the function is not distributed yet), it runs here as
-//! `lambda_invoke` does.
+//! trip and without a distributed transaction: this node runs no call
+//! and no routed statement for it. There it runs as a call made on that
+//! node: the node drives its transaction (`route::arrive_alone`), so it
+//! may call objects elsewhere, and a call that finds its object gone
+//! (moved meanwhile) is sent on as any call there would be. Where Citus
+//! does not delegate (the object is here, or the function is not
+//! distributed yet), it runs here as `lambda_invoke` does.
+//!
+//! This node holds its fence, though, from before Citus plans until the
+//! statement ends (`layout::fence_now`): a migration committing between
+//! Citus' planning and its execution leaves the plan naming a shard that
+//! is gone, and Citus fails with XX000 "could not find valid entry for
+//! shard". While a migration holds the fence the call is not rewritten,
+//! and waits for it as `lambda_invoke`. On the node it was sent to, its
+//! fence is then a second one, only tried, as for a call sent alone.
 //!
 //! What makes a call's outcome depend on the session travels as the first
 //! argument: `lambdastore.timeout` and the settings other forwarded calls
@@ -28,7 +35,7 @@ use crate::gucs;
 use crate::pg::{self, planner};
 use pgrx::pg_sys;
 
-static REWRITER: planner::Rewriter = planner::Rewriter { instead_of, text };
+static REWRITER: planner::Rewriter = planner::Rewriter { instead_of, text, hold: layout::fence_now };
 
 /// Has this process's top-level calls rewritten (once per process).
 pub(crate) fn init() {
@@ -66,4 +73,6 @@ pub(crate) fn arrive(settings: &str) {
     }
     gucs::arrive_delegated(settings, Caller::current().is_superuser());
     route::arrive_alone();
+    // The node that sent it holds its fence: this one's is only tried.
+    layout::arrive();
 }

@@ -45,6 +45,7 @@ const REFERENCE: [&str; 7] =
     ["applications", "modules", "object_types", "grants", "api_keys", "queue_limits", "light_replicas"];
 
 /// One hash range of the colocated tables.
+#[derive(PartialEq)]
 struct Shard {
     /// The lowest and highest hash in the range.
     min: i32,
@@ -312,6 +313,29 @@ pub(crate) fn fenced_layout(what: impl FnOnce() -> String) -> Result<Option<Rc<L
         )));
     }
     layout()
+}
+
+/// Takes the fence on this node now, without waiting (`fence`), for a
+/// statement Citus planned from the layout before it runs
+/// (cluster/delegate.rs): 40001 while a migration holds or waits for the
+/// fence, and when one committed just before it was taken (a plan made
+/// earlier may name a shard that is gone).
+pub(crate) fn fence_now() -> Result<()> {
+    if FENCED.get() {
+        return Ok(());
+    }
+    let before = layout()?;
+    if !fence(false)? {
+        return Err(LambdaError::SerializationFailure("a migration holds this node's fence (retry)".into()));
+    }
+    let unchanged = match (before, layout()?) {
+        (Some(before), Some(now)) => Rc::ptr_eq(&before, &now) || before.shards == now.shards,
+        (before, now) => before.is_none() && now.is_none(),
+    };
+    if !unchanged {
+        return Err(LambdaError::SerializationFailure("objects moved since this statement was planned (retry)".into()));
+    }
+    Ok(())
 }
 
 /// Where an object is (`locate`).

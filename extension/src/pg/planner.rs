@@ -11,8 +11,10 @@
 //! (the next run plans again) and the statement fails with 0A000, before
 //! it has done anything. (An invalidation item only makes PostgreSQL plan
 //! again when the system cache entry it names changes: at worst, a plan
-//! made again for nothing.)
+//! made again for nothing.) What the plan relies on until it has run is
+//! taken before planning and before a kept plan runs (`Rewriter::hold`).
 
+use crate::error::Result;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::Cell;
@@ -25,6 +27,12 @@ pub(crate) struct Rewriter {
     /// The text to put in front of the arguments now; None when no
     /// statement may be rewritten now.
     pub(crate) text: fn() -> Option<String>,
+    /// Takes, until the transaction ends, what the plan relies on from
+    /// its planning until it has run; an error when it cannot now. Asked
+    /// before the rewritten statement is planned (which then, on an
+    /// error, is not rewritten) and before a kept plan runs (which then
+    /// fails with the error).
+    pub(crate) hold: fn() -> Result<()>,
 }
 
 thread_local! {
@@ -128,6 +136,7 @@ unsafe fn rewrite(parse: *mut pg_sys::Query) -> Option<String> {
         }
         let function = (rewriter.instead_of)((*call).funcid)?;
         let text = (rewriter.text)()?;
+        (rewriter.hold)().ok()?;
         let datum = text.as_str().into_datum()?;
         let constant = pg_sys::makeConst(pg_sys::TEXTOID, -1, pg_sys::DEFAULT_COLLATION_OID, -1, datum, false, false);
         (*call).funcid = function;
@@ -189,6 +198,11 @@ unsafe extern "C-unwind" fn start(query_desc: *mut pg_sys::QueryDesc, eflags: st
                 "this statement was planned for other settings or another transaction state",
                 "It is planned again at its next run: run it again."
             );
+        }
+        if let Err(e) = (rewriter.hold)() {
+            // SAFETY: as above.
+            unsafe { pg_sys::ResetPlanCache() };
+            e.report("");
         }
     }
     match PREVIOUS_EXECUTOR_START.get() {
