@@ -13,12 +13,13 @@
 //! distributed yet), it runs here as `lambda_invoke` does.
 //!
 //! This node holds its fence, though, from before Citus plans until the
-//! statement ends (`layout::fence_now`): a migration committing between
-//! Citus' planning and its execution leaves the plan naming a shard that
-//! is gone, and Citus fails with XX000 "could not find valid entry for
-//! shard". While a migration holds the fence the call is not rewritten,
-//! and waits for it as `lambda_invoke`. On the node it was sent to, its
-//! fence is then a second one, only tried, as for a call sent alone.
+//! statement ends (`layout::fence_for_plan`): a migration committing
+//! between Citus' planning and its execution leaves the plan naming a
+//! shard that is gone, and Citus fails with XX000 "could not find valid
+//! entry for shard". It waits for a migration that holds the fence, as
+//! any client's call does, and is planned after it. On the node it was
+//! sent to, the fence is then a second one, only tried, as for a call
+//! sent alone.
 //!
 //! What makes a call's outcome depend on the session travels as the first
 //! argument: `lambdastore.timeout` and the settings other forwarded calls
@@ -35,7 +36,7 @@ use crate::gucs;
 use crate::pg::{self, planner};
 use pgrx::pg_sys;
 
-static REWRITER: planner::Rewriter = planner::Rewriter { instead_of, text, hold: layout::fence_now };
+static REWRITER: planner::Rewriter = planner::Rewriter { instead_of, text, hold: layout::fence_for_plan };
 
 /// Has this process's top-level calls rewritten (once per process).
 pub(crate) fn init() {

@@ -315,27 +315,24 @@ pub(crate) fn fenced_layout(what: impl FnOnce() -> String) -> Result<Option<Rc<L
     layout()
 }
 
-/// Takes the fence on this node now, without waiting (`fence`), for a
-/// statement Citus planned from the layout before it runs
-/// (cluster/delegate.rs): 40001 while a migration holds or waits for the
-/// fence, and when one committed just before it was taken (a plan made
-/// earlier may name a shard that is gone).
-pub(crate) fn fence_now() -> Result<()> {
+/// Takes the fence on this node for a statement Citus plans from the
+/// layout before it runs (cluster/delegate.rs), waiting for a migration
+/// that holds it, as a client's first fence does (`fence`): whether no
+/// object moved while it was taken (a plan made before would name a shard
+/// that may be gone). 40001 where the fence may not wait and a migration
+/// holds it.
+pub(crate) fn fence_for_plan() -> Result<bool> {
     if FENCED.get() {
-        return Ok(());
+        return Ok(true);
     }
     let before = layout()?;
-    if !fence(false)? {
+    if !fence(true)? {
         return Err(LambdaError::SerializationFailure("a migration holds this node's fence (retry)".into()));
     }
-    let unchanged = match (before, layout()?) {
+    Ok(match (before, layout()?) {
         (Some(before), Some(now)) => Rc::ptr_eq(&before, &now) || before.shards == now.shards,
         (before, now) => before.is_none() && now.is_none(),
-    };
-    if !unchanged {
-        return Err(LambdaError::SerializationFailure("objects moved since this statement was planned (retry)".into()));
-    }
-    Ok(())
+    })
 }
 
 /// Where an object is (`locate`).

@@ -14,7 +14,7 @@
 //! made again for nothing.) What the plan relies on until it has run is
 //! taken before planning and before a kept plan runs (`Rewriter::hold`).
 
-use crate::error::Result;
+use crate::error::{LambdaError, Result};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::Cell;
@@ -27,12 +27,13 @@ pub(crate) struct Rewriter {
     /// The text to put in front of the arguments now; None when no
     /// statement may be rewritten now.
     pub(crate) text: fn() -> Option<String>,
-    /// Takes, until the transaction ends, what the plan relies on from
-    /// its planning until it has run; an error when it cannot now. Asked
-    /// before the rewritten statement is planned (which then, on an
-    /// error, is not rewritten) and before a kept plan runs (which then
-    /// fails with the error).
-    pub(crate) hold: fn() -> Result<()>,
+    /// Takes, until the transaction ends, what a rewritten plan relies on
+    /// from its planning until it has run, waiting for it if need be;
+    /// whether nothing a plan made before relies on changed meanwhile.
+    /// Asked before the statement is planned (on an error it is not
+    /// rewritten) and before a kept plan runs (on an error, or a change,
+    /// it fails, and is planned again at its next run).
+    pub(crate) hold: fn() -> Result<bool>,
 }
 
 thread_local! {
@@ -199,7 +200,16 @@ unsafe extern "C-unwind" fn start(query_desc: *mut pg_sys::QueryDesc, eflags: st
                 "It is planned again at its next run: run it again."
             );
         }
-        if let Err(e) = (rewriter.hold)() {
+        let refusal = match (rewriter.hold)() {
+            Ok(true) => None,
+            Ok(false) => Some(LambdaError::SerializationFailure(
+                "what this statement was planned with changed while it waited to run (it is planned again at its \
+                 next run: run it again)"
+                    .into(),
+            )),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refusal {
             // SAFETY: as above.
             unsafe { pg_sys::ResetPlanCache() };
             e.report("");

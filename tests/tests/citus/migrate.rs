@@ -3,7 +3,10 @@
 //! from any node, either commits once or fails with a 40001 its client
 //! retries. Each test migrates only objects of its own.
 
-use super::{calls_here, connect_node, counter_to_move, migrate, shard_mate, shard_of, spread, worker_at, workers};
+use super::{
+    calls_here, connect_node, counter_to_move, expecting_delegation, migrate, shard_mate, shard_of, spread, worker_at,
+    workers,
+};
 use crate::cluster;
 use crate::common::concurrent::{random_transfers, sqlstate, Cc};
 use crate::common::*;
@@ -200,12 +203,16 @@ fn accounts_migrated_during_cross_node_transfers_keep_the_total() {
 /// and the call fail with Citus' XX000 "could not find valid entry for
 /// shard": about once in 30 runs of the bank test above.) The call is
 /// kept in flight on the worker by a lock on its object's entries there.
-/// A kept plan of such a call takes the fence before it runs.
+/// A kept plan of such a call takes the fence before it runs, and is
+/// refused if a migration moved objects while it waited. (Other
+/// tests' migrations may hold the fence meanwhile: the call then waits
+/// for them first, and the assertions are on this test's own backends.)
 #[test]
 fn a_migration_waits_on_the_coordinator_for_a_call_citus_delegated_from_there() {
     let Some(mut workers) = workers() else { return };
+    let _turn = expecting_delegation();
     let (mut c, app) = deployed("citus_migrate_delegated", "counter");
-    let (counter, from, _) = counter_to_move(&mut c, &app, 5);
+    let (counter, from, to) = counter_to_move(&mut c, &app, 5);
     let at = worker_at(&mut workers, &from);
     let mut on_worker = connect_node(&cluster::citus().expect("a cluster").workers[at]);
     let mut worker = workers.remove(at);
@@ -220,56 +227,73 @@ fn a_migration_waits_on_the_coordinator_for_a_call_citus_delegated_from_there() 
         ))
         .unwrap();
 
+    // Whether backend `pid` of the coordinator waits for the fence.
+    let waits_for_the_fence = |observer: &mut Client, pid: i32| {
+        let sql = "SELECT count(*) FROM pg_locks
+                    WHERE relation = 'lambdastore.migrations'::regclass AND pid = $1 AND NOT granted";
+        observer.query_one(sql, &[&pid]).unwrap().get::<_, i64>(0) > 0
+    };
+    let mut observer = connect();
     std::thread::scope(|s| {
         let delegated = s.spawn(|| {
             let mut c = connect_to(0);
             invoke(&mut c, counter, "increment", json!({})).map_err(|e| describe(&e))
         });
         wait_until_a_statement_waits(&mut on_worker, "_lambda_invoke_delegated(", "Lock");
-        let migration = s.spawn(|| {
-            let mut c = connect_to(0);
-            let mut tx = c.transaction().unwrap();
+        let mut migration = connect_to(0);
+        let pid: i32 = migration.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let migration = s.spawn(move || {
+            let mut tx = migration.transaction().unwrap();
             tx.batch_execute("LOCK TABLE lambdastore.migrations IN EXCLUSIVE MODE").unwrap();
             tx.rollback().unwrap();
         });
-        let waiting_on = |c: &mut Client| {
-            let sql =
-                "SELECT count(*) FROM pg_locks WHERE relation = 'lambdastore.migrations'::regclass AND NOT granted";
-            c.query_one(sql, &[]).unwrap().get::<_, i64>(0) > 0
-        };
-        let mut observer = connect();
-        let mut place = "";
-        poll_until("the migration's lock never waited", || {
-            place = if waiting_on(&mut observer) {
-                "the coordinator"
-            } else if waiting_on(&mut on_worker) {
-                "the worker"
-            } else {
-                ""
-            };
-            !place.is_empty()
-        });
+        // Unprotected, it is granted on the coordinator and waits on the
+        // worker, for the delegated call's fence there.
+        poll_until("the migration's lock never waited on the coordinator", || waits_for_the_fence(&mut observer, pid));
         blocker.commit().unwrap();
         assert_eq!(delegated.join().unwrap(), Ok(json!(6)));
         migration.join().unwrap();
-        assert_eq!(place, "the coordinator", "where the migration waited for the delegated call");
     });
 
-    // A kept plan (a prepared call with its values written in) tries the
-    // fence before it runs: refused while a migration holds it (here on
-    // the coordinator alone), then run.
+    // A kept plan (a prepared call with its values written in) takes the
+    // fence before it runs: it waits for a migration holding it (here on
+    // the coordinator alone), then runs.
     let kept = c.prepare(&format!("SELECT lambda_invoke({counter}, 'increment', '{{}}')")).unwrap();
     assert_eq!(c.query_one(&kept, &[]).unwrap().get::<_, Value>(0), json!(7));
+    let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     let mut migration = connect();
     let mut tx = migration.transaction().unwrap();
     tx.batch_execute(
         "SET LOCAL citus.enable_ddl_propagation = off; LOCK TABLE lambdastore.migrations IN EXCLUSIVE MODE",
     )
     .unwrap();
-    let refused = expect_sqlstate(c.query_one(&kept, &[]), "40001");
-    assert!(refused.contains("a migration holds this node's fence"), "{refused}");
-    tx.rollback().unwrap();
-    assert_eq!(c.query_one(&kept, &[]).unwrap().get::<_, Value>(0), json!(8));
+    std::thread::scope(|s| {
+        let run = s.spawn(|| c.query_one(&kept, &[]).map(|row| row.get::<_, Value>(0)).map_err(|e| describe(&e)));
+        let mut waited = false;
+        poll_until("the kept plan neither waited nor ran", || {
+            waited = waits_for_the_fence(&mut observer, pid);
+            waited || run.is_finished()
+        });
+        tx.rollback().unwrap();
+        assert!(waited, "the kept plan ran while a migration held the fence: {:?}", run.join());
+        assert_eq!(run.join().unwrap(), Ok(json!(8)));
+    });
+
+    // One that waited for a migration which moved objects is stale:
+    // refused with 40001, and planned again at its next run.
+    let mut migration = connect_to(0);
+    let mut tx = migration.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE lambdastore.migrations IN EXCLUSIVE MODE").unwrap();
+    std::thread::scope(|s| {
+        let run = s.spawn(|| c.query_one(&kept, &[]));
+        poll_until("the kept plan never waited for the migration", || waits_for_the_fence(&mut observer, pid));
+        tx.query_one("SELECT lambdastore.migrate_object($1, $2)::text", &[&counter, &to]).unwrap();
+        tx.commit().unwrap();
+        let refused = expect_sqlstate(run.join().unwrap(), "40001");
+        assert!(refused.contains("changed while it waited"), "{refused}");
+    });
+    assert_eq!(c.query_one(&kept, &[]).unwrap().get::<_, Value>(0), json!(9));
+    assert_eq!(owner(&mut c, counter), to);
 }
 
 /// A transaction that has read an object on its node holds the object's

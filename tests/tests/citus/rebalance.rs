@@ -11,7 +11,7 @@
 //! The background rebalancer moves any application's objects, so its test
 //! runs alone, after the others (scripts/e2e-citus.sh).
 
-use super::{node, spread, workers};
+use super::{node, spread, workers, CoordinatorReplicas};
 use crate::common::*;
 use postgres::Client;
 use serde_json::{json, Value};
@@ -237,7 +237,8 @@ fn background_rebalancer_adds_and_drops_light_replicas_by_itself() {
     let reader = by_node.values().next().unwrap()[0];
     // On the coordinator, which stores no objects.
     let (idle, idle_at) = (create(&mut c, &app, "Bench", json!({"entries": 1})), node(&mut c));
-    c.execute("SELECT lambdastore.add_light_replica($1, $2)", &[&idle, &idle_at]).unwrap();
+    let mut on_coordinator = CoordinatorReplicas::new(&mut c);
+    on_coordinator.add(&mut c, idle).unwrap();
     c.execute("SELECT count(*) FROM lambdastore.affinity(forget => true)", &[]).unwrap();
     let configure = |c: &mut Client, interval: &str, threshold: &str| {
         // One statement each: ALTER SYSTEM runs in no transaction block.

@@ -2,7 +2,7 @@
 //! object runs its calls on a copy, and the owner validates and applies
 //! what each call read and wrote, in the caller's transaction.
 
-use super::{calls_here, connect_node, node, worker_at, workers};
+use super::{calls_here, connect_node, node, worker_at, workers, CoordinatorReplicas};
 use crate::cluster;
 use crate::common::concurrent::{retrying, subtract_if_covered, Cc, Rng, Tally};
 use crate::common::*;
@@ -15,25 +15,29 @@ fn add_replica(c: &mut Client, object: i64, node: &str) -> Result<bool, postgres
     c.query_one("SELECT lambdastore.add_light_replica($1, $2)", &[&object, &node]).map(|row| row.get(0))
 }
 
-/// A counter of a fresh `counter` application, and connections to the node
+/// A counter of a fresh `counter` application, connections to the node
 /// that stores it, to the other worker and to the coordinator, both made
-/// its light replicas: (app, counter, owner, replica worker, coordinator).
-fn replicated_counter(test: &str) -> Option<(String, i64, Client, Client, Client)> {
+/// its light replicas, and the coordinator's replica (dropped at the end
+/// of the test): (app, counter, owner, replica worker, coordinator, its replica).
+fn replicated_counter(test: &str) -> Option<(String, i64, Client, Client, Client, CoordinatorReplicas)> {
     let mut workers = workers()?;
     let (mut c, app) = deployed(test, "counter");
     let counter = create(&mut c, &app, "Counter", json!({}));
     let owner = worker_at(&mut workers, &owner(&mut c, counter));
     let mut replica = workers.remove(1 - owner);
     let owner = workers.remove(0);
-    for node in [node(&mut replica), node(&mut c)] {
-        assert!(add_replica(&mut c, counter, &node).unwrap(), "{node} was a replica already");
-    }
-    Some((app, counter, owner, replica, c))
+    let worker = node(&mut replica);
+    assert!(add_replica(&mut c, counter, &worker).unwrap(), "{worker} was a replica already");
+    let mut on_coordinator = CoordinatorReplicas::new(&mut c);
+    assert!(on_coordinator.add(&mut c, counter).unwrap(), "the coordinator was a replica already");
+    Some((app, counter, owner, replica, c, on_coordinator))
 }
 
 #[test]
 fn counters_incremented_through_the_owner_and_two_light_replicas_stay_exact() {
-    let Some((app, counter, owner, replica, coordinator)) = replicated_counter("replica_exact") else { return };
+    let Some((app, counter, owner, replica, coordinator, _replica)) = replicated_counter("replica_exact") else {
+        return;
+    };
     drop((owner, replica, coordinator));
     let urls: Vec<String> = {
         let cluster = cluster::citus().expect("a cluster");
@@ -81,12 +85,12 @@ fn counters_incremented_through_the_owner_and_two_light_replicas_stay_exact() {
 fn write_skew_through_light_replicas_is_prevented() {
     let Some(_workers) = workers() else { return };
     let (mut c, app) = deployed("replica_skew", "counter");
-    let coordinator = node(&mut c);
+    let mut on_coordinator = CoordinatorReplicas::new(&mut c);
     let pairs: Vec<(i64, i64)> = (0..40)
         .map(|_| {
             let pair = [(); 2].map(|_| create(&mut c, &app, "Counter", json!({"initial": 100})));
             for counter in pair {
-                add_replica(&mut c, counter, &coordinator).unwrap();
+                on_coordinator.add(&mut c, counter).unwrap();
             }
             (pair[0], pair[1])
         })
@@ -99,7 +103,9 @@ fn write_skew_through_light_replicas_is_prevented() {
 
 #[test]
 fn a_light_replica_never_answers_from_a_stale_copy() {
-    let Some((app, counter, mut owner, mut replica, _c)) = replicated_counter("replica_fresh") else { return };
+    let Some((app, counter, mut owner, mut replica, _c, _replica)) = replicated_counter("replica_fresh") else {
+        return;
+    };
     assert_eq!(call(&mut replica, counter, "get", json!({})), json!(0));
     call(&mut owner, counter, "add", json!({"n": 5}));
     // The copy the replica's backend holds is behind: the owner's versions say so.
@@ -131,7 +137,9 @@ fn a_light_replica_never_answers_from_a_stale_copy() {
 /// hands the whole call to the owner: it runs there once.
 #[test]
 fn a_call_a_replica_cannot_run_runs_on_the_owner() {
-    let Some((app, counter, mut owner, mut replica, mut c)) = replicated_counter("replica_hand_over") else { return };
+    let Some((app, counter, mut owner, mut replica, mut c, _replica)) = replicated_counter("replica_hand_over") else {
+        return;
+    };
     let other = create(&mut c, &app, "Counter", json!({"initial": 1}));
     let outcomes = call(&mut replica, counter, "add_to_each", json!({"counters": [other], "n": 2}));
     assert_eq!(outcomes, json!([[other, {"Ok": 3}]]));
@@ -142,7 +150,7 @@ fn a_call_a_replica_cannot_run_runs_on_the_owner() {
 
 #[test]
 fn adding_a_light_replica_checks_its_arguments() {
-    let Some((_, counter, mut owner, _, mut c)) = replicated_counter("replica_checks") else { return };
+    let Some((_, counter, mut owner, _, mut c, _replica)) = replicated_counter("replica_checks") else { return };
     let owner_node = node(&mut owner);
     let replica_node = node(&mut c);
     expect_sqlstate(add_replica(&mut c, counter, &owner_node), "22023");
