@@ -74,6 +74,4 @@ pub(crate) fn arrive(settings: &str) {
     }
     gucs::arrive_delegated(settings, Caller::current().is_superuser());
     route::arrive_alone();
-    // The node that sent it holds its fence: this one's is only tried.
-    layout::arrive();
 }

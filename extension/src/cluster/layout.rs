@@ -316,20 +316,12 @@ pub(crate) fn fenced_layout(what: impl FnOnce() -> String) -> Result<Option<Rc<L
 }
 
 /// Takes the fence on this node for a statement Citus plans from the
-/// layout before it runs (cluster/delegate.rs), waiting for a migration
-/// that holds it, as a client's first fence does (`fence`): whether no
-/// object moved while it was taken (a plan made before would name a shard
-/// that may be gone). 40001 where the fence may not wait and a migration
-/// holds it.
+/// layout before it runs (cluster/delegate.rs), as `fenced_layout` does:
+/// whether no object moved while it was taken (a plan made before would
+/// name a shard that may be gone).
 pub(crate) fn fence_for_plan() -> Result<bool> {
-    if FENCED.get() {
-        return Ok(true);
-    }
     let before = layout()?;
-    if !fence(true)? {
-        return Err(LambdaError::SerializationFailure("a migration holds this node's fence (retry)".into()));
-    }
-    Ok(match (before, layout()?) {
+    Ok(match (before, fenced_layout(|| "a call Citus delegates".into())?) {
         (Some(before), Some(now)) => Rc::ptr_eq(&before, &now) || before.shards == now.shards,
         (before, now) => before.is_none() && now.is_none(),
     })

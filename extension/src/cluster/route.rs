@@ -217,9 +217,12 @@ pub(crate) fn call_functions() -> Result<(pg_sys::Oid, pg_sys::Oid)> {
 /// `citus.max_cached_conns_per_worker` per node) for the session's next
 /// call. Neither of Citus' reasons holds here: nothing of another
 /// distributed transaction is in this one, and the coordinator keeps its
-/// connection to this backend as long as the client's session.
+/// connection to this backend as long as the client's session. The node
+/// that sent it holds its fence until the call ends: this one's is only
+/// tried (`layout::arrive`).
 pub(crate) fn arrive_alone() {
     ALONE.set(true);
+    layout::arrive();
     gucs::set_local("application_name", "lambdastore");
 }
 

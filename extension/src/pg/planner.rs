@@ -14,7 +14,7 @@
 //! made again for nothing.) What the plan relies on until it has run is
 //! taken before planning and before a kept plan runs (`Rewriter::hold`).
 
-use crate::error::{LambdaError, Result};
+use crate::error::Result;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::Cell;
@@ -183,36 +183,40 @@ fn local_transaction() -> u32 {
     unsafe { (*pg_sys::MyProc).lxid }
 }
 
+/// Refuses a plan kept from an earlier transaction (its plans dropped)
+/// unless the text still holds and `hold` finds nothing changed.
+fn check_kept(rewriter: &Rewriter, hash: u32) {
+    let refusal = if !(rewriter.text)().is_some_and(|text| text_hash(&text) == hash) {
+        Some((
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "this statement was planned for other settings or another transaction state".to_string(),
+        ))
+    } else {
+        match (rewriter.hold)() {
+            Ok(true) => None,
+            Ok(false) => Some((
+                PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                "could not serialize access: what this statement was planned with changed while it waited to run"
+                    .to_string(),
+            )),
+            Err(e) => Some((e.sqlstate(), e.to_string())),
+        }
+    };
+    if let Some((code, message)) = refusal {
+        // SAFETY: marks every kept plan of this backend for planning again.
+        unsafe { pg_sys::ResetPlanCache() };
+        ereport!(ERROR, code, message, "It is planned again at its next run: run it again.");
+    }
+}
+
 #[pg_guard]
 unsafe extern "C-unwind" fn start(query_desc: *mut pg_sys::QueryDesc, eflags: std::ffi::c_int) {
     // SAFETY: the statement about to run and its plan.
     let hash = unsafe { marked((*query_desc).plannedstmt) };
     if let (Some(hash), Some(rewriter)) = (hash, REWRITER.get()) {
-        let holds = LAST.get() == Some((hash, local_transaction()))
-            || (rewriter.text)().is_some_and(|text| text_hash(&text) == hash);
-        if !holds {
-            // SAFETY: marks every kept plan of this backend for planning again.
-            unsafe { pg_sys::ResetPlanCache() };
-            ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                "this statement was planned for other settings or another transaction state",
-                "It is planned again at its next run: run it again."
-            );
-        }
-        let refusal = match (rewriter.hold)() {
-            Ok(true) => None,
-            Ok(false) => Some(LambdaError::SerializationFailure(
-                "what this statement was planned with changed while it waited to run (it is planned again at its \
-                 next run: run it again)"
-                    .into(),
-            )),
-            Err(e) => Some(e),
-        };
-        if let Some(e) = refusal {
-            // SAFETY: as above.
-            unsafe { pg_sys::ResetPlanCache() };
-            e.report("");
+        // Planned in this transaction: it holds, `hold` included.
+        if LAST.get() != Some((hash, local_transaction())) {
+            check_kept(rewriter, hash);
         }
     }
     match PREVIOUS_EXECUTOR_START.get() {
