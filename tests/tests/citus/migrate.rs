@@ -228,11 +228,9 @@ fn a_migration_waits_on_the_coordinator_for_a_call_citus_delegated_from_there() 
         .unwrap();
 
     // Whether backend `pid` of the coordinator waits for the fence.
-    let waits_for_the_fence = |observer: &mut Client, pid: i32| {
-        let sql = "SELECT count(*) FROM pg_locks
-                    WHERE relation = 'lambdastore.migrations'::regclass AND pid = $1 AND NOT granted";
-        observer.query_one(sql, &[&pid]).unwrap().get::<_, i64>(0) > 0
-    };
+    let fence: u32 = c.query_one("SELECT 'lambdastore.migrations'::regclass::oid", &[]).unwrap().get(0);
+    let waits_for_the_fence =
+        |observer: &mut Client, pid: i32| waiting_for(observer, fence).iter().any(|(waiting, _)| *waiting == pid);
     let mut observer = connect();
     std::thread::scope(|s| {
         let delegated = s.spawn(|| {
