@@ -682,7 +682,8 @@ fn a_call_alone_is_delegated_by_citus_and_only_where_that_is_right() {
     let (mut c, app) = deployed("citus_delegated", "micro");
     let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
     let (mut s, notices) = connect_keeping_notices();
-    s.batch_execute("SET citus.log_remote_commands = on").unwrap();
+    // 10 s: touching 32 MB took more than the default second on a busy CI.
+    s.batch_execute("SET citus.log_remote_commands = on; SET lambdastore.timeout = '10s'").unwrap();
     let delegated = |sent: &[String]| sent.iter().any(|m| m.contains("_lambda_invoke_delegated("));
     call(&mut s, x, "put", json!({"key": "k", "value": "delegated"}));
     call(&mut s, y, "put", json!({"key": "k", "value": "delegated"}));
@@ -737,12 +738,12 @@ fn a_call_alone_is_delegated_by_citus_and_only_where_that_is_right() {
     // Anyone may call the delegated function, but its settings count only
     // as far as the caller may set them: a superuser's 1 GB memory limit
     // holds, an ordinary role's is this node's 64 MB.
-    let alloc_96mb =
-        "SELECT _lambda_invoke_delegated('lambdastore.memory_limit=1GB', $1, 'alloc', '{\"bytes\": 100663296}')";
-    s.query_one(alloc_96mb, &[&x]).unwrap();
+    let alloc_96mb = "SELECT _lambda_invoke_delegated($2, $1, 'alloc', '{\"bytes\": 100663296}')";
+    let settings = "lambdastore.memory_limit=1GB\nlambdastore.timeout=10000";
+    s.query_one(alloc_96mb, &[&x, &settings]).unwrap();
     let role = TestRole::new("citus_delegated");
     grant(&mut c, &app, &role.name, "invoke").unwrap();
-    expect_sqlstate(role.connect().query_one(alloc_96mb, &[&x]), "53200");
+    expect_sqlstate(role.connect().query_one(alloc_96mb, &[&x, &settings]), "53200");
 }
 
 #[test]

@@ -104,7 +104,9 @@ fn a_runaway_call_after_the_ticker_parked_is_still_stopped() {
 #[test]
 fn pg_cancel_backend_stops_a_running_lambda() {
     let _alone = one_spinner();
-    let (mut c, _, id) = bench("spin_cancel");
+    let (_, _, id) = bench("spin_cancel");
+    // A session of its own, whose first call this is (wait_until_running).
+    let mut c = connect();
     c.batch_execute("SET lambdastore.timeout = '60s'").unwrap();
     let pid = backend_pid(&mut c);
 

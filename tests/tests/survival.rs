@@ -18,19 +18,46 @@ fn postmaster_start_time(c: &mut Client) -> String {
     c.query_one("SELECT pg_postmaster_start_time()::text", &[]).unwrap().get(0)
 }
 
+/// Runs `setup`, then `statement`, in a new session on the async client;
+/// returns the session's pid at once, and the statement's outcome when it
+/// ends. Not the blocking client: when the server ends a session with a
+/// FATAL error, the error and the end of the connection often arrive
+/// together, and the blocking client then reports the end ("connection
+/// closed") and drops the error.
+fn in_a_session_of_its_own(
+    setup: &str,
+    statement: &str,
+) -> (i32, std::thread::JoinHandle<Result<Vec<tokio_postgres::Row>, postgres::Error>>) {
+    let url = std::env::var("LAMBDASTORE_TEST_URL").expect("LAMBDASTORE_TEST_URL is set");
+    let mut config: tokio_postgres::Config = url.parse().expect("LAMBDASTORE_TEST_URL is a libpq URL");
+    config.dbname(DATABASE);
+    let (setup, statement) = (setup.to_string(), statement.to_string());
+    let (pid_sender, pid) = std::sync::mpsc::channel();
+    let session = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(connection);
+            client.batch_execute(&setup).await.unwrap();
+            pid_sender.send(client.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0)).unwrap();
+            client.query(&statement, &[]).await
+        })
+    });
+    (pid.recv().expect("the session started"), session)
+}
+
 #[test]
 fn terminating_a_running_lambda_ends_only_its_session() {
     let (mut c, app) = deployed("terminate", "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
-    c.batch_execute("SET lambdastore.timeout = '60s'").unwrap();
-    let pid = backend_pid(&mut c);
     let mut observer = connect();
     let started = postmaster_start_time(&mut observer);
 
-    let spinner = std::thread::spawn(move || {
-        c.query_one("SELECT lambda_invoke($1, 'spin')::text /* terminate_me */", &[&id])
-            .map(|row| row.get::<_, String>(0))
-    });
+    // Its first call (wait_until_running).
+    let (pid, spinner) = in_a_session_of_its_own(
+        "SET lambdastore.timeout = '60s'",
+        &format!("SELECT lambda_invoke({id}, 'spin')::text /* terminate_me */"),
+    );
     wait_until_running(&mut observer, pid, "terminate_me");
     let terminated: bool = observer.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap().get(0);
     assert!(terminated);

@@ -288,11 +288,20 @@ pub fn backend_pid(c: &mut Client) -> i32 {
     c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
 }
 
-/// Polls from `observer` until backend `pid` is running a statement that
-/// contains `needle`; returns when it is, so that a cancel hits the lambda.
+/// Polls from `observer` until backend `pid` runs a call in a statement
+/// that contains `needle`, so that a cancel hits the lambda. The backend
+/// must not have made a call before: a session's first call reads its
+/// module, and holds `lambdastore.modules` locked from before the lambda
+/// starts until the statement ends. Being `active` is not enough: a
+/// statement with parameters is active while it is parsed, then idle until
+/// it is bound, and a signal in that gap ends the session between two
+/// requests (the client sees "connection closed", not the error).
 #[track_caller]
 pub fn wait_until_running(observer: &mut Client, pid: i32, needle: &str) {
-    wait_for_backend(observer, pid, "state = 'active' AND position($2 in query) > 0", Some(needle), "started running");
+    let calling = "state = 'active' AND position($2 in query) > 0
+                   AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_stat_activity.pid AND l.granted
+                               AND l.relation = 'lambdastore.modules'::regclass)";
+    wait_for_backend(observer, pid, calling, Some(needle), "started running");
 }
 
 /// Polls from `observer` until backend `pid` waits for a heavyweight lock.
