@@ -314,7 +314,11 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     INSERT INTO lambdastore.light_replicas (object_id, node) VALUES (object_id, node) ON CONFLICT DO NOTHING;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM lambdastore._catalog_changed();
+    RETURN true;
 END
 $fn$;
 
@@ -327,11 +331,15 @@ BEGIN
     END IF;
     PERFORM lambdastore._require_coordinator('drop_light_replica');
     DELETE FROM lambdastore.light_replicas r WHERE r.object_id = drop_light_replica.object_id AND r.node = drop_light_replica.node;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM lambdastore._catalog_changed();
+    RETURN true;
 END
 $fn$;
-REVOKE ALL ON FUNCTION lambdastore.add_light_replica(bigint, text), lambdastore.drop_light_replica(bigint, text)
-    FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore.add_light_replica(bigint, text), lambdastore.drop_light_replica(bigint, text),
+    lambdastore._catalog_changed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lambdastore._hold_shard_operations() FROM PUBLIC;
 
 -- Calls per object and between objects on every node, counted since the

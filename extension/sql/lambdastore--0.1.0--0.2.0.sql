@@ -802,6 +802,12 @@ CREATE TABLE IF NOT EXISTS lambdastore.light_replicas (
 );
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.light_replicas', '');
 
+-- Moves the catalog generation at commit (extension/src/cluster/api.rs).
+CREATE  FUNCTION lambdastore."_catalog_changed"() RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_catalog_changed_wrapper';
+
 -- Makes `node` a light replica of object `object_id`: calls of the object
 -- made on that node run there, on a copy (docs/sql-api.md, "Light
 -- replicas"); false if it was one already. On the coordinator, superusers.
@@ -832,7 +838,11 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     INSERT INTO lambdastore.light_replicas (object_id, node) VALUES (object_id, node) ON CONFLICT DO NOTHING;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM lambdastore._catalog_changed();
+    RETURN true;
 END
 $fn$;
 
@@ -845,11 +855,15 @@ BEGIN
     END IF;
     PERFORM lambdastore._require_coordinator('drop_light_replica');
     DELETE FROM lambdastore.light_replicas r WHERE r.object_id = drop_light_replica.object_id AND r.node = drop_light_replica.node;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM lambdastore._catalog_changed();
+    RETURN true;
 END
 $fn$;
-REVOKE ALL ON FUNCTION lambdastore.add_light_replica(bigint, text), lambdastore.drop_light_replica(bigint, text)
-    FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore.add_light_replica(bigint, text), lambdastore.drop_light_replica(bigint, text),
+    lambdastore._catalog_changed() FROM PUBLIC;
 
 -- The light replicas (citus.sql), which the gateway reads every few
 -- seconds to spread an object's calls over its owner and them.

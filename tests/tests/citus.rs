@@ -17,28 +17,20 @@ use common::*;
 use postgres::{Client, GenericClient, NoTls};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Barrier, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-/// A node that is a light replica of any object does not hand calls to
-/// Citus' delegation (cluster/replica.rs, `any_here`). The tests that make
-/// the coordinator one hold this for writing, until their
-/// `CoordinatorReplicas` drops the replicas again; the tests that expect
-/// delegation hold it for reading (`expecting_delegation`).
-static COORDINATOR_REPLICAS: RwLock<()> = RwLock::new(());
-
 /// Light replicas a test puts on the coordinator, dropped when the test
-/// ends (passing or not), and no test expecting delegation meanwhile.
+/// ends (passing or not): a cluster that runs the suite again starts
+/// without them.
 struct CoordinatorReplicas {
-    _turn: RwLockWriteGuard<'static, ()>,
     node: String,
     objects: Vec<i64>,
 }
 
 impl CoordinatorReplicas {
     fn new(c: &mut Client) -> Self {
-        let turn = COORDINATOR_REPLICAS.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        CoordinatorReplicas { _turn: turn, node: node(c), objects: Vec::new() }
+        CoordinatorReplicas { node: node(c), objects: Vec::new() }
     }
 
     /// `lambdastore.add_light_replica(object, <the coordinator>)`.
@@ -57,11 +49,6 @@ impl Drop for CoordinatorReplicas {
             let _ = c.execute("SELECT lambdastore.drop_light_replica($1, $2)", &[object, &self.node]);
         }
     }
-}
-
-/// Holds off the tests that make the coordinator a light replica.
-fn expecting_delegation() -> RwLockReadGuard<'static, ()> {
-    COORDINATOR_REPLICAS.read().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A connection to a node by its libpq URL, in the tests' database.
@@ -678,7 +665,6 @@ fn sent_by(notices: &Notices) -> Vec<String> {
 #[test]
 fn a_call_alone_is_delegated_by_citus_and_only_where_that_is_right() {
     let Some(_nodes) = workers() else { return };
-    let _turn = expecting_delegation();
     let (mut c, app) = deployed("citus_delegated", "micro");
     let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
     let (mut s, notices) = connect_keeping_notices();

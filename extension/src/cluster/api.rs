@@ -165,6 +165,17 @@ mod lambdastore {
         "r".into()
     }
 
+    /// Behind `lambdastore.add_light_replica` and `drop_light_replica`
+    /// (sql/citus.sql): which objects a node replicates is cached under the
+    /// catalog generation (replica.rs), which this transaction's commit
+    /// moves. The nodes Citus prepares the change on move theirs at COMMIT
+    /// PREPARED (catalog/cache.rs), but the node running the function
+    /// writes its copy of the table itself and commits without PREPARE.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _catalog_changed() {
+        crate::catalog::cache::changed();
+    }
+
     /// The node this session runs on, as host:port in Citus' metadata (or
     /// 'local' when the tables are not distributed): which node ran a call.
     #[pg_extern(volatile, parallel_unsafe)]

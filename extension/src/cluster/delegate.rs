@@ -56,11 +56,11 @@ fn instead_of(function: pg_sys::Oid) -> Option<pg_sys::Oid> {
     (ours && layout::distributed().unwrap_or(false)).then_some(delegated)
 }
 
-/// The settings a delegated call takes along, when this transaction may
-/// send one.
-fn text() -> Option<String> {
-    // A light replica runs calls of objects it does not store itself.
-    (route::transaction_may_go_alone() && !replica::any_here())
+/// The settings a call of `object` delegated takes along, when this
+/// transaction may send one.
+fn text(object: Option<i64>) -> Option<String> {
+    // A light replica runs calls of the objects it replicates itself.
+    (route::transaction_may_go_alone() && !replica::may_run_here(object))
         .then(|| gucs::delegated(Caller::current().is_superuser()))
 }
 

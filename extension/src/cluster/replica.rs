@@ -40,8 +40,8 @@ use crate::workflow;
 use lambdastore_core::model::{Forwarded, Position, ReplicaAsk, ReplicaSnapshot};
 use lambdastore_core::txn::entry_sets;
 use pgrx::pg_sys::BuiltinOid::*;
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 /// The method name a replica's request travels under in `_call_here` (no
@@ -65,8 +65,8 @@ struct Copies {
 
 thread_local! {
     static COPIES: RefCell<Copies> = RefCell::new(Copies::default());
-    /// (catalog generation, whether this node is a light replica of any object).
-    static ANY_HERE: Cell<Option<(u64, bool)>> = const { Cell::new(None) };
+    /// (catalog generation, the objects this node is a light replica of).
+    static REPLICATED_HERE: RefCell<Option<(u64, Rc<HashSet<i64>>)>> = const { RefCell::new(None) };
 }
 
 /// Runs a call from SQL of `object`, stored on `owner`, on this node if it
@@ -90,46 +90,42 @@ pub(crate) fn invoke(caller: Caller, object: i64, owner: &str, method: &str, arg
 
 /// Whether this node is a light replica of `object`.
 fn serves(object: i64) -> Result<bool> {
-    if !any_here() {
-        return Ok(false);
-    }
-    let node = layout::this_node()?;
-    catalog::query(
-        "SELECT EXISTS (SELECT 1 FROM lambdastore.light_replicas WHERE object_id = $1 AND node = $2)",
-        &[INT8OID, TEXTOID],
-        &[object.into(), node.as_str().into()],
-        |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)),
-    )
+    Ok(replicated_here()?.contains(&object))
 }
 
-/// Whether this node is a light replica of any object: then calls made
-/// here are not handed to Citus' delegation (cluster/delegate.rs), which
-/// would send them to their owners before this node could run them.
-/// Remembered under the catalog generation, which adding or dropping a
-/// replica moves on every node.
-pub(crate) fn any_here() -> bool {
+/// Whether this node is a light replica of `object`, or, when the object
+/// is not known yet, of any: then a call made here is not handed to
+/// Citus' delegation (cluster/delegate.rs), which would send it to the
+/// owner before this node could run it. (When it cannot tell, it says so.)
+pub(crate) fn may_run_here(object: Option<i64>) -> bool {
+    replicated_here().map_or(true, |objects| object.map_or(!objects.is_empty(), |object| objects.contains(&object)))
+}
+
+/// The objects this node is a light replica of (a handful: replicas are
+/// for hot objects). Remembered under the catalog generation, which
+/// adding or dropping a replica moves on every node.
+fn replicated_here() -> Result<Rc<HashSet<i64>>> {
     let generation = catalog::cache::generation();
-    if let Some((seen, answer)) = ANY_HERE.get() {
-        if Some(seen) == generation {
-            return answer;
-        }
+    let cached = REPLICATED_HERE.with(|r| r.borrow().clone());
+    if let Some((_, objects)) = cached.filter(|(seen, _)| Some(*seen) == generation) {
+        return Ok(objects);
     }
-    // Asked while a statement is planned, as the session's role, which
-    // may not read the table: as the tables' owner.
-    let asked = access::as_storage(|_| {
+    // Asked while a statement is planned too, as the session's role,
+    // which may not read the table: as the tables' owner.
+    let objects: HashSet<i64> = access::as_storage(|_| {
         let node = layout::this_node()?;
         catalog::query(
-            "SELECT EXISTS (SELECT 1 FROM lambdastore.light_replicas WHERE node = $1)",
+            "SELECT object_id FROM lambdastore.light_replicas WHERE node = $1",
             &[TEXTOID],
             &[node.as_str().into()],
-            |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)),
+            |rows| rows.into_iter().map(|row| Ok(row.get::<i64>(1)?.unwrap_or_default())).collect(),
         )
-    });
-    let answer = asked.unwrap_or(false);
+    })?;
+    let objects = Rc::new(objects);
     if let Some(generation) = generation.filter(|_| catalog::cache::may_fill()) {
-        ANY_HERE.set(Some((generation, answer)));
+        REPLICATED_HERE.with(|r| *r.borrow_mut() = Some((generation, objects.clone())));
     }
-    answer
+    Ok(objects)
 }
 
 /// The object's sets and versions from the owner, and the copy to run on:

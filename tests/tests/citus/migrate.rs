@@ -3,10 +3,7 @@
 //! from any node, either commits once or fails with a 40001 its client
 //! retries. Each test migrates only objects of its own.
 
-use super::{
-    calls_here, connect_node, counter_to_move, expecting_delegation, migrate, shard_mate, shard_of, spread, worker_at,
-    workers,
-};
+use super::{calls_here, connect_node, counter_to_move, migrate, shard_mate, shard_of, spread, worker_at, workers};
 use crate::cluster;
 use crate::common::concurrent::{random_transfers, sqlstate, Cc};
 use crate::common::*;
@@ -210,7 +207,6 @@ fn accounts_migrated_during_cross_node_transfers_keep_the_total() {
 #[test]
 fn a_migration_waits_on_the_coordinator_for_a_call_citus_delegated_from_there() {
     let Some(mut workers) = workers() else { return };
-    let _turn = expecting_delegation();
     let (mut c, app) = deployed("citus_migrate_delegated", "counter");
     let (counter, from, to) = counter_to_move(&mut c, &app, 5);
     let at = worker_at(&mut workers, &from);

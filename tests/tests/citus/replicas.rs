@@ -2,7 +2,7 @@
 //! object runs its calls on a copy, and the owner validates and applies
 //! what each call read and wrote, in the caller's transaction.
 
-use super::{calls_here, connect_node, node, worker_at, workers, CoordinatorReplicas};
+use super::{calls_here, connect_node, node, sent_by, worker_at, workers, CoordinatorReplicas};
 use crate::cluster;
 use crate::common::concurrent::{retrying, subtract_if_covered, Cc, Rng, Tally};
 use crate::common::*;
@@ -146,6 +146,46 @@ fn a_call_a_replica_cannot_run_runs_on_the_owner() {
     assert_eq!(call(&mut replica, counter, "get", json!({})), json!(1));
     assert_eq!(calls_here(&mut replica, &app, "add_to_each"), 0);
     assert_eq!(calls_here(&mut owner, &app, "add_to_each"), 1);
+}
+
+/// A node that is a light replica of an object runs that object's calls
+/// itself, and still hands the calls of every other object to Citus'
+/// delegation (cluster/delegate.rs). A plan kept from before the replica
+/// was added is refused once (0A000), then planned again to run here.
+#[test]
+fn a_replica_runs_its_objects_calls_and_hands_the_others_to_delegation() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("replica_delegation", "counter");
+    let [replicated, other] = [(); 2].map(|_| create(&mut c, &app, "Counter", json!({})));
+    let mut on_coordinator = CoordinatorReplicas::new(&mut c);
+    assert!(on_coordinator.add(&mut c, replicated).unwrap());
+    let (mut s, notices) = connect_keeping_notices();
+    s.batch_execute("SET citus.log_remote_commands = on").unwrap();
+    let delegated = |notices: &Notices| sent_by(notices).iter().any(|m| m.contains("_lambda_invoke_delegated("));
+    let ran_here = |c: &mut Client| calls_here(c, &app, "get");
+    let before = ran_here(&mut c);
+
+    // Calls with the object as a parameter, planned for its value.
+    call(&mut s, replicated, "get", json!({}));
+    assert!(!delegated(&notices), "the replicated object's call was delegated");
+    assert_eq!(ran_here(&mut c), before + 1, "the replica did not run its object's call");
+    call(&mut s, other, "get", json!({}));
+    assert!(delegated(&notices), "the other object's call was not delegated");
+    assert_eq!(ran_here(&mut c), before + 1);
+
+    // A kept plan (the object a constant), run in two transactions, then
+    // after its object got a replica here.
+    let kept = s.prepare(&format!("SELECT lambda_invoke({other}, 'get', '{{}}')")).unwrap();
+    for _ in 0..2 {
+        s.query_one(&kept, &[]).unwrap();
+        assert!(delegated(&notices), "the kept plan was not delegated");
+    }
+    assert!(on_coordinator.add(&mut c, other).unwrap());
+
+    expect_sqlstate(s.query_one(&kept, &[]), "0A000");
+    s.query_one(&kept, &[]).unwrap();
+    assert!(!delegated(&notices), "the kept plan was delegated after its object got a replica here");
+    assert_eq!(ran_here(&mut c), before + 2, "the replica did not run the kept plan's call");
 }
 
 #[test]
