@@ -96,7 +96,8 @@ fn serves(object: i64) -> Result<bool> {
 /// Whether this node is a light replica of `object`, or, when the object
 /// is not known yet, of any: then a call made here is not handed to
 /// Citus' delegation (cluster/delegate.rs), which would send it to the
-/// owner before this node could run it. (When it cannot tell, it says so.)
+/// owner before this node could run it. Yes when the table cannot be
+/// read: the call then runs here, where `lambda_invoke` reports the error.
 pub(crate) fn may_run_here(object: Option<i64>) -> bool {
     replicated_here().map_or(true, |objects| object.map_or(!objects.is_empty(), |object| objects.contains(&object)))
 }
