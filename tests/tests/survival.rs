@@ -30,7 +30,7 @@ fn in_a_session_of_its_own(
 ) -> (i32, std::thread::JoinHandle<Result<Vec<tokio_postgres::Row>, postgres::Error>>) {
     let url = std::env::var("LAMBDASTORE_TEST_URL").expect("LAMBDASTORE_TEST_URL is set");
     let mut config: tokio_postgres::Config = url.parse().expect("LAMBDASTORE_TEST_URL is a libpq URL");
-    config.dbname(DATABASE);
+    config.dbname(DATABASE).application_name("lambdastore-tests");
     let (setup, statement) = (setup.to_string(), statement.to_string());
     let (pid_sender, pid) = std::sync::mpsc::channel();
     let session = std::thread::spawn(move || {

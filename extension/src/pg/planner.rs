@@ -11,9 +11,9 @@
 //! be what the rewriter would write. So a rewritten plan carries marks
 //! among its invalidation items, ours, the text's hash and the first
 //! argument, and before any plan so marked runs, the rewriter is asked
-//! whether that text still holds: if not, every kept plan of this backend
-//! is dropped (the next run plans again) and the statement fails with 0A000, before
-//! it has done anything. (An invalidation item only makes PostgreSQL plan
+//! whether that text still holds for that argument: if not, every kept
+//! plan of this backend is dropped (the next run plans again) and the
+//! statement fails with 0A000, before it has done anything. (An invalidation item only makes PostgreSQL plan
 //! again when the system cache entry it names changes: at worst, a plan
 //! made again for nothing.) What the plan relies on until it has run is
 //! taken before planning and before a kept plan runs (`Rewriter::hold`).
