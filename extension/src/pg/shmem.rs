@@ -9,7 +9,7 @@ use std::ffi::CStr;
 
 /// A struct in shared memory, zeroed in place when the server starts (an
 /// atomic's zero is its initial value). pgrx's `PgAtomic` builds the value
-/// on the stack first and copies it: the entry-set versions' 21 MB are
+/// on the stack first and copies it: the entry-set versions' 33 MB are
 /// too much for the postmaster's stack.
 pub(crate) struct Zeroed<T> {
     name: &'static CStr,

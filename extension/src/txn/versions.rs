@@ -8,7 +8,7 @@
 //! mod `OBJECT_STRIPES`. Sets sharing a stripe share counters, so a write
 //! to one looks like a change of the other: a false conflict, never a
 //! missed one. A transaction's chance of one grows with the sets it has
-//! read, so there are many stripes (21 MB of shared memory): with 65,536,
+//! read, so there are many stripes (33 MB of shared memory): with 65,536,
 //! 7 of 20 statements of 100 read-only calls failed beside a write load.
 //!
 //! A version must never be visible before its data. Writes and splits
@@ -49,24 +49,41 @@ const WAKEUPS: usize = 1024;
 
 /// All zeros at server start (see `Zeroed`).
 pub(crate) struct Stripes {
-    versions: [AtomicU64; STRIPES],
-    /// Transactions holding a set of this stripe for writing: Silo's lock
-    /// bit, which readers check instead of taking a lock.
-    writers: [AtomicU32; STRIPES],
-    /// Transactions committing (between their last validation and the end
-    /// of their commit) that read a set of this stripe: a writer of the
-    /// stripe waits for them before it commits (`wait_for_committing_readers`).
-    committing_readers: [AtomicU32; STRIPES],
-    conflicts: [AtomicU32; STRIPES],
-    /// Conflicts on any of the object's sets, slowly forgotten (see
-    /// `cool_down`): whether the object is contended at all.
-    object_conflicts: [AtomicU32; OBJECT_STRIPES],
-    splits: [AtomicU64; OBJECT_STRIPES],
+    stripes: [Stripe; STRIPES],
+    objects: [ObjectStripe; OBJECT_STRIPES],
     /// Write locks taken and commits that bumped anything, in every
     /// database: what tells a transaction of many calls that its earlier
     /// reads need no second check (see `Validated`).
     changes: AtomicU64,
     wakeups: [Condition; WAKEUPS],
+}
+
+/// One stripe's counters, side by side in one cache line: a call reads
+/// the version and the writer count of every set it touches, and a write
+/// also the others. In four arrays of a million, each touch of a set cost
+/// four cache and TLB misses; the loads of `version` and
+/// `written_by_others` were the largest items of lambdastore.so in a
+/// profile of writes to objects of many sets (docs/PERFORMANCE.md).
+#[repr(C, align(32))]
+struct Stripe {
+    version: AtomicU64,
+    /// Transactions holding a set of this stripe for writing: Silo's lock
+    /// bit, which readers check instead of taking a lock.
+    writers: AtomicU32,
+    /// Transactions committing (between their last validation and the end
+    /// of their commit) that read a set of this stripe: a writer of the
+    /// stripe waits for them before it commits (`wait_for_committing_readers`).
+    committing_readers: AtomicU32,
+    conflicts: AtomicU32,
+}
+
+/// An object stripe's counters, side by side for the same reason.
+#[repr(C, align(16))]
+struct ObjectStripe {
+    splits: AtomicU64,
+    /// Conflicts on any of the object's sets, slowly forgotten (see
+    /// `cool_down`): whether the object is contended at all.
+    conflicts: AtomicU32,
 }
 
 // SAFETY: the name is unique to this extension.
@@ -159,12 +176,12 @@ fn apply(pending: &[Pending]) {
     for change in pending {
         match *change {
             Pending::Write(set) => {
-                shared.versions[set].fetch_add(1, Ordering::SeqCst);
+                shared.stripes[set].version.fetch_add(1, Ordering::SeqCst);
             }
             Pending::Split { old, new, object } => {
-                let version = shared.versions[old].fetch_add(1, Ordering::SeqCst) + 1;
-                shared.versions[new].fetch_max(version, Ordering::SeqCst);
-                shared.splits[object].fetch_add(1, Ordering::SeqCst);
+                let version = shared.stripes[old].version.fetch_add(1, Ordering::SeqCst) + 1;
+                shared.stripes[new].version.fetch_max(version, Ordering::SeqCst);
+                shared.objects[object].splits.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
@@ -224,7 +241,7 @@ pub(crate) fn finish_prepared(entries: &[u64], committed: bool) {
     }
     for entry in entries.iter().filter(|e| *e & (3 << 62) == HELD_ENTRY) {
         let (stripe, count) = ((entry >> 32) as usize & (STRIPES - 1), *entry as u32);
-        shared.writers[stripe].fetch_sub(count, Ordering::SeqCst);
+        shared.stripes[stripe].writers.fetch_sub(count, Ordering::SeqCst);
         wake(shared, stripe);
     }
 }
@@ -236,7 +253,7 @@ pub(crate) fn hold_again(entries: &[u64]) {
     let Some(shared) = shared() else { return };
     for entry in entries.iter().filter(|e| *e & (3 << 62) == HELD_ENTRY) {
         let (stripe, count) = ((entry >> 32) as usize & (STRIPES - 1), *entry as u32);
-        shared.writers[stripe].fetch_add(count, Ordering::SeqCst);
+        shared.stripes[stripe].writers.fetch_add(count, Ordering::SeqCst);
     }
 }
 
@@ -256,11 +273,11 @@ pub(crate) fn held_count(entries: &[u64]) -> usize {
 /// committed: every version and split count moves on.
 pub(crate) fn bump_everything() {
     let Some(shared) = shared() else { return };
-    for version in &shared.versions {
-        version.fetch_add(1, Ordering::SeqCst);
+    for stripe in &shared.stripes {
+        stripe.version.fetch_add(1, Ordering::SeqCst);
     }
-    for splits in &shared.splits {
-        splits.fetch_add(1, Ordering::SeqCst);
+    for object in &shared.objects {
+        object.splits.fetch_add(1, Ordering::SeqCst);
     }
     shared.changes.fetch_add(1, Ordering::SeqCst);
 }
@@ -283,11 +300,11 @@ pub(crate) fn at_locks_released() {
     let committing = COMMITTING.with(|c| std::mem::take(&mut *c.borrow_mut()));
     if let Some(shared) = shared() {
         for (stripe, count) in held {
-            shared.writers[stripe].fetch_sub(count, Ordering::SeqCst);
+            shared.stripes[stripe].writers.fetch_sub(count, Ordering::SeqCst);
             wake(shared, stripe);
         }
         for stripe in committing {
-            shared.committing_readers[stripe].fetch_sub(1, Ordering::SeqCst);
+            shared.stripes[stripe].committing_readers.fetch_sub(1, Ordering::SeqCst);
             wake(shared, stripe);
         }
     }
@@ -320,17 +337,17 @@ fn object_stripe(object: i64) -> usize {
 
 /// The set's version now (0 without shared memory).
 pub(crate) fn version(set: &SetId) -> i64 {
-    shared().map_or(0, |s| s.versions[stripe(set)].load(Ordering::SeqCst) as i64)
+    shared().map_or(0, |s| s.stripes[stripe(set)].version.load(Ordering::SeqCst) as i64)
 }
 
 /// How many splits of the object have committed (0 without shared memory).
 pub(crate) fn splits(object: i64) -> u64 {
-    shared().map_or(0, |s| s.splits[object_stripe(object)].load(Ordering::SeqCst))
+    shared().map_or(0, |s| s.objects[object_stripe(object)].splits.load(Ordering::SeqCst))
 }
 
 /// The set's recent conflicts: a count halved at every committed write.
 pub(crate) fn conflicts(set: &SetId) -> i64 {
-    shared().map_or(0, |s| i64::from(s.conflicts[stripe(set)].load(Ordering::Relaxed)))
+    shared().map_or(0, |s| i64::from(s.stripes[stripe(set)].conflicts.load(Ordering::Relaxed)))
 }
 
 /// What one conflict adds to its object's count, and so how many committed
@@ -342,8 +359,8 @@ const OBJECT_MEMORY: u32 = 16;
 /// A workflow failed validation on this set.
 pub(crate) fn count_conflict(set: &SetId) {
     if let Some(s) = shared() {
-        s.conflicts[stripe(set)].fetch_add(1, Ordering::Relaxed);
-        s.object_conflicts[object_stripe(set.0)].fetch_add(OBJECT_MEMORY, Ordering::Relaxed);
+        s.stripes[stripe(set)].conflicts.fetch_add(1, Ordering::Relaxed);
+        s.objects[object_stripe(set.0)].conflicts.fetch_add(OBJECT_MEMORY, Ordering::Relaxed);
     }
 }
 
@@ -356,8 +373,8 @@ pub(crate) fn cool_down(set: &SetId) -> (i64, bool) {
         let update = |counter: &AtomicU32, f: fn(u32) -> u32| {
             counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(f(c))).unwrap_or(0)
         };
-        let set_count = update(&s.conflicts[stripe(set)], |c| c / 2);
-        let object_count = update(&s.object_conflicts[object_stripe(set.0)], |c| c.saturating_sub(1));
+        let set_count = update(&s.stripes[stripe(set)].conflicts, |c| c / 2);
+        let object_count = update(&s.objects[object_stripe(set.0)].conflicts, |c| c.saturating_sub(1));
         (i64::from(set_count), object_count > 0)
     })
 }
@@ -368,7 +385,7 @@ pub(crate) fn cool_down(set: &SetId) -> (i64, bool) {
 pub(crate) fn hold(set: &SetId) {
     let stripe = stripe(set);
     if let Some(shared) = shared() {
-        shared.writers[stripe].fetch_add(1, Ordering::SeqCst);
+        shared.stripes[stripe].writers.fetch_add(1, Ordering::SeqCst);
         // After the writer count, for the same reason as the bumps.
         shared.changes.fetch_add(1, Ordering::SeqCst);
         OWN_LOCKS.set(OWN_LOCKS.get() + 1);
@@ -381,7 +398,7 @@ pub(crate) fn written_by_others(set: &SetId) -> bool {
     let Some(shared) = shared() else { return false };
     let stripe = stripe(set);
     let ours = HELD.with(|h| h.borrow().get(&stripe).copied().unwrap_or(0));
-    shared.writers[stripe].load(Ordering::SeqCst) > ours
+    shared.stripes[stripe].writers.load(Ordering::SeqCst) > ours
 }
 
 /// Whether this transaction holds any entry set for writing on this node.
@@ -409,7 +426,7 @@ pub(crate) fn wait_for_committing_readers() {
     let Some(shared) = shared() else { return };
     let held: Vec<usize> = HELD.with(|h| h.borrow().keys().copied().collect());
     for stripe in held {
-        while shared.committing_readers[stripe].load(Ordering::SeqCst) > 0 {
+        while shared.stripes[stripe].committing_readers.load(Ordering::SeqCst) > 0 {
             shared.wakeups[stripe % WAKEUPS].sleep(10);
         }
     }
@@ -427,7 +444,7 @@ pub(crate) fn mark_committing<'a>(reads: impl Iterator<Item = &'a SetId>) {
         let mut committing = c.borrow_mut();
         for set in reads {
             let stripe = stripe(set);
-            shared.committing_readers[stripe].fetch_add(1, Ordering::SeqCst);
+            shared.stripes[stripe].committing_readers.fetch_add(1, Ordering::SeqCst);
             committing.push(stripe);
         }
     });
@@ -454,7 +471,7 @@ pub(crate) fn unchanged(set: &SetId, seen: i64) -> std::result::Result<(), Stale
     if written_by_others(set) {
         return Err(Stale::Written);
     }
-    match shared.versions[stripe(set)].load(Ordering::SeqCst) as i64 {
+    match shared.stripes[stripe(set)].version.load(Ordering::SeqCst) as i64 {
         now if now == seen => Ok(()),
         now => Err(Stale::Changed(now)),
     }
