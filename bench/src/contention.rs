@@ -50,7 +50,7 @@ pub fn run(url: &str, lambdas: &Path, clients: usize, seconds: u64, entries: u32
         .filter(|g| *g <= entries)
         .map(|g| Config {
             name: format!("occ, {g} manual entry sets"),
-            setup: "SET lambdastore.split_chance = 0",
+            setup: "SET lambdastore.split_chance = 0; SET lambdastore.merge_chance = 0",
             guards: Some(g),
             write_percent: 50,
             same_object: false,

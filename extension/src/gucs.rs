@@ -106,6 +106,11 @@ static CONCURRENCY_CONTROL: GucSetting<ConcurrencyControl> =
 /// conflicts); only objects that have met conflicts lately are split.
 static SPLIT_CHANCE: GucSetting<f64> = GucSetting::<f64>::new(0.01);
 
+/// `lambdastore.merge_chance` (default 0.01): probability that a commit
+/// folds an entry set it wrote into a neighbour, on objects that have met no
+/// conflicts lately: splits are undone once contention is gone.
+static MERGE_CHANCE: GucSetting<f64> = GucSetting::<f64>::new(0.01);
+
 /// `lambdastore.max_entry_sets` (default 1024): entry sets per object; past
 /// it, objects stop splitting.
 static MAX_ENTRY_SETS: GucSetting<i32> = GucSetting::<i32>::new(1024);
@@ -256,6 +261,16 @@ pub(crate) fn define() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_float_guc(
+        c"lambdastore.merge_chance",
+        c"Probability that a commit merges an entry set it wrote with a neighbour.",
+        c"Only on objects that have met no conflicts lately: every set costs each call that touches it.",
+        &MERGE_CHANCE,
+        0.0,
+        1.0,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"lambdastore.max_entry_sets",
         c"Maximum number of entry sets per object.",
@@ -389,6 +404,10 @@ pub(crate) fn split_chance() -> f64 {
     SPLIT_CHANCE.get()
 }
 
+pub(crate) fn merge_chance() -> f64 {
+    MERGE_CHANCE.get()
+}
+
 pub(crate) fn max_entry_sets() -> usize {
     MAX_ENTRY_SETS.get() as usize
 }
@@ -481,9 +500,9 @@ pub(crate) fn job_retention() -> Option<std::time::Duration> {
 /// the caller's capped value; and whether the transaction is READ ONLY
 /// (Citus does not say so to the nodes it reaches). Each with its value as
 /// `SET` takes it (integers in their base unit), read from the variable:
-/// through the GUC machinery by name, the fourteen look-ups were 4% of a
+/// through the GUC machinery by name, fourteen such look-ups were 4% of a
 /// coordinator's work per forwarded call.
-const TRAVELLING: [(&str, fn() -> String); 14] = [
+const TRAVELLING: [(&str, fn() -> String); 15] = [
     ("transaction_read_only", || if pg::xact::read_only() { "on" } else { "off" }.into()),
     ("lambdastore.concurrency_control", || {
         match CONCURRENCY_CONTROL.get() {
@@ -494,6 +513,7 @@ const TRAVELLING: [(&str, fn() -> String); 14] = [
     }),
     ("lambdastore.commit_wait", || COMMIT_WAIT_MS.get().to_string()),
     ("lambdastore.split_chance", || SPLIT_CHANCE.get().to_string()),
+    ("lambdastore.merge_chance", || MERGE_CHANCE.get().to_string()),
     ("lambdastore.max_entry_sets", || MAX_ENTRY_SETS.get().to_string()),
     ("lambdastore.max_timeout", || MAX_TIMEOUT_MS.get().to_string()),
     ("lambdastore.max_write_size", || MAX_WRITE_KB.get().to_string()),

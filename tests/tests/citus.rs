@@ -291,6 +291,32 @@ fn split_and_delete_from_any_node_reach_the_owner() {
     }
 }
 
+/// A merge runs on the object's node, in a call delegated there and in a
+/// transaction of two nodes (its guard's deletion and its counts go
+/// through PREPARE): the session's `merge_chance` travels with the call.
+#[test]
+fn a_calm_object_merges_on_its_node_in_one_and_two_node_transactions() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_merges", "micro");
+    let (a, b) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    let sets = |c: &mut Client| count(c, &format!("SELECT count(*) FROM lambdastore.entry_sets({a})"));
+    for guard in ["b", "d"] {
+        let split: bool =
+            c.query_one("SELECT lambdastore.split($1, 'kv', convert_to($2, 'UTF8'))", &[&a, &guard]).unwrap().get(0);
+        assert!(split, "split at {guard}");
+    }
+    assert_eq!(sets(&mut c), 3);
+    c.batch_execute("SET lambdastore.split_chance = 0; SET lambdastore.merge_chance = 1").unwrap();
+    call(&mut c, a, "put", json!({"key": "e", "value": "1"}));
+    assert_eq!(sets(&mut c), 2, "a delegated call's write merged d's set into b's");
+    let mut tx = c.transaction().unwrap();
+    call(&mut tx, a, "put", json!({"key": "c", "value": "2"}));
+    call(&mut tx, b, "put", json!({"key": "x", "value": "3"}));
+    tx.commit().unwrap();
+    assert_eq!(sets(&mut c), 1, "a write in a transaction of two nodes merged b's set into the first");
+    assert_eq!(call(&mut c, a, "list", json!({})), json!([["c", "2"], ["e", "1"]]));
+}
+
 /// Owners and grantees are checked on the node that runs a call, by role
 /// name there (Citus creates each role under an OID of each node's own).
 #[test]

@@ -1013,8 +1013,8 @@ fn repeatable_read_and_serializable_are_refused_under_occ_and_run_under_off() {
 #[test]
 fn entry_sets_show_versions_rising_with_writes_and_splits() {
     let mut c = connect_cc(Cc::Occ);
-    // No adaptive splits: this test places every guard itself.
-    c.batch_execute("SET lambdastore.split_chance = 0").unwrap();
+    // No adaptive splits or merges: this test places every guard itself.
+    c.batch_execute("SET lambdastore.split_chance = 0; SET lambdastore.merge_chance = 0").unwrap();
     let app = app("entry_sets");
     deploy_example(&mut c, &app, "micro");
     let bench = create(&mut c, &app, "Bench", json!({}));
@@ -1117,44 +1117,154 @@ fn splitting_an_unknown_object_is_42704() {
     expect_sqlstate(split(&mut c, -42, "kv", &string_key("k")), "42704");
 }
 
+/// The lower bounds of `sets`, as (field, key).
+fn lowers(sets: &[EntrySet]) -> Vec<(String, Vec<u8>)> {
+    sets.iter().map(|s| (s.field.clone(), s.key.clone())).collect()
+}
+
+fn kv_guard(key: &str) -> (String, Vec<u8>) {
+    ("kv".to_string(), string_key(key))
+}
+
+#[test]
+fn a_calm_object_merges_its_sets_back_one_write_at_a_time() {
+    let mut c = connect_cc(Cc::Occ);
+    c.batch_execute("SET lambdastore.split_chance = 0; SET lambdastore.merge_chance = 0").unwrap();
+    let app = app("merges");
+    deploy_example(&mut c, &app, "micro");
+    let bench = create(&mut c, &app, "Bench", json!({}));
+    for key in ["a", "c", "e", "g"] {
+        call(&mut c, bench, "put", json!({"key": key, "value": key}));
+    }
+    for guard in ["b", "d", "f"] {
+        assert!(ok(split(&mut c, bench, "kv", &string_key(guard)), "split"));
+    }
+    let origin = (String::new(), vec![]);
+
+    // On an object that has met no conflicts, a write folds its set into
+    // the one before: the guard at d goes, and the merged set's version
+    // ends above both old ones.
+    c.batch_execute("SET lambdastore.merge_chance = 1").unwrap();
+    let before = entry_sets(&mut c, bench);
+    call(&mut c, bench, "put", json!({"key": "e", "value": "e2"}));
+    let sets = entry_sets(&mut c, bench);
+    assert_eq!(lowers(&sets), [origin.clone(), kv_guard("b"), kv_guard("f")]);
+    assert!(
+        sets[1].version > before[1].version && sets[1].version > before[2].version,
+        "merged b and d ({before:?}) into {sets:?}"
+    );
+    // A write in the first set folds the next one into it.
+    call(&mut c, bench, "put", json!({"key": "a", "value": "a2"}));
+    assert_eq!(lowers(&entry_sets(&mut c, bench)), [origin.clone(), kv_guard("f")]);
+    call(&mut c, bench, "put", json!({"key": "g", "value": "g2"}));
+    assert_eq!(lowers(&entry_sets(&mut c, bench)), [origin.clone()]);
+    // One set: nothing left to merge.
+    call(&mut c, bench, "put", json!({"key": "h", "value": "h"}));
+    assert_eq!(lowers(&entry_sets(&mut c, bench)), [origin.clone()]);
+    let listing = call(&mut c, bench, "list", json!({}));
+    assert_eq!(listing, json!([["a", "a2"], ["c", "c"], ["e", "e2"], ["g", "g2"], ["h", "h"]]));
+
+    // An object that has just met a conflict keeps its sets: a rival
+    // transaction holds m's set for writing.
+    let hot = create(&mut c, &app, "Bench", json!({}));
+    assert!(ok(split(&mut c, hot, "kv", &string_key("m")), "split"));
+    let mut rival = connect_cc(Cc::Occ);
+    let mut held = rival.transaction().unwrap();
+    call(&mut held, hot, "put", json!({"key": "z", "value": "rival"}));
+    expect_sqlstate(invoke(&mut c, hot, "put", json!({"key": "z", "value": "v"})), "40001");
+    held.rollback().unwrap();
+    call(&mut c, hot, "put", json!({"key": "z", "value": "v"}));
+    assert_eq!(lowers(&entry_sets(&mut c, hot)), [origin, kv_guard("m")]);
+}
+
 /// A workflow learns an object's entry sets, a split commits, and the
 /// workflow then reads a key the split moved to a new set: by its old
 /// guards it files the read under the set the key used to be in, whose
 /// version a writer of the new set never bumps. Only the object's split
-/// counter shows the workflow that its guards went stale.
+/// count shows the workflow that its guards went stale.
 ///
-/// The history is a write skew, run step by step: T reads `a`, stops (its
-/// `create` waits for the object-id sequence, which the test holds), the
-/// split commits, W reads `a` and writes `t` (uncommitted), T goes on, reads
-/// the old `t` and writes `a`. Serializable execution lets at most one of
-/// T and W commit; without the split check (txn/occ.rs) both do.
+/// The history is a write skew, run step by step (`stale_guards`): T reads
+/// `a` and stops; the split commits; W reads `a` and writes `t`, and holds
+/// it; T reads the old `t` and stops again; W commits; T writes the old `t`
+/// to `a`. Each copied the other's old value, which no serial order gives:
+/// without the split count (txn/occ.rs) both commit. (Were W still open
+/// when T validates, W's own check at COMMIT would refuse it instead.)
 #[test]
 fn a_workflow_whose_guards_a_split_made_stale_fails() {
-    let (mut c, app) = deployed("stale_guards", "micro");
+    let origin = (String::new(), vec![]);
+    stale_guards(
+        "stale_split",
+        &["m"],
+        |c, object| assert!(ok(split(c, object, "kv", &string_key("t")), "split at t")),
+        [origin, kv_guard("m"), kv_guard("t")],
+    );
+}
+
+/// The same with a merge: T learns the sets {"", m, t}; a write in t's set
+/// merges it into m's, which moves the split count too; T reads `t` under
+/// its stale set t, which nobody writes again.
+#[test]
+fn a_workflow_whose_guards_a_merge_made_stale_fails() {
+    let origin = (String::new(), vec![]);
+    stale_guards(
+        "stale_merge",
+        &["m", "t"],
+        |_, object| {
+            let mut merger = connect_cc(Cc::Occ);
+            merger.batch_execute("SET lambdastore.split_chance = 0; SET lambdastore.merge_chance = 1").unwrap();
+            call(&mut merger, object, "put", json!({"key": "u", "value": "U0"}));
+        },
+        [origin, kv_guard("m")],
+    );
+}
+
+/// The write skew of the two tests above: `a` and `t` in an object split
+/// at `guards`, `change` of its sets while T has stopped after reading `a`
+/// (its `create` waits for the object-id sequence, which the test holds),
+/// leaving the sets `after`; T's second stop is a read of another object's
+/// key that a transaction holds for writing.
+fn stale_guards<const N: usize>(
+    test: &str,
+    guards: &[&str],
+    change: impl FnOnce(&mut Client, i64),
+    after: [(String, Vec<u8>); N],
+) {
+    let (mut c, app) = deployed(test, "micro");
+    c.batch_execute("SET lambdastore.split_chance = 0; SET lambdastore.merge_chance = 0").unwrap();
     let object = create(&mut c, &app, "Bench", json!({"entries": 0}));
+    let other = create(&mut c, &app, "Bench", json!({"entries": 0}));
     call(&mut c, object, "put", json!({"key": "a", "value": "A0"}));
     call(&mut c, object, "put", json!({"key": "t", "value": "T0"}));
-    // Two sets, so that T's first read records only the one holding `a`.
-    assert!(ok(split(&mut c, object, "kv", &string_key("m")), "split at m"));
+    for guard in guards {
+        assert!(ok(split(&mut c, object, "kv", &string_key(guard)), "split at {guard}"));
+    }
 
     let mut sequence = connect();
     sequence.batch_execute("BEGIN; ALTER SEQUENCE lambdastore.object_id_seq INCREMENT BY 1").unwrap();
+    let mut holder = connect_cc(Cc::Occ);
+    holder.batch_execute("BEGIN").unwrap();
+    call(&mut holder, other, "put", json!({"key": "k", "value": "held"}));
     let mut t = connect_cc(Cc::Occ);
+    t.batch_execute("SET lambdastore.commit_wait = 60000; SET lambdastore.timeout = 120000").unwrap();
     let t_pid = backend_pid(&mut t);
     let skewed = std::thread::spawn(move || {
-        invoke(&mut t, object, "read_pause_copy", json!({"first": "a", "from": "t", "to": "a"}))
+        let args = json!({"first": "a", "from": "t", "to": "a", "wait": other, "key": "k"});
+        invoke(&mut t, object, "read_pause_copy_wait", args)
     });
     let mut observer = connect();
-    wait_until_waiting_for_a_lock(&mut observer, t_pid);
+    wait_until_waiting_for_the_id_sequence(&mut observer, t_pid);
 
-    assert!(ok(split(&mut c, object, "kv", &string_key("t")), "split at t"));
+    change(&mut c, object);
+    assert_eq!(lowers(&entry_sets(&mut c, object)), after, "the sets after the change");
     let mut w = connect_cc(Cc::Occ);
     w.batch_execute("BEGIN").unwrap();
     assert_eq!(call(&mut w, object, "copy", json!({"from": "a", "to": "t"})), json!("A0"));
     sequence.batch_execute("ROLLBACK").unwrap();
+    wait_until_waiting_for_a_writer(&mut observer, t_pid);
+    w.batch_execute("COMMIT").unwrap();
+    holder.batch_execute("ROLLBACK").unwrap();
 
     let t_outcome = skewed.join().expect("T's thread");
-    w.batch_execute("COMMIT").unwrap();
     let (a, t) = (call(&mut c, object, "get", json!({"key": "a"})), call(&mut c, object, "get", json!({"key": "t"})));
     let message = match t_outcome {
         Ok(result) => panic!(
@@ -1163,7 +1273,7 @@ fn a_workflow_whose_guards_a_split_made_stale_fails() {
         ),
         Err(e) => expect_sqlstate(Err::<(), _>(e), "40001"),
     };
-    assert!(message.contains("was split by a concurrent transaction"), "T fails on the split: {message}");
+    assert!(message.contains("was split or merged by a concurrent transaction"), "T fails on the change: {message}");
     assert_eq!((a, t), (json!("A0"), json!("A0")), "only W's copy is there");
 }
 
@@ -1203,7 +1313,8 @@ fn splits_during_reads_and_writes_never_lose_or_hide_an_entry() {
             let mut work = Work::default();
             barrier.wait();
             if i < WRITERS {
-                c.batch_execute("SET lambdastore.split_chance = 0.1").unwrap();
+                // No merges: every guard the splitter adds must stay.
+                c.batch_execute("SET lambdastore.split_chance = 0.1; SET lambdastore.merge_chance = 0").unwrap();
                 for n in 0..KEYS {
                     progress[i].store(n, Ordering::SeqCst);
                     let k = key(i, n);

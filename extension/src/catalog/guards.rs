@@ -119,3 +119,36 @@ pub(crate) fn insert_guard(object: i64, field: &str, key: &[u8]) -> Result<()> {
         |_| Ok(()),
     )
 }
+
+/// The two sets a merge of `lower`'s set makes one, as (kept, removed):
+/// the set before it and itself, or, for the first set, itself and the one
+/// after it. None if the object has one set.
+pub(crate) fn merge_partners(object: i64, lower: &Position) -> Result<Option<(Position, Position)>> {
+    if *lower == Position::default() {
+        let (_, next) = around(object, "", &[])?;
+        return Ok(next.map(|next| (lower.clone(), next)));
+    }
+    let before = query_at(
+        layout::place(object)?,
+        "SELECT lower_field, lower_key FROM lambdastore.entry_sets
+          WHERE object_id = $1 AND (lower_field, lower_key) < ($2 COLLATE \"C\", $3)
+          ORDER BY lower_field DESC, lower_key DESC LIMIT 1",
+        &[INT8OID, TEXTOID, BYTEAOID],
+        &[object.into(), lower.0.as_str().into(), lower.1.as_slice().into()],
+        |rows| rows.into_iter().map(|row| position(&row, 1)).next().transpose(),
+    )?;
+    // Every object has a set from ("", ""); one created by hand might not.
+    Ok(Some((before.unwrap_or_default(), lower.clone())))
+}
+
+/// Removes a guard: its set becomes part of the set before it.
+pub(crate) fn delete_guard(object: i64, lower: &Position) -> Result<()> {
+    super::note_write();
+    query_at(
+        layout::place(object)?,
+        "DELETE FROM lambdastore.entry_sets WHERE object_id = $1 AND lower_field = $2 AND lower_key = $3",
+        &[INT8OID, TEXTOID, BYTEAOID],
+        &[object.into(), lower.0.as_str().into(), lower.1.as_slice().into()],
+        |_| Ok(()),
+    )
+}

@@ -191,9 +191,21 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     //    and one guard per commit converged slowly). We hold the set for
     //    writing, so no one else writes it and its readers fail validation
     //    until we end; every part ends above its old version.
+    //    Or maybe merge, on an object that has met no conflict for a while
+    //    (`versions::calm`): a set costs every call that touches it (its
+    //    lock, its counters, a longer search for it), and an object once
+    //    hot would keep its sets for ever. One change of the guards per
+    //    commit at most.
+    let mut guards_changed = false;
     for (set, keys) in &written {
         let (conflicts, object_contended) = versions::cool_down(set);
-        if !object_contended || random() >= gucs::split_chance() * (1 + conflicts) as f64 {
+        if !object_contended {
+            if !guards_changed && random() < gucs::merge_chance() && versions::calm(set.0) {
+                guards_changed = merge(set)?;
+            }
+            continue;
+        }
+        if guards_changed || random() >= gucs::split_chance() * (1 + conflicts) as f64 {
             continue;
         }
         let room = gucs::max_entry_sets().saturating_sub(catalog::guards::count(set.0)?);
@@ -203,9 +215,27 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
         for guard in guards.into_iter().take(room) {
             catalog::guards::insert_guard(set.0, &guard.0, &guard.1)?;
             versions::split_at_commit(set, &(set.0, guard.clone()));
+            guards_changed = true;
         }
     }
     Ok(())
+}
+
+/// Makes `set`, which this transaction holds for writing, and a neighbour
+/// one set, if the neighbour's lock is free: the guard between them goes.
+/// Like a split, it fails every workflow that loaded the object's guards
+/// before it commits (the split count), so none files a read under a set
+/// that is gone. Returns whether it merged.
+fn merge(set: &SetId) -> Result<bool> {
+    let Some((kept, removed)) = catalog::guards::merge_partners(set.0, &set.1)? else { return Ok(false) };
+    let (kept, removed): (SetId, SetId) = ((set.0, kept), (set.0, removed));
+    let neighbour = if removed == *set { &kept } else { &removed };
+    if !try_lock(neighbour) {
+        return Ok(false);
+    }
+    catalog::guards::delete_guard(set.0, &removed.1)?;
+    versions::merge_at_commit(&kept, &removed);
+    Ok(true)
 }
 
 /// Which set each write falls in, by the sets loaded during the workflow,
@@ -289,7 +319,7 @@ fn still_as_read<'a>(
     }
     for (object, seen) in splits {
         if versions::splits(*object) != *seen {
-            return Err(conflict(&(*object, Position::default()), "was split by a concurrent transaction"));
+            return Err(conflict(&(*object, Position::default()), "was split or merged by a concurrent transaction"));
         }
     }
     Ok(())

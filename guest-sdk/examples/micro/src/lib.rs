@@ -268,6 +268,30 @@ impl Bench {
         Ok(value)
     }
 
+    /// `read_pause_copy` with a second pause between reading `from` and
+    /// writing `to`: a read of `key` on `wait`, which waits while another
+    /// transaction holds that key's entry set for writing. A workflow that
+    /// learns the entry sets before a concurrent merge, reads under a set
+    /// the merge removed, and validates after a writer of the merged set
+    /// has committed: for the split count of OCC.
+    fn read_pause_copy_wait(
+        &self,
+        first: String,
+        from: String,
+        to: String,
+        wait: BenchRef,
+        key: String,
+    ) -> Result<Option<String>> {
+        self.kv.get(&first);
+        BenchRef::new(Some(0), None)?;
+        let value = self.kv.get(&from);
+        wait.get(key)?;
+        if let Some(value) = &value {
+            self.kv.insert(&to, value);
+        }
+        Ok(value)
+    }
+
     /// Copies `from` to `to` in `kv`; returns the value copied.
     fn copy(&self, from: String, to: String) -> Option<String> {
         let value = self.kv.get(&from)?;
