@@ -107,8 +107,8 @@ static CONCURRENCY_CONTROL: GucSetting<ConcurrencyControl> =
 static SPLIT_CHANCE: GucSetting<f64> = GucSetting::<f64>::new(0.01);
 
 /// `lambdastore.merge_chance` (default 0.01): probability that a commit
-/// folds an entry set it wrote into a neighbour, on objects that have met no
-/// conflicts lately: splits are undone once contention is gone.
+/// folds an entry set it wrote into a neighbour, on an object that has met
+/// no conflict for 10 s: splits are undone once contention is gone.
 static MERGE_CHANCE: GucSetting<f64> = GucSetting::<f64>::new(0.01);
 
 /// `lambdastore.max_entry_sets` (default 1024): entry sets per object; past
@@ -264,7 +264,7 @@ pub(crate) fn define() {
     GucRegistry::define_float_guc(
         c"lambdastore.merge_chance",
         c"Probability that a commit merges an entry set it wrote with a neighbour.",
-        c"Only on objects that have met no conflicts lately: every set costs each call that touches it.",
+        c"Only on objects that have met no conflict for 10 s: every set costs each call that touches it.",
         &MERGE_CHANCE,
         0.0,
         1.0,
