@@ -45,11 +45,13 @@ thread_local! {
     static REWRITER: Cell<Option<&'static Rewriter>> = const { Cell::new(None) };
     static PREVIOUS_PLANNER: Cell<pg_sys::planner_hook_type> = const { Cell::new(None) };
     static PREVIOUS_EXECUTOR_START: Cell<pg_sys::ExecutorStart_hook_type> = const { Cell::new(None) };
-    /// The hash of the last text put in front, and the (local) transaction
+    /// The marks of the last plan rewritten, and the (local) transaction
     /// it was planned in: a plan run in the transaction that planned it
     /// (a statement of its own, or a protocol-level Bind and Execute) holds
-    /// without asking again.
-    static LAST: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
+    /// without asking again. The first argument is part of it: the text
+    /// may differ by object, and a kept plan of another object with the
+    /// same text must still be asked about.
+    static LAST: Cell<Option<(Marks, u32)>> = const { Cell::new(None) };
 }
 
 /// Our mark among a rewritten plan's invalidation items (any value no
@@ -99,7 +101,7 @@ unsafe extern "C-unwind" fn plan(
         let hash = text_hash(&text);
         // SAFETY: the plan just made, in the planner's memory context.
         unsafe { mark(planned, Marks { hash, first }) };
-        LAST.set(Some((hash, local_transaction())));
+        LAST.set(Some((Marks { hash, first }, local_transaction())));
     }
     planned
 }
@@ -195,7 +197,7 @@ unsafe fn first_bigint(args: *mut pg_sys::List, params: pg_sys::ParamListInfo) -
 
 /// What a rewritten plan is marked with: the hash of the text put in front
 /// and the first argument the rewriter was given.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Marks {
     hash: u32,
     first: Option<i64>,
@@ -284,7 +286,7 @@ unsafe extern "C-unwind" fn start(query_desc: *mut pg_sys::QueryDesc, eflags: st
     let marks = unsafe { marked((*query_desc).plannedstmt) };
     if let (Some(marks), Some(rewriter)) = (marks, REWRITER.get()) {
         // Planned in this transaction: it holds, `hold` included.
-        if LAST.get() != Some((marks.hash, local_transaction())) {
+        if LAST.get() != Some((marks, local_transaction())) {
             check_kept(rewriter, marks);
         }
     }
