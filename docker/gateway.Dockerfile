@@ -21,6 +21,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock Makefile rustfmt.toml ./
 COPY .cargo .cargo
 COPY core core
+COPY third_party third_party
 COPY extension extension
 COPY sql sql
 COPY guest-sdk guest-sdk

@@ -273,3 +273,21 @@ fn a_python_lambda_is_held_to_the_limits_of_a_rust_one() {
     assert!(draws[0] != draws[1] && draws[1] != draws[2], "a new seed for each call: {draws:?}");
     assert_serves_calls(&mut c, rust);
 }
+
+/// Every call runs in a fresh instance: nothing a call wrote into its
+/// linear memory is there for the next one, although the next instance
+/// reuses the slot and keeps what the last one wrote mapped, copied back
+/// from the snapshot (runtime/engine.rs, `KEEP_RESIDENT_SCANNED`). The
+/// sandbox's `scribble` writes 256 separate runs of pages besides the
+/// interpreter's own, far more than the 32 one PAGEMAP_SCAN reports
+/// (third_party/README.md); each call must still find none written.
+#[test]
+fn a_python_call_finds_nothing_the_last_call_wrote_in_its_memory() {
+    let mut c = connect();
+    let app = app("fresh_python");
+    deploy_example(&mut c, &app, "py_sandbox");
+    let probe = create(&mut c, &app, "Probe", json!(null));
+    for call_number in 1..=3 {
+        assert_eq!(call(&mut c, probe, "scribble", json!({})), json!(0), "call {call_number}");
+    }
+}

@@ -44,9 +44,20 @@ const POOL_SLOTS: u32 = MAX_CALL_DEPTH_LIMIT as u32 + 2;
 /// Core module instances one component may make (Python's 38, with room).
 const CORE_INSTANCES_PER_COMPONENT: u32 = 64;
 
-/// Bytes of a slot kept resident between instances: a lambda's stack,
-/// data and first heap pages (see .cargo/config.toml for the stack size).
+/// Bytes of a slot kept resident between instances where the kernel lacks
+/// PAGEMAP_SCAN (before Linux 6.7): wasmtime then memsets all of them when
+/// an instance ends, so they are few: a Rust lambda's stack, data and first
+/// heap pages (see .cargo/config.toml for the stack size). Tables too.
 const KEEP_RESIDENT: usize = 512 * 1024;
+
+/// Bytes of a slot's linear memory kept resident where the kernel has
+/// PAGEMAP_SCAN: wasmtime then copies back only the pages the instance
+/// wrote, so this bounds memory, not work. A Python call writes some 1.1 MB
+/// scattered over the interpreter's 11 MB image; kept, the next instance
+/// finds them mapped instead of faulting each one in again (a warm call in
+/// half the time, docs/PERFORMANCE.md "Python guests"). Rust lambdas write
+/// mostly write less than `KEEP_RESIDENT`: little changes for them.
+const KEEP_RESIDENT_SCANNED: usize = 4 << 20;
 
 /// Address space of one linear memory: just under 4 GiB and without guard
 /// pages, so compiled code checks bounds explicitly instead of relying on
@@ -85,10 +96,14 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 pub(crate) fn runtime() -> &'static Runtime {
     RUNTIME.get_or_init(|| {
         let started = std::time::Instant::now();
-        let engine = Engine::new(&config()).expect("wasmtime engine configuration is valid");
+        let scan = pagemap_scan();
+        let engine = Engine::new(&config(scan)).expect("wasmtime engine configuration is valid");
         let state = Arc::new(TickerState::default());
         let ticker = spawn_ticker(engine.clone(), state.clone());
-        pgrx::debug1!("lambdastore: wasmtime engine ready in {} µs", started.elapsed().as_micros());
+        pgrx::debug1!(
+            "lambdastore: wasmtime engine ready in {} µs (PAGEMAP_SCAN: {scan})",
+            started.elapsed().as_micros()
+        );
         Runtime { engine, ticker, state }
     })
 }
@@ -116,7 +131,7 @@ impl Drop for Running<'_> {
     }
 }
 
-fn config() -> Config {
+fn config(pagemap_scan: bool) -> Config {
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(POOL_SLOTS)
         // wit-component adds small shim modules next to the main module;
@@ -135,11 +150,11 @@ fn config() -> Config {
         // Reset a freed slot's first pages with memset rather than madvise:
         // madvise in a process with a second thread (the ticker) costs a
         // TLB shootdown, and the next call would fault the pages back in.
-        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .linear_memory_keep_resident(if pagemap_scan { KEEP_RESIDENT_SCANNED } else { KEEP_RESIDENT })
         .table_keep_resident(KEEP_RESIDENT)
         // Where the kernel has PAGEMAP_SCAN (Linux 6.7+), reset only the
         // pages the last instance dirtied instead of memsetting all of
-        // KEEP_RESIDENT.
+        // what is kept resident.
         .pagemap_scan(Enabled::Auto);
 
     let mut config = Config::new();
@@ -153,6 +168,22 @@ fn config() -> Config {
         .cranelift_opt_level(OptLevel::Speed)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config
+}
+
+/// Whether the kernel has the PAGEMAP_SCAN ioctl, probed as wasmtime's
+/// `Enabled::Auto` probes it: a scan of nothing.
+fn pagemap_scan() -> bool {
+    use std::os::fd::AsRawFd;
+    /// `_IOWR('f', 16, struct pm_scan_arg)` of linux/fs.h.
+    const PAGEMAP_SCAN: libc::c_ulong = 0xC060_6610;
+    let Ok(pagemap) = std::fs::File::open("/proc/self/pagemap") else { return false };
+    // struct pm_scan_arg: twelve u64s, the first its size, the rest zero (an
+    // empty range, no output vector).
+    let mut arg = [0u64; 12];
+    arg[0] = std::mem::size_of_val(&arg) as u64;
+    // SAFETY: the argument is a valid pm_scan_arg the kernel only reads and
+    // writes within; the descriptor is open for the call's duration.
+    unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN, arg.as_mut_ptr()) >= 0 }
 }
 
 fn spawn_ticker(engine: Engine, state: Arc<TickerState>) -> Thread {

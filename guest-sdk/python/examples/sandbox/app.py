@@ -1,8 +1,9 @@
 """A probe of the sandbox: what a Python lambda may not do (loop forever,
 allocate without bound, touch files or sockets) and what it gets from the
 host instead of WASI (the log for `print`, the workflow's clock and random
-numbers). The tests in tests/tests/limits.rs call it beside the Rust
-example `micro`'s equivalents."""
+numbers), and that each call starts from the snapshot (`scribble`). The
+tests in tests/tests/limits.rs call it beside the Rust example `micro`'s
+equivalents."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ import random
 import time
 
 from lambdastore import App, Cell, LambdaError, lambda_object, readonly
+
+
+# 2 MiB made while the component is built, so part of the interpreter's
+# snapshot: `scribble` writes every other page of it, 256 separate runs of
+# written pages for the host to reset when the call's instance ends.
+_SCRATCH = bytearray(2 << 20)
 
 
 @lambda_object
@@ -64,6 +71,15 @@ class Probe:
     @readonly
     def draw(self) -> int:
         return random.getrandbits(63)
+
+    @readonly
+    def scribble(self) -> int:
+        """Counts the pages of `_SCRATCH` a previous call left written (a
+        fresh instance has none), then writes a byte into every other page."""
+        left = sum(1 for i in range(0, len(_SCRATCH), 4096) if _SCRATCH[i])
+        for i in range(0, len(_SCRATCH), 8192):
+            _SCRATCH[i] = 1
+        return left
 
 
 WitWorld = App(Probe).wit_world()
