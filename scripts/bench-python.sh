@@ -12,6 +12,8 @@
 #   cold       pgbench -C (a new connection per transaction): a bare
 #              `SELECT 1`, then one `get` as a session's first call; the
 #              first call's cost is the difference
+#   instance   the time to make a call's instance and its linear memory,
+#              from the extension's DEBUG2 line per call
 #
 #   ROUNDS=3 SECONDS_PER_RUN=5
 set -euo pipefail
@@ -74,6 +76,17 @@ for _ in $(seq "$ROUNDS"); do
   done
 done
 
+# Per instance: the extension's DEBUG2 line for each call (host/registry.rs)
+# gives the time to make its instance and the largest its linear memory was;
+# 50 calls in one session after 20 unlogged ones.
+for lang in rs py; do
+  psql "$url" -X -q -v lang="$lang" 2>&1 >/dev/null <<'SQL' | sed -n 's/.*made in \([0-9]*\) µs, its linear memory \([0-9]*\) bytes.*/\1 \2/p' >"$work/instances-$lang"
+SELECT count(lambda_invoke((SELECT id FROM ids WHERE lang = :'lang' AND k = 1 + g % 100), 'get')) FROM generate_series(1, 20) g;
+SET client_min_messages = debug2;
+SELECT count(lambda_invoke((SELECT id FROM ids WHERE lang = :'lang' AND k = 1 + g % 100), 'get')) FROM generate_series(1, 50) g;
+SQL
+done
+
 . "$repo/scripts/bench-lib.sh"
 # The median of column $4 (tx/s) or $5 (ms) of the runs of kind $1, clients $2, script $3.
 of() { awk -v k="$1" -v c="$2" -v s="$3" -v col="$4" '$1 == k && $2 == c && $3 == s {print $col}' "$work/runs" | median; }
@@ -102,6 +115,11 @@ echo "|---|---:|---:|"
 echo "| \`SELECT 1\` | $bare | — |"
 echo "| Rust \`get\` | $rs | $(awk "BEGIN {printf \"%.2f\", $rs - $bare}") |"
 echo "| Python \`get\` | $py | $(awk "BEGIN {printf \"%.2f\", $py - $bare}") |"
+echo
+echo "| per instance (a warm \`get\`, 50 calls) | Rust counter | Python counter |"
+echo "|---|---:|---:|"
+echo "| made in, µs (median) | $(cut -d' ' -f1 "$work/instances-rs" | median) | $(cut -d' ' -f1 "$work/instances-py" | median) |"
+echo "| linear memory, bytes (largest) | $(cut -d' ' -f2 "$work/instances-rs" | sort -n | tail -1) | $(cut -d' ' -f2 "$work/instances-py" | sort -n | tail -1) |"
 echo
 echo "runs (kind, clients, script, tx/s, ms):"
 cat "$work/runs"

@@ -9,6 +9,7 @@ use crate::access::Caller;
 use crate::catalog;
 use crate::error::{LambdaError, Refusal, Result};
 use crate::gucs;
+use crate::pg;
 use crate::runtime::{self, Component, Sandboxed};
 use crate::txn::Workflow;
 use lambdastore_core::model::{Description, FnDesc, FunctionKind, ModuleKey, TypeDesc};
@@ -292,8 +293,20 @@ fn with_instance<R>(
         memory_limit,
         |state| state.workflow.keep_going(),
         |store| {
+            let started = Instant::now();
             let lambda = app.pre.instantiate(&mut *store)?;
-            f(store, &lambda)
+            let made = started.elapsed();
+            let result = f(store, &lambda);
+            // What `make bench-python` reads: the cost of a fresh instance per call.
+            if pg::backend::debug2_wanted() {
+                pgrx::debug2!(
+                    "lambdastore: an instance of {} made in {} µs, its linear memory {} bytes at most",
+                    app.app,
+                    made.as_micros(),
+                    store.data().memory_size()
+                );
+            }
+            result
         },
     )
 }

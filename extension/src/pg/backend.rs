@@ -64,6 +64,13 @@ pub(crate) fn now_unix_micros() -> i64 {
     unsafe { pg_sys::GetCurrentTimestamp() + UNIX_TO_POSTGRES_EPOCH_MICROS }
 }
 
+/// Whether a DEBUG2 message would go anywhere (the server log or the
+/// client), so that one is only formatted when someone asked for it.
+pub(crate) fn debug2_wanted() -> bool {
+    // SAFETY: reads the log level settings; no state is changed.
+    unsafe { pg_sys::message_level_is_interesting(pg_sys::DEBUG2 as i32) }
+}
+
 /// Whether the stack is near `max_stack_depth`.
 pub(crate) fn stack_too_deep() -> bool {
     // SAFETY: compares the stack pointer with PostgreSQL's stack base.

@@ -57,6 +57,16 @@ pub(crate) struct Sandboxed<T> {
 
 struct Limits {
     memory_limit: usize,
+    /// The largest size a linear memory of the store was given, its
+    /// initial size included.
+    memory_size: usize,
+}
+
+impl<T> Sandboxed<T> {
+    /// The largest linear memory the store's instance has had, in bytes.
+    pub(crate) fn memory_size(&self) -> usize {
+        self.limits.memory_size
+    }
 }
 
 impl wasmtime::ResourceLimiter for Limits {
@@ -64,6 +74,7 @@ impl wasmtime::ResourceLimiter for Limits {
         if desired > self.memory_limit {
             return Err(LambdaError::MemoryLimit { limit: self.memory_limit, requested: desired }.into());
         }
+        self.memory_size = self.memory_size.max(desired);
         Ok(true)
     }
 
@@ -84,7 +95,7 @@ pub(crate) fn call<T: 'static, R>(
     f: impl FnOnce(&mut Store<Sandboxed<T>>) -> wasmtime::Result<R>,
 ) -> Result<R> {
     let rt = engine::runtime();
-    let mut store = Store::new(&rt.engine, Sandboxed { data, limits: Limits { memory_limit } });
+    let mut store = Store::new(&rt.engine, Sandboxed { data, limits: Limits { memory_limit, memory_size: 0 } });
     store.limiter(|state| &mut state.limits);
     // With epoch interruption on, every store needs a deadline: here, every
     // tick, where the callback decides whether to go on.
