@@ -55,7 +55,7 @@ const KEEP_RESIDENT: usize = 512 * 1024;
 /// wrote, so this bounds memory, not work. A Python call writes some 1.1 MB
 /// scattered over the interpreter's 11 MB image; kept, the next instance
 /// finds them mapped instead of faulting each one in again (a warm call in
-/// half the time, docs/PERFORMANCE.md "Python guests"). Rust lambdas write
+/// half the time, docs/PERFORMANCE.md "Python guests"). Rust lambdas
 /// mostly write less than `KEEP_RESIDENT`: little changes for them.
 const KEEP_RESIDENT_SCANNED: usize = 4 << 20;
 
@@ -147,9 +147,10 @@ fn config(pagemap_scan: bool) -> Config {
         // (below 4 GiB), enforced by the store's limiter; this is only the
         // hard ceiling.
         .max_memory_size(MEMORY_RESERVATION)
-        // Reset a freed slot's first pages with memset rather than madvise:
-        // madvise in a process with a second thread (the ticker) costs a
-        // TLB shootdown, and the next call would fault the pages back in.
+        // Reset what a freed slot's instance wrote in place (copied back or
+        // zeroed) rather than with madvise: madvise in a process with a
+        // second thread (the ticker) costs a TLB shootdown, and the next
+        // call would fault the pages back in.
         .linear_memory_keep_resident(if pagemap_scan { KEEP_RESIDENT_SCANNED } else { KEEP_RESIDENT })
         .table_keep_resident(KEEP_RESIDENT)
         // Where the kernel has PAGEMAP_SCAN (Linux 6.7+), reset only the
