@@ -85,6 +85,7 @@ SELECT count(lambda_invoke((SELECT id FROM ids WHERE lang = :'lang' AND k = 1 + 
 SET client_min_messages = debug2;
 SELECT count(lambda_invoke((SELECT id FROM ids WHERE lang = :'lang' AND k = 1 + g % 100), 'get')) FROM generate_series(1, 50) g;
 SQL
+  [ -s "$work/instances-$lang" ] || { echo "no instance lines at DEBUG2 for $lang: the extension no longer writes them?" >&2; exit 1; }
 done
 
 . "$repo/scripts/bench-lib.sh"
