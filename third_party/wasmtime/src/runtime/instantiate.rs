@@ -8,6 +8,7 @@ use crate::runtime::vm::{CompiledModuleId, MmapVec};
 use crate::{code_memory::CodeMemory, profiling_agent::ProfilingAgent};
 use alloc::sync::Arc;
 use core::str;
+use core::sync::atomic::{AtomicU64, Ordering};
 use wasmtime_environ::{
     CompiledFunctionsTable, CompiledModuleInfo, DefinedFuncIndex, EntityRef, FilePos, FuncIndex,
     FuncKey, FunctionLoc, FunctionName, Metadata, Module, ModuleInternedTypeIndex,
@@ -24,6 +25,56 @@ pub struct CompiledModule {
     index: Arc<CompiledFunctionsTable>,
     /// Sorted list, by function index, of names we have for this module.
     func_names: Vec<FunctionName>,
+    /// (lambdastore) Where each defined function's body and its
+    /// array-to-Wasm trampoline are in the text section, each looked up in
+    /// `index` once and read from here afterwards (see `LocMemo`).
+    func_locs: LocMemo,
+    trampoline_locs: LocMemo,
+}
+
+/// (lambdastore) One `FunctionLoc` per defined function, filled in as they
+/// are first asked for. Making an instance builds a `VMFuncRef` for every
+/// function its element segments name, and each build looked two locations
+/// up in the component-wide `CompiledFunctionsTable`: a binary search over
+/// its namespaces, then over the sparse trampoline keys. A Python guest's
+/// modules name 5,813 functions, so those searches were half of the time to
+/// make its instance, at every call. Values are written once and never
+/// change, so relaxed loads and stores suffice.
+struct LocMemo(Box<[AtomicU64]>);
+
+impl LocMemo {
+    /// Not looked up yet. No function or trampoline is empty, so no real
+    /// location packs to it.
+    const UNKNOWN: u64 = 0;
+    /// Looked up, and there is none (a function that does not escape has no
+    /// array-to-Wasm trampoline).
+    const ABSENT: u64 = u64::MAX;
+
+    fn new(len: usize) -> Self {
+        Self((0..len).map(|_| AtomicU64::new(Self::UNKNOWN)).collect())
+    }
+
+    fn get(
+        &self,
+        index: DefinedFuncIndex,
+        look_up: impl FnOnce() -> Option<FunctionLoc>,
+    ) -> Option<FunctionLoc> {
+        let slot = &self.0[index.index()];
+        let packed = match slot.load(Ordering::Relaxed) {
+            Self::UNKNOWN => {
+                let packed = look_up().map_or(Self::ABSENT, |loc| {
+                    u64::from(loc.start) | (u64::from(loc.length) << 32)
+                });
+                slot.store(packed, Ordering::Relaxed);
+                packed
+            }
+            known => known,
+        };
+        (packed != Self::ABSENT).then(|| FunctionLoc {
+            start: packed as u32,
+            length: (packed >> 32) as u32,
+        })
+    }
 }
 
 impl CompiledModule {
@@ -49,6 +100,7 @@ impl CompiledModule {
         index: Arc<CompiledFunctionsTable>,
         profiler: &dyn ProfilingAgent,
     ) -> Result<Self> {
+        let defined_funcs = info.module.num_defined_funcs();
         let mut ret = Self {
             unique_id: CompiledModuleId::new(),
             code_memory,
@@ -56,6 +108,8 @@ impl CompiledModule {
             meta: info.meta,
             index,
             func_names: info.func_names,
+            func_locs: LocMemo::new(defined_funcs),
+            trampoline_locs: LocMemo::new(defined_funcs),
         };
         ret.register_profiling(profiler)?;
 
@@ -139,7 +193,10 @@ impl CompiledModule {
     /// Returns the body of the function that `index` points to.
     #[inline]
     pub fn finished_function(&self, def_func_index: DefinedFuncIndex) -> &[u8] {
-        let loc = self.func_loc(def_func_index);
+        let loc = self
+            .func_locs
+            .get(def_func_index, || Some(*self.func_loc(def_func_index)))
+            .expect("defined function should be present");
         &self.text()[loc.start as usize..][..loc.length as usize]
     }
 
@@ -153,7 +210,9 @@ impl CompiledModule {
     pub fn array_to_wasm_trampoline(&self, def_func_index: DefinedFuncIndex) -> Option<&[u8]> {
         assert!(def_func_index.index() < self.module.num_defined_funcs());
         let key = FuncKey::ArrayToWasmTrampoline(self.module_index(), def_func_index);
-        let loc = self.index.func_loc(key)?;
+        let loc = self
+            .trampoline_locs
+            .get(def_func_index, || self.index.func_loc(key).copied())?;
         Some(&self.text()[loc.start as usize..][..loc.length as usize])
     }
 

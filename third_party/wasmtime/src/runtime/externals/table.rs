@@ -148,7 +148,7 @@ impl Table {
     /// # Panics
     ///
     /// Panics if this table does not belong to `store`.
-    fn wasmtime_table<'a>(
+    pub(crate) fn wasmtime_table<'a>(
         &self,
         store: &'a mut StoreOpaque,
         lazy_init_range: impl IntoIterator<Item = u64>,

@@ -948,15 +948,20 @@ impl Instance {
                     .get(src..)
                     .and_then(|s| s.get(..len))
                     .ok_or(Trap::TableOutOfBounds)?;
+                // (lambdastore) Each function reference goes straight into
+                // the table. `Table::set` would make a `Func`, build the
+                // table's type and check the reference against it, for every
+                // element; validation and import matching already checked
+                // that this segment's functions fit the table. A Python
+                // guest's modules fill one table with 5,813 functions at
+                // every instantiation.
                 for (i, func_idx) in positions.zip(elements) {
-                    // SAFETY: the `store_id` passed to `get_exported_func` is
-                    // indeed the store that owns the function.
-                    let func = unsafe {
-                        store
-                            .instance_mut(elements_instance_id)
-                            .get_exported_func(store_id, *func_idx)
-                    };
-                    table.set_(store, i, func.into()).unwrap();
+                    let func_ref = store
+                        .instance_mut(elements_instance_id)
+                        .get_func_ref(*func_idx);
+                    debug_assert!(func_ref.is_some(), "a segment's function is never null");
+                    let (vm_table, _gc_store) = table.wasmtime_table(store, core::iter::empty());
+                    vm_table.set_func(i, func_ref).unwrap();
                 }
             }
             TableSegmentElements::Expressions(exprs) => {

@@ -276,7 +276,7 @@ pub unsafe fn reset_with_pagemap(
         },
     };
 
-    // The regions of one scan go to a fixed buffer on the stack. A scan that
+    // (lambdastore) The regions of one scan go to a fixed buffer on the stack. A scan that
     // fills it stops early, so scan again from where it stopped until the
     // end of memory or `keep_resident` is reached: a working set scattered
     // over more than `MAX_REGIONS` runs of pages (an interpreter's heap)
