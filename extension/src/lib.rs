@@ -48,6 +48,9 @@ pub extern "C-unwind" fn _PG_init() {
         cluster::affinity::request_shared_memory();
         jobs::workers::request_shared_memory();
         jobs::workers::register();
+        if gucs::preload_artifacts() {
+            runtime::preload_artifacts();
+        }
     }
     access::init();
     catalog::init();

@@ -102,6 +102,9 @@ fn default_of(expr: &str, unit: &str, source: &str) -> String {
         }
         panic!("enum variant {variant} not found");
     }
+    if let Ok(flag) = expr.parse::<bool>() {
+        return if flag { "on" } else { "off" }.into();
+    }
     if expr.contains('.') {
         return expr.parse::<f64>().unwrap_or_else(|_| panic!("default `{expr}`")).to_string();
     }

@@ -355,3 +355,48 @@ fn workers_wait_quietly_for_a_database_that_does_not_exist_yet() {
     drop(later);
     reconnect().batch_execute(&format!("DROP DATABASE {LATER} WITH (FORCE)")).unwrap();
 }
+
+/// A new session's three `scribble`s of `probe` (each must find none of the
+/// last one's pages written), and the DEBUG1 lines saying where its module
+/// came from.
+fn scribble_in_a_new_session(probe: i64) -> Vec<String> {
+    let (mut c, notices) = connect_keeping_notices();
+    c.batch_execute("SET client_min_messages = debug1").unwrap();
+    for call_number in 1..=3 {
+        assert_eq!(call(&mut c, probe, "scribble", json!({})), json!(0), "call {call_number}");
+    }
+    let notices = notices.lock().unwrap();
+    notices.iter().map(|n| n.message().to_string()).filter(|m| m.starts_with("lambdastore: module")).collect()
+}
+
+fn restart() {
+    cluster("stop");
+    cluster("start");
+}
+
+/// The postmaster maps the disk cache's compiled modules at start, and every
+/// backend inherits them with its wasmtime engine (runtime/artifacts.rs):
+/// after a restart, a session's first call says its module came from the
+/// postmaster, and a Python guest's calls still each start from the
+/// snapshot, so the memory reset reads the backend's own page map, not the
+/// postmaster's. With `lambdastore.preload_artifacts` off, the backend maps
+/// the module itself.
+#[test]
+#[ignore = "restarts the server: run by scripts/faults.sh"]
+fn after_a_restart_a_session_calls_the_module_the_postmaster_mapped() {
+    let (mut c, app) = deployed("faults_preload", "py_sandbox");
+    let probe = create(&mut c, &app, "Probe", json!(null));
+    drop(c);
+
+    restart();
+    let lines = scribble_in_a_new_session(probe);
+    assert!(lines.iter().any(|l| l.ends_with("mapped by the postmaster")), "{lines:?}");
+
+    connect().batch_execute("ALTER SYSTEM SET lambdastore.preload_artifacts = off").unwrap();
+    restart();
+    let lines = scribble_in_a_new_session(probe);
+    connect().batch_execute("ALTER SYSTEM RESET lambdastore.preload_artifacts").unwrap();
+    restart();
+    assert!(!lines.iter().any(|l| l.ends_with("mapped by the postmaster")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains(&format!(" of {app} loaded in "))), "{lines:?}");
+}

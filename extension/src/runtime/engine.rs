@@ -1,11 +1,18 @@
-//! The per-backend wasmtime `Engine` and its epoch ticker.
+//! The wasmtime `Engine` and the backend's epoch ticker.
 //!
-//! Built lazily at the first lambda call of a backend, never in `_PG_init`
-//! (which may run in the postmaster: forked children do not inherit
-//! threads). The ticker thread only ever calls `increment_epoch()`, blocks
-//! every signal (PostgreSQL's handlers must run on the main thread), and
-//! parks once no invocation has run for `LINGER`, so idle connections cost
-//! nothing and busy ones never pay a futex wake-up per call.
+//! The engine is made once per process tree where it can be: in the
+//! postmaster when it maps the disk cache's artifacts at server start
+//! (artifacts.rs, `lambdastore.preload_artifacts`), so that every backend
+//! inherits it with them; else at a backend's first lambda call. wasmtime
+//! keeps nothing per process in it that a fork would break (its
+//! `/proc/self/pagemap` descriptor is replaced in the child by a
+//! `pthread_atfork` handler). The ticker thread is never started in the
+//! postmaster, because forked children do not inherit threads: each backend
+//! starts its own at its first call. It only ever calls
+//! `increment_epoch()`, blocks every signal (PostgreSQL's handlers must run
+//! on the main thread), and parks once no invocation has run for `LINGER`,
+//! so idle connections cost nothing and busy ones never pay a futex
+//! wake-up per call.
 
 use crate::gucs::MAX_CALL_DEPTH_LIMIT;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,7 +77,6 @@ const KEEP_RESIDENT_SCANNED: usize = 4 << 20;
 const MEMORY_RESERVATION: usize = (4 << 30) - (64 << 10);
 
 pub(crate) struct Runtime {
-    pub(crate) engine: Engine,
     ticker: Thread,
     state: Arc<TickerState>,
 }
@@ -91,20 +97,32 @@ const ONE_RUNNING: u64 = 1;
 const ONE_STARTED: u64 = 1 << 32;
 const RUNNING_MASK: u64 = ONE_STARTED - 1;
 
+static ENGINE: OnceLock<Engine> = OnceLock::new();
+
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
-pub(crate) fn runtime() -> &'static Runtime {
-    RUNTIME.get_or_init(|| {
+/// The engine every component of this process tree is compiled, mapped and
+/// instantiated with: made here at the first use in this process or
+/// inherited from the postmaster.
+pub(crate) fn engine() -> &'static Engine {
+    ENGINE.get_or_init(|| {
         let started = std::time::Instant::now();
         let scan = pagemap_scan();
         let engine = Engine::new(&config(scan)).expect("wasmtime engine configuration is valid");
-        let state = Arc::new(TickerState::default());
-        let ticker = spawn_ticker(engine.clone(), state.clone());
         pgrx::debug1!(
             "lambdastore: wasmtime engine ready in {} µs (PAGEMAP_SCAN: {scan})",
             started.elapsed().as_micros()
         );
-        Runtime { engine, ticker, state }
+        engine
+    })
+}
+
+/// This backend's epoch ticker, started at its first call.
+pub(crate) fn runtime() -> &'static Runtime {
+    RUNTIME.get_or_init(|| {
+        let state = Arc::new(TickerState::default());
+        let ticker = spawn_ticker(engine().clone(), state.clone());
+        Runtime { ticker, state }
     })
 }
 

@@ -1,6 +1,8 @@
 //! A narrow wrapper around wasmtime, and the only place that makes engines
-//! and stores: one engine per backend with its epoch ticker (engine.rs),
-//! compiled components cached on disk (artifacts.rs), and `call`, which runs
+//! and stores: one engine, made in the postmaster or at a backend's first
+//! call, and each backend's epoch ticker (engine.rs); compiled components
+//! cached on disk, which the postmaster maps at start (artifacts.rs); and
+//! `call`, which runs
 //! guest code in a fresh store with a memory limit and a deadline. It knows
 //! nothing of workflows, objects or the catalog: a store's data is generic,
 //! and the host interface (host/) links itself into a `linker()`.
@@ -14,12 +16,18 @@ use wasmtime::{Store, UpdateDeadline};
 
 pub(crate) use wasmtime::component::{Component, Linker};
 
+/// Maps every artifact of the disk cache now, in the postmaster, so that
+/// the backends it forks inherit them (`lambdastore.preload_artifacts`).
+pub(crate) fn preload_artifacts() {
+    artifacts::preload(engine::engine());
+}
+
 /// Compiles `wasm`, validating it, unless the disk cache has the artifact
 /// of these bytes (`sha256`): the same module deployed as another
 /// application, or again after a redeploy (a Python guest takes 13 s to
 /// compile). Compiling cannot be interrupted: the caller bounds its size.
 pub(crate) fn compile_or_cached(sha256: &str, wasm: &[u8]) -> Result<Component> {
-    let engine = &engine::runtime().engine;
+    let engine = engine::engine();
     match artifacts::cached(engine, sha256) {
         Some(component) => Ok(component),
         None => artifacts::compile(engine, wasm),
@@ -29,23 +37,18 @@ pub(crate) fn compile_or_cached(sha256: &str, wasm: &[u8]) -> Result<Component> 
 /// The component whose bytes hash to `sha256`: mapped from the disk cache,
 /// else compiled from `wasm()` and cached.
 pub(crate) fn load(sha256: &str, wasm: impl FnOnce() -> Result<Vec<u8>>) -> Result<Component> {
-    artifacts::load(&engine::runtime().engine, sha256, wasm)
+    artifacts::load(engine::engine(), sha256, wasm)
 }
 
 /// Caches a version's compiled component once it is registered, and
 /// removes this database's artifacts of modules no version uses (`in_use`).
 pub(crate) fn cache_compiled(sha256: &str, component: &Component, in_use: Vec<String>) {
-    artifacts::store_and_retain(
-        &engine::runtime().engine,
-        sha256,
-        component,
-        in_use.into_iter().collect::<HashSet<_>>(),
-    );
+    artifacts::store_and_retain(engine::engine(), sha256, component, in_use.into_iter().collect::<HashSet<_>>());
 }
 
 /// A linker for stores holding `T`, to add the host interface to.
 pub(crate) fn linker<T: 'static>() -> Linker<Sandboxed<T>> {
-    Linker::new(&engine::runtime().engine)
+    Linker::new(engine::engine())
 }
 
 /// What a store holds: the caller's data and the limits wasmtime asks
@@ -94,8 +97,8 @@ pub(crate) fn call<T: 'static, R>(
     keep_going: fn(&T) -> Result<()>,
     f: impl FnOnce(&mut Store<Sandboxed<T>>) -> wasmtime::Result<R>,
 ) -> Result<R> {
-    let rt = engine::runtime();
-    let mut store = Store::new(&rt.engine, Sandboxed { data, limits: Limits { memory_limit, memory_size: 0 } });
+    let ticker = engine::runtime();
+    let mut store = Store::new(engine::engine(), Sandboxed { data, limits: Limits { memory_limit, memory_size: 0 } });
     store.limiter(|state| &mut state.limits);
     // With epoch interruption on, every store needs a deadline: here, every
     // tick, where the callback decides whether to go on.
@@ -104,6 +107,6 @@ pub(crate) fn call<T: 'static, R>(
         keep_going(&ctx.data().data)?;
         Ok(UpdateDeadline::Continue(1))
     });
-    let _running = rt.start();
+    let _running = ticker.start();
     f(&mut store).map_err(from_wasmtime)
 }
