@@ -11,7 +11,11 @@
 #              1 and 8 clients, SECONDS_PER_RUN each
 #   cold       pgbench -C (a new connection per transaction): a bare
 #              `SELECT 1`, then one `get` as a session's first call; the
-#              first call's cost is the difference
+#              first call's cost is the difference. Twice per round, the
+#              server restarted before each: with the artifacts mapped by
+#              the postmaster at start (lambdastore.preload_artifacts, as
+#              for modules deployed before the last restart), and without
+#              (as for those deployed since)
 #   instance   the time to make a call's instance and its linear memory,
 #              from the extension's DEBUG2 line per call
 #
@@ -71,9 +75,14 @@ for _ in $(seq "$ROUNDS"); do
       done
     done
   done
-  for script in bare rs-get py-get; do
-    echo "cold 1 $script $(run -C -c 1 -f "$work/$script.sql")" >>"$work/runs"
+  for preload in on off; do
+    psql "$url" -X -q -c "ALTER SYSTEM SET lambdastore.preload_artifacts = $preload"
+    "$cluster" stop benchpy && "$cluster" start benchpy >/dev/null
+    for script in bare rs-get py-get; do
+      echo "cold-$preload 1 $script $(run -C -c 1 -f "$work/$script.sql")" >>"$work/runs"
+    done
   done
+  psql "$url" -X -q -c "ALTER SYSTEM RESET lambdastore.preload_artifacts"
 done
 
 # Per instance: the extension's DEBUG2 line for each call (host/registry.rs)
@@ -110,12 +119,15 @@ for clients in 1 8; do
   done
 done
 echo
-bare=$(of cold 1 bare 5) rs=$(of cold 1 rs-get 5) py=$(of cold 1 py-get 5)
-echo "| cold (pgbench -C, 1 client), ms | connection + statement | the first call's share |"
-echo "|---|---:|---:|"
-echo "| \`SELECT 1\` | $bare | — |"
-echo "| Rust \`get\` | $rs | $(awk "BEGIN {printf \"%.2f\", $rs - $bare}") |"
-echo "| Python \`get\` | $py | $(awk "BEGIN {printf \"%.2f\", $py - $bare}") |"
+echo "| cold (pgbench -C, 1 client), ms | artifacts mapped by | connection + statement | the first call's share |"
+echo "|---|---|---:|---:|"
+for preload in on off; do
+  by=$([ "$preload" = on ] && echo "the postmaster" || echo "each backend")
+  bare=$(of "cold-$preload" 1 bare 5) rs=$(of "cold-$preload" 1 rs-get 5) py=$(of "cold-$preload" 1 py-get 5)
+  echo "| \`SELECT 1\` | $by | $bare | — |"
+  echo "| Rust \`get\` | $by | $rs | $(awk "BEGIN {printf \"%.2f\", $rs - $bare}") |"
+  echo "| Python \`get\` | $by | $py | $(awk "BEGIN {printf \"%.2f\", $py - $bare}") |"
+done
 echo
 echo "| per instance (a warm \`get\`, 50 calls) | Rust counter | Python counter |"
 echo "|---|---:|---:|"
