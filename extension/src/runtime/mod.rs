@@ -2,10 +2,10 @@
 //! and stores: one engine, made in the postmaster or at a backend's first
 //! call, and each backend's epoch ticker (engine.rs); compiled components
 //! cached on disk, which the postmaster maps at start (artifacts.rs); and
-//! `call`, which runs
-//! guest code in a fresh store with a memory limit and a deadline. It knows
-//! nothing of workflows, objects or the catalog: a store's data is generic,
-//! and the host interface (host/) links itself into a `linker()`.
+//! `call`, which runs guest code in a fresh store with a memory limit and a
+//! deadline. It knows nothing of workflows, objects or the catalog: a
+//! store's data is generic, and the host interface (host/) links itself
+//! into a `linker()`.
 
 mod artifacts;
 mod engine;
