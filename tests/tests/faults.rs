@@ -374,21 +374,52 @@ fn restart() {
     cluster("start");
 }
 
+/// Writes two files the postmaster cannot map into this database's cache,
+/// named as this engine's artifacts are: one not an artifact at all, one
+/// the first half of a real one. Returns their names.
+fn damage_the_cache(c: &mut Client) -> [String; 2] {
+    let data: String = c.query_one("SHOW data_directory", &[]).unwrap().get(0);
+    let database: u32 =
+        c.query_one("SELECT oid FROM pg_database WHERE datname = current_database()", &[]).unwrap().get(0);
+    let dir = std::path::Path::new(&data).join("lambdastore/cache").join(database.to_string());
+    let artifact = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .expect("a deployed module's artifact");
+    let name = artifact.file_name().unwrap().to_string_lossy().into_owned();
+    let suffix = &name[name.find('-').unwrap()..];
+    let bytes = std::fs::read(&artifact).unwrap();
+    let damaged = [format!("{}{suffix}", "0".repeat(32)), format!("{}{suffix}", "1".repeat(32))];
+    std::fs::write(dir.join(&damaged[0]), b"not an artifact").unwrap();
+    std::fs::write(dir.join(&damaged[1]), &bytes[..bytes.len() / 2]).unwrap();
+    damaged
+}
+
 /// The postmaster maps the disk cache's compiled modules at start, and every
 /// backend inherits them with its wasmtime engine (runtime/artifacts.rs):
 /// after a restart, a session's first call says its module came from the
 /// postmaster, and a Python guest's calls still each start from the
 /// snapshot, so the memory reset reads the backend's own page map, not the
-/// postmaster's. With `lambdastore.preload_artifacts` off, the backend maps
-/// the module itself.
+/// postmaster's. Files in the cache that wasmtime refuses are logged and
+/// skipped: the server starts. With `lambdastore.preload_artifacts` off,
+/// the backend maps the module itself.
 #[test]
 #[ignore = "restarts the server: run by scripts/faults.sh"]
 fn after_a_restart_a_session_calls_the_module_the_postmaster_mapped() {
     let (mut c, app) = deployed("faults_preload", "py_sandbox");
     let probe = create(&mut c, &app, "Probe", json!(null));
+    let damaged = damage_the_cache(&mut c);
     drop(c);
 
+    let log_before = std::fs::read_to_string(cluster("log").trim()).unwrap_or_default();
     restart();
+    let log = std::fs::read_to_string(cluster("log").trim()).unwrap_or_default();
+    let new_lines = &log[log_before.len().min(log.len())..];
+    for name in &damaged {
+        let refused = new_lines.lines().any(|l| l.contains("lambdastore: not preloading") && l.contains(name.as_str()));
+        assert!(refused, "no line says {name} was not preloaded:\n{new_lines}");
+    }
     let lines = scribble_in_a_new_session(probe);
     assert!(lines.iter().any(|l| l.ends_with("mapped by the postmaster")), "{lines:?}");
 

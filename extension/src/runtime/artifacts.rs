@@ -166,7 +166,7 @@ pub(crate) fn preload(engine: &Engine) {
             Ok(Ok(component)) => {
                 preloaded.insert(path, component);
             }
-            Ok(Err(e)) => pgrx::log!("lambdastore: not preloading {}: {e}", path.display()),
+            Ok(Err(e)) => pgrx::log!("lambdastore: not preloading {}: {e:#}", path.display()),
             Err(_) => pgrx::log!("lambdastore: not preloading {}: wasmtime panicked", path.display()),
         }
     }

@@ -955,12 +955,14 @@ impl Instance {
                 // that this segment's functions fit the table. A Python
                 // guest's modules fill one table with 5,813 functions at
                 // every instantiation.
-                for (i, func_idx) in positions.zip(elements) {
-                    let func_ref = store
-                        .instance_mut(elements_instance_id)
-                        .get_func_ref(*func_idx);
-                    debug_assert!(func_ref.is_some(), "a segment's function is never null");
-                    let (vm_table, _gc_store) = table.wasmtime_table(store, core::iter::empty());
+                let mut instance = store.instance_mut(elements_instance_id);
+                let func_refs: Vec<_> = elements
+                    .iter()
+                    .map(|func_idx| instance.as_mut().get_func_ref(*func_idx))
+                    .collect();
+                debug_assert!(func_refs.iter().all(Option::is_some), "a segment's function is never null");
+                let (vm_table, _gc_store) = table.wasmtime_table(store, core::iter::empty());
+                for (i, func_ref) in positions.zip(func_refs) {
                     vm_table.set_func(i, func_ref).unwrap();
                 }
             }
