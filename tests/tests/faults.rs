@@ -296,14 +296,18 @@ fn connect_to(database: &str) -> Client {
     config.dbname(database).connect(NoTls).unwrap_or_else(|e| panic!("connect to {database}: {e}"))
 }
 
-/// Puts `lambdastore.database` back and restarts, also when the test fails.
-struct ServeTestDatabase;
+fn restart() {
+    cluster("stop");
+    cluster("start");
+}
 
-impl Drop for ServeTestDatabase {
+/// Puts a server setting back and restarts, also when the test fails.
+struct Restored(&'static str);
+
+impl Drop for Restored {
     fn drop(&mut self) {
-        reconnect().batch_execute("ALTER SYSTEM RESET lambdastore.database").unwrap();
-        cluster("stop");
-        cluster("start");
+        reconnect().batch_execute(&format!("ALTER SYSTEM RESET {}", self.0)).unwrap();
+        restart();
     }
 }
 
@@ -318,7 +322,7 @@ fn workers_wait_quietly_for_a_database_that_does_not_exist_yet() {
     let mut c = reconnect();
     c.batch_execute(&format!("DROP DATABASE IF EXISTS {LATER} WITH (FORCE)")).unwrap();
     c.batch_execute(&format!("ALTER SYSTEM SET lambdastore.database = '{LATER}'")).unwrap();
-    let _reset = ServeTestDatabase;
+    let _reset = Restored("lambdastore.database");
     cluster("stop");
     // As on a fresh cluster: no shared relcache init file yet, so a process
     // connected to no database cannot open pg_database's indexes.
@@ -367,11 +371,6 @@ fn scribble_in_a_new_session(probe: i64) -> Vec<String> {
     }
     let notices = notices.lock().unwrap();
     notices.iter().map(|n| n.message().to_string()).filter(|m| m.starts_with("lambdastore: module")).collect()
-}
-
-fn restart() {
-    cluster("stop");
-    cluster("start");
 }
 
 /// Writes two files the postmaster cannot map into this database's cache,
@@ -423,11 +422,10 @@ fn after_a_restart_a_session_calls_the_module_the_postmaster_mapped() {
     let lines = scribble_in_a_new_session(probe);
     assert!(lines.iter().any(|l| l.ends_with("mapped by the postmaster")), "{lines:?}");
 
+    let _reset = Restored("lambdastore.preload_artifacts");
     connect().batch_execute("ALTER SYSTEM SET lambdastore.preload_artifacts = off").unwrap();
     restart();
     let lines = scribble_in_a_new_session(probe);
-    connect().batch_execute("ALTER SYSTEM RESET lambdastore.preload_artifacts").unwrap();
-    restart();
     assert!(!lines.iter().any(|l| l.ends_with("mapped by the postmaster")), "{lines:?}");
     assert!(lines.iter().any(|l| l.contains(&format!(" of {app} loaded in "))), "{lines:?}");
 }

@@ -157,8 +157,7 @@ pub(crate) fn preload(engine: &Engine) {
         }
         // A damaged file must not keep the server from starting.
         let mapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: as in `cached`.
-            let component = unsafe { Component::deserialize_file(engine, &path) }?;
+            let component = map(engine, &path)?;
             component.initialize_copy_on_write_image()?;
             Ok::<_, wasmtime::Error>(component)
         }));
@@ -185,16 +184,21 @@ pub(crate) fn cached(engine: &Engine, sha256: &str) -> Option<Component> {
     if !path.exists() {
         return None;
     }
-    // SAFETY: the file was written by `store` below from a component this
-    // engine compiled; it lives in the data directory, which is as
-    // trusted as the server's own binaries.
-    match unsafe { Component::deserialize_file(engine, &path) } {
+    match map(engine, &path) {
         Ok(component) => Some(component),
         Err(e) => {
             pgrx::warning!("lambdastore: ignoring unusable cached module {}: {e}", path.display());
             None
         }
     }
+}
+
+/// Maps the artifact at `path` (wasmtime checks that this engine made it).
+fn map(engine: &Engine, path: &std::path::Path) -> wasmtime::Result<Component> {
+    // SAFETY: the cache's files are written by `store` below from
+    // components an engine compiled; they live in the data directory, which
+    // is as trusted as the server's own binaries.
+    unsafe { Component::deserialize_file(engine, path) }
 }
 
 fn store(engine: &Engine, sha256: &str, component: &Component) -> std::io::Result<()> {

@@ -76,8 +76,8 @@ const KEEP_RESIDENT_SCANNED: usize = 4 << 20;
 /// (docs/ARCHITECTURE.md, "The sandbox and its limits").
 const MEMORY_RESERVATION: usize = (4 << 30) - (64 << 10);
 
-pub(crate) struct Runtime {
-    ticker: Thread,
+pub(crate) struct Ticker {
+    thread: Thread,
     state: Arc<TickerState>,
 }
 
@@ -99,7 +99,7 @@ const RUNNING_MASK: u64 = ONE_STARTED - 1;
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
 
-static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+static TICKER: OnceLock<Ticker> = OnceLock::new();
 
 /// The engine every component of this process tree is compiled, mapped and
 /// instantiated with: made here at the first use in this process or
@@ -118,26 +118,26 @@ pub(crate) fn engine() -> &'static Engine {
 }
 
 /// This backend's epoch ticker, started at its first call.
-pub(crate) fn runtime() -> &'static Runtime {
-    RUNTIME.get_or_init(|| {
+pub(crate) fn ticker() -> &'static Ticker {
+    TICKER.get_or_init(|| {
         let state = Arc::new(TickerState::default());
-        let ticker = spawn_ticker(engine().clone(), state.clone());
-        Runtime { ticker, state }
+        let thread = spawn_ticker(engine().clone(), state.clone());
+        Ticker { thread, state }
     })
 }
 
 /// Marks an invocation as running for as long as the guard lives, so that
 /// the ticker advances the epoch.
-pub(crate) struct Running<'a>(&'a Runtime);
+pub(crate) struct Running<'a>(&'a Ticker);
 
-impl Runtime {
+impl Ticker {
     pub(crate) fn start(&self) -> Running<'_> {
         // SeqCst on both sides (increment here then read `parked`; set
         // `parked` there then read `calls`): at least one of the two sees
         // the other, so the ticker never sleeps through a running call.
         self.state.calls.fetch_add(ONE_STARTED | ONE_RUNNING, Ordering::SeqCst);
         if self.state.parked.load(Ordering::SeqCst) {
-            self.ticker.unpark();
+            self.thread.unpark();
         }
         Running(self)
     }

@@ -97,7 +97,7 @@ pub(crate) fn call<T: 'static, R>(
     keep_going: fn(&T) -> Result<()>,
     f: impl FnOnce(&mut Store<Sandboxed<T>>) -> wasmtime::Result<R>,
 ) -> Result<R> {
-    let ticker = engine::runtime();
+    let ticker = engine::ticker();
     let mut store = Store::new(engine::engine(), Sandboxed { data, limits: Limits { memory_limit, memory_size: 0 } });
     store.limiter(|state| &mut state.limits);
     // With epoch interruption on, every store needs a deadline: here, every
