@@ -11,8 +11,8 @@ use core::str;
 use core::sync::atomic::{AtomicU64, Ordering};
 use wasmtime_environ::{
     CompiledFunctionsTable, CompiledModuleInfo, DefinedFuncIndex, EntityRef, FilePos, FuncIndex,
-    FuncKey, FunctionLoc, FunctionName, Metadata, Module, ModuleInternedTypeIndex,
-    StaticModuleIndex, TableSegmentElements, packed_option::ReservedValue,
+    FuncKey, FuncRefIndex, FunctionLoc, FunctionName, Metadata, Module, ModuleInternedTypeIndex,
+    StaticModuleIndex, TableSegmentElements, VMSharedTypeIndex, packed_option::ReservedValue,
 };
 
 /// A compiled wasm module, ready to be instantiated.
@@ -30,6 +30,35 @@ pub struct CompiledModule {
     /// `index` once and read from here afterwards (see `LocMemo`).
     func_locs: LocMemo,
     trampoline_locs: LocMemo,
+    /// (lambdastore) For each of `module.table_initialization.segments`, the
+    /// parts of its functions' `VMFuncRef`s that are the same in every
+    /// instance (see `FuncRefTemplate`); `None` for a segment of expressions.
+    segment_func_refs: Box<[Option<Box<[FuncRefTemplate]>>]>,
+}
+
+/// (lambdastore) What an instance writes into its `VMFuncRef` for a function
+/// an active element segment names, but its `vmctx`: each instance of a
+/// Python guest writes 5,813 of them before it runs. Building them from the
+/// module's `functions` and the location memos, element by element, read
+/// both at random (a cache miss per element); a template is read in order.
+#[derive(Clone, Copy)]
+pub(crate) struct FuncRefTemplate {
+    /// The function, for one this template cannot describe: an imported
+    /// function, whose reference is the import's.
+    pub index: FuncIndex,
+    /// Where its `VMFuncRef` is in the instance's `vmctx`.
+    pub func_ref: FuncRefIndex,
+    pub type_index: VMSharedTypeIndex,
+    /// Offsets in the text section; `array_call` is `u32::MAX` where the
+    /// template does not apply.
+    pub array_call: u32,
+    pub wasm_call: u32,
+}
+
+impl FuncRefTemplate {
+    pub(crate) fn is_defined(&self) -> bool {
+        self.array_call != u32::MAX
+    }
 }
 
 /// (lambdastore) One `FunctionLoc` per defined function, filled in as they
@@ -110,33 +139,59 @@ impl CompiledModule {
             func_names: info.func_names,
             func_locs: LocMemo::new(defined_funcs),
             trampoline_locs: LocMemo::new(defined_funcs),
+            segment_func_refs: Box::default(),
         };
         ret.register_profiling(profiler)?;
-        ret.look_up_segment_functions();
+        ret.segment_func_refs = ret.segment_func_ref_templates();
 
         Ok(ret)
     }
 
-    /// (lambdastore) Fills the location memos for every function the
-    /// module's element segments name: the lookups the first instance would
-    /// make, made while the module is loaded instead. A module loaded in a
+    /// (lambdastore) The `FuncRefTemplate`s of the module's active element
+    /// segments, made while the module is loaded: a module loaded in a
     /// process that then forks (the extension maps its artifacts in the
-    /// postmaster) so leaves none of them to each child, whose first
+    /// postmaster) so leaves none of the lookups to each child, whose first
     /// instance of a Python guest made 11,626 of them.
-    fn look_up_segment_functions(&self) {
-        for segment in &self.module.table_initialization.segments {
-            let TableSegmentElements::Functions(funcs) = &segment.elements else {
-                continue;
-            };
-            let defined = funcs
-                .iter()
-                .filter(|func| !func.is_reserved_value())
-                .filter_map(|func| self.module.defined_func_index(*func));
-            for def_func_index in defined {
-                self.finished_function(def_func_index);
-                self.array_to_wasm_trampoline(def_func_index);
+    fn segment_func_ref_templates(&self) -> Box<[Option<Box<[FuncRefTemplate]>>]> {
+        let text = self.text().as_ptr_range();
+        let offset = |code: &[u8]| u32::try_from(code.as_ptr() as usize - text.start as usize).unwrap();
+        let template = |index: FuncIndex| {
+            let func = &self.module.functions[index];
+            let defined = self.module.defined_func_index(index).and_then(|def_index| {
+                let type_index = func.signature.as_engine_type_index()?;
+                let array_call = self.array_to_wasm_trampoline(def_index)?;
+                let wasm_call = self.finished_function(def_index);
+                Some((type_index, offset(array_call), offset(wasm_call)))
+            });
+            let (type_index, array_call, wasm_call) =
+                defined.unwrap_or((VMSharedTypeIndex::default(), u32::MAX, 0));
+            FuncRefTemplate {
+                index,
+                func_ref: func.func_ref,
+                type_index,
+                array_call,
+                wasm_call,
             }
-        }
+        };
+        self.module
+            .table_initialization
+            .segments
+            .iter()
+            .map(|segment| match &segment.elements {
+                TableSegmentElements::Functions(funcs)
+                    if funcs.iter().all(|func| !func.is_reserved_value()) =>
+                {
+                    Some(funcs.iter().map(|func| template(*func)).collect())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// (lambdastore) The `FuncRefTemplate`s of the active element segment
+    /// `segment`, if it names functions.
+    pub(crate) fn segment_func_refs(&self, segment: usize) -> Option<&[FuncRefTemplate]> {
+        self.segment_func_refs.get(segment)?.as_deref()
     }
 
     fn register_profiling(&mut self, profiler: &dyn ProfilingAgent) -> Result<()> {

@@ -3,6 +3,8 @@
 //! `InstanceHandle` is a reference-counting handle for an `Instance`.
 
 use crate::OpaqueRootScope;
+use crate::instantiate::FuncRefTemplate;
+use crate::vm::{VMArrayCallFunction, VMWasmCallFunction};
 use crate::prelude::*;
 use crate::runtime::vm::const_expr::{ConstEvalContext, ConstExprEvaluator};
 use crate::runtime::vm::export::Export;
@@ -346,7 +348,8 @@ impl Instance {
         self.runtime_info.env_module()
     }
 
-    #[cfg(feature = "gc")]
+    /// (lambdastore) Not only with the `gc` feature: table initialization
+    /// reads the module's `FuncRefTemplate`s from here.
     pub(crate) fn runtime_module(&self) -> Option<&crate::Module> {
         match &self.runtime_info {
             ModuleRuntimeInfo::Module(m) => Some(m),
@@ -839,6 +842,50 @@ impl Instance {
         Some(func_ref)
     }
 
+    /// (lambdastore) The `VMFuncRef` of `template`'s function, written into
+    /// this instance's `vmctx` from the template as `get_func_ref` would
+    /// from the module, which reads its tables at random. `text` is the
+    /// start of this module's text section.
+    pub(crate) fn func_ref_from_template(
+        self: Pin<&mut Self>,
+        text: NonNull<u8>,
+        template: &FuncRefTemplate,
+    ) -> Option<NonNull<VMFuncRef>> {
+        if !template.is_defined() {
+            return self.get_func_ref(template.index);
+        }
+        // SAFETY: the offset calculated here should be correct with
+        // `self.offsets`, as in `get_func_ref`.
+        let func_ref = unsafe {
+            self.vmctx_plus_offset_raw::<VMFuncRef>(self.offsets().vmctx_func_ref(template.func_ref))
+        };
+        // SAFETY: the template's offsets were taken from this module's text
+        // section when it was loaded.
+        let (array_call, wasm_call) = unsafe {
+            (
+                text.add(template.array_call as usize).cast::<VMArrayCallFunction>(),
+                text.add(template.wasm_call as usize).cast::<VMWasmCallFunction>(),
+            )
+        };
+        let value = VMFuncRef {
+            array_call: array_call.into(),
+            wasm_call: Some(wasm_call.into()),
+            vmctx: VMOpaqueContext::from_vmcontext(self.vmctx()).into(),
+            type_index: template.type_index,
+        };
+        // SAFETY: `func_ref` is within our `VMContext` area.
+        unsafe {
+            ptr::write(func_ref.as_ptr(), value);
+        }
+        Some(func_ref)
+    }
+
+    /// (lambdastore) The start of this instance's module's text section.
+    pub(crate) fn text_start(&self) -> Option<NonNull<u8>> {
+        let module = self.runtime_module()?;
+        NonNull::new(module.compiled_module().text().as_ptr().cast_mut())
+    }
+
     /// Get the passive elements segment at the given index.
     ///
     /// Returns an empty segment if the index is out of bounds or if the segment
@@ -903,6 +950,7 @@ impl Instance {
             &mut const_evaluator,
             table_index,
             elements,
+            None,
             dst,
             src,
             len,
@@ -917,6 +965,7 @@ impl Instance {
         const_evaluator: &mut ConstExprEvaluator,
         table_index: TableIndex,
         elements: &TableSegmentElements,
+        templates: Option<&[FuncRefTemplate]>,
         dst: u64,
         src: u64,
         len: u64,
@@ -955,11 +1004,19 @@ impl Instance {
                 // that this segment's functions fit the table. A Python
                 // guest's modules fill one table with 5,813 functions at
                 // every instantiation.
+                // With the segment's templates (an active segment, at
+                // instantiation), the references are written from them.
                 let mut instance = store.instance_mut(elements_instance_id);
-                let func_refs: Vec<_> = elements
-                    .iter()
-                    .map(|func_idx| instance.as_mut().get_func_ref(*func_idx))
-                    .collect();
+                let func_refs: Vec<_> = match (templates, instance.text_start()) {
+                    (Some(templates), Some(text)) => templates[src..][..len]
+                        .iter()
+                        .map(|template| instance.as_mut().func_ref_from_template(text, template))
+                        .collect(),
+                    _ => elements
+                        .iter()
+                        .map(|func_idx| instance.as_mut().get_func_ref(*func_idx))
+                        .collect(),
+                };
                 debug_assert!(func_refs.iter().all(Option::is_some), "a segment's function is never null");
                 let (vm_table, _gc_store) = table.wasmtime_table(store, core::iter::empty());
                 for (i, func_ref) in positions.zip(func_refs) {

@@ -554,7 +554,12 @@ async fn initialize_tables(
     // incorporated. So we have a unified handler here that
     // iterates over all segments (Segments mode) or leftover
     // segments (FuncTable mode) to initialize.
-    for segment in module.table_initialization.segments.iter() {
+    // (lambdastore) The module's `FuncRefTemplate`s, held apart from the store.
+    let runtime_module = store.instance(context.instance).runtime_module().cloned();
+    for (i, segment) in module.table_initialization.segments.iter().enumerate() {
+        let templates = runtime_module
+            .as_ref()
+            .and_then(|m| m.compiled_module().segment_func_refs(i));
         let start = const_evaluator
             .eval_int(&mut store, context, &segment.offset)
             .expect("const expression should be valid");
@@ -569,6 +574,7 @@ async fn initialize_tables(
             const_evaluator,
             segment.table_index,
             &segment.elements,
+            templates,
             start,
             0,
             segment.elements.len(),
