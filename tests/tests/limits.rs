@@ -269,8 +269,12 @@ fn a_python_lambda_is_held_to_the_limits_of_a_rust_one() {
     let now: f64 = c.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).unwrap().get(0);
     let clock = call(&mut c, python, "clock", json!({})).as_f64().unwrap();
     assert!((clock - now).abs() < 5.0, "the host's clock: {clock} against {now}");
-    let draws: Vec<_> = (0..3).map(|_| call(&mut c, python, "draw", json!({}))).collect();
-    assert!(draws[0] != draws[1] && draws[1] != draws[2], "a new seed for each call: {draws:?}");
+    for function in ["draw", "draw_imported"] {
+        let draws: Vec<_> = (0..3).map(|_| call(&mut c, python, function, json!({}))).collect();
+        assert!(draws[0] != draws[1] && draws[1] != draws[2], "{function}: a new seed for each call: {draws:?}");
+    }
+    let seeded = call(&mut c, python, "draw_seeded", json!({"seed": 42}));
+    assert_eq!(call(&mut c, python, "draw_seeded", json!({"seed": 42})), seeded, "a seed the lambda sets holds");
     assert_serves_calls(&mut c, rust);
 }
 

@@ -70,6 +70,9 @@ class App:
             from . import wit
         except ImportError:
             wit = None
+        else:
+            wit.use_the_host()
+            wit.warm_up(self)
 
         class WitWorld:
             def describe(self):

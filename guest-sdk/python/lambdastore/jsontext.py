@@ -63,10 +63,24 @@ def _default(value):
 def dumps(value) -> str:
     """Compact JSON of `value`; `NotJson` for NaN or infinities, `TypeError`
     for what JSON has no form for."""
+    # A scalar (most results and many values) is written here: the encoder
+    # below is pure Python, made anew for each value, and a call runs in
+    # the interpreter's snapshot, where nothing of it is warm.
+    kind = type(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is str:
+        return json.encoder.encode_basestring(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is float:
+        return float_text(value)
     # The pure-Python encoder is the one that takes a float formatter; its
     # signature has been stable since Python 2.7.
     iterencode = json.encoder._make_iterencode(
-        {}, _default, json.encoder.py_encode_basestring, None, float_text, ":", ",", False, False, True
+        {}, _default, json.encoder.encode_basestring, None, float_text, ":", ",", False, False, True
     )
     return "".join(iterencode(value, 0))
 
@@ -75,9 +89,17 @@ def _reject_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder for every value: `json.loads` with an argument makes a new
+# decoder (and its scanner) each time.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def loads(text):
-    """The value of JSON `text` (NaN and Infinity refused, as serde_json does)."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """The value of JSON `text`, a `str` or UTF-8 bytes (NaN and Infinity
+    refused, as serde_json does)."""
+    if not isinstance(text, str):
+        text = bytes(text).decode("utf-8", "surrogatepass")
+    return _DECODER.decode(text)
 
 
 def describe_value(value) -> str:

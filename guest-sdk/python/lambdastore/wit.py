@@ -11,6 +11,9 @@ from componentize_py_types import Err
 from wit_world.imports import host, later, types
 
 from . import errors
+from . import host as sdk_host
+from .failures import run_function
+from .jsontext import dumps, loads
 
 _TO_WIT_ERROR = {
     errors.ApplicationError: types.CallError_Application,
@@ -136,7 +139,11 @@ def dispatch(app, kind, type_name, function, object_id, args) -> str:
     """The `dispatch` export of `app`: a failure is raised as `Err(call-error)`,
     which componentize-py returns as the WIT result's error."""
     if sys.platform == "wasi":  # in a component (not in the bindings' tests)
-        _use_the_host()
+        # The generator itself, not its module's functions: a name bound
+        # with `from random import ...` before the snapshot draws from it
+        # too. Seeded from the host, whose numbers are the workflow's, or
+        # every call would draw the numbers of the snapshot.
+        random.seed(host.random_u64())
     try:
         return app.dispatch(_KIND_NAMES[kind], type_name, function, object_id, args)
     except errors.CallError as e:
@@ -178,16 +185,53 @@ def _now_ns():
     return host.now_micros() * 1000
 
 
-def _use_the_host():
-    """Points what the standard library would ask WASI for at the host, for
-    this call: the component's WASI imports are stubs that trap, and the
-    host's clock and random numbers are the workflow's, which a run replayed
-    on another node of a Citus cluster draws again. `print` writes to the
+def use_the_host():
+    """Points what the standard library would ask WASI for at the host. Run
+    once, while componentize-py takes the interpreter's snapshot, so every
+    call starts with it in place: the component's WASI imports are stubs
+    that trap, and the host's clock is the workflow's, which a run replayed
+    on another node of a Citus cluster reads again. `print` writes to the
     lambda log; `time.time()` and the monotonic clocks read the host's
-    clock; `random` is seeded from the host (or every call would draw the
-    numbers of the interpreter snapshot taken at build time)."""
+    clock; the SDK's host is the WIT imports. (`random` is seeded at each
+    call's start: `dispatch`.)"""
+    if sys.platform != "wasi":  # the bindings' tests: the process's own streams and clocks
+        return
+    sdk_host.install(WitHost())
     sys.stdout = _LogStream("info")
     sys.stderr = _LogStream("warning")
     time.time = time.monotonic = time.perf_counter = _now
     time.time_ns = time.monotonic_ns = time.perf_counter_ns = _now_ns
-    random.seed(host.random_u64())
+
+
+def warm_up(app):
+    """Runs the SDK's own side of a call a few times (not the application's
+    functions, which could change what the snapshot holds) while the
+    snapshot is taken. CPython rewrites a function's bytecode for the types
+    it meets and caches lookups as it runs; every call starts from the
+    snapshot, so what is cold there is cold at every call, and warming it
+    at every call wrote pages the host copies back after it. Best effort:
+    whatever fails here fails the same way in a call, and must not fail the
+    build."""
+    samples = [0, "", None, True, 1.5, [1, "a"], {"k": [None]}]
+    values = [v for spec in app.types for v in vars(spec.cls).values() if hasattr(v, "_schema")]
+    functions = [(spec, f) for spec in app.types for f in spec.functions]
+    for _ in range(8):
+        for kind in list(_KIND_NAMES):
+            _KIND_NAMES[types.FunctionKind(kind.value)]  # as the bindings lift `dispatch`'s kind
+        for value in samples:
+            loads(dumps(value))
+            loads(dumps(value).encode())
+        for spec, f in functions:
+            spec.function(f.name)
+            for args in ("{}", "null"):
+                _attempt(f.decode_args, args)
+        for field in values:
+            _attempt(lambda: field._decode_value(field._encode_value(field._schema.default())))
+        run_function(lambda: None)
+
+
+def _attempt(f, *args):
+    try:
+        f(*args)
+    except Exception:  # noqa: BLE001 -- see warm_up
+        pass

@@ -2,6 +2,7 @@
 bindings, with the host imports replaced by the mock's: what runs inside
 the component, minus the component."""
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -146,3 +147,32 @@ def test_lambdas_run_through_the_wit_imports(through_wit):
     assert mock.invoke(a, "fan", [[a, 99]]) == [[a, "Ok"], [99, "Err"]]
     with pytest.raises(lambdastore.ApplicationError, match="no"):
         mock.invoke(a, "fail")
+
+
+class _Recorder:
+    """A host that only records what was asked of it."""
+
+    def __init__(self):
+        self.asked = []
+
+    def __getattr__(self, name):
+        return lambda *args: self.asked.append(name)
+
+
+@pytest.mark.parametrize("example", ["counter", "forum", "wallet", "sandbox"])
+def test_the_warm_up_before_the_snapshot_runs_no_application_function(wit, example):
+    # Building a component imports the app, whose `app.wit_world()` warms
+    # the SDK's side of a call up (wit.warm_up) for the snapshot: that must
+    # not run a lambda, which would ask the host, nor fail.
+    recorder = _Recorder()
+    previous = host_module.install(recorder)
+    try:
+        path = Path(__file__).resolve().parents[1] / "examples" / example / "app.py"
+        name = f"warmed_{example}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    finally:
+        host_module.install(previous)
+        sys.modules.pop(name, None)
+    assert recorder.asked == []

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 import time
+from random import getrandbits  # bound before the snapshot is taken
+
 
 from lambdastore import App, Cell, LambdaError, lambda_object, readonly
 
@@ -71,6 +73,15 @@ class Probe:
     @readonly
     def draw(self) -> int:
         return random.getrandbits(63)
+
+    @readonly
+    def draw_imported(self) -> int:
+        return getrandbits(63)
+
+    @readonly
+    def draw_seeded(self, seed: int) -> list:
+        random.seed(seed)
+        return [getrandbits(63), random.getrandbits(63)]
 
     @readonly
     def scribble(self) -> int:
