@@ -10,7 +10,8 @@ use alloc::sync::Arc;
 use core::str;
 use core::sync::atomic::{AtomicU64, Ordering};
 use wasmtime_environ::{
-    CompiledFunctionsTable, CompiledModuleInfo, DefinedFuncIndex, EntityRef, FilePos, FuncIndex,
+    CompiledFunctionsTable, CompiledModuleInfo, DefinedFuncIndex, EntityIndex, EntityRef, FilePos,
+    FuncIndex,
     FuncKey, FuncRefIndex, FunctionLoc, FunctionName, Metadata, Module, ModuleInternedTypeIndex,
     StaticModuleIndex, TableSegmentElements, VMSharedTypeIndex, packed_option::ReservedValue,
 };
@@ -143,6 +144,7 @@ impl CompiledModule {
         };
         ret.register_profiling(profiler)?;
         ret.segment_func_refs = ret.segment_func_ref_templates();
+        ret.look_up_exported_functions();
 
         Ok(ret)
     }
@@ -186,6 +188,24 @@ impl CompiledModule {
                 _ => None,
             })
             .collect()
+    }
+
+    /// (lambdastore) Fills the location memos of the module's exported
+    /// functions: an instance's exports are the next instances' imports
+    /// (38 modules of a Python guest import some 1,400 functions from one
+    /// another), and a memo filled in a forked child writes a page it shares
+    /// with its parent, a copy-on-write fault each (47 in a backend's first
+    /// Python call, before this).
+    fn look_up_exported_functions(&self) {
+        for export in self.module.exports.values() {
+            let EntityIndex::Function(index) = export else {
+                continue;
+            };
+            if let Some(def_index) = self.module.defined_func_index(*index) {
+                self.finished_function(def_index);
+                self.array_to_wasm_trampoline(def_index);
+            }
+        }
     }
 
     /// (lambdastore) The `FuncRefTemplate`s of the active element segment
