@@ -629,6 +629,13 @@ impl Instance {
     }
 }
 
+/// (lambdastore) An import made straight from the instance that defines it
+/// (`vm::Instance::defined_import`).
+pub(crate) enum DefinedImport {
+    Function(VMFunctionImport),
+    Global(VMGlobalImport),
+}
+
 pub(crate) struct OwnedImports {
     functions: PrimaryMap<FuncIndex, VMFunctionImport>,
     tables: PrimaryMap<TableIndex, VMTableImport>,
@@ -698,6 +705,19 @@ impl OwnedImports {
     /// Note that this is unsafe as the validity of `item` is not verified and
     /// it contains a bunch of raw pointers.
     #[cfg(feature = "component-model")]
+    /// (lambdastore) Pushes an import made from the instance defining it.
+    #[cfg(feature = "component-model")]
+    pub(crate) fn push_defined(&mut self, import: DefinedImport) {
+        match import {
+            DefinedImport::Function(import) => {
+                self.functions.push(import);
+            }
+            DefinedImport::Global(import) => {
+                self.globals.push(import);
+            }
+        }
+    }
+
     pub(crate) fn push_export(&mut self, store: &StoreOpaque, item: &crate::runtime::vm::Export) {
         match item {
             crate::runtime::vm::Export::Function(f) => {

@@ -3,6 +3,7 @@
 //! `InstanceHandle` is a reference-counting handle for an `Instance`.
 
 use crate::OpaqueRootScope;
+use crate::instance::DefinedImport;
 use crate::instantiate::FuncRefTemplate;
 use crate::vm::{VMArrayCallFunction, VMWasmCallFunction};
 use crate::prelude::*;
@@ -878,6 +879,35 @@ impl Instance {
             ptr::write(func_ref.as_ptr(), value);
         }
         Some(func_ref)
+    }
+
+    /// (lambdastore) The import of this instance's function or global
+    /// `index`, if its module defines it: what an importer would copy from
+    /// the `VMFuncRef` `get_func_ref` writes here, or from the `Global` that
+    /// `get_exported_global` makes, made without them.
+    pub(crate) fn defined_import(&self, index: EntityIndex) -> Option<DefinedImport> {
+        self.runtime_module()?;
+        let vmctx = VMOpaqueContext::from_vmcontext(self.vmctx()).into();
+        match index {
+            EntityIndex::Function(index) => {
+                let def_index = self.env_module().defined_func_index(index)?;
+                let array_call = self.runtime_info.array_to_wasm_trampoline(def_index)?;
+                Some(DefinedImport::Function(VMFunctionImport {
+                    wasm_call: self.runtime_info.function(def_index).into(),
+                    array_call: array_call.into(),
+                    vmctx,
+                }))
+            }
+            EntityIndex::Global(index) => {
+                let def_index = self.env_module().defined_global_index(index)?;
+                Some(DefinedImport::Global(VMGlobalImport {
+                    from: self.global_ptr(def_index).into(),
+                    vmctx: Some(vmctx),
+                    kind: VMGlobalKind::Instance(def_index),
+                }))
+            }
+            _ => None,
+        }
     }
 
     /// (lambdastore) The start of this instance's module's text section.
