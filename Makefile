@@ -4,7 +4,7 @@
 LAMBDAS      := counter counter_v2 bank forum micro retwis
 # Python examples (guest-sdk/python/examples), built to target/lambdas/py_<name>.wasm
 # by componentize-py from the virtualenv scripts/setup.sh makes.
-PY_LAMBDAS   := counter sandbox forum wallet
+PY_LAMBDAS   := counter sandbox forum wallet draws
 PYTHON_VENV  := target/python
 PY_SDK       := $(wildcard guest-sdk/python/lambdastore/*.py) guest-sdk/python/build.sh guest-sdk/wit/lambda.wit
 WASM_TARGET  := wasm32-unknown-unknown

@@ -70,11 +70,19 @@ class App:
             from . import wit
         except ImportError:
             wit = None
-        else:
-            wit.use_the_host()
-            wit.warm_up(self)
 
         class WitWorld:
+            prepared = False
+
+            def __init__(self):
+                # componentize-py makes the world's instances while it
+                # initializes the component, after the application's modules
+                # have run and right before the snapshot is taken: what is
+                # set up here is in place at every call.
+                if wit is not None and not WitWorld.prepared:
+                    WitWorld.prepared = True
+                    wit.prepare_snapshot(app)
+
             def describe(self):
                 return wit.describe(app)
 

@@ -2,6 +2,7 @@
 from an application. Importable only where componentize-py's `wit_world`
 bindings are: inside a component, and while it builds one."""
 
+import gc
 import io
 import random
 import sys
@@ -13,6 +14,7 @@ from wit_world.imports import host, later, types
 from . import errors
 from . import host as sdk_host
 from .failures import run_function
+from .fields import Field
 from .jsontext import dumps, loads
 
 _TO_WIT_ERROR = {
@@ -138,11 +140,7 @@ def describe(app) -> "types.AppDesc":
 def dispatch(app, kind, type_name, function, object_id, args) -> str:
     """The `dispatch` export of `app`: a failure is raised as `Err(call-error)`,
     which componentize-py returns as the WIT result's error."""
-    if sys.platform == "wasi":  # in a component (not in the bindings' tests)
-        # The generator itself, not its module's functions: a name bound
-        # with `from random import ...` before the snapshot draws from it
-        # too. Seeded from the host, whose numbers are the workflow's, or
-        # every call would draw the numbers of the snapshot.
+    if _seed_each_call and sys.platform == "wasi":  # not in the bindings' tests
         random.seed(host.random_u64())
     try:
         return app.dispatch(_KIND_NAMES[kind], type_name, function, object_id, args)
@@ -185,15 +183,27 @@ def _now_ns():
     return host.now_micros() * 1000
 
 
+# Whether `dispatch` seeds `random`'s generator (see `_seed_at_first_draw`).
+_seed_each_call = True
+
+
+def prepare_snapshot(app):
+    """Everything a call needs that never changes, set up once, while the
+    snapshot is taken (`App.wit_world()`'s `WitWorld.__init__`)."""
+    global _seed_each_call
+    use_the_host()
+    warm_up(app)
+    if sys.platform == "wasi":
+        _seed_each_call = not _seed_at_first_draw()
+
+
 def use_the_host():
-    """Points what the standard library would ask WASI for at the host. Run
-    once, while componentize-py takes the interpreter's snapshot, so every
-    call starts with it in place: the component's WASI imports are stubs
+    """Points what the standard library would ask WASI for at the host, so
+    every call starts with it in place: the component's WASI imports are stubs
     that trap, and the host's clock is the workflow's, which a run replayed
     on another node of a Citus cluster reads again. `print` writes to the
     lambda log; `time.time()` and the monotonic clocks read the host's
-    clock; the SDK's host is the WIT imports. (`random` is seeded at each
-    call's start: `dispatch`.)"""
+    clock; the SDK's host is the WIT imports."""
     if sys.platform != "wasi":  # the bindings' tests: the process's own streams and clocks
         return
     sdk_host.install(WitHost())
@@ -213,7 +223,9 @@ def warm_up(app):
     whatever fails here fails the same way in a call, and must not fail the
     build."""
     samples = [0, "", None, True, 1.5, [1, "a"], {"k": [None]}]
-    values = [v for spec in app.types for v in vars(spec.cls).values() if hasattr(v, "_schema")]
+    values = [
+        v for spec in app.types for v in vars(spec.cls).values() if isinstance(v, Field) and hasattr(v, "_schema")
+    ]
     functions = [(spec, f) for spec in app.types for f in spec.functions]
     for _ in range(8):
         for kind in list(_KIND_NAMES):
@@ -235,3 +247,65 @@ def _attempt(f, *args):
         f(*args)
     except Exception:  # noqa: BLE001 -- see warm_up
         pass
+
+
+def _seed_at_first_draw():
+    """Makes `random`'s module functions (bound methods of its hidden
+    generator) seed the generator from the host at their first use in a
+    call, so a call that draws nothing does not pay the seeding (about 10 µs
+    in the interpreter); the flag is in the snapshot's memory, down again at
+    every call's start. Only where nothing but the `random` module holds the
+    generator or those methods: a name bound with `from random import ...`
+    would bypass the wrappers and draw the snapshot's numbers at every call,
+    so then `dispatch` seeds the generator itself at every call (False)."""
+    generator, methods, namespace = _random_functions()
+    if held_elsewhere(generator, methods, namespace):
+        return False
+    _seeding_wrappers(generator, methods, namespace)
+    return True
+
+
+def _random_functions():
+    """`random`'s hidden generator, its module functions by name, and the
+    module's namespace."""
+    generator = random._inst
+    namespace = vars(random)
+    methods = {}
+    for name, value in namespace.items():
+        if getattr(value, "__self__", None) is generator:
+            methods[name] = value
+    return generator, methods, namespace
+
+
+def _seeding_wrappers(generator, methods, namespace):
+    # Apart from `_seed_at_first_draw`: the closures' cells refer to the
+    # generator, which `held_elsewhere` would count.
+    seeded = [False]
+
+    def seeding_first(method):
+        def draw(*args, **kwargs):
+            if not seeded[0]:
+                seeded[0] = True
+                generator.seed(host.random_u64())
+                namespace.update(methods)  # the rest of the call goes straight to the generator
+            return method(*args, **kwargs)
+
+        return draw
+
+    for name, method in methods.items():
+        namespace[name] = seeding_first(method)
+
+
+def held_elsewhere(generator, methods, namespace) -> bool:
+    """Whether any object but `namespace` (and the methods themselves) refers
+    to `generator` or one of `methods`, as far as the garbage collector can
+    see: a module's global, a class attribute, a closure, a default. Errs
+    towards True (a temporary reference counts too)."""
+    targets = [generator]
+    targets.extend(methods.values())
+    own = {id(namespace), id(methods), id(targets)}
+    own.update(id(m) for m in methods.values())
+    for referrer in gc.get_referrers(*targets):
+        if id(referrer) not in own:
+            return True
+    return False

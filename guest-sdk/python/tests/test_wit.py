@@ -3,6 +3,7 @@ bindings, with the host imports replaced by the mock's: what runs inside
 the component, minus the component."""
 
 import importlib.util
+import random
 import shutil
 import subprocess
 import sys
@@ -172,7 +173,38 @@ def test_the_warm_up_before_the_snapshot_runs_no_application_function(wit, examp
         spec = importlib.util.spec_from_file_location(name, path)
         sys.modules[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[name])
+        sys.modules[name].WitWorld()  # as componentize-py does before the snapshot
     finally:
         host_module.install(previous)
         sys.modules.pop(name, None)
     assert recorder.asked == []
+
+
+def _a_generator():
+    # Made here, so that only what the test builds refers to it.
+    generator = random.Random(7)
+    namespace = {"random": generator.random, "seed": generator.seed, "_inst": generator}
+    methods = {name: value for name, value in namespace.items() if name != "_inst"}
+    return generator, methods, namespace
+
+
+def test_random_is_seeded_at_the_first_draw_only_where_nothing_else_holds_its_functions(wit):
+    # A name bound from `random` before the snapshot would bypass the
+    # seeding wrappers: then the generator is seeded at every call.
+    generator, methods, namespace = _a_generator()
+    assert not wit.held_elsewhere(generator, methods, namespace)
+    module_global = {"draw": methods["random"]}
+    assert wit.held_elsewhere(generator, methods, namespace)
+    del module_global
+    generator, methods, namespace = _a_generator()
+
+    def bind(draw):
+        return lambda: draw()
+
+    closure = bind(methods["seed"])
+    assert wit.held_elsewhere(generator, methods, namespace)
+    del closure
+    generator, methods, namespace = _a_generator()
+    holder = [generator]
+    assert wit.held_elsewhere(generator, methods, namespace)
+    del holder

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import random
 import time
-from random import getrandbits  # bound before the snapshot is taken
-
 
 from lambdastore import App, Cell, LambdaError, lambda_object, readonly
 
@@ -75,13 +73,9 @@ class Probe:
         return random.getrandbits(63)
 
     @readonly
-    def draw_imported(self) -> int:
-        return getrandbits(63)
-
-    @readonly
     def draw_seeded(self, seed: int) -> list:
         random.seed(seed)
-        return [getrandbits(63), random.getrandbits(63)]
+        return [random.getrandbits(63), random.random()]
 
     @readonly
     def scribble(self) -> int:
