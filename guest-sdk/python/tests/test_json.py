@@ -24,6 +24,13 @@ def test_compact_and_unescaped_like_serde_json():
     assert dumps(value) == '{"b":[1,2.5,null,true],"a":"é \\"q\\" \\\\ \\n \\u0001 /","t":[1,2],"raw":[0,255]}'
 
 
+def test_a_scalar_alone_is_written_as_inside_a_container():
+    # `dumps` writes a lone scalar itself, without the encoder.
+    for value in [0, -7, 1 << 70, "é \"q\" \\ \n \x01 /", None, True, False, 2.5, 1e16]:
+        assert dumps(value) == dumps([value])[1:-1]
+    assert loads(dumps("é \x01").encode()) == "é \x01"
+
+
 def test_non_finite_floats_are_not_json():
     for value in (float("nan"), float("inf"), [float("-inf")]):
         with pytest.raises(NotJson):

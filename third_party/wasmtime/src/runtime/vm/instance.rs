@@ -760,13 +760,12 @@ impl Instance {
         into: *mut VMFuncRef,
     ) {
         let func_ref = if let Some(def_index) = self.env_module().defined_func_index(index) {
+            let (array_call, wasm_call) = self
+                .defined_func_calls(def_index)
+                .expect("should have array-to-Wasm trampoline for escaping function");
             VMFuncRef {
-                array_call: self
-                    .runtime_info
-                    .array_to_wasm_trampoline(def_index)
-                    .expect("should have array-to-Wasm trampoline for escaping function")
-                    .into(),
-                wasm_call: Some(self.runtime_info.function(def_index).into()),
+                array_call: array_call.into(),
+                wasm_call: Some(wasm_call.into()),
                 vmctx: VMOpaqueContext::from_vmcontext(self.vmctx()).into(),
                 type_index,
             }
@@ -881,6 +880,18 @@ impl Instance {
         Some(func_ref)
     }
 
+    /// (lambdastore) Where a function this module defines is called from the
+    /// host (its array-to-Wasm trampoline) and from Wasm (its body): what
+    /// its `VMFuncRef` and an import of it hold. `None` if it does not
+    /// escape (no trampoline).
+    fn defined_func_calls(
+        &self,
+        def_index: wasmtime_environ::DefinedFuncIndex,
+    ) -> Option<(NonNull<VMArrayCallFunction>, NonNull<VMWasmCallFunction>)> {
+        let array_call = self.runtime_info.array_to_wasm_trampoline(def_index)?;
+        Some((array_call, self.runtime_info.function(def_index)))
+    }
+
     /// (lambdastore) The import of this instance's function or global
     /// `index`, if its module defines it: what an importer would copy from
     /// the `VMFuncRef` `get_func_ref` writes here, or from the `Global` that
@@ -891,9 +902,9 @@ impl Instance {
         match index {
             EntityIndex::Function(index) => {
                 let def_index = self.env_module().defined_func_index(index)?;
-                let array_call = self.runtime_info.array_to_wasm_trampoline(def_index)?;
+                let (array_call, wasm_call) = self.defined_func_calls(def_index)?;
                 Some(DefinedImport::Function(VMFunctionImport {
-                    wasm_call: self.runtime_info.function(def_index).into(),
+                    wasm_call: wasm_call.into(),
                     array_call: array_call.into(),
                     vmctx,
                 }))
