@@ -15,6 +15,7 @@ pub(crate) mod objects;
 mod probe;
 
 use crate::error::{LambdaError, Result};
+use crate::pg;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{PgBuiltInOids, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiTupleTable};
@@ -374,7 +375,8 @@ pub(crate) fn query_chunks(
     Spi::connect(|client| {
         let (key, text, plan) = take_plan(client, sql, Target::At(place), types)?;
         let mut fetch_all = || -> pgrx::spi::Result<Result<()>> {
-            let mut cursor = client.try_open_cursor(&*plan, args)?;
+            // An index range scan whatever the bounds and limit.
+            let mut cursor = pg::settings::with_generic_plans(|| client.try_open_cursor(&*plan, args))?;
             loop {
                 let rows = cursor.fetch(chunk)?;
                 if rows.is_empty() {

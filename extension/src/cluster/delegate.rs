@@ -60,8 +60,17 @@ fn instead_of(function: pg_sys::Oid) -> Option<pg_sys::Oid> {
 /// transaction may send one.
 fn text(object: Option<i64>) -> Option<String> {
     // A light replica runs calls of the objects it replicates itself.
-    (route::transaction_may_go_alone() && !replica::may_run_here(object))
+    (route::transaction_may_go_alone() && !replica::may_run_here(object) && !object.is_some_and(stored_here))
         .then(|| gucs::delegated(Caller::current().is_superuser()))
+}
+
+/// Whether `object` is stored on this node, as far as the layout known now
+/// says. Such a call is left as it is: Citus would run it here anyway, after
+/// finding the function's placement (and the settings' text written for
+/// nothing), a tenth of a `balance` on its own node. Should the object move
+/// before the call runs, `lambda_invoke` sends it on, as any call here.
+fn stored_here(object: i64) -> bool {
+    layout::layout().ok().flatten().is_some_and(|layout| layout.owner(object).1.is_none())
 }
 
 /// On the node running a delegated call, before the call: the caller's
