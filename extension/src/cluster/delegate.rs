@@ -8,9 +8,10 @@
 //! and no routed statement for it. There it runs as a call made on that
 //! node: the node drives its transaction (`route::arrive_alone`), so it
 //! may call objects elsewhere, and a call that finds its object gone
-//! (moved meanwhile) is sent on as any call there would be. Where Citus
-//! does not delegate (the object is here, or the function is not
-//! distributed yet), it runs here as `lambda_invoke` does.
+//! (moved meanwhile) is sent on as any call there would be. A call whose
+//! object is stored on this node is not rewritten (`stored_here`). Where
+//! Citus does not delegate anyway (the object moved here since, or the
+//! function is not distributed yet), it runs here as `lambda_invoke` does.
 //!
 //! This node holds its fence, though, from before Citus plans until the
 //! statement ends (`layout::fence_for_plan`): a migration committing
@@ -57,7 +58,7 @@ fn instead_of(function: pg_sys::Oid) -> Option<pg_sys::Oid> {
 }
 
 /// The settings a call of `object` delegated takes along, when this
-/// transaction may send one.
+/// transaction may send one and the object is elsewhere.
 fn text(object: Option<i64>) -> Option<String> {
     // A light replica runs calls of the objects it replicates itself.
     (route::transaction_may_go_alone() && !replica::may_run_here(object) && !object.is_some_and(stored_here))
