@@ -758,32 +758,6 @@ fn a_call_alone_is_delegated_by_citus_and_only_where_that_is_right() {
     expect_sqlstate(role.connect().query_one(alloc_96mb, &[&x, &settings]), "53200");
 }
 
-/// On the node holding the object, a call is planned as the
-/// `lambda_invoke` it is, not rewritten for Citus' delegation
-/// (cluster/delegate.rs): Citus would only find that the object is here
-/// and run the rewritten function here. So a plan kept there carries no
-/// settings' text: it is not refused (0A000) after the session changes a
-/// setting, as a rewritten one is. And it still reaches the object once
-/// the object has moved.
-#[test]
-fn a_call_on_its_objects_node_is_planned_as_it_is() {
-    let Some(mut workers) = workers() else { return };
-    let (mut c, app) = deployed("citus_call_here", "micro");
-    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
-    let (here, there) = (owner(&mut c, x), owner(&mut c, y));
-    let w = worker_at(&mut workers, &here);
-    let s = &mut workers[w];
-    call(s, x, "put", json!({"key": "k", "value": "here"}));
-    // A bare call (a cast around it is never rewritten), kept.
-    let get = s.prepare(&format!("SELECT lambda_invoke({x}, 'get', '{{\"key\": \"k\"}}')")).unwrap();
-    let got = |s: &mut Client| s.query_one(&get, &[]).map(|row| row.get::<_, serde_json::Value>(0));
-    assert_eq!(got(s).unwrap(), json!("here"));
-    s.batch_execute("SET lambdastore.memory_limit = '16MB'").unwrap();
-    assert_eq!(got(s).unwrap_or_else(|e| panic!("the kept plan after SET: {}", describe(&e))), json!("here"));
-    migrate(&mut c, x, &there);
-    assert_eq!(got(s).unwrap(), json!("here"), "the kept plan, the object moved");
-}
-
 #[test]
 fn a_lambda_spawns_jobs_on_objects_of_other_nodes() {
     let Some(_nodes) = workers() else { return };

@@ -3,7 +3,9 @@
 //! from any node, either commits once or fails with a 40001 its client
 //! retries. Each test migrates only objects of its own.
 
-use super::{calls_here, connect_node, counter_to_move, migrate, shard_mate, shard_of, spread, worker_at, workers};
+use super::{
+    calls_here, connect_node, counter_to_move, migrate, on_two_nodes, shard_mate, shard_of, spread, worker_at, workers,
+};
 use crate::cluster;
 use crate::common::concurrent::{random_transfers, sqlstate, Cc};
 use crate::common::*;
@@ -445,6 +447,32 @@ fn a_timer_and_a_schedule_survive_their_objects_migration_and_fire_once_on_its_n
     let runs = |tag| ticks.iter().find(|t| t.0 == tag).map_or(0, |t| t.1);
     assert_eq!(runs(1), 1, "the timer fired {} times", runs(1));
     assert_eq!(i64::from(runs(0)), done_ticks(&mut c), "ticks done and runs differ");
+}
+
+/// On the node holding the object, a call is planned as the
+/// `lambda_invoke` it is, not rewritten for Citus' delegation
+/// (cluster/delegate.rs): Citus would only find that the object is here
+/// and run the rewritten function here. So a plan kept there carries no
+/// settings' text: it is not refused (0A000) after the session changes a
+/// setting, as a rewritten one is. And it still reaches the object once
+/// the object has moved.
+#[test]
+fn a_call_on_its_objects_node_is_planned_as_it_is() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_call_here", "micro");
+    let (x, y) = on_two_nodes(&mut c, &app, "Bench", json!({"entries": 0}));
+    let (here, there) = (owner(&mut c, x), owner(&mut c, y));
+    let w = worker_at(&mut workers, &here);
+    let s = &mut workers[w];
+    call(s, x, "put", json!({"key": "k", "value": "here"}));
+    // A bare call (a cast around it is never rewritten), kept.
+    let get = s.prepare(&format!("SELECT lambda_invoke({x}, 'get', '{{\"key\": \"k\"}}')")).unwrap();
+    let got = |s: &mut Client| s.query_one(&get, &[]).map(|row| row.get::<_, serde_json::Value>(0));
+    assert_eq!(got(s).unwrap(), json!("here"));
+    s.batch_execute("SET lambdastore.memory_limit = '16MB'").unwrap();
+    assert_eq!(got(s).unwrap_or_else(|e| panic!("the kept plan after SET: {}", describe(&e))), json!("here"));
+    migrate(&mut c, x, &there);
+    assert_eq!(got(s).unwrap(), json!("here"), "the kept plan, the object moved");
 }
 
 #[test]
