@@ -277,6 +277,9 @@ enum Target {
     Cluster,
     /// At a place: the tables, or this node's shard relations.
     At(Place),
+    /// Planned by Citus, routed by a constant key of one shard (its
+    /// `{route}`s: `layout::routed_statement`).
+    Routed(i64),
 }
 
 /// The kept plan of `sql` at `target`, taken out of the map while in use
@@ -292,6 +295,7 @@ fn take_plan(
     let text = match target {
         Target::Cluster => Statement::Static(sql),
         Target::At(place) => layout::statement(sql, place)?,
+        Target::Routed(key) => layout::routed_statement(sql, key)?,
     };
     if let Some((kept, plan)) = PLANS.with(|plans| plans.borrow_mut().remove(&key)) {
         if kept.same(&text) {
@@ -342,6 +346,21 @@ pub(crate) fn query_cluster<R>(
     run(Target::Cluster, sql, types, args, read)
 }
 
+/// `query_cluster` for a statement Citus routes by `key`, a key of one
+/// shard (`layout::route_key`) standing for `sql`'s `{route}`s, whichever
+/// of the shard's objects it is for: Citus plans it once per shard, where
+/// a statement routed by an argument, and not on Citus' fast path, is
+/// planned again at every run.
+pub(crate) fn query_routed<R>(
+    sql: &'static str,
+    key: i64,
+    types: &[PgBuiltInOids],
+    args: &[DatumWithOid<'_>],
+    read: impl FnOnce(SpiTupleTable<'_>) -> pgrx::spi::Result<R>,
+) -> Result<R> {
+    run(Target::Routed(key), sql, types, args, read)
+}
+
 fn run<R>(
     target: Target,
     sql: &'static str,
@@ -355,7 +374,14 @@ fn run<R>(
         // statement), but unlike `update` does not force an XID on the
         // transaction: a read-only call must stay a read-only transaction,
         // with no commit record to write and flush.
-        let outcome = client.select(&*plan, None, args).and_then(read);
+        let select = || client.select(&*plan, None, args);
+        // Routed by a constant key, Citus plans the statement once: its
+        // generic plan, which Citus itself would price above custom ones.
+        let outcome = match target {
+            Target::Routed(_) => pg::settings::with_generic_plans(select),
+            _ => select(),
+        }
+        .and_then(read);
         PLANS.with(|plans| plans.borrow_mut().insert(key, (text, plan)));
         outcome.map_err(spi_error)
     })

@@ -70,7 +70,17 @@ pub(crate) struct Layout {
     reference: [i64; REFERENCE.len()],
     /// Statements rewritten so far, by (text address, length, place).
     statements: RefCell<HashMap<(usize, usize, Option<usize>), Rc<str>>>,
+    /// Each shard's route key once looked for (`route_key`).
+    route_keys: RefCell<HashMap<usize, Option<i64>>>,
+    /// Statements routed by a shard's route key so far, by (text address,
+    /// length, key).
+    routed: RefCell<HashMap<(usize, usize, i64), Rc<str>>>,
 }
+
+/// How many keys, 0 and up, are tried for a shard's route key. A shard of
+/// n about equal ones holds the hash of one key in n; an object isolated
+/// into a shard of its own holds one hash, which no small key has.
+const ROUTE_KEY_TRIES: i64 = 1 << 12;
 
 /// Where an object's rows are, for the statements the catalog runs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -165,6 +175,8 @@ fn read_layout() -> Result<Option<Layout>> {
         shards: Vec::new(),
         reference: [0; REFERENCE.len()],
         statements: Default::default(),
+        route_keys: Default::default(),
+        routed: Default::default(),
     };
     for (table, shard_id, min, max, group, node, local_group) in rows {
         layout.local_group = local_group;
@@ -224,6 +236,19 @@ impl Layout {
         let shard = self.shard_of(object);
         let at = &self.shards[shard];
         (shard, (at.group != self.local_group).then_some(at.node.as_str()))
+    }
+
+    /// A key Citus places in shard `shard` (the first of 0, 1, 2, … whose
+    /// hash is in its range), None when none of the first
+    /// `ROUTE_KEY_TRIES` is.
+    fn route_key(&self, shard: usize) -> Option<i64> {
+        let known = self.route_keys.borrow().get(&shard).copied();
+        known.unwrap_or_else(|| {
+            let (min, max) = self.shards[shard].bounds();
+            let key = (0..ROUTE_KEY_TRIES).find(|&key| (min..=max).contains(&shards::hashint8(key)));
+            self.route_keys.borrow_mut().insert(shard, key);
+            key
+        })
     }
 
     /// Whether this node holds any shard (the coordinator usually does not).
@@ -428,18 +453,38 @@ pub(crate) fn statement(sql: &'static str, place: Place) -> Result<Statement> {
     })))
 }
 
+/// A key that Citus places in `object`'s shard (`Layout::route_key`), if
+/// the shard has one: a statement for the object can be routed by it
+/// (`routed_statement`), planned once for every object of the shard.
+pub(crate) fn route_key(object: i64) -> Result<Option<i64>> {
+    let Some(layout) = layout()? else { return Ok(None) };
+    Ok(layout.route_key(layout.owner(object).0))
+}
+
+/// `sql` with each `{route}` replaced by `key` (one `route_key` gave): a
+/// constant by which Citus routes the statement when it plans it. A plan
+/// made from it serves only this layout (`Statement::same`): it names the
+/// shard, which a migration may split or move.
+pub(crate) fn routed_statement(sql: &'static str, key: i64) -> Result<Statement> {
+    let layout = layout()?.ok_or_else(|| LambdaError::Internal("a routed statement without a layout".into()))?;
+    let mut routed = layout.routed.borrow_mut();
+    let text = routed.entry((sql.as_ptr() as usize, sql.len(), key));
+    Ok(Statement::Routed(text.or_insert_with(|| sql.replace("{route}", &key.to_string()).into()).clone()))
+}
+
 /// The text a kept plan was prepared from.
 #[derive(Clone)]
 pub(crate) enum Statement {
     Static(&'static str),
     Rewritten(Rc<str>),
+    Routed(Rc<str>),
 }
 
 impl Statement {
     pub(crate) fn text(&self) -> &str {
         match self {
             Statement::Static(sql) => sql,
-            Statement::Rewritten(sql) => sql,
+            Statement::Rewritten(sql) | Statement::Routed(sql) => sql,
         }
     }
 
@@ -451,6 +496,7 @@ impl Statement {
         match (self, other) {
             (Statement::Static(a), Statement::Static(b)) => std::ptr::eq(*a, *b),
             (Statement::Rewritten(a), Statement::Rewritten(b)) => Rc::ptr_eq(a, b) || a == b,
+            (Statement::Routed(a), Statement::Routed(b)) => Rc::ptr_eq(a, b),
             _ => false,
         }
     }

@@ -4,7 +4,8 @@
 //! retries. Each test migrates only objects of its own.
 
 use super::{
-    calls_here, connect_node, counter_to_move, migrate, on_two_nodes, shard_mate, shard_of, spread, worker_at, workers,
+    calls_here, connect_node, counter_to_move, migrate, on_two_nodes, sent_by, shard_mate, shard_of, spread, worker_at,
+    workers,
 };
 use crate::cluster;
 use crate::common::concurrent::{random_transfers, sqlstate, Cc};
@@ -473,6 +474,62 @@ fn a_call_on_its_objects_node_is_planned_as_it_is() {
     assert_eq!(got(s).unwrap_or_else(|e| panic!("the kept plan after SET: {}", describe(&e))), json!("here"));
     migrate(&mut c, x, &there);
     assert_eq!(got(s).unwrap(), json!("here"), "the kept plan, the object moved");
+}
+
+/// A nested call that writes on another node goes there in a statement
+/// that marks the node written (Citus then commits it in two phases),
+/// routed by a key of the callee's shard rather than by the callee, so
+/// that Citus plans it once for all the shard's objects (cluster/route.rs,
+/// `by_shard_marked`). An object isolated into a shard of its own, as a
+/// migration leaves it, has no such key: its calls are routed by itself,
+/// and those of the objects beside it by keys of the shards the split
+/// left.
+#[test]
+fn a_nested_call_is_routed_by_its_callees_shard_and_by_the_callee_once_isolated() {
+    let Some(mut workers) = workers() else { return };
+    let (mut c, bank) = deployed("citus_routed_by_shard", "bank");
+    let account = json!({"owner": "x", "initial": 100});
+    let (a, b) = on_two_nodes(&mut c, &bank, "Account", account.clone());
+    let there = owner(&mut c, b);
+    let shard = shard_of(&mut c, b);
+    let mate = (0..2000)
+        .find_map(|_| {
+            let id = create(&mut c, &bank, "Account", account.clone());
+            (shard_of(&mut c, id) == shard).then_some(id)
+        })
+        .expect("an account of b's shard in 2000");
+    // A session on a's node: it drives the transfer and sends the deposit.
+    let url = cluster::citus().expect("a cluster").workers[worker_at(&mut workers, &owner(&mut c, a))].clone();
+    let notices = Notices::default();
+    let keep = notices.clone();
+    let mut config: postgres::Config = url.parse().expect("a libpq URL");
+    config.dbname(DATABASE).notice_callback(move |notice| keep.lock().unwrap().push(notice));
+    let mut s = config.connect(postgres::NoTls).expect("connect to a's node");
+    s.batch_execute("SET citus.log_remote_commands = on").unwrap();
+    // The key the deposit was routed by, after a transfer of 1 to `to`,
+    // and whether that node's part was prepared (two-phase commit).
+    let mut transfer = |to: i64| {
+        call(&mut s, a, "transfer", json!({"to": to, "amount": 1}));
+        let sent = sent_by(&notices);
+        let deposit = sent.iter().find(|m| m.contains("_call_here(")).unwrap_or_else(|| panic!("no deposit: {sent:?}"));
+        // The last condition on object_id: `... = 22)` or `... = '562949953421313'::bigint)`.
+        let key = deposit.rsplit("OPERATOR(pg_catalog.=) ").next().unwrap().split(')').next().unwrap();
+        let key: i64 =
+            key.replace("::bigint", "").trim_matches('\'').parse().unwrap_or_else(|e| panic!("{e}: {deposit}"));
+        (key, sent.iter().any(|m| m.starts_with("issuing PREPARE TRANSACTION")))
+    };
+    for to in [b, mate] {
+        let (key, prepared) = transfer(to);
+        assert!(key != to && (0..4096).contains(&key), "{to} routed by {key}, not by a key of its shard");
+        assert!(prepared, "the deposit to {to}, not prepared");
+    }
+    migrate(&mut c, b, &there);
+    assert_eq!(transfer(b), (b, true), "b isolated: routed by itself, prepared");
+    let (key, prepared) = transfer(mate);
+    assert!(key != mate && (0..4096).contains(&key) && prepared, "b's shard mate after the split: {key}, {prepared}");
+    assert_eq!(call(&mut c, b, "balance", json!({})), json!(102));
+    assert_eq!(call(&mut c, mate, "balance", json!({})), json!(102));
+    assert_eq!(call(&mut c, a, "balance", json!({})), json!(96));
 }
 
 #[test]
