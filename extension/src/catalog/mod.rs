@@ -277,9 +277,9 @@ enum Target {
     Cluster,
     /// At a place: the tables, or this node's shard relations.
     At(Place),
-    /// Planned by Citus, routed by a constant key of one shard (its
-    /// `{route}`s: `layout::routed_statement`).
-    Routed(i64),
+    /// Planned by Citus, routed by its `{route}`s: a constant key of one
+    /// shard, or (None) `$1` (`layout::routed_statement`).
+    Routed(Option<i64>),
 }
 
 /// The kept plan of `sql` at `target`, taken out of the map while in use
@@ -346,14 +346,13 @@ pub(crate) fn query_cluster<R>(
     run(Target::Cluster, sql, types, args, read)
 }
 
-/// `query_cluster` for a statement Citus routes by `key`, a key of one
-/// shard (`layout::route_key`) standing for `sql`'s `{route}`s, whichever
-/// of the shard's objects it is for: Citus plans it once per shard, where
-/// a statement routed by an argument, and not on Citus' fast path, is
-/// planned again at every run.
+/// `query_cluster` for a statement Citus routes by `key` (its `{route}`s):
+/// a constant of one shard (`layout::route_key`), whichever of the shard's
+/// objects the statement is for, so that Citus plans it once per shard; or,
+/// for a shard without one, `$1`, the object, planned at every run.
 pub(crate) fn query_routed<R>(
     sql: &'static str,
-    key: i64,
+    key: Option<i64>,
     types: &[PgBuiltInOids],
     args: &[DatumWithOid<'_>],
     read: impl FnOnce(SpiTupleTable<'_>) -> pgrx::spi::Result<R>,
@@ -378,7 +377,7 @@ fn run<R>(
         // Routed by a constant key, Citus plans the statement once: its
         // generic plan, which Citus itself would price above custom ones.
         let outcome = match target {
-            Target::Routed(_) => pg::settings::with_generic_plans(select),
+            Target::Routed(Some(_)) => pg::settings::with_generic_plans(select),
             _ => select(),
         }
         .and_then(read);

@@ -34,7 +34,7 @@ use crate::error::{LambdaError, Result};
 use crate::pg;
 use lambdastore_core::cluster::shards;
 use pgrx::pg_sys;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -57,6 +57,10 @@ struct Shard {
     ids: [i64; COLOCATED.len()],
 }
 
+/// Statement texts made from a `&'static str`, by its address, its length
+/// and what they were made for.
+type Texts<K> = RefCell<HashMap<(usize, usize, K), Rc<str>>>;
+
 pub(crate) struct Layout {
     local_group: i32,
     /// Citus' colocation group of the per-object tables (its lock on
@@ -69,12 +73,11 @@ pub(crate) struct Layout {
     /// The shard id of each of `REFERENCE`, in that order.
     reference: [i64; REFERENCE.len()],
     /// Statements rewritten so far, by (text address, length, place).
-    statements: RefCell<HashMap<(usize, usize, Option<usize>), Rc<str>>>,
-    /// Each shard's route key once looked for (`route_key`).
-    route_keys: RefCell<HashMap<usize, Option<i64>>>,
-    /// Statements routed by a shard's route key so far, by (text address,
-    /// length, key).
-    routed: RefCell<HashMap<(usize, usize, i64), Rc<str>>>,
+    statements: Texts<Option<usize>>,
+    /// Each shard's route key, by index, once looked for (`route_key`).
+    route_keys: Vec<OnceCell<Option<i64>>>,
+    /// Statements routed so far, by (text address, length, route key).
+    routed: Texts<Option<i64>>,
 }
 
 /// How many keys, 0 and up, are tried for a shard's route key. A shard of
@@ -175,7 +178,7 @@ fn read_layout() -> Result<Option<Layout>> {
         shards: Vec::new(),
         reference: [0; REFERENCE.len()],
         statements: Default::default(),
-        route_keys: Default::default(),
+        route_keys: Vec::new(),
         routed: Default::default(),
     };
     for (table, shard_id, min, max, group, node, local_group) in rows {
@@ -192,6 +195,7 @@ fn read_layout() -> Result<Option<Layout>> {
     if layout.shards.is_empty() {
         return Ok(None);
     }
+    layout.route_keys = layout.shards.iter().map(|_| OnceCell::new()).collect();
     let incomplete = layout.shards.iter().any(|s| s.ids.contains(&0)) || layout.reference.contains(&0);
     if incomplete {
         return Err(LambdaError::NotPreloaded(
@@ -242,12 +246,9 @@ impl Layout {
     /// hash is in its range), None when none of the first
     /// `ROUTE_KEY_TRIES` is.
     fn route_key(&self, shard: usize) -> Option<i64> {
-        let known = self.route_keys.borrow().get(&shard).copied();
-        known.unwrap_or_else(|| {
+        *self.route_keys[shard].get_or_init(|| {
             let (min, max) = self.shards[shard].bounds();
-            let key = (0..ROUTE_KEY_TRIES).find(|&key| (min..=max).contains(&shards::hashint8(key)));
-            self.route_keys.borrow_mut().insert(shard, key);
-            key
+            (0..ROUTE_KEY_TRIES).find(|&key| (min..=max).contains(&shards::hashint8(key)))
         })
     }
 
@@ -461,15 +462,19 @@ pub(crate) fn route_key(object: i64) -> Result<Option<i64>> {
     Ok(layout.route_key(layout.owner(object).0))
 }
 
-/// `sql` with each `{route}` replaced by `key` (one `route_key` gave): a
-/// constant by which Citus routes the statement when it plans it. A plan
-/// made from it serves only this layout (`Statement::same`): it names the
-/// shard, which a migration may split or move.
-pub(crate) fn routed_statement(sql: &'static str, key: i64) -> Result<Statement> {
+/// `sql` with each `{route}` replaced by `key` (what `route_key` gave): a
+/// constant by which Citus routes the statement when it plans it, or
+/// without one `$1`. A plan made from it serves only this layout
+/// (`Statement::same`): it may name a shard, which a migration may split
+/// or move.
+pub(crate) fn routed_statement(sql: &'static str, key: Option<i64>) -> Result<Statement> {
     let layout = layout()?.ok_or_else(|| LambdaError::Internal("a routed statement without a layout".into()))?;
     let mut routed = layout.routed.borrow_mut();
-    let text = routed.entry((sql.as_ptr() as usize, sql.len(), key));
-    Ok(Statement::Routed(text.or_insert_with(|| sql.replace("{route}", &key.to_string()).into()).clone()))
+    let text = routed.entry((sql.as_ptr() as usize, sql.len(), key)).or_insert_with(|| {
+        let by = key.map_or_else(|| "$1".to_string(), |key| key.to_string());
+        sql.replace("{route}", &by).into()
+    });
+    Ok(Statement::Routed(text.clone()))
 }
 
 /// The text a kept plan was prepared from.

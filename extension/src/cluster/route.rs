@@ -65,28 +65,26 @@ use std::time::Duration;
 /// over a subquery is planned again at every call. Without the row (no
 /// such object, one being created) it returns nothing, and `any_row` runs
 /// instead: its aggregate makes one row whether or not the object exists,
-/// so that the node answers as for any call. `by_row_marked` is `by_row`
-/// with `engage`'s no-op UPDATE in a CTE, which makes Citus count the
-/// node as written without a round trip of its own (`send`'s `mark`).
-/// Citus plans a query with a CTE again at every call (its fast path
-/// takes only a single-table statement), some 200 µs on the sending node,
-/// so `by_shard_marked` is the marked `any_row` form routed by the
-/// object's shard rather than by the object: `{route}` stands for a key
-/// of that shard (`layout::routed_statement`), and the statement is
-/// planned once per shard, the object id being only an argument.
-/// (`here!` writes all four.)
+/// so that the node answers as for any call. `marked` is `any_row` with
+/// `engage`'s no-op UPDATE in a CTE, which makes Citus count the node as
+/// written without a round trip of its own (`send`'s `mark`). Its
+/// `{route}`s stand for the key Citus routes it by: a constant of the
+/// object's shard where the shard has one, so that Citus plans it once
+/// per shard (a query with a CTE is off its fast path, and one routed by
+/// an argument is planned again at every call, some 200 µs on the sending
+/// node), else `$1`, the object (`layout::routed_statement`). (`here!`
+/// writes all three.)
 #[derive(Clone, Copy)]
 pub(crate) struct Routed {
     pub(crate) by_row: &'static str,
     pub(crate) any_row: &'static str,
-    pub(crate) by_row_marked: Option<&'static str>,
-    pub(crate) by_shard_marked: Option<&'static str>,
+    pub(crate) marked: Option<&'static str>,
 }
 
 impl Routed {
     /// Only the `any_row` form: for an object that has no row yet.
     pub(crate) const fn any_row(self) -> Routed {
-        Routed { by_row: self.any_row, any_row: self.any_row, by_row_marked: None, by_shard_marked: None }
+        Routed { by_row: self.any_row, any_row: self.any_row, marked: None }
     }
 }
 
@@ -100,13 +98,7 @@ macro_rules! here {
                 $call,
                 " FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = $1) routed"
             ),
-            by_row_marked: Some(concat!(
-                "WITH marked AS (UPDATE lambdastore.objects SET app = app WHERE object_id = $1 AND created IS NULL RETURNING 1) ",
-                "SELECT ",
-                $call,
-                " FROM lambdastore.objects WHERE object_id = $1"
-            )),
-            by_shard_marked: Some(concat!(
+            marked: Some(concat!(
                 "WITH marked AS (UPDATE lambdastore.objects SET app = app WHERE object_id = {route} AND created IS NULL ",
                 "RETURNING 1) SELECT ",
                 $call,
@@ -438,11 +430,10 @@ fn citus_function(f: Citus) -> Result<()> {
 /// the other arguments (text but the sixth, a bigint, and the eighth, a
 /// time: `_submit_here`'s due time, then its schedule), and returns its
 /// one text value, and whether the statement marked the node written
-/// (`mark`, when `sql` has that form and, routed by the object, the
-/// object has a row). An error on the other node comes back as an ERROR
-/// of the SPI call, which pgrx turns into a panic carrying a Rust
-/// backtrace: caught, and raised again as that node's error, which ends
-/// the transaction.
+/// (`mark`, when `sql` has that form). An error on the other node comes
+/// back as an ERROR of the SPI call, which pgrx turns into a panic
+/// carrying a Rust backtrace: caught, and raised again as that node's
+/// error, which ends the transaction.
 fn routed(sql: Routed, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>, mark: bool) -> Result<(String, bool)> {
     const TYPES: [pg_sys::PgBuiltInOids; 9] =
         [INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID];
@@ -455,19 +446,14 @@ fn routed(sql: Routed, object: i64, args: Vec<pgrx::datum::DatumWithOid<'_>>, ma
         }
         rows.first().get_one::<String>().map(|value| Some(value.unwrap_or_default()))
     };
-    if let (true, Some(marked)) = (mark, sql.by_shard_marked) {
-        if let Some(key) = layout::route_key(object)? {
-            let answer = as_storage(|_| caught(|| catalog::query_routed(marked, key, types, &all, one)))?;
-            return Ok((answer.unwrap_or_default(), true));
-        }
+    if let (true, Some(marked)) = (mark, sql.marked) {
+        let key = layout::route_key(object)?;
+        let answer = as_storage(|_| caught(|| catalog::query_routed(marked, key, types, &all, one)))?;
+        return Ok((answer.unwrap_or_default(), true));
     }
     let run = |sql| as_storage(|_| caught(|| catalog::query_cluster(sql, types, &all, one)));
-    let (first, marked) = match sql.by_row_marked {
-        Some(marked) if mark => (marked, true),
-        _ => (sql.by_row, false),
-    };
-    match run(first)? {
-        Some(answer) => Ok((answer, marked)),
+    match run(sql.by_row)? {
+        Some(answer) => Ok((answer, false)),
         None => Ok((run(sql.any_row)?.unwrap_or_default(), false)),
     }
 }
@@ -556,7 +542,7 @@ pub(crate) fn send_to_shards(
 /// have to be counted as written whatever it does there (a spawn, or a
 /// call from a lambda that may write: once the transaction writes on two
 /// nodes, every node it reached is), so the statement marks it itself
-/// (`by_row_marked`) instead of `engage`'s UPDATE after it, one round trip
+/// (`Routed::marked`) instead of `engage`'s UPDATE after it, one round trip
 /// more.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn send(

@@ -480,7 +480,7 @@ fn a_call_on_its_objects_node_is_planned_as_it_is() {
 /// that marks the node written (Citus then commits it in two phases),
 /// routed by a key of the callee's shard rather than by the callee, so
 /// that Citus plans it once for all the shard's objects (cluster/route.rs,
-/// `by_shard_marked`). An object isolated into a shard of its own, as a
+/// `Routed::marked`). An object isolated into a shard of its own, as a
 /// migration leaves it, has no such key: its calls are routed by itself,
 /// and those of the objects beside it by keys of the shards the split
 /// left.
