@@ -35,49 +35,62 @@ if ! git -C "$repo" rev-parse -q --verify "$from_tag^{commit}" >/dev/null; then
 fi
 new_version=$(sed -n 's/^default_version = .\(.*\).$/\1/p' "$new_package$("$pg_config" --sharedir)/extension/lambdastore.control")
 
+# Runs a build of the previous release with this build's outputs whose file
+# names carry no hash (a cdylib's, a wasm module's) kept aside and put back
+# after it: both versions build the same file, and a later build of this
+# version whose fingerprint is fresh would use whatever file is there
+# (pgrx reads the extension's SQL from the library too). $1 the outputs'
+# directory, $2 their names, then the build's command line.
+with_outputs_kept() {
+  local dir=$1 names=$2 status=0 name file
+  shift 2
+  for name in $names; do
+    for file in "$dir/$name" "$dir/deps/$name"; do
+      if [ -f "$file" ]; then cp -p "$file" "$file.kept"; fi
+    done
+  done
+  "$@" || status=$?
+  for name in $names; do
+    for file in "$dir/$name" "$dir/deps/$name"; do
+      if [ -f "$file.kept" ]; then mv -f "$file.kept" "$file"; else rm -f "$file"; fi
+    done
+  done
+  return $status
+}
+
 # The previous release's package, built once per tag commit.
 old_package=$target/upgrade/$(git -C "$repo" rev-parse "$from_tag^{commit}")
 if [ ! -f "$old_package/done" ]; then
   echo "== building $from_tag"
   rm -rf "$old_package" && mkdir -p "$old_package/src"
   # -m: the files are new, so Cargo compiles them even if its fingerprint
-  # of an earlier build of the tag looks fresh. A cdylib's file name has no
-  # hash: both versions build target/release/{,deps/}liblambdastore.so, and
-  # a build whose fingerprint is fresh packages whatever library is there
-  # (pgrx reads the SQL from it too). This version's is kept aside and put
-  # back for the same reason.
+  # of an earlier build of the tag looks fresh (see with_outputs_kept).
   git -C "$repo" archive "$from_tag" | tar -x -m -C "$old_package/src"
-  for library in "$target/release/liblambdastore.so" "$target/release/deps/liblambdastore.so"; do
-    if [ -f "$library" ]; then cp -p "$library" "$library.kept"; fi
-  done
-  built=0
-  (cd "$old_package/src/extension" && CARGO_TARGET_DIR=$target \
+  (cd "$old_package/src/extension" && export CARGO_TARGET_DIR=$target && \
+    with_outputs_kept "$target/release" liblambdastore.so \
     cargo pgrx package --pg-config "$pg_config" --out-dir "$old_package/package" >"$old_package/build.log" 2>&1) \
-    || built=$?
-  for library in "$target/release/liblambdastore.so" "$target/release/deps/liblambdastore.so"; do
-    if [ -f "$library.kept" ]; then mv -f "$library.kept" "$library"; else rm -f "$library"; fi
-  done
-  [ "$built" = 0 ] || { tail -20 "$old_package/build.log" >&2; exit 1; }
+    || { tail -20 "$old_package/build.log" >&2; exit 1; }
   touch "$old_package/done"
 fi
 old_version=$(sed -n 's/^default_version = .\(.*\).$/\1/p' "$old_package/package$("$pg_config" --sharedir)/extension/lambdastore.control")
 
-# The previous release's lambdas, built from its source (in a target
-# directory of their own): the data it holds was made by lambdas of its
-# time, and lambdas built now may import what it lacks (the `later`
-# interface of timers). Componentized by this build's tool.
+# The previous release's lambdas, built from its source: the data it holds
+# was made by lambdas of its time, and lambdas built now may import what it
+# lacks (the `later` interface of timers). They share the target directory
+# too (their dependencies are this build's), and are componentized by this
+# build's tool straight from the build, before this build's modules are put
+# back.
 old_lambdas=$old_package/lambdas
 if [ ! -f "$old_lambdas/done" ]; then
   echo "== building $from_tag's lambdas"
   rm -rf "$old_lambdas" && mkdir -p "$old_lambdas"
-  (cd "$old_package/src" && CARGO_TARGET_DIR=$old_package/target \
-    cargo build --release --target wasm32-unknown-unknown -p counter -p micro >"$old_package/lambdas.log" 2>&1) \
-    || { tail -20 "$old_package/lambdas.log" >&2; exit 1; }
   [ -x "$target/release/lambdastore-componentize" ] || cargo build --release -q -p lambdastore-componentize
-  for app in counter micro; do
-    "$target/release/lambdastore-componentize" "$old_package/target/wasm32-unknown-unknown/release/$app.wasm" \
-      "$old_lambdas/$app.wasm"
-  done
+  wasm=$target/wasm32-unknown-unknown/release
+  (cd "$old_package/src" && export CARGO_TARGET_DIR=$target && with_outputs_kept "$wasm" "counter.wasm micro.wasm" sh -c '
+    cargo build --release --target wasm32-unknown-unknown -p counter -p micro &&
+      for app in counter micro; do "$1/release/lambdastore-componentize" "$2/$app.wasm" "$3/$app.wasm"; done
+  ' old-lambdas "$target" "$wasm" "$old_lambdas" >"$old_package/lambdas.log" 2>&1) \
+    || { tail -20 "$old_package/lambdas.log" >&2; exit 1; }
   touch "$old_lambdas/done"
 fi
 
