@@ -16,6 +16,7 @@ use postgres::{Client, Statement};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, Store};
@@ -36,10 +37,7 @@ pub struct RemoteApp {
 
 impl RemoteApp {
     pub fn load(wasm: &[u8]) -> Result<RemoteApp> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        let engine = Engine::new(&config)?;
-        let component = Component::new(&engine, wasm).context("compile the component")?;
+        let (engine, component) = compiled(wasm)?;
         let mut linker = Linker::<State>::new(&engine);
         Lambda::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state)?;
         let pre = LambdaPre::new(linker.instantiate_pre(&component)?)?;
@@ -54,6 +52,34 @@ impl RemoteApp {
             _ => Err(CallError::UnknownFunction(format!("{type_name}.{function}"))),
         }
     }
+}
+
+/// The process's engine and `wasm` compiled with it, compiled once per
+/// process however many clients load it: each client has its own
+/// `RemoteApp` (its host state is not `Send`), but a component and its
+/// engine are, and compiling a Python guest or, in a debug build, any guest
+/// takes seconds.
+fn compiled(wasm: &[u8]) -> Result<(Engine, Component)> {
+    static COMPILED: OnceLock<Mutex<(Option<Engine>, HashMap<Vec<u8>, Component>)>> = OnceLock::new();
+    let mut compiled = COMPILED.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner());
+    let (engine, components) = &mut *compiled;
+    let engine = match engine {
+        Some(engine) => engine.clone(),
+        None => {
+            let mut config = Config::new();
+            config.wasm_component_model(true);
+            engine.insert(Engine::new(&config)?).clone()
+        }
+    };
+    let component = match components.get(wasm) {
+        Some(component) => component.clone(),
+        None => {
+            let component = Component::new(&engine, wasm).context("compile the component")?;
+            components.insert(wasm.to_vec(), component.clone());
+            component
+        }
+    };
+    Ok((engine, component))
 }
 
 /// Why a remote call did not return a result.

@@ -39,8 +39,9 @@ fn int_keys(keys: &[u32]) -> Vec<i32> {
 }
 
 /// A disaggregated client: a new connection (`setup` runs on it first, e.g.
-/// `SET lambdastore.timeout`) and its own copy of the compiled component
-/// (a Store and its instances are per thread: the host state is Rc-based).
+/// `SET lambdastore.timeout`) and its own instance of the application (a
+/// Store and its instances are per thread: the host state is Rc-based),
+/// of a component compiled once per process.
 pub fn connect_remote(url: &str, setup: &str, wasm: &[u8]) -> Result<RemoteSession> {
     let mut client = postgres::Client::connect(url, postgres::NoTls)?;
     client.batch_execute(setup)?;
