@@ -5,7 +5,8 @@
 # side in one run, alternating ROUNDS times, medians:
 #
 #   deploy     the time `lambdastore.deploy` takes (a Python component's
-#              compile; the same bytes again map the cached artifact), and
+#              compile; the same bytes again map the cached artifact; other
+#              bytes of the same code reuse the compiled functions), and
 #              the module's size
 #   warm       pgbench -M prepared, `get` and `increment` on 100 counters,
 #              1 and 8 clients, SECONDS_PER_RUN each
@@ -35,14 +36,18 @@ trap 'rm -rf "$work"; "$cluster" stop benchpy' EXIT
 url=$("$cluster" fresh benchpy)
 psql "$url" -X -q -c "CREATE EXTENSION IF NOT EXISTS lambdastore"
 
-# Deploy each twice under two names: a compile, then the cached artifact.
+# Deploy each three times under three names: a compile, the cached
+# artifact, then other bytes of the same code (a custom section appended,
+# as a new version of an application), compiled from the functions the
+# first compile kept (lambdastore/functions).
 : >"$work/deploy"
 for lang in rs:counter py:py_counter; do
-  for n in 1 2; do
+  for n in 1 2 3; do
+    section=$([ "$n" = 3 ] && echo "\\x0003017633" || echo "\\x")
     ms=$(LAMBDASTORE_WASM=$lambdas/${lang#*:}.wasm psql "$url" -X -q -At <<SQL | awk '/^Time:/ {print $2}'
 \\set wasm \`base64 -w0 "\$LAMBDASTORE_WASM"\`
 \\timing on
-SELECT lambdastore.deploy('${lang%%:*}count$n', decode(:'wasm', 'base64')) IS NOT NULL;
+SELECT lambdastore.deploy('${lang%%:*}count$n', decode(:'wasm', 'base64') || '$section'::bytea) IS NOT NULL;
 SQL
 )
     echo "${lang%%:*} $n $ms" >>"$work/deploy"
@@ -105,8 +110,12 @@ ratio() { awk "BEGIN {printf \"%.1f\", $1 / $2}"; }
 echo "| deploy | Rust counter | Python counter |"
 echo "|---|---:|---:|"
 echo "| module size | $(stat -c %s "$lambdas/counter.wasm") bytes | $(stat -c %s "$lambdas/py_counter.wasm") bytes |"
-for n in 1 2; do
-  label=$([ "$n" = 1 ] && echo "first deploy (compile), ms" || echo "the same bytes again (cached artifact), ms")
+for n in 1 2 3; do
+  case $n in
+    1) label="first deploy (compile), ms" ;;
+    2) label="the same bytes again (cached artifact), ms" ;;
+    3) label="other bytes of the same code (compiled from the kept functions), ms" ;;
+  esac
   echo "| $label | $(awk -v n="$n" '$1 == "rs" && $2 == n {print $3}' "$work/deploy") | $(awk -v n="$n" '$1 == "py" && $2 == n {print $3}' "$work/deploy") |"
 done
 echo

@@ -115,6 +115,37 @@ fn other_bytes_of_the_same_code_bump_the_version() {
     assert_eq!(call(&mut c, id, "get", json!({})), json!(7));
 }
 
+/// A version whose code was compiled before takes most of its functions
+/// from `lambdastore/functions` (Cranelift's incremental cache) instead of
+/// compiling them again; the deploy says how many at DEBUG1.
+#[test]
+fn a_new_version_takes_the_functions_compiled_for_an_earlier_one() {
+    let (mut c, notices) = connect_keeping_notices();
+    c.batch_execute("SET client_min_messages = debug1").unwrap();
+    let app = app("deploy_functions");
+    // Bytes no other test deploys, so that each deploy compiles (the
+    // artifact cache would have a module deployed before).
+    for version in ["v1", "v2"] {
+        let bytes = with_custom_section(example("counter"), "lambdastore-test", format!("{app} {version}").as_bytes());
+        deploy(&mut c, &app, &bytes).unwrap();
+    }
+    let compiles: Vec<(u64, u64)> = notices
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|notice| {
+            let message = notice.message();
+            let counts = message.strip_prefix("lambdastore: module compiled in ")?.split_once(", ")?.1;
+            let (reused, total) = counts.strip_suffix(" functions from lambdastore/functions")?.split_once(" of ")?;
+            Some((reused.parse().ok()?, total.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(compiles.len(), 2, "one compile per deploy: {compiles:?}");
+    // Not all: Cranelift keeps no entry for some (590 of 631 reused here).
+    let (reused, total) = compiles[1];
+    assert!(total > 0 && reused * 5 >= total * 4, "the second version reused {reused} of {total} functions");
+}
+
 #[test]
 fn redeploy_switches_the_code_of_new_calls() {
     let (mut c, app) = deployed("deploy_switch", "counter");

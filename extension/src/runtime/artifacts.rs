@@ -5,6 +5,7 @@
 //! own, so that a deploy can tell which artifacts no version of its
 //! database uses (`store_and_retain`).
 
+use super::functions;
 use crate::error::{LambdaError, Result};
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -13,12 +14,17 @@ use std::sync::OnceLock;
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
-/// Where every database's directory of artifacts is.
-fn cache_root() -> PathBuf {
+/// The extension's directory in the data directory.
+pub(super) fn lambdastore_directory() -> PathBuf {
     // SAFETY: DataDir is set by the postmaster before it loads the preload
     // libraries, and never changes afterwards.
     let data_dir = unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::DataDir) };
-    PathBuf::from(data_dir.to_string_lossy().into_owned()).join("lambdastore").join("cache")
+    PathBuf::from(data_dir.to_string_lossy().into_owned()).join("lambdastore")
+}
+
+/// Where every database's directory of artifacts is.
+fn cache_root() -> PathBuf {
+    lambdastore_directory().join("cache")
 }
 
 fn cache_dir() -> PathBuf {
@@ -44,9 +50,20 @@ fn artifact_path(engine: &Engine, sha256: &str) -> PathBuf {
     cache_dir().join(format!("{}{}", artifact_key(sha256), engine_suffix(engine)))
 }
 
-/// Compiles `wasm`, validating it.
+/// Compiles `wasm`, validating it, with the functions compiled before
+/// taken from `functions`.
 pub(crate) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component> {
-    Component::new(engine, wasm).map_err(|e| LambdaError::InvalidModule(invalid_module_message(wasm, e)))
+    let started = std::time::Instant::now();
+    functions::counts(); // from a compile that failed, if any
+    let component =
+        Component::new(engine, wasm).map_err(|e| LambdaError::InvalidModule(invalid_module_message(wasm, e)))?;
+    let (reused, compiled) = functions::counts();
+    pgrx::debug1!(
+        "lambdastore: module compiled in {} ms, {reused} of {} functions from lambdastore/functions",
+        started.elapsed().as_millis(),
+        reused + compiled
+    );
+    Ok(component)
 }
 
 /// Stores the artifact for later loads; a cache that cannot be written
@@ -68,6 +85,7 @@ fn store_or_warn(engine: &Engine, sha256: &str, component: &Component) {
 /// is still wanted only costs a compile at its next load.
 pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Component, in_use: HashSet<String>) {
     store_or_warn(engine, sha256, component);
+    functions::trim();
     let suffix = engine_suffix(engine);
     let Ok(files) = std::fs::read_dir(cache_dir()) else { return };
     for file in files.flatten() {

@@ -14,6 +14,7 @@
 //! so idle connections cost nothing and busy ones never pay a futex
 //! wake-up per call.
 
+use super::functions;
 use crate::gucs::MAX_CALL_DEPTH_LIMIT;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -186,6 +187,8 @@ fn config(pagemap_scan: bool) -> Config {
         .guard_before_linear_memory(false)
         .cranelift_opt_level(OptLevel::Speed)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    // Infallible in this wasmtime: it only keeps the store.
+    let _ = config.enable_incremental_compilation(functions::store());
     config
 }
 

@@ -1,7 +1,8 @@
 //! A narrow wrapper around wasmtime, and the only place that makes engines
 //! and stores: one engine, made in the postmaster or at a backend's first
 //! call, and each backend's epoch ticker (engine.rs); compiled components
-//! cached on disk, which the postmaster maps at start (artifacts.rs); and
+//! cached on disk, which the postmaster maps at start (artifacts.rs), and
+//! compiled functions, which later compiles reuse (functions.rs); and
 //! `call`, which runs guest code in a fresh store with a memory limit and a
 //! deadline. It knows nothing of workflows, objects or the catalog: a
 //! store's data is generic, and the host interface (host/) links itself
@@ -9,6 +10,7 @@
 
 mod artifacts;
 mod engine;
+mod functions;
 
 use crate::error::{from_wasmtime, LambdaError, Result};
 use std::collections::HashSet;

@@ -1,0 +1,107 @@
+//! Cranelift's incremental cache on disk: each compiled function kept under
+//! the hash of its input, so that compiling a module whose functions were
+//! compiled before (a new version of an application; any Python guest,
+//! whose 38 core modules are the interpreter's, the same in every Python
+//! application) reuses them. A Python guest compiled in 18.6 s, another
+//! one after it in 4–8 s (docs/PERFORMANCE.md, "Python guests").
+//!
+//! One directory per server, `lambdastore/functions/` in the data
+//! directory: a key is Cranelift's SHA-256 of the function and of the
+//! target's settings, so entries are good for any database and engine that
+//! asks for them, and Cranelift checks its own version in each. A file per
+//! function, written whole then renamed. The directory is kept under
+//! `LIMIT` by `trim`, oldest first; an entry removed, or one that cannot be
+//! read or written, only costs compiling that function again.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use wasmtime::CacheStore;
+
+/// Bytes the directory may hold after a deploy (`trim`). A Python guest's
+/// functions take about 40 MB, a new version of it one or two more.
+const LIMIT: u64 = 512 << 20;
+
+/// The store the engine compiles with (`engine::config`), and what it
+/// found since `counts` last read it.
+#[derive(Debug, Default)]
+pub(crate) struct Functions {
+    reused: AtomicU64,
+    compiled: AtomicU64,
+}
+
+static FUNCTIONS: LazyLock<Arc<Functions>> = LazyLock::new(Arc::default);
+
+/// This process's store, for the engine's configuration.
+pub(crate) fn store() -> Arc<Functions> {
+    FUNCTIONS.clone()
+}
+
+/// How many functions came from the directory and how many were compiled
+/// since the last time this was asked.
+pub(crate) fn counts() -> (u64, u64) {
+    (FUNCTIONS.reused.swap(0, Ordering::Relaxed), FUNCTIONS.compiled.swap(0, Ordering::Relaxed))
+}
+
+fn directory() -> PathBuf {
+    super::artifacts::lambdastore_directory().join("functions")
+}
+
+fn path(key: &[u8]) -> PathBuf {
+    let mut name = String::with_capacity(2 * key.len());
+    for byte in key {
+        name.push_str(&format!("{byte:02x}"));
+    }
+    directory().join(name)
+}
+
+impl CacheStore for Functions {
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        let found = std::fs::read(path(key)).ok();
+        let counter = if found.is_some() { &self.reused } else { &self.compiled };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found.map(Cow::Owned)
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
+        let path = path(key);
+        // Written then renamed, so that another backend compiling the same
+        // function never reads half a file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let written = std::fs::create_dir_all(directory())
+            .and_then(|_| std::fs::write(&tmp, value))
+            .and_then(|_| std::fs::rename(&tmp, &path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(tmp);
+        }
+        written.is_ok()
+    }
+}
+
+/// Removes the oldest entries until the directory holds at most `LIMIT`
+/// bytes. Files still being written (`.tmp<pid>`) are left alone.
+pub(crate) fn trim() {
+    let Ok(files) = std::fs::read_dir(directory()) else { return };
+    let mut entries: Vec<_> = files
+        .flatten()
+        .filter(|file| !file.file_name().to_string_lossy().contains(".tmp"))
+        .filter_map(|file| {
+            let metadata = file.metadata().ok()?;
+            Some((metadata.modified().ok()?, metadata.len(), file.path()))
+        })
+        .collect();
+    let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
+    if total <= LIMIT {
+        return;
+    }
+    entries.sort_unstable();
+    for (_, len, path) in entries {
+        if total <= LIMIT {
+            break;
+        }
+        if std::fs::remove_file(path).is_ok() {
+            total -= len;
+        }
+    }
+}
