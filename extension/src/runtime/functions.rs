@@ -23,6 +23,9 @@ use wasmtime::CacheStore;
 /// functions take about 40 MB, a new version of it one or two more.
 const LIMIT: u64 = 512 << 20;
 
+/// The age of a file being written after which its writer is surely gone.
+const ABANDONED: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The store the engine compiles with (`engine::config`), and what it
 /// found since `counts` last read it.
 #[derive(Debug, Default)]
@@ -49,11 +52,7 @@ fn directory() -> PathBuf {
 }
 
 fn path(key: &[u8]) -> PathBuf {
-    let mut name = String::with_capacity(2 * key.len());
-    for byte in key {
-        name.push_str(&format!("{byte:02x}"));
-    }
-    directory().join(name)
+    directory().join(hex::encode(key))
 }
 
 impl CacheStore for Functions {
@@ -80,17 +79,20 @@ impl CacheStore for Functions {
 }
 
 /// Removes the oldest entries until the directory holds at most `LIMIT`
-/// bytes. Files still being written (`.tmp<pid>`) are left alone.
+/// bytes. Files being written (`.tmp<pid>`) are left alone, unless a crash
+/// left them there an hour ago.
 pub(crate) fn trim() {
     let Ok(files) = std::fs::read_dir(directory()) else { return };
-    let mut entries: Vec<_> = files
-        .flatten()
-        .filter(|file| !file.file_name().to_string_lossy().contains(".tmp"))
-        .filter_map(|file| {
-            let metadata = file.metadata().ok()?;
-            Some((metadata.modified().ok()?, metadata.len(), file.path()))
-        })
-        .collect();
+    let mut entries = Vec::new();
+    for file in files.flatten() {
+        let Ok(metadata) = file.metadata() else { continue };
+        let Ok(modified) = metadata.modified() else { continue };
+        if !file.file_name().to_string_lossy().contains(".tmp") {
+            entries.push((modified, metadata.len(), file.path()));
+        } else if modified.elapsed().is_ok_and(|age| age > ABANDONED) {
+            let _ = std::fs::remove_file(file.path());
+        }
+    }
     let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
     if total <= LIMIT {
         return;
