@@ -3,6 +3,14 @@
 
 use pgrx::pg_sys;
 
+/// The extension's own directory in the data directory, `lambdastore/`.
+pub(crate) fn lambdastore_directory() -> std::path::PathBuf {
+    // SAFETY: DataDir is set by the postmaster before it loads the preload
+    // libraries, and never changes afterwards.
+    let data_dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    std::path::PathBuf::from(data_dir.to_string_lossy().into_owned()).join("lambdastore")
+}
+
 /// The OID of the database this backend serves.
 pub(crate) fn database_id() -> u32 {
     // SAFETY: set at backend start, never changed after.

@@ -14,17 +14,9 @@ use std::sync::OnceLock;
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
-/// The extension's directory in the data directory.
-pub(super) fn lambdastore_directory() -> PathBuf {
-    // SAFETY: DataDir is set by the postmaster before it loads the preload
-    // libraries, and never changes afterwards.
-    let data_dir = unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::DataDir) };
-    PathBuf::from(data_dir.to_string_lossy().into_owned()).join("lambdastore")
-}
-
 /// Where every database's directory of artifacts is.
 fn cache_root() -> PathBuf {
-    lambdastore_directory().join("cache")
+    crate::pg::backend::lambdastore_directory().join("cache")
 }
 
 fn cache_dir() -> PathBuf {

@@ -48,7 +48,7 @@ pub(crate) fn counts() -> (u64, u64) {
 }
 
 fn directory() -> PathBuf {
-    super::artifacts::lambdastore_directory().join("functions")
+    crate::pg::backend::lambdastore_directory().join("functions")
 }
 
 fn path(key: &[u8]) -> PathBuf {
