@@ -11,7 +11,9 @@
 //! asks for them, and Cranelift checks its own version in each. A file per
 //! function, written whole then renamed. The directory is kept under
 //! `LIMIT` by `trim`, oldest first; an entry removed, or one that cannot be
-//! read or written, only costs compiling that function again.
+//! read or written, only costs compiling that function again. An entry is
+//! machine code, trusted as the artifacts beside it are: the data
+//! directory is as trusted as the server's own binaries.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
