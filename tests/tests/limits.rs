@@ -273,9 +273,11 @@ fn a_python_lambda_is_held_to_the_limits_of_a_rust_one() {
     let clock = call(&mut c, python, "clock", json!({})).as_f64().unwrap();
     assert!((clock - now).abs() < 5.0, "the host's clock: {clock} against {now}");
     // The sandbox binds no name from `random`: its generator is seeded at
-    // a call's first draw. `draws` binds one before the snapshot: its
-    // generator is seeded at the start of every call.
-    for id in [python, draws] {
+    // a call's first draw, so a call that draws nothing does not pay for
+    // it. `draws` binds one before the snapshot: its generator is seeded at
+    // the start of every call.
+    for (id, seeding) in [(python, "first draw"), (draws, "every call")] {
+        assert_eq!(call(&mut c, id, "seeding", json!({})), json!(seeding));
         let drawn: Vec<_> = (0..3).map(|_| call(&mut c, id, "draw", json!({}))).collect();
         assert!(drawn[0] != drawn[1] && drawn[1] != drawn[2], "a new seed for each call: {drawn:?}");
     }

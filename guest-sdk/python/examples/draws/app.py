@@ -18,5 +18,13 @@ class Draws:
     def draw(self) -> int:
         return getrandbits(63)
 
+    @readonly
+    def seeding(self) -> str:
+        """When the SDK seeds `random`'s generator: at a call's first draw,
+        or at the start of every call (lambdastore/wit.py)."""
+        from lambdastore import wit
+
+        return "every call" if wit._seed_each_call else "first draw"
+
 
 WitWorld = App(Draws).wit_world()

@@ -73,6 +73,14 @@ class Probe:
         return random.getrandbits(63)
 
     @readonly
+    def seeding(self) -> str:
+        """When the SDK seeds `random`'s generator: at a call's first draw,
+        or at the start of every call (lambdastore/wit.py)."""
+        from lambdastore import wit
+
+        return "every call" if wit._seed_each_call else "first draw"
+
+    @readonly
     def draw_seeded(self, seed: int) -> list:
         random.seed(seed)
         return [random.getrandbits(63), random.random()]
