@@ -55,11 +55,12 @@
 # coordinator (router SELECT, delegated functions, lambda_invoke) and on
 # the worker holding the rows/objects picked (each worker's share of the
 # counters, in a local table there). Medians, and each lambda row's ratio
-# to the delegated function in the same place. Then the bank transfer a →
-# b, a and b on one node or on two, through the coordinator, three ways:
-# kv_transfer(a, b) in PL/pgSQL delegated by a (two UPDATEs), the two
-# UPDATEs in BEGIN ... COMMIT, and the nested lambda call of the table
-# part; each way's two-node time over its one-node time.
+# to the delegated function in the same place (the median of the rounds'
+# own ratios, and those). Then the bank transfer a → b, a and b on one
+# node or on two, through the coordinator, three ways: kv_transfer(a, b) in
+# PL/pgSQL delegated by a (two UPDATEs), the two UPDATEs in BEGIN ...
+# COMMIT, and the nested lambda call of the table part; each way's
+# two-node time over its one-node time, as the lambda rows' ratios.
 #
 # The single node is a project cluster ("bench-single", port 54339); the
 # cluster is citus-bench (a coordinator and two workers, ports 54360-54362),
@@ -361,7 +362,8 @@ SQL
       done
     done
   done
-  delegated_median() { awk -v n="$1" -v w="$2" '$1 == n && $2 == w {print $3}' "$work/delegated-rows" | median; }
+  delegated_runs() { awk -v n="$1" -v w="$2" '$1 == n && $2 == w {print $3}' "$work/delegated-rows"; }
+  delegated_median() { delegated_runs "$1" "$2" | median; }
   echo "| statement, 8 clients | through the coordinator tx/s | on the worker holding the row/object tx/s |"
   echo "|---|---:|---:|"
   echo "| router \`SELECT v FROM kv WHERE k = \$1\` | $(delegated_median router coordinator) | — |"
@@ -370,7 +372,7 @@ SQL
     lambda=${fn#*:} fn=${fn%%:*}
     echo "| delegated PL/pgSQL \`$fn(k)\` | $(delegated_median "$fn" coordinator) | $(delegated_median "$fn" worker) |"
     c=$(delegated_median "$lambda" coordinator) w=$(delegated_median "$lambda" worker)
-    echo "| \`lambda_invoke(id, '$lambda')\` | $c ($(ratio "$c" "$(delegated_median "$fn" coordinator)")×) | $w ($(ratio "$w" "$(delegated_median "$fn" worker)")×) |"
+    echo "| \`lambda_invoke(id, '$lambda')\` | $c, ×$(round_ratios <(delegated_runs "$lambda" coordinator) <(delegated_runs "$fn" coordinator) 2) | $w, ×$(round_ratios <(delegated_runs "$lambda" worker) <(delegated_runs "$fn" worker) 2) |"
   done
   echo
   echo "| transfer a → b through the coordinator, 8 clients | a, b on one node tx/s | on two nodes tx/s | two nodes ÷ one, in time |"
@@ -380,7 +382,7 @@ SQL
              "transfer:\`lambda_invoke(a, 'transfer', b)\` (a nested call)"; do
     label=${way#*:} way=${way%%:*}
     one=$(delegated_median "$way-one" coordinator) two=$(delegated_median "$way-two" coordinator)
-    echo "| $label | $one | $two | $(ratio "$one" "$two")× |"
+    echo "| $label | $one | $two | $(round_ratios <(delegated_runs "$way-one" coordinator) <(delegated_runs "$way-two" coordinator) 2) |"
   done
   echo "runs (statement, where, tx/s, ms):"
   cat "$work/delegated-rows"

@@ -2,7 +2,8 @@
 # `make bench-python`: a Python guest against a Rust one (issue 46), the
 # counter in each language (target/lambdas/counter.wasm, py_counter.wasm),
 # on a cluster of its own ("benchpy", port 54346), stopped on exit. Side by
-# side in one run, alternating ROUNDS times, medians:
+# side in one run, alternating ROUNDS times, medians (of a ratio: of the
+# rounds' own ratios):
 #
 #   deploy     the time `lambdastore.deploy` takes (a Python component's
 #              compile; the same bytes again map the cached artifact; other
@@ -103,9 +104,10 @@ SQL
 done
 
 . "$repo/scripts/bench-lib.sh"
-# The median of column $4 (tx/s) or $5 (ms) of the runs of kind $1, clients $2, script $3.
-of() { awk -v k="$1" -v c="$2" -v s="$3" -v col="$4" '$1 == k && $2 == c && $3 == s {print $col}' "$work/runs" | median; }
-ratio() { awk "BEGIN {printf \"%.1f\", $1 / $2}"; }
+# Column $4 (tx/s) or $5 (ms) of the runs of kind $1, clients $2, script $3,
+# a round's per line; `of`, their median.
+runs_of() { awk -v k="$1" -v c="$2" -v s="$3" -v col="$4" '$1 == k && $2 == c && $3 == s {print $col}' "$work/runs"; }
+of() { runs_of "$@" | median; }
 
 echo "| deploy | Rust counter | Python counter |"
 echo "|---|---:|---:|"
@@ -124,7 +126,8 @@ echo "|---|---:|---:|---:|---:|---:|"
 for clients in 1 8; do
   for method in get increment; do
     rs_ms=$(of warm "$clients" "rs-$method" 5) py_ms=$(of warm "$clients" "py-$method" 5)
-    echo "| \`$method\`, $clients client(s) | $(of warm "$clients" "rs-$method" 4) | $(of warm "$clients" "py-$method" 4) | $rs_ms | $py_ms | $(ratio "$py_ms" "$rs_ms")× |"
+    ratios=$(round_ratios <(runs_of warm "$clients" "py-$method" 5) <(runs_of warm "$clients" "rs-$method" 5) 1)
+    echo "| \`$method\`, $clients client(s) | $(of warm "$clients" "rs-$method" 4) | $(of warm "$clients" "py-$method" 4) | $rs_ms | $py_ms | $ratios |"
   done
 done
 echo
