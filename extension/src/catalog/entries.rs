@@ -40,6 +40,34 @@ pub(crate) fn scan(
     max_bytes: usize,
     mut keep_going: impl FnMut() -> Result<()>,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let place = layout::place(object)?;
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    let mut keep = |key: Vec<u8>, value: Vec<u8>, out: &mut Vec<(Vec<u8>, Vec<u8>)>| {
+        bytes = bytes.saturating_add(key.len() + value.len());
+        if let Some(too_large) = past_scan_limit("the scan returns more than", bytes, max_bytes) {
+            return Err(too_large);
+        }
+        out.push((key, value));
+        Ok(())
+    };
+    if probe::usable() {
+        // Straight through the index, as `get` reads: an SPI cursor's
+        // portal and executor cost more than reading a few entries.
+        let prefix = [probe::Part::Int8(object), probe::Part::Text(field)];
+        let bounds = probe::Bounds { from: start, before: end };
+        probe::by_range(place, c"entries", c"entries_pkey", &prefix, bounds, forward, |row| {
+            keep(row.bytes(3).unwrap_or_default(), row.bytes(4).unwrap_or_default(), &mut out)?;
+            if out.len() % SCAN_CHUNK as usize == 0 {
+                keep_going()?;
+            }
+            Ok(out.len() < limit)
+        })?;
+        return Ok(out);
+    }
     // One plan per shape, so that each is a plain index range scan.
     let sql = match (end.is_some(), forward) {
         (true, true) => "SELECT key, value FROM lambdastore.entries WHERE object_id = $1 AND field = $2 AND key >= $3 AND key < $5 ORDER BY key LIMIT $4",
@@ -55,17 +83,13 @@ pub(crate) fn scan(
         args.push(end.into());
         types.push(BYTEAOID);
     }
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
-    query_chunks(layout::place(object)?, sql, &types, &args, SCAN_CHUNK, |rows| {
+    query_chunks(place, sql, &types, &args, SCAN_CHUNK, |rows| {
         for row in rows {
             let key = super::bytes(&row, 1)?.unwrap_or_default();
             let value = super::bytes(&row, 2)?.unwrap_or_default();
-            bytes = bytes.saturating_add(key.len() + value.len());
-            if let Some(too_large) = past_scan_limit("the scan returns more than", bytes, max_bytes) {
+            if let Err(too_large) = keep(key, value, &mut out) {
                 return Ok(Err(too_large));
             }
-            out.push((key, value));
         }
         Ok(keep_going())
     })?;

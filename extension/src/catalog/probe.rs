@@ -1,8 +1,9 @@
-//! Point reads by primary key straight through the index, without SPI's
-//! plan cache, portal and executor: a warm call reads each entry and checks
-//! each entry-set version this way, and executor start-up cost more than
-//! the index lookup itself. An entry's new value is written over its row
-//! the same way (`overwrite`).
+//! Point reads and range scans by primary key straight through the index,
+//! without SPI's plan cache, portal and executor: a warm call reads each
+//! entry, scans a field's range and checks each entry-set version this way,
+//! and executor start-up (a cursor's, for a scan) cost more than the index
+//! lookup itself. An entry's new value is written over its row the same way
+//! (`overwrite`).
 //!
 //! A probe behaves like the kept SPI statement it replaces: the caller's
 //! table privilege is checked, the command counter is advanced so the
@@ -99,6 +100,36 @@ pub(crate) fn by_prefix<R>(
     limit: usize,
     mut read: impl FnMut(&Row) -> R,
 ) -> Result<Vec<R>> {
+    let mut rows = Vec::new();
+    if limit > 0 {
+        by_range(place, table, index, prefix, Bounds::default(), true, |row| {
+            rows.push(read(row));
+            Ok(rows.len() < limit)
+        })?;
+    }
+    Ok(rows)
+}
+
+/// Bounds on the bytea column after a key's prefix: `from <= key < before`.
+#[derive(Default)]
+pub(crate) struct Bounds<'a> {
+    pub(crate) from: Option<&'a [u8]>,
+    pub(crate) before: Option<&'a [u8]>,
+}
+
+/// The rows of `table` whose primary key starts with `prefix` and whose
+/// next column is within `bounds`, in key order (or reverse), each handed
+/// to `read` until it answers false or fails; its error is the scan's,
+/// once the scan has ended.
+pub(crate) fn by_range(
+    place: Place,
+    table: &'static CStr,
+    index: &'static CStr,
+    prefix: &[Part<'_>],
+    bounds: Bounds<'_>,
+    forward: bool,
+    mut read: impl FnMut(&Row) -> Result<bool>,
+) -> Result<()> {
     // SAFETY: every call below is a PostgreSQL function used as the
     // executor uses it, on the main thread inside a transaction; an ERROR
     // raised by any of them unwinds to the resource owner, which releases
@@ -121,18 +152,24 @@ pub(crate) fn by_prefix<R>(
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(table_oid, lock);
         let index = pg_sys::index_open(index_oid, lock);
-        let scan = Scan::begin(relation, index, snapshot, prefix);
-        let mut rows = Vec::new();
-        while rows.len() < limit {
-            let Some(tuple) = scan.next() else { break };
-            rows.push(read(&Row { tuple, desc: (*relation).rd_att }));
+        let scan = Scan::begin(relation, index, snapshot, prefix, &bounds);
+        let mut outcome = Ok(());
+        while let Some(tuple) = scan.next(forward) {
+            match read(&Row { tuple, desc: (*relation).rd_att }) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
         }
         scan.end();
         // Like the executor, keep the locks until the transaction ends.
         pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::UnregisterSnapshot(snapshot);
-        Ok(rows)
+        outcome
     }
 }
 
@@ -257,8 +294,8 @@ unsafe fn update_last_column(
     unsafe {
         let desc = (*relation).rd_att;
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
-        let scan = Scan::begin(relation, index, snapshot, key);
-        let found = scan.next().map(|old| {
+        let scan = Scan::begin(relation, index, snapshot, key, &Bounds::default());
+        let found = scan.next(true).map(|old| {
             let mut column = (*desc).natts;
             let mut datum = value.into_datum().expect("bytea is not null");
             let mut null = false;
@@ -319,12 +356,12 @@ unsafe fn index_new_version(relation: pg_sys::Relation, index: pg_sys::Relation,
     }
 }
 
-/// An ordered index scan for the rows whose key starts with some parts.
+/// An ordered index scan for the rows whose key starts with some parts,
+/// and whose next column is within some bounds.
 struct Scan {
     scan: pg_sys::SysScanDesc,
-    /// The parts' datums (text and bytea are copies, freed at `end`) and
-    /// equality functions.
-    parts: Vec<(pg_sys::Datum, u32)>,
+    /// The keys' datums (text and bytea are copies, freed at `end`).
+    datums: Vec<pg_sys::Datum>,
 }
 
 impl Scan {
@@ -335,44 +372,65 @@ impl Scan {
         index: pg_sys::Relation,
         snapshot: pg_sys::Snapshot,
         prefix: &[Part<'_>],
+        bounds: &Bounds<'_>,
     ) -> Scan {
-        let parts: Vec<(pg_sys::Datum, u32)> = prefix.iter().map(Part::datum).collect();
+        let equal = pg_sys::BTEqualStrategyNumber;
+        let mut conditions: Vec<(usize, u32, pg_sys::Datum, u32)> = prefix
+            .iter()
+            .enumerate()
+            .map(|(i, part)| {
+                let (datum, function) = part.datum();
+                (i + 1, equal, datum, function)
+            })
+            .collect();
+        let next_column = prefix.len() + 1;
+        let bytea = |b: &[u8]| b.into_datum().expect("bytea is not null");
+        if let Some(from) = bounds.from {
+            conditions.push((next_column, pg_sys::BTGreaterEqualStrategyNumber, bytea(from), pg_sys::F_BYTEAGE));
+        }
+        if let Some(before) = bounds.before {
+            conditions.push((next_column, pg_sys::BTLessStrategyNumber, bytea(before), pg_sys::F_BYTEALT));
+        }
         // SAFETY: the caller's promise; the keys are copied by the scan,
         // their datums are kept until `end`.
         unsafe {
-            let mut keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); parts.len()];
-            for (i, ((datum, equal), key)) in parts.iter().zip(keys.iter_mut()).enumerate() {
+            let mut keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); conditions.len()];
+            for (&(column, strategy, datum, function), key) in conditions.iter().zip(keys.iter_mut()) {
                 // Attribute numbers are the table's (the key's columns come
                 // first); ScanKeyInit compares text under the "C" collation,
                 // the columns' own.
-                let attno = pg_sys::AttrNumber::try_from(i + 1).expect("a short key");
-                let strategy = pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber;
-                pg_sys::ScanKeyInit(key, attno, strategy, (*equal).into(), *datum);
+                let attno = pg_sys::AttrNumber::try_from(column).expect("a short key");
+                pg_sys::ScanKeyInit(key, attno, strategy as pg_sys::StrategyNumber, function.into(), datum);
             }
             // The ordered form: the index is used even under
             // ignore_system_indexes, so rows come in key order.
             let scan =
                 pg_sys::systable_beginscan_ordered(relation, index, snapshot, keys.len() as i32, keys.as_mut_ptr());
-            Scan { scan, parts }
+            let datums = conditions.iter().filter(|c| c.3 != pg_sys::F_INT8EQ).map(|c| c.2).collect();
+            Scan { scan, datums }
         }
     }
 
-    /// The next row, valid until the next call or `end`.
-    fn next(&self) -> Option<pg_sys::HeapTuple> {
+    /// The next row in key order (or reverse), valid until the next call
+    /// or `end`.
+    fn next(&self, forward: bool) -> Option<pg_sys::HeapTuple> {
+        let direction = if forward {
+            pg_sys::ScanDirection::ForwardScanDirection
+        } else {
+            pg_sys::ScanDirection::BackwardScanDirection
+        };
         // SAFETY: the scan is open (`begin`).
-        let tuple = unsafe { pg_sys::systable_getnext_ordered(self.scan, pg_sys::ScanDirection::ForwardScanDirection) };
+        let tuple = unsafe { pg_sys::systable_getnext_ordered(self.scan, direction) };
         (!tuple.is_null()).then_some(tuple)
     }
 
     fn end(self) {
-        // SAFETY: ends the scan begun in `begin`, then frees the key's
+        // SAFETY: ends the scan begun in `begin`, then frees the keys'
         // copies of text and bytea.
         unsafe {
             pg_sys::systable_endscan_ordered(self.scan);
-            for (datum, equal) in &self.parts {
-                if *equal != pg_sys::F_INT8EQ {
-                    pg_sys::pfree(datum.cast_mut_ptr());
-                }
+            for datum in &self.datums {
+                pg_sys::pfree(datum.cast_mut_ptr());
             }
         }
     }
