@@ -360,8 +360,9 @@ unsafe fn index_new_version(relation: pg_sys::Relation, index: pg_sys::Relation,
 /// and whose next column is within some bounds.
 struct Scan {
     scan: pg_sys::SysScanDesc,
-    /// The keys' datums (text and bytea are copies, freed at `end`).
-    datums: Vec<pg_sys::Datum>,
+    /// The keys: column, strategy, datum (text and bytea are copies, freed
+    /// at `end`) and comparison function.
+    conditions: Vec<(usize, u32, pg_sys::Datum, u32)>,
 }
 
 impl Scan {
@@ -406,8 +407,7 @@ impl Scan {
             // ignore_system_indexes, so rows come in key order.
             let scan =
                 pg_sys::systable_beginscan_ordered(relation, index, snapshot, keys.len() as i32, keys.as_mut_ptr());
-            let datums = conditions.iter().filter(|c| c.3 != pg_sys::F_INT8EQ).map(|c| c.2).collect();
-            Scan { scan, datums }
+            Scan { scan, conditions }
         }
     }
 
@@ -429,8 +429,10 @@ impl Scan {
         // copies of text and bytea.
         unsafe {
             pg_sys::systable_endscan_ordered(self.scan);
-            for datum in &self.datums {
-                pg_sys::pfree(datum.cast_mut_ptr());
+            for &(_, _, datum, function) in &self.conditions {
+                if function != pg_sys::F_INT8EQ {
+                    pg_sys::pfree(datum.cast_mut_ptr());
+                }
             }
         }
     }

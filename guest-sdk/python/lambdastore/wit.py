@@ -4,7 +4,6 @@ bindings are: inside a component, and while it builds one."""
 
 import gc
 import io
-import operator
 import random
 import sys
 import time
@@ -302,18 +301,14 @@ def held_elsewhere(generator, methods, namespace) -> bool:
     to `generator` or one of `methods`, as far as the garbage collector can
     see: a module's global, a class attribute, a closure, a default. Errs
     towards True (a temporary reference counts too)."""
-    targets = [generator]
-    targets.extend(methods.values())
+    # A tuple, passed on as the call's own arguments: CPython 3.14 (the
+    # components') tracks the arguments of `get_referrers`, so the search
+    # finds them. Once it did, as a tuple made from a list, and every
+    # application was seeded at every call.
+    targets = (generator, *methods.values())
     own = {id(namespace), id(methods), id(targets)}
     own.update(id(m) for m in methods.values())
     for referrer in gc.get_referrers(*targets):
-        if id(referrer) not in own and not _arguments_of_the_search(referrer, targets):
+        if id(referrer) not in own:
             return True
     return False
-
-
-def _arguments_of_the_search(referrer, targets) -> bool:
-    """Whether `referrer` is the tuple `get_referrers(*targets)` was called
-    with: CPython 3.14 (the components') tracks it, so the search finds its
-    own arguments, and without this every application seeded at every call."""
-    return type(referrer) is tuple and len(referrer) == len(targets) and all(map(operator.is_, referrer, targets))

@@ -209,17 +209,3 @@ def test_random_is_seeded_at_the_first_draw_only_where_nothing_else_holds_its_fu
     assert wit.held_elsewhere(generator, methods, namespace)
     del holder
 
-
-def test_the_search_for_holders_skips_only_its_own_arguments(wit):
-    # CPython 3.14, the components' interpreter, tracks the tuple that
-    # `gc.get_referrers(*targets)` is called with: found among the
-    # referrers, it once made every application seed at every call.
-    generator, methods, namespace = _a_generator()
-    targets = [generator, *methods.values()]
-    assert wit._arguments_of_the_search(tuple(targets), targets)
-    assert not wit._arguments_of_the_search(tuple(reversed(targets)), targets)
-    assert not wit._arguments_of_the_search((methods["random"],), targets)
-    assert not wit._arguments_of_the_search(list(targets), targets)
-    defaults = (methods["random"],)
-    assert wit.held_elsewhere(generator, methods, namespace)
-    del defaults
