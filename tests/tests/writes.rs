@@ -1,9 +1,11 @@
-//! How a workflow's writes land in `lambdastore.entries`. A new value of an
-//! entry that exists is written over its row straight through the heap
-//! (extension/src/catalog/probe.rs, `overwrite`), not by the upsert
+//! How a workflow's writes land in `lambdastore.entries`. A new value is
+//! written straight to the heap (extension/src/catalog/in_place.rs), over
+//! the row of an entry that exists or as a new row, not by the upsert
 //! statement; these tests hold it to what the statement guarantees: the
 //! index finds every row version, a trigger someone put on the table fires,
-//! and a row changed by a concurrent transaction gets the call's value.
+//! a row changed by a concurrent transaction gets the call's value, a new
+//! entry never outlives its object, and a key another transaction inserts
+//! meanwhile is updated, not refused.
 
 mod common;
 
@@ -23,7 +25,7 @@ fn data_by(c: &mut Client, object: i64, index: bool) -> Vec<(Vec<u8>, Vec<u8>)> 
     tx.batch_execute(scans).unwrap();
     // One probe per key: what a lambda's read does.
     let mut rows = Vec::new();
-    for k in 0..100i32 {
+    for k in 0..300i32 {
         let found = tx
             .query_opt(
                 "SELECT key, value FROM lambdastore.entries WHERE object_id = $1 AND field = 'data' AND key = int4send($2)",
@@ -50,7 +52,7 @@ fn pages(c: &mut impl GenericClient, object: i64) -> Vec<(Vec<u8>, String)> {
 }
 
 #[test]
-fn values_written_over_their_rows_stay_found_through_the_index() {
+fn values_written_in_place_stay_found_through_the_index() {
     // A Bench object has 100 entries of 1 KiB: 7 to a page, its pages full,
     // so a new version often has to go to another page and needs an index
     // entry of its own (the update is not HOT).
@@ -67,12 +69,20 @@ fn values_written_over_their_rows_stay_found_through_the_index() {
     let moved = before.iter().zip(&after).filter(|(b, a)| b.1 != a.1).count();
     assert!(moved > 0, "no row left its page, so no update needed an index entry: {after:?}");
 
+    // New keys, inserted as new rows, one workflow writing several.
+    for first in (100..300u32).step_by(10) {
+        let keys: Vec<u32> = (first..first + 10).collect();
+        assert_eq!(call(&mut c, id, "touch", json!({"keys": keys, "write": true})), json!(0));
+    }
+    let inserted = count(&mut c, &format!("SELECT count(*) FROM lambdastore.entries WHERE object_id = {id}"));
+    assert_eq!(inserted, 300, "every new key has its row");
+
     let by_index = data_by(&mut c, id, true);
     let by_scan = data_by(&mut c, id, false);
-    assert_eq!(by_index.len(), 100, "the index finds every key ({moved} rows moved to another page)");
+    assert_eq!(by_index.len(), 300, "the index finds every key ({moved} rows moved to another page)");
     assert_eq!(by_index, by_scan, "the index finds each key's latest value");
-    let read = call(&mut c, id, "touch", json!({"keys": (0..100).collect::<Vec<u32>>(), "write": false}));
-    assert_eq!(read, json!(100), "a lambda reads every key");
+    let read = call(&mut c, id, "touch", json!({"keys": (0..300).collect::<Vec<u32>>(), "write": false}));
+    assert_eq!(read, json!(300), "a lambda reads every key");
 
     // amcheck: every heap tuple that should be indexed is.
     c.batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck").unwrap();
@@ -89,12 +99,14 @@ fn a_trigger_on_the_entries_table_sees_every_write() {
     let app = app("overwrite_trigger");
     deploy_example(&mut c, &app, "micro");
     let id = create(&mut c, &app, "Bench", json!({}));
-    // This session writes over rows, and remembers that the table allows it.
-    call(&mut c, id, "touch", json!({"keys": [6, 7], "write": true}));
+    // This session writes over rows and inserts new ones, and remembers
+    // that the table allows it.
+    call(&mut c, id, "touch", json!({"keys": [6, 7, 300], "write": true}));
 
-    // Another session adds a trigger; the next write of this one must fire it.
-    scratch
-        .connect()
+    // Another session adds a trigger on INSERT; the next write of this one
+    // must fire it for its new entries (and not for the others).
+    let mut other = scratch.connect();
+    other
         .batch_execute(
             "CREATE TABLE audit (object_id bigint, key bytea, bytes int);
              CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -102,18 +114,28 @@ fn a_trigger_on_the_entries_table_sees_every_write() {
                  INSERT INTO public.audit VALUES (NEW.object_id, NEW.key, length(NEW.value));
                  RETURN NULL;
              END $$;
-             CREATE TRIGGER audit AFTER UPDATE ON lambdastore.entries FOR EACH ROW EXECUTE FUNCTION audit();",
+             CREATE TRIGGER audit_insert AFTER INSERT ON lambdastore.entries FOR EACH ROW EXECUTE FUNCTION audit();",
         )
         .unwrap();
-    call(&mut c, id, "touch", json!({"keys": [1, 2, 3, 4, 5], "write": true}));
-    let audited: Vec<(i64, Vec<u8>, i32)> = c
-        .query("SELECT object_id, key, bytes FROM audit ORDER BY key", &[])
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    let expected: Vec<(i64, Vec<u8>, i32)> = (1..=5u32).map(|k| (id, k.to_be_bytes().to_vec(), 1026)).collect();
-    assert_eq!(audited, expected, "the trigger fired once for each entry written");
+    call(&mut c, id, "touch", json!({"keys": [1, 2, 200, 201], "write": true}));
+    assert_eq!(audited(&mut c), [200, 201], "the INSERT trigger fired once for each new entry");
+
+    // Then one on UPDATE: it fires for the entries written over.
+    other
+        .batch_execute(
+            "CREATE TRIGGER audit_update AFTER UPDATE ON lambdastore.entries FOR EACH ROW EXECUTE FUNCTION audit()",
+        )
+        .unwrap();
+    call(&mut c, id, "touch", json!({"keys": [3, 4, 5, 202], "write": true}));
+    assert_eq!(audited(&mut c), [3, 4, 5, 200, 201, 202], "the triggers fired once for each entry written");
+    let bytes = count(&mut c, "SELECT count(*) FROM audit WHERE bytes = 1026");
+    assert_eq!(bytes, 6, "each with the call's 1 KiB value");
+}
+
+/// The keys the test's trigger audited, in order.
+fn audited(c: &mut Client) -> Vec<u32> {
+    let rows = c.query("SELECT key FROM audit ORDER BY key", &[]).unwrap();
+    rows.iter().map(|r| u32::from_be_bytes(r.get::<_, Vec<u8>>(0).try_into().unwrap())).collect()
 }
 
 #[test]
@@ -148,4 +170,62 @@ fn a_row_updated_by_a_concurrent_transaction_gets_the_calls_value() {
         .get(0);
     assert_ne!(value, theirs, "the call committed after the other transaction: its value is the row's");
     assert_eq!(value.len(), 1026, "the call's 1 KiB value");
+}
+
+#[test]
+fn a_new_entry_of_an_object_being_deleted_waits_and_is_refused() {
+    let (mut c, _, id) = micro_object("insert_deleted_object");
+    // Another transaction deletes the object (its entries go with it) and
+    // holds it.
+    let mut other = connect();
+    let mut tx = other.transaction().unwrap();
+    tx.execute("DELETE FROM lambdastore.objects WHERE object_id = $1", &[&id]).unwrap();
+
+    // The call read the object before that commits; its new key's insert
+    // waits for the deletion, as the foreign key's check would.
+    let mut caller = connect();
+    let pid = backend_pid(&mut caller);
+    let writer = std::thread::spawn(move || invoke(&mut caller, id, "touch", json!({"keys": [500], "write": true})));
+    wait_until_waiting_for_a_lock(&mut c, pid);
+    tx.commit().unwrap();
+    let refused = expect_sqlstate(writer.join().unwrap(), "23503");
+    assert!(refused.contains("foreign key"), "{refused}");
+    let left = count(&mut c, &format!("SELECT count(*) FROM lambdastore.entries WHERE object_id = {id}"));
+    assert_eq!(left, 0, "no entry outlives its object");
+}
+
+#[test]
+fn a_key_inserted_by_a_concurrent_transaction_gets_the_calls_value() {
+    let (mut c, _, id) = micro_object("insert_concurrent");
+    let key = 400u32.to_be_bytes().to_vec();
+    let theirs = br#""theirs""#.to_vec();
+
+    // Another transaction inserts the key and holds it.
+    let mut other = connect();
+    let mut tx = other.transaction().unwrap();
+    tx.execute(
+        "INSERT INTO lambdastore.entries (object_id, field, key, value) VALUES ($1, 'data', $2, $3)",
+        &[&id, &key, &theirs],
+    )
+    .unwrap();
+
+    // Without OCC nothing keeps two writers of a key apart: the call's
+    // write waits for that insert and then updates its row, as the
+    // upsert statement does, rather than failing on the unique key.
+    let mut caller = connect();
+    caller.batch_execute("SET lambdastore.concurrency_control = off").unwrap();
+    let pid = backend_pid(&mut caller);
+    let writer = std::thread::spawn(move || invoke(&mut caller, id, "touch", json!({"keys": [400], "write": true})));
+    wait_until_waiting_for_a_lock(&mut c, pid);
+    tx.commit().unwrap();
+    assert_eq!(writer.join().unwrap().expect("the call commits"), json!(0));
+
+    let value: Vec<u8> = c
+        .query_one(
+            "SELECT value FROM lambdastore.entries WHERE object_id = $1 AND field = 'data' AND key = $2",
+            &[&id, &key],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(value.len(), 1026, "the call committed after the other transaction: its 1 KiB value is the row's");
 }

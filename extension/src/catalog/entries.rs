@@ -1,7 +1,7 @@
 //! Entry rows: point reads, ordered range scans, and applying a workflow's
-//! buffered writes in a few set-based statements.
+//! buffered writes.
 
-use super::{probe, query_at, query_chunks};
+use super::{in_place, probe, query_at, query_chunks};
 use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
 use lambdastore_core::model::{EntryKey, Slot};
@@ -134,16 +134,20 @@ pub(crate) fn all(object: i64, max_bytes: usize) -> Result<Vec<(String, Vec<u8>,
 const SCAN_CHUNK: i64 = 64;
 
 /// Inserts the created objects (each with its first entry set), deletes
-/// and upserts entries. A new value of an entry that exists is written over
-/// its row (`probe::overwrite`); every other change is one kept single-row
-/// statement:
-/// statements with array arguments would be re-planned on every execution
-/// (their generic plan never looks cheaper than a custom one), and a
-/// workflow writes few entries. A workflow that buffered many is stopped by
-/// `keep_going` (its deadline, a cancel) every `APPLY_CHECK` statements.
+/// and upserts entries. A new value is written straight to the heap where
+/// that does what the statement would (in_place.rs): over the row of an
+/// entry that exists, or as a new row where `exclusive` says that the
+/// transaction holds the written sets for writing, so that no other
+/// inserts the same key meanwhile. Every other change is one kept
+/// single-row statement: statements with array arguments would be
+/// re-planned on every execution (their generic plan never looks cheaper
+/// than a custom one), and a workflow writes few entries. A workflow that
+/// buffered many is stopped by `keep_going` (its deadline, a cancel) every
+/// `APPLY_CHECK` statements.
 pub(crate) fn apply<'a>(
     created: &[(i64, String, String)],
     entries: impl Iterator<Item = (&'a EntryKey, &'a Slot)>,
+    exclusive: bool,
     mut keep_going: impl FnMut() -> Result<()>,
 ) -> Result<()> {
     for (id, app, type_name) in created {
@@ -163,12 +167,9 @@ pub(crate) fn apply<'a>(
         }
         super::note_write();
         let place = layout::place(*object)?;
-        let over_row = |value: &[u8]| {
-            let key = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
-            probe::overwrite(place, c"entries", c"entries_pkey", &key, value)
-        };
+        let in_place = |value: &[u8]| in_place::write_entry(place, (*object, field, key), value, exclusive);
         match slot {
-            Some(value) if probe::usable() && over_row(value)? => {}
+            Some(value) if probe::usable() && in_place(value)? => {}
             Some(value) => query_at(
                 place,
                 "INSERT INTO lambdastore.entries (object_id, field, key, value) VALUES ($1, $2, $3, $4)

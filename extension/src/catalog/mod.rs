@@ -10,6 +10,7 @@ pub(crate) mod cache;
 pub(crate) mod entries;
 pub(crate) mod grants;
 pub(crate) mod guards;
+mod in_place;
 pub(crate) mod modules;
 pub(crate) mod objects;
 mod probe;
@@ -83,10 +84,10 @@ struct Relations {
     oids: Vec<((usize, Place), pgrx::pg_sys::Oid)>,
     /// (relation, user, rights) and whether the user holds those rights.
     allowed: Vec<((pgrx::pg_sys::Oid, pgrx::pg_sys::Oid, u32), bool)>,
-    /// Tables and whether a new value may be written over a row of theirs
-    /// (probe.rs, `plain`): a trigger, index or constraint added since
-    /// sent an invalidation, which emptied this.
-    plain: Vec<(pgrx::pg_sys::Oid, bool)>,
+    /// Tables and which writes may go straight to their heap (in_place.rs,
+    /// `plain`): a trigger, index or constraint added since sent an
+    /// invalidation, which emptied this.
+    plain: Vec<(pgrx::pg_sys::Oid, in_place::Plain)>,
 }
 
 fn find<K: PartialEq, V: Copy>(entries: &[(K, V)], key: &K) -> Option<V> {
@@ -228,9 +229,9 @@ pub(crate) fn prepared_gid(xid: u32) -> Result<Option<String>> {
     )
 }
 
-/// `probe::plain`'s verdict on table `oid`, worked out by `judge` on a miss.
-/// Asked with the table open, so invalidations have been taken in.
-pub(crate) fn remembered_plain(oid: pgrx::pg_sys::Oid, judge: impl FnOnce() -> bool) -> bool {
+/// `in_place::plain`'s verdict on table `oid`, worked out by `judge` on a
+/// miss. Asked with the table open, so invalidations have been taken in.
+fn remembered_plain(oid: pgrx::pg_sys::Oid, judge: impl FnOnce() -> in_place::Plain) -> in_place::Plain {
     if let Some(plain) = RELATIONS.with(|r| find(&r.borrow().plain, &oid)) {
         return plain;
     }

@@ -149,7 +149,7 @@ const PREPARED_SWEEP: std::time::Duration = std::time::Duration::from_millis(5);
 pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     let writes = workflow.writes.borrow();
     if !gucs::occ() {
-        return if writes.is_empty() { Ok(()) } else { apply(&writes, workflow) };
+        return if writes.is_empty() { Ok(()) } else { apply(&writes, workflow, false) };
     }
 
     let written = written_sets(workflow, &writes)?;
@@ -172,7 +172,7 @@ pub(crate) fn commit(workflow: &Workflow) -> Result<()> {
     let reads = workflow.reads.borrow();
 
     // 3. Apply; the written sets' versions go up once this commits.
-    apply(&writes, workflow)?;
+    apply(&writes, workflow, true)?;
     for set in written.keys() {
         versions::bump_at_commit(set);
     }
@@ -469,8 +469,9 @@ pub(crate) fn before_commit() -> Result<()> {
     validate_again()
 }
 
-fn apply(writes: &super::WriteBuffer, workflow: &Workflow) -> Result<()> {
-    catalog::entries::apply(writes.created(), writes.entries(), || workflow.keep_going())
+/// `exclusive`: the written sets are locked for writing (step 1).
+fn apply(writes: &super::WriteBuffer, workflow: &Workflow, exclusive: bool) -> Result<()> {
+    catalog::entries::apply(writes.created(), writes.entries(), exclusive, || workflow.keep_going())
 }
 
 /// `lambdastore.split(object, field, key)`: inserts a guard by hand.
