@@ -11,7 +11,7 @@ mod common;
 
 use common::*;
 use postgres::{Client, GenericClient};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// The micro app's `data` entries of `object`, key by key, as the index
 /// finds them and as a sequential scan does: (key, value).
@@ -138,57 +138,51 @@ fn audited(c: &mut Client) -> Vec<u32> {
     rows.iter().map(|r| u32::from_be_bytes(r.get::<_, Vec<u8>>(0).try_into().unwrap())).collect()
 }
 
+/// A call writing `key` of `object` (micro's `touch`, on a new session
+/// that first runs `setup`) while another transaction has run `theirs` and
+/// holds it: once the call waits for a lock, that transaction commits.
+/// The call's outcome.
+fn write_behind(c: &mut Client, object: i64, key: u32, setup: &str, theirs: &str) -> Result<Value, postgres::Error> {
+    let mut other = connect();
+    let mut tx = other.transaction().unwrap();
+    tx.batch_execute(theirs).unwrap();
+    let mut caller = connect();
+    caller.batch_execute(setup).unwrap();
+    let pid = backend_pid(&mut caller);
+    let writer =
+        std::thread::spawn(move || invoke(&mut caller, object, "touch", json!({"keys": [key], "write": true})));
+    wait_until_waiting_for_a_lock(c, pid);
+    tx.commit().unwrap();
+    writer.join().unwrap()
+}
+
+/// The value of `data` entry `key` of `object`.
+fn data_value(c: &mut Client, object: i64, key: u32) -> Vec<u8> {
+    let sql = "SELECT value FROM lambdastore.entries WHERE object_id = $1 AND field = 'data' AND key = int4send($2)";
+    c.query_one(sql, &[&object, &(key as i32)]).unwrap().get(0)
+}
+
 #[test]
 fn a_row_updated_by_a_concurrent_transaction_gets_the_calls_value() {
     let (mut c, _, id) = micro_object("overwrite_concurrent");
-    let key = 3u32.to_be_bytes().to_vec();
-    let theirs = br#""theirs""#.to_vec();
-
-    // Another transaction updates the row and holds it.
-    let mut other = connect();
-    let mut tx = other.transaction().unwrap();
-    tx.execute(
-        "UPDATE lambdastore.entries SET value = $3 WHERE object_id = $1 AND field = 'data' AND key = $2",
-        &[&id, &key, &theirs],
-    )
-    .unwrap();
-
-    // The call read the row before that commits; its write waits for it.
-    let mut caller = connect();
-    let pid = backend_pid(&mut caller);
-    let writer = std::thread::spawn(move || call(&mut caller, id, "touch", json!({"keys": [3], "write": true})));
-    wait_until_waiting_for_a_lock(&mut c, pid);
-    tx.commit().unwrap();
-    assert_eq!(writer.join().unwrap(), json!(1));
-
-    let value: Vec<u8> = c
-        .query_one(
-            "SELECT value FROM lambdastore.entries WHERE object_id = $1 AND field = 'data' AND key = $2",
-            &[&id, &key],
-        )
-        .unwrap()
-        .get(0);
-    assert_ne!(value, theirs, "the call committed after the other transaction: its value is the row's");
-    assert_eq!(value.len(), 1026, "the call's 1 KiB value");
+    // The call read the row before the other transaction's update commits;
+    // its write waits for it.
+    let theirs = format!(
+        "UPDATE lambdastore.entries SET value = '\"theirs\"' WHERE object_id = {id} AND field = 'data' AND key = int4send(3)"
+    );
+    assert_eq!(write_behind(&mut c, id, 3, "", &theirs).unwrap(), json!(1));
+    let value = data_value(&mut c, id, 3);
+    assert_eq!(value.len(), 1026, "the call committed after the other transaction: its 1 KiB value is the row's");
 }
 
 #[test]
 fn a_new_entry_of_an_object_being_deleted_waits_and_is_refused() {
     let (mut c, _, id) = micro_object("insert_deleted_object");
-    // Another transaction deletes the object (its entries go with it) and
-    // holds it.
-    let mut other = connect();
-    let mut tx = other.transaction().unwrap();
-    tx.execute("DELETE FROM lambdastore.objects WHERE object_id = $1", &[&id]).unwrap();
-
-    // The call read the object before that commits; its new key's insert
-    // waits for the deletion, as the foreign key's check would.
-    let mut caller = connect();
-    let pid = backend_pid(&mut caller);
-    let writer = std::thread::spawn(move || invoke(&mut caller, id, "touch", json!({"keys": [500], "write": true})));
-    wait_until_waiting_for_a_lock(&mut c, pid);
-    tx.commit().unwrap();
-    let refused = expect_sqlstate(writer.join().unwrap(), "23503");
+    // Another transaction deletes the object (its entries go with it). The
+    // call read the object before that commits; its new key's insert waits
+    // for the deletion, as the foreign key's check would.
+    let theirs = format!("DELETE FROM lambdastore.objects WHERE object_id = {id}");
+    let refused = expect_sqlstate(write_behind(&mut c, id, 500, "", &theirs), "23503");
     assert!(refused.contains("foreign key"), "{refused}");
     let left = count(&mut c, &format!("SELECT count(*) FROM lambdastore.entries WHERE object_id = {id}"));
     assert_eq!(left, 0, "no entry outlives its object");
@@ -197,35 +191,14 @@ fn a_new_entry_of_an_object_being_deleted_waits_and_is_refused() {
 #[test]
 fn a_key_inserted_by_a_concurrent_transaction_gets_the_calls_value() {
     let (mut c, _, id) = micro_object("insert_concurrent");
-    let key = 400u32.to_be_bytes().to_vec();
-    let theirs = br#""theirs""#.to_vec();
-
-    // Another transaction inserts the key and holds it.
-    let mut other = connect();
-    let mut tx = other.transaction().unwrap();
-    tx.execute(
-        "INSERT INTO lambdastore.entries (object_id, field, key, value) VALUES ($1, 'data', $2, $3)",
-        &[&id, &key, &theirs],
-    )
-    .unwrap();
-
     // Without OCC nothing keeps two writers of a key apart: the call's
-    // write waits for that insert and then updates its row, as the
+    // write waits for the other's insert and then updates its row, as the
     // upsert statement does, rather than failing on the unique key.
-    let mut caller = connect();
-    caller.batch_execute("SET lambdastore.concurrency_control = off").unwrap();
-    let pid = backend_pid(&mut caller);
-    let writer = std::thread::spawn(move || invoke(&mut caller, id, "touch", json!({"keys": [400], "write": true})));
-    wait_until_waiting_for_a_lock(&mut c, pid);
-    tx.commit().unwrap();
-    assert_eq!(writer.join().unwrap().expect("the call commits"), json!(0));
-
-    let value: Vec<u8> = c
-        .query_one(
-            "SELECT value FROM lambdastore.entries WHERE object_id = $1 AND field = 'data' AND key = $2",
-            &[&id, &key],
-        )
-        .unwrap()
-        .get(0);
+    let theirs = format!(
+        "INSERT INTO lambdastore.entries (object_id, field, key, value) VALUES ({id}, 'data', int4send(400), '\"theirs\"')"
+    );
+    let outcome = write_behind(&mut c, id, 400, "SET lambdastore.concurrency_control = off", &theirs);
+    assert_eq!(outcome.expect("the call commits"), json!(0));
+    let value = data_value(&mut c, id, 400);
     assert_eq!(value.len(), 1026, "the call committed after the other transaction: its 1 KiB value is the row's");
 }

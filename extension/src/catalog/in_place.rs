@@ -16,7 +16,7 @@ use pgrx::IntoDatum;
 /// Which writes a table lets this path make (`plain`), remembered per
 /// table until the next relcache invalidation, which every change of the
 /// table sends (`catalog::remembered_plain`).
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 pub(crate) struct Plain {
     /// A new value over an existing row.
     update: bool,
@@ -28,14 +28,14 @@ pub(crate) struct Plain {
 /// at `place`, as `INSERT ... ON CONFLICT (object_id, field, key) DO UPDATE
 /// SET value = EXCLUDED.value` would at READ COMMITTED. An entry with a
 /// visible row gets the value written over that row. A new entry is
-/// inserted only where `insert` says that no other transaction can insert
-/// the same key meanwhile (OCC holds its set for writing: a concurrent
-/// insert would end this one with a unique violation where the statement
-/// would update). Returns false, having written nothing, where the
+/// inserted only where the transaction holds its set for writing
+/// (`exclusive`, OCC's lock), so that no other inserts the same key
+/// meanwhile: a concurrent insert would end this one with a unique
+/// violation where the statement would update. Returns false, having written nothing, where the
 /// statement must run instead: a concurrent transaction updated or deleted
 /// the row since (the statement follows the row as READ COMMITTED does); a
 /// new entry whose object's row is gone or changed (the statement's
-/// foreign-key check says so), or that `insert` does not allow; the current
+/// foreign-key check says so), or not `exclusive`; the current
 /// user lacks the statement's rights (the statement says so); or the tables
 /// are not the plain ones this path knows (`plain`). Used only where probes
 /// are (`probe::usable`): under REPEATABLE READ or SERIALIZABLE the
@@ -44,7 +44,7 @@ pub(crate) fn write_entry(
     place: Place,
     (object, field, key): (i64, &str, &[u8]),
     value: &[u8],
-    insert: bool,
+    exclusive: bool,
 ) -> Result<bool> {
     let entries = (super::relation(c"entries", place)?, super::relation(c"entries_pkey", place)?);
     let objects = (super::relation(c"objects", place)?, super::relation(c"objects_pkey", place)?);
@@ -73,7 +73,7 @@ pub(crate) fn write_entry(
                 Found::Written => true,
                 Found::Changed => false,
                 Found::None => {
-                    insert && shape.insert && object_locked(objects, object) && {
+                    exclusive && shape.insert && object_locked(objects, object) && {
                         insert_row(relation, index, &parts, value);
                         true
                     }
