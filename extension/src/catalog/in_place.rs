@@ -101,13 +101,12 @@ enum Found {
 const COLUMNS: [pg_sys::Oid; 4] = [pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::BYTEAOID, pg_sys::BYTEAOID];
 
 /// Whether `relation` is a plain heap table of `COLUMNS`, whose only index
-/// is `index`, and whose UPDATE and INSERT run
-/// nothing but the write: no CHECK, no row security, no rule, not a
-/// partition, no trigger but the foreign keys' checks. An UPDATE that
-/// keeps the key skips its foreign keys' checks; an INSERT is made here
-/// only where the one foreign key is `(object_id)` on `objects`'s
-/// `(object_id)`, whose check `object_locked` makes. A table someone
-/// changed takes the statement's path.
+/// is `index`, and whose UPDATE and INSERT run nothing but the write: no
+/// CHECK, no row security, no rule, not a partition, no trigger but the
+/// foreign keys' checks. An UPDATE that keeps the key skips its foreign
+/// keys' checks; an INSERT is made here only where the one foreign key is
+/// `(object_id)` on `objects`'s `(object_id)`, whose check `object_locked`
+/// makes. A table someone changed takes the statement's path.
 ///
 /// SAFETY: `relation` and `index` are open.
 unsafe fn plain(relation: pg_sys::Relation, index: pg_sys::Relation, objects: pg_sys::Oid) -> Plain {
