@@ -341,5 +341,9 @@ unsafe fn index_entry(relation: pg_sys::Relation, index: pg_sys::Relation, tuple
             info,
         );
         pg_sys::ExecDropSingleTupleTableSlot(slot);
+        // A btree's insert keeps nothing in it; a call writing many
+        // entries would otherwise hold one per entry until the memory
+        // context is reset.
+        pg_sys::pfree(info.cast());
     }
 }
