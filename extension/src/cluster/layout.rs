@@ -78,6 +78,9 @@ pub(crate) struct Layout {
     route_keys: Vec<OnceCell<Option<i64>>>,
     /// Statements routed so far, by (text address, length, route key).
     routed: Texts<Option<i64>>,
+    /// This node's copy of each of `REFERENCE`, once looked up
+    /// (`wrote_reference_tables`, at every PREPARE).
+    reference_oids: OnceCell<Vec<Option<pg_sys::Oid>>>,
 }
 
 /// How many keys, 0 and up, are tried for a shard's route key. A shard of
@@ -180,6 +183,7 @@ fn read_layout() -> Result<Option<Layout>> {
         statements: Default::default(),
         route_keys: Vec::new(),
         routed: Default::default(),
+        reference_oids: OnceCell::new(),
     };
     for (table, shard_id, min, max, group, node, local_group) in rows {
         layout.local_group = local_group;
@@ -533,13 +537,12 @@ pub(crate) fn wrote_reference_tables() -> bool {
         Some(None) => return false,
         Some(Some(layout)) => layout,
     };
-    REFERENCE.iter().zip(layout.reference).any(|(table, id)| {
-        match pg::backend::relation_oid(c"lambdastore", &format!("{table}_{id}")) {
-            // Statistics off: nothing can be told, so assume it was.
-            Some(oid) => pg::backend::changed_in_transaction(oid).unwrap_or(true),
-            None => false,
-        }
-    })
+    let oids = layout.reference_oids.get_or_init(|| {
+        let copy = |(table, id)| pg::backend::relation_oid(c"lambdastore", &format!("{table}_{id}"));
+        REFERENCE.iter().zip(layout.reference).map(copy).collect()
+    });
+    // Statistics off: nothing can be told, so assume it was.
+    oids.iter().flatten().any(|&oid| pg::backend::changed_in_transaction(oid).unwrap_or(true))
 }
 
 /// `n`, drawn from one of our sequences on this node, made unique across

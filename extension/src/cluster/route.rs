@@ -65,15 +65,17 @@ use std::time::Duration;
 /// over a subquery is planned again at every call. Without the row (no
 /// such object, one being created) it returns nothing, and `any_row` runs
 /// instead: its aggregate makes one row whether or not the object exists,
-/// so that the node answers as for any call. `marked` is `any_row` with
-/// `engage`'s no-op UPDATE in a CTE, which makes Citus count the node as
-/// written without a round trip of its own (`send`'s `mark`). Its
-/// `{route}`s stand for the key Citus routes it by: a constant of the
-/// object's shard where the shard has one, so that Citus plans it once
-/// per shard (a query with a CTE is off its fast path, and one routed by
-/// an argument is planned again at every call, some 200 µs on the sending
-/// node), else `$1`, the object (`layout::routed_statement`). (`here!`
-/// writes all three.)
+/// so that the node answers as for any call. `marked` selects the call
+/// alone, one row whether or not the object exists, beside `engage`'s
+/// no-op UPDATE in a CTE: the CTE routes it, and makes Citus count the
+/// node as written without a round trip of its own (`send`'s `mark`).
+/// (Without `any_row`'s subquery the node that runs it plans it in about
+/// 40 µs less.) Its `{route}` stands for the key Citus routes it by: a
+/// constant of the object's shard where the shard has one, so that Citus
+/// plans it once per shard (a query with a CTE is off its fast path, and
+/// one routed by an argument is planned again at every call, some 200 µs
+/// on the sending node), else `$1`, the object
+/// (`layout::routed_statement`). (`here!` writes all three.)
 #[derive(Clone, Copy)]
 pub(crate) struct Routed {
     pub(crate) by_row: &'static str,
@@ -101,8 +103,7 @@ macro_rules! here {
             marked: Some(concat!(
                 "WITH marked AS (UPDATE lambdastore.objects SET app = app WHERE object_id = {route} AND created IS NULL ",
                 "RETURNING 1) SELECT ",
-                $call,
-                " FROM (SELECT count(*) FROM lambdastore.objects WHERE object_id = {route}) routed"
+                $call
             )),
         }
     };
