@@ -50,6 +50,7 @@ pub(crate) fn start(caller: Caller, job: Option<i64>, tape: Option<Vec<Draw>>) -
 /// `start`'s workflow before it is shared: checked and given its timeout.
 fn begin(caller: Caller, job: Option<i64>) -> Result<Workflow> {
     occ::check_isolation()?;
+    catalog::at_workflow_start();
     Ok(Workflow::new(caller, job, gucs::timeout(caller.is_superuser())))
 }
 

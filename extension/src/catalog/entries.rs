@@ -10,8 +10,12 @@ use pgrx::pg_sys::BuiltinOid::*;
 pub(crate) fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
     let place = layout::place(*object)?;
     if probe::usable() {
-        let key = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
-        return Ok(probe::by_key(place, c"entries", c"entries_pkey", &key, |row| row.bytes(4))?.flatten());
+        let parts = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
+        let read = |row: &probe::Row| {
+            in_place::remember_row((*object, field, key), row.at());
+            row.bytes(4)
+        };
+        return Ok(probe::by_key(place, c"entries", c"entries_pkey", &parts, read)?.flatten());
     }
     query_at(
         place,

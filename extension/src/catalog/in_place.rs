@@ -7,11 +7,55 @@
 //! check would. Where this path could differ from the statement it
 //! answers false, having written nothing, and the statement runs.
 
-use super::probe::{Bounds, Part, Scan};
+use super::probe::{Bounds, Part, Row, Scan};
 use super::Place;
 use crate::error::{LambdaError, Result};
 use pgrx::pg_sys;
 use pgrx::IntoDatum;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+thread_local! {
+    /// Where the current workflow read its entries' rows, by a hash of the
+    /// key (`remember_row`): a workflow mostly writes what it read (a
+    /// balance, a counter), and a write then goes to that row without a
+    /// second probe of the index. Only a hint: `update_last_column` takes
+    /// the row there only if it is the key's visible version, and probes
+    /// otherwise. Forgotten when a workflow starts and when the transaction
+    /// ends, so that a location never outlives the file it points into (a
+    /// TRUNCATE between two workflows of a transaction makes a new one).
+    static READ_AT: RefCell<HashMap<u64, pg_sys::ItemPointerData>> = RefCell::new(HashMap::new());
+}
+
+/// Row locations a workflow remembers at most: a call writes few entries,
+/// and a workflow reading many is not slowed by keeping them all.
+const REMEMBERED_ROWS: usize = 1024;
+
+fn key_hash((object, field, key): (i64, &str, &[u8])) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (object, field, key).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Remembers that the workflow found the entry `key`'s row at `at`.
+pub(crate) fn remember_row(key: (i64, &str, &[u8]), at: pg_sys::ItemPointerData) {
+    READ_AT.with(|rows| {
+        let mut rows = rows.borrow_mut();
+        if rows.len() < REMEMBERED_ROWS {
+            rows.insert(key_hash(key), at);
+        }
+    });
+}
+
+/// Forgets every row location (see `READ_AT`).
+pub(crate) fn forget_rows() {
+    READ_AT.with(|rows| rows.borrow_mut().clear());
+}
+
+fn remembered_row(key: (i64, &str, &[u8])) -> Option<pg_sys::ItemPointerData> {
+    READ_AT.with(|rows| rows.borrow().get(&key_hash(key)).copied())
+}
 
 /// Which writes a table lets this path make (`plain`), remembered per
 /// table until the next relcache invalidation, which every change of the
@@ -69,7 +113,7 @@ pub(crate) fn write_entry(
         let shape = super::remembered_plain(entries.0, || plain(relation, index, objects.0));
         let written = shape.update && {
             pg_sys::CheckCmdReplicaIdentity(relation, pg_sys::CmdType::CMD_UPDATE);
-            match update_last_column(relation, index, &parts, value) {
+            match update_last_column(relation, index, &parts, value, remembered_row((object, field, key))) {
                 Found::Written => true,
                 Found::Changed => false,
                 Found::None => {
@@ -185,8 +229,10 @@ unsafe fn plain(relation: pg_sys::Relation, index: pg_sys::Relation, objects: pg
     }
 }
 
-/// The update itself: finds the row's visible version, writes the new one
-/// over it, and gives a version off its page its index entry.
+/// The update itself: finds the row's visible version (at `read_at`, where
+/// the workflow read it, if it is still that; else through the index),
+/// writes the new one over it, and gives a version off its page its index
+/// entry.
 ///
 /// SAFETY: `relation` and `index` are open under RowExclusiveLock.
 unsafe fn update_last_column(
@@ -194,21 +240,37 @@ unsafe fn update_last_column(
     index: pg_sys::Relation,
     key: &[Part<'_>],
     value: &[u8],
+    read_at: Option<pg_sys::ItemPointerData>,
 ) -> Found {
     // SAFETY: the caller's promise; the new tuple is ours until freed.
     unsafe {
         let desc = (*relation).rd_att;
-        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
-        let scan = Scan::begin(relation, index, snapshot, key, &Bounds::default());
-        let found = scan.next(true).map(|old| {
+        let over = |old: pg_sys::HeapTuple| {
             let mut column = (*desc).natts;
             let mut datum = value.into_datum().expect("bytea is not null");
             let mut null = false;
             let new = pg_sys::heap_modify_tuple_by_cols(old, desc, 1, &mut column, &mut datum, &mut null);
             pg_sys::pfree(datum.cast_mut_ptr());
             ((*old).t_self, new)
+        };
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        // A key has one version visible to a snapshot: the one the index
+        // would lead to, if it is at `read_at`.
+        let mut found = read_at.and_then(|at| {
+            let mut row = pg_sys::HeapTupleData { t_self: at, ..Default::default() };
+            let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+            let visible = pg_sys::heap_fetch(relation, snapshot, &mut row, &mut buffer, false);
+            let found = (visible && Row::new(&mut row, desc).has_key(key)).then(|| over(&mut row));
+            if buffer != pg_sys::InvalidBuffer as pg_sys::Buffer {
+                pg_sys::ReleaseBuffer(buffer);
+            }
+            found
         });
-        scan.end();
+        if found.is_none() {
+            let scan = Scan::begin(relation, index, snapshot, key, &Bounds::default());
+            found = scan.next(true).map(over);
+            scan.end();
+        }
         pg_sys::UnregisterSnapshot(snapshot);
         let Some((mut at, new)) = found else { return Found::None };
 

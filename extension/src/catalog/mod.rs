@@ -59,7 +59,14 @@ pub(crate) fn wrote_data() -> bool {
 /// At the end of every transaction.
 pub(crate) fn at_transaction_end() {
     WROTE.set(false);
+    in_place::forget_rows();
     layout::at_transaction_end();
+}
+
+/// When a workflow starts: it writes over no row another one read
+/// (in_place.rs, `READ_AT`).
+pub(crate) fn at_workflow_start() {
+    in_place::forget_rows();
 }
 
 thread_local! {

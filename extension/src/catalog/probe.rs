@@ -52,6 +52,30 @@ pub(crate) struct Row {
 }
 
 impl Row {
+    /// SAFETY: `tuple` (described by `desc`) stays valid while the row is
+    /// read.
+    pub(super) unsafe fn new(tuple: pg_sys::HeapTuple, desc: pg_sys::TupleDesc) -> Row {
+        Row { tuple, desc }
+    }
+
+    /// Where the row version is in its table.
+    pub(crate) fn at(&self) -> pg_sys::ItemPointerData {
+        // SAFETY: the tuple is alive for the scan.
+        unsafe { (*self.tuple).t_self }
+    }
+
+    /// Whether the row's first columns are `key`.
+    pub(super) fn has_key(&self, key: &[Part<'_>]) -> bool {
+        key.iter().enumerate().all(|(i, part)| match (self.datum(i + 1), part) {
+            (Some((datum, false)), Part::Int8(n)) => datum.value() as i64 == *n,
+            // SAFETY: the columns are text and bytea where the key has
+            // them (the callers' tables); a detoasted copy is freed.
+            (Some((datum, false)), Part::Text(text)) => unsafe { varlena_is(datum, text.as_bytes()) },
+            (Some((datum, false)), Part::Bytes(bytes)) => unsafe { varlena_is(datum, bytes) },
+            _ => false,
+        })
+    }
+
     /// Column `attno` (from 1) as bytea, detoasted and copied.
     pub(crate) fn bytes(&self, attno: usize) -> Option<Vec<u8>> {
         self.datum(attno).and_then(|(datum, is_null)| {
@@ -74,6 +98,22 @@ impl Row {
         // SAFETY: the tuple and its descriptor are alive for the scan.
         let datum = unsafe { pgrx::heap_getattr_raw(self.tuple, NonZeroUsize::new(attno)?, self.desc) };
         Some(datum.map_or((pg_sys::Datum::from(0), true), |d| (d, false)))
+    }
+}
+
+/// Whether the text or bytea `datum` holds `bytes`.
+///
+/// SAFETY: `datum` is a varlena.
+unsafe fn varlena_is(datum: pg_sys::Datum, bytes: &[u8]) -> bool {
+    // SAFETY: the caller's promise; `plain` is ours to free when a copy.
+    unsafe {
+        let stored = datum.cast_mut_ptr::<pg_sys::varlena>();
+        let plain = pg_sys::pg_detoast_datum_packed(stored);
+        let same = pgrx::varlena::varlena_to_byte_slice(plain) == bytes;
+        if plain != stored {
+            pg_sys::pfree(plain.cast());
+        }
+        same
     }
 }
 
