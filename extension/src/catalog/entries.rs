@@ -7,12 +7,16 @@ use crate::error::{LambdaError, Result};
 use lambdastore_core::model::{EntryKey, Slot};
 use pgrx::pg_sys::BuiltinOid::*;
 
-pub(crate) fn get((object, field, key): &EntryKey) -> Result<Option<Vec<u8>>> {
+/// The entry's value; `for_writing`: the workflow may write it next, so
+/// where its row is is remembered for that write (in_place.rs).
+pub(crate) fn get((object, field, key): &EntryKey, for_writing: bool) -> Result<Option<Vec<u8>>> {
     let place = layout::place(*object)?;
     if probe::usable() {
         let parts = [probe::Part::Int8(*object), probe::Part::Text(field), probe::Part::Bytes(key)];
         let read = |row: &probe::Row| {
-            in_place::remember_row((*object, field, key), row.at());
+            if for_writing {
+                in_place::remember_row((*object, field, key), row.at());
+            }
             row.bytes(4)
         };
         return Ok(probe::by_key(place, c"entries", c"entries_pkey", &parts, read)?.flatten());

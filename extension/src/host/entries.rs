@@ -44,14 +44,17 @@ pub(crate) fn get(state: &HostState, field: String, key: Vec<u8>) -> Result<Opti
     if let Some(buffered) = state.workflow.buffered(&key) {
         return Ok(buffered);
     }
-    stored(state, &key)
+    // A function that may write may write what it reads: the table keeps
+    // where the row is, for that write (a readonly one pays nothing).
+    stored(state, &key, !state.frame.readonly)
 }
 
-/// A stored entry: from the table, or on a light replica from its copy.
-fn stored(state: &HostState, key: &EntryKey) -> Result<Option<Vec<u8>>> {
+/// A stored entry: from the table (remembering where its row is when
+/// `for_writing`), or on a light replica from its copy.
+fn stored(state: &HostState, key: &EntryKey, for_writing: bool) -> Result<Option<Vec<u8>>> {
     match state.workflow.copy_of(key.0) {
         Some(copy) => Ok(copy.get(&key.1, &key.2)),
-        None => table::get(key),
+        None => table::get(key, for_writing),
     }
 }
 
@@ -69,7 +72,7 @@ pub(crate) fn delete(state: &HostState, field: String, key: Vec<u8>) -> Result<b
     state.workflow.record_read(key.0, &key.1, &key.2)?;
     let existed = match state.workflow.buffered(&key) {
         Some(buffered) => buffered.is_some(),
-        None => stored(state, &key)?.is_some(),
+        None => stored(state, &key, false)?.is_some(),
     };
     state.workflow.write(key, None, gucs::max_write_bytes())?;
     Ok(existed)
