@@ -18,8 +18,9 @@
 #              the postmaster at start (lambdastore.preload_artifacts, as
 #              for modules deployed before the last restart), and without
 #              (as for those deployed since)
-#   instance   the time to make a call's instance and its linear memory,
-#              from the extension's DEBUG2 line per call
+#   instance   the time to make a call's instance, to run the call in it
+#              and to reset its memory as the store drops, and the size of
+#              its linear memory, from the extension's DEBUG2 lines per call
 #
 #   ROUNDS=3 SECONDS_PER_RUN=5
 set -euo pipefail
@@ -91,16 +92,22 @@ for _ in $(seq "$ROUNDS"); do
   psql "$url" -X -q -c "ALTER SYSTEM RESET lambdastore.preload_artifacts"
 done
 
-# Per instance: the extension's DEBUG2 line for each call (host/registry.rs)
-# gives the time to make its instance and the largest its linear memory was;
-# 50 calls in one session after 20 unlogged ones.
+# Per instance: the extension's DEBUG2 lines for each call give the time to
+# make its instance, to run the call in it (the guest and its host calls) and
+# the largest its linear memory was (host/registry.rs), then the time to drop
+# the store, which resets the memory for the next call (runtime/mod.rs); 50
+# calls in one session after 20 unlogged ones.
 for lang in rs py; do
-  psql "$url" -X -q -v lang="$lang" 2>&1 >/dev/null <<'SQL' | sed -n 's/.*made in \([0-9]*\) µs, its linear memory \([0-9]*\) bytes.*/\1 \2/p' >"$work/instances-$lang"
+  psql "$url" -X -q -v lang="$lang" 2>"$work/debug-$lang" >/dev/null <<'SQL'
 SELECT count(lambda_invoke((SELECT id FROM ids WHERE lang = :'lang' AND k = 1 + g % 100), 'get')) FROM generate_series(1, 20) g;
 SET client_min_messages = debug2;
 SELECT count(lambda_invoke((SELECT id FROM ids WHERE lang = :'lang' AND k = 1 + g % 100), 'get')) FROM generate_series(1, 50) g;
 SQL
-  [ -s "$work/instances-$lang" ] || { echo "no instance lines at DEBUG2 for $lang: the extension no longer writes them?" >&2; exit 1; }
+  sed -n 's/.*made in \([0-9]*\) µs, ran in \([0-9]*\) µs, its linear memory \([0-9]*\) bytes.*/\1 \2 \3/p' "$work/debug-$lang" >"$work/instances-$lang"
+  sed -n 's/.*a store dropped, its memory reset, in \([0-9]*\) µs.*/\1/p' "$work/debug-$lang" >"$work/resets-$lang"
+  for kind in instances resets; do
+    [ -s "$work/$kind-$lang" ] || { echo "no $kind lines at DEBUG2 for $lang: the extension no longer writes them?" >&2; exit 1; }
+  done
 done
 
 . "$repo/scripts/bench-lib.sh"
@@ -144,7 +151,9 @@ echo
 echo "| per instance (a warm \`get\`, 50 calls) | Rust counter | Python counter |"
 echo "|---|---:|---:|"
 echo "| made in, µs (median) | $(cut -d' ' -f1 "$work/instances-rs" | median) | $(cut -d' ' -f1 "$work/instances-py" | median) |"
-echo "| linear memory, bytes (largest) | $(cut -d' ' -f2 "$work/instances-rs" | sort -n | tail -1) | $(cut -d' ' -f2 "$work/instances-py" | sort -n | tail -1) |"
+echo "| the call run in it (the guest and its host calls), µs (median) | $(cut -d' ' -f2 "$work/instances-rs" | median) | $(cut -d' ' -f2 "$work/instances-py" | median) |"
+echo "| its memory reset as the store drops, µs (median) | $(median <"$work/resets-rs") | $(median <"$work/resets-py") |"
+echo "| linear memory, bytes (largest) | $(cut -d' ' -f3 "$work/instances-rs" | sort -n | tail -1) | $(cut -d' ' -f3 "$work/instances-py" | sort -n | tail -1) |"
 echo
 echo "runs (kind, clients, script, tx/s, ms):"
 cat "$work/runs"

@@ -294,16 +294,18 @@ fn with_instance<R>(
         |state| state.workflow.keep_going(),
         |store| {
             // What `make bench-python` reads: the cost of a fresh instance
-            // per call, timed only when the line will go somewhere.
+            // per call and of the run in it (the guest and its host calls),
+            // timed only when the line will go somewhere.
             let started = pg::backend::debug2_wanted().then(Instant::now);
             let lambda = app.pre.instantiate(&mut *store)?;
             let made = started.map(|started| started.elapsed());
             let result = f(store, &lambda);
-            if let Some(made) = made {
+            if let (Some(started), Some(made)) = (started, made) {
                 pgrx::debug2!(
-                    "lambdastore: an instance of {} made in {} µs, its linear memory {} bytes at most",
+                    "lambdastore: an instance of {} made in {} µs, ran in {} µs, its linear memory {} bytes at most",
                     app.app,
                     made.as_micros(),
+                    started.elapsed().saturating_sub(made).as_micros(),
                     store.data().memory_size()
                 );
             }
