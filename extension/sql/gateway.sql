@@ -128,6 +128,11 @@ DECLARE
     fingerprint bytea := sha256(convert_to(request::text, 'UTF8'));
     stored record;
 BEGIN
+    -- As lambdastore.submit says it, rather than the table's CHECK.
+    IF octet_length($2) NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION 'an idempotency key must be 1 to 255 bytes long, this one is %', octet_length($2)
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, $2, fingerprint)
         ON CONFLICT DO NOTHING;
     IF FOUND THEN

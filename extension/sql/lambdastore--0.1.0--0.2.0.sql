@@ -1058,3 +1058,28 @@ BEGIN
 END
 $fn$;
 REVOKE ALL ON PROCEDURE lambdastore.rebalance(boolean, int, text, jsonb) FROM PUBLIC;
+
+-- An idempotency key of the wrong length: 22023, as lambdastore.submit says it.
+CREATE OR REPLACE FUNCTION lambdastore._claim_idempotency_key(app text, key text, request jsonb) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    fingerprint bytea := sha256(convert_to(request::text, 'UTF8'));
+    stored record;
+BEGIN
+    -- As lambdastore.submit says it, rather than the table's CHECK.
+    IF octet_length($2) NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION 'an idempotency key must be 1 to 255 bytes long, this one is %', octet_length($2)
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO lambdastore.idempotency_keys (app, key, request) VALUES ($1, $2, fingerprint)
+        ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT i.request, i.response INTO stored FROM lambdastore.idempotency_keys i WHERE i.app = $1 AND i.key = $2;
+    IF stored.request <> fingerprint THEN
+        RAISE EXCEPTION 'idempotency key "%" was already used for a different request', $2 USING ERRCODE = '23505';
+    END IF;
+    RETURN stored.response;
+END
+$$;

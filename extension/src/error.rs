@@ -47,6 +47,8 @@ pub(crate) enum LambdaError {
     MemoryLimit { limit: usize, requested: usize },
     #[error("{what} {size} bytes, more than {setting} ({limit} bytes)")]
     TooLarge { what: &'static str, size: usize, limit: usize, setting: &'static str },
+    #[error("an entry's field name and key are {size} bytes together, more than the {limit} an index entry holds")]
+    KeyTooLong { size: usize, limit: usize },
     #[error("{what} {count}, more than {setting} ({limit})")]
     TooMany { what: &'static str, count: usize, limit: usize, setting: &'static str },
     #[error("nested call depth exceeds lambdastore.max_call_depth ({0})")]
@@ -194,7 +196,7 @@ impl LambdaError {
             Trap { .. } => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
             Timeout(_) | Canceled => ERRCODE_QUERY_CANCELED,
             MemoryLimit { .. } => ERRCODE_OUT_OF_MEMORY,
-            TooLarge { .. } | TooMany { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            TooLarge { .. } | TooMany { .. } | KeyTooLong { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             InvalidParameter(_) => ERRCODE_INVALID_PARAMETER_VALUE,
             NullArgument(_) => ERRCODE_NULL_VALUE_NOT_ALLOWED,
             ReadOnlyTransaction(_) => ERRCODE_READ_ONLY_SQL_TRANSACTION,

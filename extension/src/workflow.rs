@@ -263,6 +263,7 @@ pub(crate) fn split(caller: Caller, object: i64, field: &str, key: &[u8]) -> Res
     if !app.type_desc(&info.type_name)?.fields.iter().any(|f| f.name == field) {
         return Err(LambdaError::UnknownField { ty: info.type_name, field: field.into() });
     }
+    catalog::entries::check_key_size(field, key)?;
     occ::split(object, field, key)
 }
 

@@ -152,9 +152,15 @@ fn redeploy_switches_the_code_of_new_calls() {
     let counter = create(&mut c, &app, "Counter", json!({}));
     assert_eq!(call(&mut c, counter, "increment", json!({})), json!(1));
 
-    // The application now runs micro's code, which has no type Counter.
-    let deployed = deploy_example(&mut c, &app, "micro");
+    // The application now runs micro's code, which has no type Counter:
+    // the deploy warns that the counter is left without code.
+    let (mut watched, notices) = connect_keeping_notices();
+    let deployed = deploy_example(&mut watched, &app, "micro");
     assert_eq!(deployed["version"], json!(2));
+    let warned = notices.lock().unwrap().iter().any(|notice| {
+        notice.code().code() == "01000" && notice.message().contains("has no type \"Counter\": its 1 object(s)")
+    });
+    assert!(warned, "no warning of the Counter left without code: {:?}", notices.lock().unwrap());
 
     expect_sqlstate(invoke(&mut c, counter, "get", json!({})), "42704");
     expect_sqlstate(create_object(&mut c, &app, "Counter", json!({})), "42704");
@@ -568,9 +574,10 @@ fn a_field_changing_redeploy_migrates_old_objects_on_their_first_call_or_ahead()
     assert_eq!(call(&mut tx, old[2], "get", json!(null)), json!(20));
     tx.rollback().unwrap();
     assert_eq!(field_names(&mut c, old[2]), ["value"]);
-    // A READ ONLY transaction cannot store the migration.
+    // A READ ONLY transaction cannot store the migration, and says so.
     let mut tx = c.build_transaction().read_only(true).start().unwrap();
-    expect_sqlstate(invoke(&mut tx, old[2], "get", json!(null)), "25006");
+    let message = expect_sqlstate(invoke(&mut tx, old[2], "get", json!(null)), "25006");
+    assert!(message.contains("migrating it writes"), "{message}");
     tx.rollback().unwrap();
 
     let migrated: i64 = c.query_one("CALL lambdastore.migrate_objects($1)", &[&app]).unwrap().get(0);

@@ -197,6 +197,25 @@ fn arguments_past_max_args_size_are_54000() {
     assert!(message.contains("lambdastore.max_args_size"), "{message}");
 }
 
+/// An entry's field name and key go into the primary key's btree, whose
+/// entries PostgreSQL caps at 2,704 bytes: a longer key is refused when
+/// the lambda writes it, in words of its own (before, the commit failed
+/// with the index's, naming a row of the table), and so is a split at one.
+#[test]
+fn an_entry_key_past_what_the_index_holds_is_54000() {
+    let (mut c, _, id) = bench("key_size");
+    let long = "k".repeat(2000);
+    call(&mut c, id, "put", json!({"key": long, "value": "v"}));
+    assert_eq!(call(&mut c, id, "get", json!({"key": long})), json!("v"));
+
+    let message = fails_cleanly(&mut c, id, "put", json!({"key": "k".repeat(3000), "value": "v"}), "54000");
+    assert!(message.contains("an entry's field name and key are"), "{message}");
+    let split = c.query_one("SELECT lambdastore.split($1, 'kv', $2)", &[&id, &vec![b'k'; 3000]]);
+    let message = expect_sqlstate(split, "54000");
+    assert!(message.contains("an entry's field name and key are"), "{message}");
+    assert_serves_calls(&mut c, id);
+}
+
 #[test]
 fn a_result_past_max_result_size_is_54000() {
     let (mut c, _, id) = bench("result_size");

@@ -112,9 +112,17 @@ fn the_gateways_functions_refuse_null_in_every_argument() {
             assert!(!message.is_empty(), "{sql}");
         }
     }
-    // Nothing was queued or created by any of them.
+    // An idempotency key of the wrong length: 22023, as `submit` says it
+    // (not the table's CHECK, with the row in its DETAIL).
+    for bad in ["''".to_string(), format!("'{}'", "k".repeat(256))] {
+        let sql = format!("SELECT lambdastore_gateway.invoke({key}, {obj}, 'increment', '{{}}', {bad})");
+        let message = expect_sqlstate(admin.batch_execute(&sql), "22023");
+        assert!(message.contains("must be 1 to 255 bytes long"), "{message}");
+    }
+    // Nothing was queued, created or called by any of them.
     assert_eq!(count(&mut admin, &format!("SELECT count(*) FROM lambdastore.jobs WHERE app = '{a}'")), jobs_before);
     assert_eq!(objects(&mut admin, &a), vec![object]);
+    assert_eq!(call(&mut admin, object, "get", json!({})), json!(0));
 }
 
 /// NULL where `submit` and `create_api_key` need a value is 22004, not an

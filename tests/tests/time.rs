@@ -93,6 +93,37 @@ fn a_delayed_job_runs_once_due_and_not_before() {
     expect_sqlstate(both, "22023");
 }
 
+/// A time no job can be due at, or one PostgreSQL's arithmetic cannot
+/// reach, is refused where it is given (22023), and nothing is queued.
+/// An infinite `run_at` was once queued, and then every job worker failed
+/// on it at each claim and restarted, so other applications' jobs waited.
+#[test]
+fn times_no_job_can_be_due_at_are_refused_and_the_workers_run_on() {
+    let (mut c, app, id) = micro_object("time_bounds");
+    for (when, says) in [
+        ("run_at => 'infinity'", "finite"),
+        ("run_at => '-infinity'", "finite"),
+        ("delay => interval '1000000 years'", "at most 1000 years"),
+        ("delay => interval '-1000000 years'", "at most 1000 years"),
+    ] {
+        let sql = format!("SELECT lambdastore.submit($1, 'tally', '{{}}', {when})");
+        let message = expect_sqlstate(c.query_one(&sql, &[&id]), "22023");
+        assert!(message.contains(says), "{when}: {message}");
+    }
+    let per = c.execute("SELECT lambdastore.set_queue_limits($1, rate => 1, per => interval '1000000 years')", &[&app]);
+    let message = expect_sqlstate(per, "22023");
+    assert!(message.contains("per is at most 1000 years"), "{message}");
+    assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.app_jobs WHERE object_id = {id}")), 0);
+    // A year far ahead is still a time: queued, never due.
+    let far: i64 =
+        c.query_one("SELECT lambdastore.submit($1, 'tally', '{}', run_at => '200000-01-01')", &[&id]).unwrap().get(0);
+    let now = submit(&mut c, id, "tally", json!({"tag": 1}), None).unwrap();
+    assert_eq!(finished(&mut c, now).state, "done");
+    assert_eq!(state(&mut c, far), "queued");
+    let cancelled: bool = c.query_one("SELECT lambdastore.cancel($1)", &[&far]).unwrap().get(0);
+    assert!(cancelled);
+}
+
 #[test]
 fn a_lambda_spawns_a_job_for_later() {
     let (mut c, app, spawner) = micro_object("time_spawn_after");

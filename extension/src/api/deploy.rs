@@ -30,6 +30,15 @@ pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
         return Ok(summary(app, &sha256, &running, &modules::get(running.module_id)?.description));
     }
     let (description, compiled) = registry::validate(caller, &sha256, wasm)?;
+    let types = description.types.iter().map(|t| t.name.clone()).collect();
+    for (ty, objects) in modules::types_dropped_in_use(app, types)? {
+        // Allowed (the entries stay, and a later version with the type
+        // serves them again), but rarely meant.
+        pgrx::warning!(
+            "this version of application \"{app}\" has no type \"{ty}\": its {objects} object(s) cannot be \
+             called until a version has it again (lambdastore.delete_object deletes them)"
+        );
+    }
     let deployed = modules::deploy(app, &sha256, wasm, &description, caller.0)?;
     runtime::cache_compiled(&sha256, &compiled, modules::shas_in_use()?);
     Ok(summary(app, &sha256, &deployed, &description))

@@ -7,6 +7,21 @@ use crate::error::{LambdaError, Result};
 use lambdastore_core::model::{EntryKey, Slot};
 use pgrx::pg_sys::BuiltinOid::*;
 
+/// The most bytes an entry's field name and key may have together. Both go
+/// into the primary key's btree, whose entries PostgreSQL limits to 2,704
+/// bytes on 8 kB pages (a third of a page) with the object id and headers;
+/// past it the write would fail at the commit with the index's own words.
+const MAX_KEY_BYTES: usize = 2048;
+
+/// An entry's (or an entry set's first) field and key fit the index (54000).
+pub(crate) fn check_key_size(field: &str, key: &[u8]) -> Result<()> {
+    let size = field.len() + key.len();
+    if size > MAX_KEY_BYTES {
+        return Err(LambdaError::KeyTooLong { size, limit: MAX_KEY_BYTES });
+    }
+    Ok(())
+}
+
 /// The entry's value; `for_writing`: the workflow may write it next, so
 /// where its row is is remembered for that write (in_place.rs).
 pub(crate) fn get((object, field, key): &EntryKey, for_writing: bool) -> Result<Option<Vec<u8>>> {

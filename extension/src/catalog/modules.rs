@@ -82,6 +82,36 @@ pub(crate) fn running(app: &str, sha256: &str) -> Result<Option<Deployed>> {
     )
 }
 
+/// The types of the version `app` runs now that `types` (a new version's)
+/// lacks and that objects still are, with how many: a deploy without them
+/// would leave those objects without code. A type usually stays, so the
+/// objects are counted only for one that goes (in a statement of its own,
+/// which Citus runs on every node).
+pub(crate) fn types_dropped_in_use(app: &str, types: Vec<String>) -> Result<Vec<(String, i64)>> {
+    let dropped: Vec<String> = query(
+        "SELECT t.type_name FROM lambdastore.applications a
+           JOIN lambdastore.object_types t ON t.module_id = a.module_id
+          WHERE a.name = $1 AND t.type_name <> ALL ($2)",
+        &[TEXTOID, TEXTARRAYOID],
+        &[app.into(), types.into()],
+        |rows| rows.into_iter().map(|row| Ok(row.get::<String>(1)?.unwrap_or_default())).collect(),
+    )?;
+    if dropped.is_empty() {
+        return Ok(Vec::new());
+    }
+    query_cluster(
+        "SELECT type_name, count(*) FROM lambdastore.objects
+          WHERE app = $1 AND type_name = ANY ($2) GROUP BY type_name ORDER BY type_name",
+        &[TEXTOID, TEXTARRAYOID],
+        &[app.into(), dropped.into()],
+        |rows| {
+            rows.into_iter()
+                .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<i64>(2)?.unwrap_or_default())))
+                .collect()
+        },
+    )
+}
+
 /// Registers a new version of `app` and makes it current, in the caller's
 /// transaction. The caller has locked the application's row (so concurrent
 /// deploys of one application are serialized and versions never collide)

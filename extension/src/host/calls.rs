@@ -13,6 +13,7 @@ use crate::catalog;
 use crate::cluster::{affinity, remote, route};
 use crate::error::{LambdaError, Result};
 use crate::gucs;
+use crate::jobs::queue::due_at;
 use crate::pg;
 use crate::txn::Workflow;
 use lambdastore_core::model::{CallFailure, Draw, FunctionKind, MethodCall, ModuleKey, ObjectInfo, Spawned};
@@ -153,11 +154,21 @@ fn nested(
 /// this node or on the one holding it.
 pub(crate) fn call(caller: &HostState, target: i64, function: &str, args: &str) -> Result<String> {
     let depth = enter(caller)?;
+    let migrating = migrates_itself(caller, target, function);
+    if migrating && caller.frame.readonly && pg::xact::read_only() {
+        // Said here, before the migration's writes fail at the commit with
+        // PostgreSQL's own words about a DELETE.
+        return Err(LambdaError::ReadOnlyTransaction(format!(
+            "object {target} was stored by an older version of \"{}\", and migrating it writes: the \
+             transaction is READ ONLY (lambdastore.migrate_objects('{}') migrates every object beforehand)",
+            caller.frame.type_name, caller.app.app
+        )));
+    }
     let call = MethodCall {
         object: target,
         method: function.to_string(),
         args: args.to_string(),
-        readonly: caller.frame.readonly && !migrates_itself(caller, target, function),
+        readonly: caller.frame.readonly && !migrating,
         depth,
     };
     let owner = route::owner_elsewhere(target)?;
@@ -271,6 +282,9 @@ pub(crate) fn spawn(
 ) -> Result<()> {
     owner_only(caller, "a spawn")?;
     check_writable(caller)?;
+    if let Some(at) = due_micros {
+        due_at(at)?;
+    }
     // The job is the object's application's (its queue and limits); one on
     // another node is checked, and given its application, there.
     let app = match route::owner_elsewhere(target)? {
@@ -306,6 +320,7 @@ pub(crate) fn set_timer(caller: &HostState, name: &str, call: Option<(i64, &str,
     }
     let (due_micros, method, args) = match call {
         Some((at, function, args)) => {
+            due_at(at)?;
             caller.app.function(&caller.frame.type_name, function, FunctionKind::Method)?;
             registry::check_args_size(args)?;
             (Some(at), function.to_string(), args.to_string())

@@ -61,6 +61,7 @@ fn stored(state: &HostState, key: &EntryKey, for_writing: bool) -> Result<Option
 pub(crate) fn put(state: &HostState, field: String, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
     let key = key_of(state, field, key, "write")?;
     check_writable(state)?;
+    table::check_key_size(&key.1, &key.2)?;
     // The buffer and its undo journal are host memory, outside the
     // lambda's memory limit.
     state.workflow.write(key, Some(value), gucs::max_write_bytes())

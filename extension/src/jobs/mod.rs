@@ -101,18 +101,40 @@ pub(crate) fn submit(
 
 /// When a submitted job is due: at `run_at`, or `delay` after the
 /// transaction's start (`now()`, when an undelayed job is due); None: at
-/// once. A time already past is due at once.
+/// once. A time already past is due at once. An infinite time, or a delay
+/// past `MAX_DELAY`, is refused (22023): the workers compute with due
+/// times, and PostgreSQL's arithmetic fails on both.
 pub(crate) fn due(
     run_at: Option<TimestampWithTimeZone>,
     delay: Option<Interval>,
 ) -> Result<Option<TimestampWithTimeZone>> {
     match (run_at, delay) {
         (Some(_), Some(_)) => Err(LambdaError::InvalidParameter("submit takes run_at or delay, not both".into())),
+        (Some(at), None) if at.is_infinity() || at.is_neg_infinity() => {
+            Err(LambdaError::InvalidParameter("submit's run_at must be a finite time".into()))
+        }
         (at, None) => Ok(at),
-        (None, Some(delay)) => crate::catalog::query("SELECT now() + $1", &[INTERVALOID], &[delay.into()], |rows| {
-            rows.first().get::<TimestampWithTimeZone>(1)
-        }),
+        (None, Some(delay)) => {
+            check_span("submit's delay", &delay)?;
+            crate::catalog::query("SELECT now() + $1", &[INTERVALOID], &[delay.into()], |rows| {
+                rows.first().get::<TimestampWithTimeZone>(1)
+            })
+        }
     }
+}
+
+/// The longest delay of a job, and the longest window of a rate limit,
+/// either way: far inside PostgreSQL's timestamps (4713 BC to 294276 AD),
+/// so that no sum or product of them overflows.
+const MAX_SPAN_YEARS: i128 = 1_000;
+
+/// `span` is within `MAX_SPAN_YEARS` either way (22023).
+fn check_span(what: &str, span: &Interval) -> Result<()> {
+    const MICROS_PER_YEAR: i128 = 365 * 24 * 3600 * 1_000_000;
+    if span.as_micros().abs() > MAX_SPAN_YEARS * MICROS_PER_YEAR {
+        return Err(LambdaError::InvalidParameter(format!("{what} is at most {MAX_SPAN_YEARS} years")));
+    }
+    Ok(())
 }
 
 /// `lambdastore.cancel`: whether the queued job `job` was cancelled (it
@@ -214,6 +236,7 @@ pub(crate) fn set_queue_limits(
     // A superuser passes any check: the application must exist all the same.
     crate::catalog::grants::owner(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
     access::check(caller, app, Privilege::Owner)?;
+    check_span("per", &per)?;
     let per_ms = crate::catalog::query(
         "SELECT (extract(epoch FROM $1) * 1000)::bigint",
         &[INTERVALOID],

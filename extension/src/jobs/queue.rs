@@ -207,13 +207,21 @@ pub(crate) fn insert_spawned(spawned: &[Spawned], role: pg_sys::Oid, parent: Opt
     Ok(())
 }
 
-/// A time in microseconds since the Unix epoch, as PostgreSQL's.
+/// A time in microseconds since the Unix epoch, as PostgreSQL's: a finite
+/// timestamp (22023 past 294276 AD or before 4713 BC, where a lambda's
+/// `spawn_at` or `set_timer` may point).
 pub(crate) fn due_at(micros: i64) -> Result<TimestampWithTimeZone> {
-    // Exact: to_timestamp goes through a double, which a microsecond
-    // count since 1970 does not always fit.
-    let sql = "SELECT 'epoch'::timestamptz + $1 * interval '1 microsecond'";
-    crate::catalog::query(sql, &[INT8OID], &[micros.into()], |rows| rows.first().get::<TimestampWithTimeZone>(1))?
-        .ok_or_else(|| LambdaError::Internal(format!("no time at {micros} µs")))
+    // PostgreSQL counts from 2000-01-01, 946,684,800 seconds after 1970.
+    const UNIX_EPOCH_IN_POSTGRES: i64 = -946_684_800_000_000;
+    micros
+        .checked_add(UNIX_EPOCH_IN_POSTGRES)
+        .and_then(|at| TimestampWithTimeZone::try_from(at).ok())
+        .filter(|at| !at.is_infinity() && !at.is_neg_infinity())
+        .ok_or_else(|| {
+            LambdaError::InvalidParameter(format!(
+                "a job's due time of {micros} µs after 1970 is outside PostgreSQL's timestamps"
+            ))
+        })
 }
 
 /// Cancels the pending job of `object`'s timer `timer`, but not `running`

@@ -51,7 +51,7 @@ pub(crate) fn check_isolation() -> Result<()> {
     } else {
         return Err(LambdaError::NotPreloaded(
             "lambdastore.concurrency_control = occ keeps entry-set versions in shared memory, which needs \
-             lambdastore in shared_preload_libraries (or SET lambdastore.concurrency_control = off)"
+             lambdastore in shared_preload_libraries (or a superuser's SET lambdastore.concurrency_control = off)"
                 .into(),
         ));
     }
@@ -61,7 +61,7 @@ pub(crate) fn check_isolation() -> Result<()> {
         return Err(LambdaError::IsolationLevel(
             "lambdas need READ COMMITTED isolation: LambdaStore makes workflows serializable itself \
              (lambdastore.concurrency_control = occ); to rely on PostgreSQL's REPEATABLE READ or \
-             SERIALIZABLE instead, SET lambdastore.concurrency_control = off"
+             SERIALIZABLE instead, a superuser may SET lambdastore.concurrency_control = off"
                 .into(),
         ));
     }
