@@ -42,6 +42,9 @@ from .keys import decode_key, key_codec
 DEFAULT_MAX_DEPTH = 32
 #: The longest timer name, as on the server.
 MAX_TIMER_NAME = 255
+#: The most bytes an entry's field name and key may have together, as on
+#: the server (its index holds no more).
+MAX_KEY_BYTES = 2048
 _MASK64 = (1 << 64) - 1
 
 
@@ -354,6 +357,13 @@ class _Imports:
     def put(self, field, key, value):
         object_id = self.mock._field_object("put", field)
         self.mock._check_write(f"put into field `{field}`")
+        # As the server: a longer key aborts the workflow (54000 there).
+        size = len(field.encode("utf-8")) + len(key)
+        if size > MAX_KEY_BYTES:
+            raise Trap(
+                f"an entry's field name and key are {size} bytes together, "
+                f"more than the {MAX_KEY_BYTES} an index entry holds"
+            )
         self.mock._store.entries[(object_id, field, bytes(key))] = bytes(value)
 
     def delete(self, field, key):

@@ -5,7 +5,7 @@ from typing import Optional
 import pytest
 
 from lambdastore import U64, U32, App, ApplicationError, Cell, Map, MultiMap, Set, lambda_object
-from lambdastore.mock import MockHost
+from lambdastore.mock import MockHost, Trap
 
 
 @lambda_object
@@ -53,6 +53,15 @@ def test_values_must_fit_the_field_type(run):
             Profile.count.set(1 << 63)
 
     run(body)
+
+
+def test_a_key_past_what_the_servers_index_holds_aborts_the_workflow(run):
+    def body():
+        Profile.scores.insert("k" * 2000, 1)
+        Profile.scores.insert("k" * 3000, 1)
+
+    with pytest.raises(Trap, match="an entry's field name and key are 30.. bytes together"):
+        run(body)
 
 
 def test_maps_in_key_order(run):

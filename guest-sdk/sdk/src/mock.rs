@@ -162,6 +162,10 @@ pub struct MockHost {
 /// The longest timer name, as on the server.
 const MAX_TIMER_NAME: usize = 255;
 
+/// The most bytes an entry's field name and key may have together, as on
+/// the server (its index holds no more).
+const MAX_KEY_BYTES: usize = 2048;
+
 /// Nested calls beyond this depth abort the workflow.
 pub const DEFAULT_MAX_DEPTH: usize = 32;
 
@@ -592,6 +596,12 @@ impl State {
     fn put(&self, field: &str, key: &[u8], value: &[u8]) {
         let object = self.field_object("put", field);
         self.check_write(&format!("put into field `{field}`"));
+        // As the server: a longer key aborts the workflow (54000 there).
+        let size = field.len() + key.len();
+        assert!(
+            size <= MAX_KEY_BYTES,
+            "an entry's field name and key are {size} bytes together, more than the {MAX_KEY_BYTES} an index entry holds"
+        );
         self.store.borrow_mut().entries.insert((object, field.to_string(), key.to_vec()), value.to_vec());
     }
 

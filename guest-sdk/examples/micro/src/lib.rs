@@ -860,6 +860,14 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "an entry's field name and key are 3004 bytes together")]
+    fn a_key_past_what_the_servers_index_holds_aborts_the_workflow() {
+        let (host, id) = bench();
+        host.invoke(id, "put", json!({"key": "k".repeat(2000), "value": "v"})).unwrap();
+        let _ = host.invoke(id, "put", json!({"key": "k".repeat(3000), "value": "v"}));
+    }
+
+    #[test]
     fn a_delayed_spawn_runs_once_due() {
         let (host, id) = bench();
         let start = host.now_micros();
