@@ -390,14 +390,36 @@ fn a_job_of_a_dropped_role_does_not_run() {
     assert_eq!(call(&mut admin, counter, "get", json!({})), json!(0));
 }
 
-/// `submit` in a READ ONLY transaction is 25006 and says why.
+/// The SQL functions that write, in a READ ONLY transaction: 25006, each
+/// saying that it is a write (not PostgreSQL's words about the statement
+/// it would have run, such as a `SELECT FOR UPDATE` for a grant).
 #[test]
-fn submit_in_a_read_only_transaction_is_25006() {
+fn writes_of_the_sql_api_in_a_read_only_transaction_are_25006() {
     let (mut c, app) = deployed("submit_read_only", "counter");
     let id = create(&mut c, &app, "Counter", json!({}));
-    let mut tx = c.build_transaction().read_only(true).start().unwrap();
-    let message = expect_sqlstate(tx.query_one("SELECT lambdastore.submit($1, 'increment')", &[&id]), "25006");
-    assert!(message.contains("READ ONLY"), "{message}");
+    let key: i64 = c.query_one("SELECT key_id FROM lambdastore.create_api_key($1)", &[&app]).unwrap().get(0);
+    let module = hex(&example("counter"));
+    let writes = [
+        format!("SELECT lambdastore.submit({id}, 'increment')"),
+        format!("SELECT lambdastore.deploy('{app}', '\\x{module}')"),
+        format!("SELECT lambdastore.grant('{app}', current_user::text::regrole, 'invoke')"),
+        format!("SELECT lambdastore.revoke('{app}', current_user::text::regrole, 'invoke')"),
+        format!("SELECT lambdastore.set_owner('{app}', current_user::text::regrole)"),
+        format!("SELECT lambdastore.delete_object({id})"),
+        format!("SELECT lambdastore.split({id}, 'value', '\\x01')"),
+        format!("SELECT * FROM lambdastore.create_api_key('{app}')"),
+        format!("SELECT lambdastore.revoke_api_key({key})"),
+    ];
+    for sql in &writes {
+        let mut tx = c.build_transaction().read_only(true).start().unwrap();
+        let message = expect_sqlstate(tx.batch_execute(sql), "25006");
+        assert!(message.contains("is a write: the transaction is READ ONLY"), "{sql}: {message}");
+    }
+    assert_eq!(call(&mut c, id, "get", json!({})), json!(0), "the object is still there");
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Each workflow may log 64 KiB, but a session of many calls could fill

@@ -990,6 +990,11 @@ fn repeatable_read_and_serializable_are_refused_under_occ_and_run_under_off() {
         c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).unwrap();
         expect_sqlstate(create_object(&mut c, &app, "Counter", json!({})), "0A000");
         c.batch_execute("ROLLBACK").unwrap();
+
+        // A map call too, as one refusal (not a row of it per object).
+        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).unwrap();
+        expect_sqlstate(map_ids(&mut c, &[counter], "get", json!({})), "0A000");
+        c.batch_execute("ROLLBACK").unwrap();
     }
     // The level of statements outside a transaction block counts too.
     c.batch_execute("SET default_transaction_isolation = 'repeatable read'").unwrap();

@@ -66,7 +66,7 @@ mod lambdastore {
     /// it registered. Redeploying the same bytes changes nothing.
     #[pg_extern(volatile, parallel_unsafe)]
     fn deploy(app: &str, module: &[u8]) -> JsonB {
-        match as_storage(|caller| crate::api::deploy::deploy(caller, app, module)) {
+        match as_storage(|caller| writing("deploy").and_then(|()| crate::api::deploy::deploy(caller, app, module))) {
             Ok(json) => JsonB(json),
             Err(err) => {
                 // PostgreSQL would log the failed statement, with the
@@ -107,11 +107,13 @@ mod lambdastore {
     /// at commit, hot sets are split automatically. False if already a guard.
     #[pg_extern(volatile, parallel_unsafe)]
     fn split(object_id: i64, field: &str, key: &[u8]) -> bool {
-        let outcome = route::at_owner(
-            object_id,
-            |caller| workflow::split(caller, object_id, field, key),
-            |caller, node| forward::split(caller, object_id, node, field, key),
-        );
+        let outcome = writing("split").and_then(|()| {
+            route::at_owner(
+                object_id,
+                |caller| workflow::split(caller, object_id, field, key),
+                |caller, node| forward::split(caller, object_id, node, field, key),
+            )
+        });
         match outcome {
             Ok(split) => split,
             Err(err) => raise(err, format!("split({object_id})")),
@@ -389,11 +391,13 @@ mod lambdastore {
     /// Deletes an object and all its entries (its application's owner only).
     #[pg_extern(volatile, parallel_unsafe)]
     fn delete_object(object_id: i64) {
-        let outcome = route::at_owner(
-            object_id,
-            |caller| workflow::delete_object(caller, object_id),
-            |caller, node| forward::delete(caller, object_id, node),
-        );
+        let outcome = writing("delete_object").and_then(|()| {
+            route::at_owner(
+                object_id,
+                |caller| workflow::delete_object(caller, object_id),
+                |caller, node| forward::delete(caller, object_id, node),
+            )
+        });
         match outcome {
             Ok(true) => {}
             Ok(false) => raise(LambdaError::UnknownObject(object_id), String::new()),
@@ -417,6 +421,7 @@ mod lambdastore {
     #[pg_extern(volatile, parallel_unsafe)]
     fn _grant(app: &str, grantee: pg_sys::Oid, privilege: &str) {
         let outcome = as_storage(|caller| {
+            writing("grant")?;
             let privilege = granted_privilege(privilege)?;
             owned(caller, app)?;
             if !access::role_exists(grantee) {
@@ -432,6 +437,7 @@ mod lambdastore {
     #[pg_extern(volatile, parallel_unsafe)]
     fn _revoke(app: &str, grantee: pg_sys::Oid, privilege: &str) -> bool {
         let outcome = as_storage(|caller| {
+            writing("revoke")?;
             let privilege = granted_privilege(privilege)?;
             owned(caller, app)?;
             crate::catalog::grants::revoke(app, grantee, privilege.name())
@@ -443,6 +449,7 @@ mod lambdastore {
     #[pg_extern(volatile, parallel_unsafe)]
     fn _set_owner(app: &str, owner: pg_sys::Oid) {
         let outcome = as_storage(|caller| {
+            writing("set_owner")?;
             owned(caller, app)?;
             crate::catalog::grants::set_owner(app, owner)
         });
@@ -460,6 +467,7 @@ mod lambdastore {
     ) -> TableIterator<'static, (name!(key_id, i64), name!(api_key, String))> {
         let Some(app) = app else { raise(LambdaError::NullArgument("create_api_key's app".into()), String::new()) };
         let outcome = as_storage(|caller| {
+            writing("create_api_key")?;
             crate::api::deploy::check_app_name(app)?;
             if crate::catalog::grants::lock(app)?.is_none() {
                 // Creating an application is a deploy's right.
@@ -499,6 +507,7 @@ mod lambdastore {
             let key = api_key.ok_or(LambdaError::InvalidApiKey)?;
             let (key_app, creator) =
                 crate::catalog::api_keys::app_and_creator_of_key(key)?.ok_or(LambdaError::InvalidApiKey)?;
+            writing("deploy")?;
             let (Some(app), Some(module)) = (app, module) else {
                 return Err(LambdaError::NullArgument("deploy's application and module".into()));
             };
@@ -533,6 +542,7 @@ mod lambdastore {
     #[pg_extern(volatile, parallel_unsafe)]
     fn revoke_api_key(key_id: i64) -> bool {
         let outcome = as_storage(|caller| {
+            writing("revoke_api_key")?;
             let app = crate::catalog::api_keys::app_of(key_id)?.ok_or(LambdaError::UnknownApiKey(key_id))?;
             // Another application's key looks like one that does not exist:
             // the refusal would name its application.

@@ -28,6 +28,7 @@ use crate::error::{LambdaError, Result};
 use crate::gucs;
 use crate::pg::backend::sqlstate_text;
 use crate::pg::xact::Subtransaction;
+use crate::txn::occ;
 use crate::workflow;
 use lambdastore_core::model::{Reply, Spawned};
 use pgrx::pg_sys::BuiltinOid::*;
@@ -72,6 +73,9 @@ pub(crate) type Outcome = std::result::Result<String, Failure>;
 /// Runs `method` with `args` on `targets` for `caller`; every object's
 /// outcome, by object id.
 pub(crate) fn map_call(caller: Caller, targets: Targets<'_>, method: &str, args: &str) -> Result<Vec<(i64, Outcome)>> {
+    // Once for the statement, as a single call does: it would refuse each
+    // object's call alike.
+    occ::check_isolation()?;
     if let Targets::Type { app, type_name } = &targets {
         workflow::check_method(caller, app, type_name, method)?;
     }
