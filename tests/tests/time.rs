@@ -113,6 +113,11 @@ fn times_no_job_can_be_due_at_are_refused_and_the_workers_run_on() {
     let per = c.execute("SELECT lambdastore.set_queue_limits($1, rate => 1, per => interval '1000000 years')", &[&app]);
     let message = expect_sqlstate(per, "22023");
     assert!(message.contains("per is at most 1000 years"), "{message}");
+    // A lambda's spawn of a function its target lacks: the server's words,
+    // once (the SDK's error shows them without "unknown function" before).
+    let args = json!({"target": id, "method": "nosuch", "args": {}, "delay_ms": 0});
+    let message = expect_sqlstate(invoke(&mut c, id, "spawn_after", args), "P0001");
+    assert_eq!(message, r#"function "nosuch" of type "Bench" does not exist"#);
     assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.app_jobs WHERE object_id = {id}")), 0);
     // A year far ahead is still a time: queued, never due.
     let far: i64 =

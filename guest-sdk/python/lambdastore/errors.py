@@ -64,12 +64,15 @@ class UnknownObjectError(CallError):
 
 
 class UnknownFunctionError(CallError):
-    """No such type or function (`Type` or `Type.function`)."""
+    """No such type or function: `Type` or `Type.function` from a guest or
+    the mock host, the server's own sentence from the host (shown as it is,
+    not after "unknown function")."""
 
     case = "unknown-function"
 
     def __str__(self):
-        return f"unknown function {self.value}"
+        # A name has no spaces; the server's sentence does.
+        return self.value if " " in self.value else f"unknown function {self.value}"
 
 
 class NotAllowedError(CallError):

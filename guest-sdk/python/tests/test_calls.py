@@ -316,3 +316,9 @@ def test_logs_clock_and_randomness(host):
 def test_without_a_host_the_sdk_says_so():
     with pytest.raises(RuntimeError, match="no host"):
         lambdastore.self_id()
+
+
+def test_an_unknown_function_reads_once_whoever_says_it():
+    assert str(UnknownFunctionError("Account.nope")) == "unknown function Account.nope"
+    said = 'function "nope" of type "Account" does not exist'
+    assert str(UnknownFunctionError(said)) == said, "the server's own sentence, as it is"

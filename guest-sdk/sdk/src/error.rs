@@ -18,6 +18,9 @@ use crate::ObjectId;
 /// let e = CallError::Application("insufficient funds".into());
 /// assert_eq!(e.to_string(), "insufficient funds");
 /// assert_eq!(CallError::UnknownObject(7).to_string(), "unknown object 7");
+/// assert_eq!(CallError::UnknownFunction("Counter.nope".into()).to_string(), "unknown function Counter.nope");
+/// let said = r#"function "nope" of type "Counter" does not exist"#;
+/// assert_eq!(CallError::UnknownFunction(said.into()).to_string(), said);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
@@ -30,12 +33,24 @@ pub enum CallError {
     /// No such object.
     #[error("unknown object {0}")]
     UnknownObject(ObjectId),
-    /// No such type or function (`Type` or `Type.function`).
-    #[error("unknown function {0}")]
+    /// No such type or function: `Type` or `Type.function` from a guest
+    /// or a mock host, the server's own sentence from the host (shown as
+    /// it is, not after "unknown function").
+    #[error("{}", unknown_function(.0))]
     UnknownFunction(String),
     /// The function is protected, or the object belongs to another application.
     #[error("not allowed: {0}")]
     NotAllowed(String),
+}
+
+/// `UnknownFunction`'s text: a name (names have no spaces) after
+/// "unknown function", a sentence as it is.
+fn unknown_function(what: &str) -> String {
+    if what.contains(' ') {
+        what.to_string()
+    } else {
+        format!("unknown function {what}")
+    }
 }
 
 /// An error message for lambda authors: return `Result<T>` from a function and
