@@ -136,15 +136,7 @@ fn submit_refuses_bad_input_and_queues_nothing() {
     // Idempotency keys are 1 to 255 bytes, as the gateway's header. A long
     // random key used to fail inside PostgreSQL's index ("index row
     // requires 9624 bytes").
-    let mut state = 0x2545_f491_4f6c_dd1d_u64;
-    let random_key: String = (0..600)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            format!("{state:016x}")
-        })
-        .collect();
+    let random_key = incompressible(9600);
     for key in ["", &"k".repeat(256), &random_key] {
         let err = expect_sqlstate(submit(&mut c, id, "tally", json!({}), Some(key)), "22023");
         assert!(err.contains("idempotency key must be 1 to 255 bytes"), "{err}");

@@ -209,17 +209,9 @@ fn an_entry_key_past_what_the_index_holds_is_54000() {
     call(&mut c, id, "put", json!({"key": long, "value": "v"}));
     assert_eq!(call(&mut c, id, "get", json!({"key": long})), json!("v"));
 
-    // Letters at random: PostgreSQL compresses an index entry's columns, so
-    // 3,000 of one letter would fit its btree, and the limit holds anyway.
-    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-    let random: String = (0..3000)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            char::from(b'a' + (state % 26) as u8)
-        })
-        .collect();
+    // PostgreSQL compresses an index entry's columns: 3,000 of one letter
+    // would fit its btree, and the limit holds anyway.
+    let random = incompressible(3000);
     let message = fails_cleanly(&mut c, id, "put", json!({"key": random, "value": "v"}), "54000");
     assert!(message.contains("an entry's field name and key are"), "{message}");
     let split = c.query_one("SELECT lambdastore.split($1, 'kv', $2)", &[&id, &random.as_bytes()]);

@@ -280,6 +280,21 @@ pub fn objects(c: &mut impl GenericClient, app: &str) -> Vec<i64> {
         .collect()
 }
 
+/// `len` hexadecimal digits drawn at random (always the same ones): text
+/// that PostgreSQL cannot compress, as it does a long value in an index.
+pub fn incompressible(len: usize) -> String {
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut text = String::with_capacity(len + 16);
+    while text.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        text.push_str(&format!("{state:016x}"));
+    }
+    text.truncate(len);
+    text
+}
+
 pub fn count(c: &mut impl GenericClient, sql: &str) -> i64 {
     c.query_one(sql, &[]).unwrap().get(0)
 }
