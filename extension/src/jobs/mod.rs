@@ -102,7 +102,7 @@ pub(crate) fn submit(
 /// When a submitted job is due: at `run_at`, or `delay` after the
 /// transaction's start (`now()`, when an undelayed job is due); None: at
 /// once. A time already past is due at once. An infinite time, or a delay
-/// past `MAX_DELAY`, is refused (22023): the workers compute with due
+/// past `MAX_SPAN_YEARS`, is refused (22023): the workers compute with due
 /// times, and PostgreSQL's arithmetic fails on both.
 pub(crate) fn due(
     run_at: Option<TimestampWithTimeZone>,
