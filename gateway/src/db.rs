@@ -31,6 +31,10 @@ pub struct Outcome {
 
 pub type Param<'a> = &'a (dyn ToSql + Sync);
 
+/// The routes whose statement is canceled when its request is dropped
+/// unanswered (`Running`): those that change nothing.
+const CANCELED_WHEN_ABANDONED: &[&str] = &["wait"];
+
 /// SQLSTATEs after which running the same call again may succeed.
 fn retryable(err: &tokio_postgres::Error) -> Option<&'static str> {
     match err.code()?.code() {
@@ -166,15 +170,17 @@ impl AppState {
                 }
                 None => (sql, params.to_vec()),
             };
+            let running = Running { client: Some(client), cancel: CANCELED_WHEN_ABANDONED.contains(&route) };
+            let client = running.client();
             let (result, commit_lsn) = match client.prepare_cached(sql).await {
                 Ok(statement) if note_lsn => {
-                    let (called, lsn) = tokio::join!(client.query_one(&statement, &params), commit_lsn(&client));
+                    let (called, lsn) = tokio::join!(client.query_one(&statement, &params), commit_lsn(client));
                     (called, lsn)
                 }
                 Ok(statement) => (client.query_one(&statement, &params).await, None),
                 Err(err) => (Err(err), None),
             };
-            drop(client);
+            running.answered();
             metrics::counter!("lambdastore_gateway_calls_total", "node" => target.node.to_string()).increment(1);
             let err = match result {
                 Ok(row) => {
@@ -207,6 +213,63 @@ impl AppState {
     fn backoff(&self, retry: u32) -> Duration {
         let cap = self.config.retry_base_backoff.saturating_mul(1 << retry.min(16)).min(self.config.retry_max_backoff);
         cap.mul_f64(rand::rng().random::<f64>())
+    }
+}
+
+/// A pooled connection while a request's statements run on it, until they
+/// answer. A request can be dropped before that: its client went away, or
+/// its deadline passed. Given back to the pool then, the connection looked
+/// idle while the server still ran the statement, so the next request
+/// queued behind it there and the pool opened no other connection: a
+/// client abandoning long waits held up every application's calls. Now:
+/// - a wait (`cancel`: it changes nothing) is canceled on the server and
+///   its connection closed, outside the pool;
+/// - any other statement finishes, as a retry with its idempotency key
+///   expects (docs/gateway.md), and its connection returns to the pool only
+///   then, counted against `--pool-size` meanwhile.
+struct Running {
+    client: Option<deadpool_postgres::Object>,
+    cancel: bool,
+}
+
+impl Running {
+    fn client(&self) -> &deadpool_postgres::Object {
+        self.client.as_ref().expect("a connection until it is given back")
+    }
+
+    /// The statements answered: the connection goes back to the pool.
+    fn answered(mut self) {
+        drop(self.client.take());
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else { return };
+        let ending = if self.cancel { "canceled" } else { "finished" };
+        metrics::counter!("lambdastore_gateway_abandoned_statements_total", "ending" => ending).increment(1);
+        // Outside a runtime (the gateway shutting down) the connection just
+        // closes, and the server ends the statement when it notices.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        if self.cancel {
+            let cancel = client.cancel_token();
+            let client = deadpool_postgres::Object::take(client);
+            runtime.spawn(async move {
+                if let Err(err) = cancel.cancel_query(tokio_postgres::NoTls).await {
+                    tracing::warn!(error = %err, "canceling an abandoned statement failed");
+                }
+                drop(client);
+            });
+        } else {
+            runtime.spawn(async move {
+                // Answered after the abandoned statement: the connection is
+                // idle once this returns.
+                if let Err(err) = client.simple_query("").await {
+                    tracing::warn!(error = %err, "a connection's abandoned statement failed");
+                }
+                drop(client);
+            });
+        }
     }
 }
 

@@ -100,14 +100,18 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryPa
 
 fn body_error(rejection: BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "the request body is larger than the gateway accepts",
-        )
+        too_large()
     } else {
         ApiError::bad_request(rejection.body_text())
     }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the request body is larger than the gateway accepts",
+    )
 }
 
 /// The body's media type without its parameters, in lower case: media
@@ -121,6 +125,12 @@ fn media_type(headers: &HeaderMap) -> Option<String> {
 /// trickling its body would otherwise keep the connection for as long as
 /// it likes.
 async fn body(request: Request, state: &Arc<AppState>) -> Result<Bytes, ApiError> {
+    // A body announced larger than the limit is refused before any of it
+    // is read (and before an `Expect: 100-continue` is answered).
+    let announced = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > state.config.max_body_bytes as u64) {
+        return Err(too_large());
+    }
     let limit = state.config.read_timeout;
     match tokio::time::timeout(limit, Bytes::from_request(request, state)).await {
         Ok(bytes) => bytes.map_err(body_error),

@@ -74,16 +74,33 @@ async fn track(request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
     let method = request.method().to_string();
     let started = Instant::now();
-    let in_flight = metrics::gauge!("lambdastore_gateway_requests_in_flight");
-    in_flight.increment(1);
+    let in_flight = InFlight::start();
     let response = next.run(request).await;
-    in_flight.decrement(1);
+    drop(in_flight);
     let status = response.status().as_u16().to_string();
     metrics::counter!("lambdastore_gateway_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status)
         .increment(1);
     metrics::histogram!("lambdastore_gateway_request_duration_seconds", "route" => route, "method" => method)
         .record(started.elapsed().as_secs_f64());
     response
+}
+
+/// One request in `lambdastore_gateway_requests_in_flight`, until it ends
+/// however it ends: a request whose client went away is dropped unanswered.
+struct InFlight(metrics::Gauge);
+
+impl InFlight {
+    fn start() -> InFlight {
+        let gauge = metrics::gauge!("lambdastore_gateway_requests_in_flight");
+        gauge.increment(1);
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.decrement(1);
+    }
 }
 
 fn prometheus() -> anyhow::Result<PrometheusHandle> {

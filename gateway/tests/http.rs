@@ -576,6 +576,19 @@ fn body_size_and_request_time_are_limited() {
     let big = json!({"key": "k", "value": "x".repeat(4096)});
     let (status, code, _, _) = error_of(gw.invoke(&app.key, bench, "put", big));
     assert_eq!((status, code.as_str()), (413, "payload_too_large"));
+    // Announced larger than the limit: 413 before the body is read (it was
+    // 408 once --read-timeout had passed, with `100 Continue` first).
+    let answer = exchange(
+        &gw,
+        format!(
+            "POST /v1/objects/{bench}/methods/put HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: 99999999999\r\nExpect: 100-continue\r\n\
+             Connection: close\r\n\r\n{{}}",
+            app.key
+        )
+        .as_bytes(),
+    );
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     // spin runs until the connection's statement_timeout (the request
     // timeout, shorter than lambdastore.timeout) stops it.
     let started = std::time::Instant::now();
@@ -661,6 +674,59 @@ fn one_keys_waits_are_bounded_and_leave_the_pool_to_other_applications() {
         assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429, 429]);
     });
     assert_eq!(counter_value(id), 1);
+}
+
+/// A wait whose client hangs up is canceled on the server, and its
+/// connection leaves the pool. Before, the connection went back to the pool
+/// with the wait still running on it: the pool saw it idle and opened no
+/// other, and every request, of any application, queued behind the
+/// abandoned waits on the server (a client hanging up eight 4-second waits
+/// made another application's `get` wait past 20 s), and the request stayed
+/// in `requests_in_flight`.
+#[test]
+fn a_wait_whose_client_hangs_up_is_canceled_and_holds_up_no_one() {
+    // Waits far longer than a test waits for anything (`eventually`): only
+    // a cancel ends one in time.
+    let gw = Gateway::start_with(ROLE, &["--request-timeout", "600s"]);
+    let app = App::deployed("gw_hangup", "counter");
+    let id = app.create("Counter", json!({}));
+    let other = App::deployed("gw_hangup_other", "counter");
+    let other_id = other.create("Counter", json!({}));
+    // Due in an hour: each wait would run its whole 500 s.
+    let job: i64 = sql()
+        .query_one("SELECT lambdastore.submit($1, 'increment', delay => interval '1 hour')", &[&id])
+        .unwrap()
+        .get(0);
+
+    let address = gw.base.trim_start_matches("http://").to_string();
+    for _ in 0..3 {
+        let mut client = TcpStream::connect(&address).unwrap();
+        write!(
+            client,
+            "GET /v1/jobs/{job}/wait?timeout_ms=500000 HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\r\n",
+            app.key
+        )
+        .unwrap();
+        eventually("the wait runs on the server", || waits_running() == 1);
+        drop(client);
+        eventually("the abandoned wait is canceled on the server", || waits_running() == 0);
+    }
+    assert_eq!(result_of(gw.invoke(&other.key, other_id, "increment", json!({}))), json!(1));
+    assert_eq!(gw.metric("lambdastore_gateway_abandoned_statements_total", &["ending=\"canceled\""]), 3.0);
+    // The one in flight is the request for /metrics itself.
+    assert_eq!(gw.metric("lambdastore_gateway_requests_in_flight", &[]), 1.0, "a dropped request stayed in flight");
+    sql().execute("SELECT lambdastore.cancel($1)", &[&job]).unwrap();
+}
+
+fn waits_running() -> i64 {
+    sql()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE usename = $1 AND state = 'active' AND query LIKE '%lambdastore_gateway.wait(%'",
+            &[&ROLE],
+        )
+        .unwrap()
+        .get(0)
 }
 
 /// A client sending its body a byte at a time gets 408 once --read-timeout
