@@ -72,6 +72,12 @@ pub struct Deployed {
     /// The object types, their fields and functions, as the module described them.
     #[schema(value_type = Value)]
     pub types: Value,
+    /// Types of the version before that this one lacks and objects still
+    /// are (`[{"type", "objects"}]`): those objects cannot be called until a
+    /// version has their type again.
+    #[schema(value_type = Value)]
+    #[serde(default)]
+    pub types_dropped: Value,
 }
 
 #[derive(Deserialize, IntoParams)]

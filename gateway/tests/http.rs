@@ -52,6 +52,11 @@ fn deploy_create_invoke_and_static_over_http() {
     assert_eq!(result_of(empty), json!(41));
     assert_eq!(result_of(gw.invoke(&app.key, id, "add", json!([1]))), json!(42));
     assert_eq!(counter_value(id), 42);
+    // Back to micro's code, which has no Counter: the answer says which
+    // objects that leaves without code (a WARNING in SQL, unseen here).
+    assert_eq!(second["types_dropped"], json!([]));
+    let third: Value = deploy(component("micro")).json().unwrap();
+    assert_eq!(third["types_dropped"], json!([{"type": "Counter", "objects": 1}]), "{third}");
 
     let micro = App::deployed("gw_static", "micro");
     let version =

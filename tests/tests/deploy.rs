@@ -50,6 +50,7 @@ fn deploy_returns_what_it_registered() {
     assert_eq!(deployed["app"], json!(app));
     assert_eq!(deployed["version"], json!(1));
     assert_eq!(deployed["unchanged"], json!(false));
+    assert_eq!(deployed["types_dropped"], json!([]));
     let sha256 = deployed["sha256"].as_str().unwrap();
     assert!(sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit()), "{sha256}");
     assert_eq!(
@@ -157,6 +158,7 @@ fn redeploy_switches_the_code_of_new_calls() {
     let (mut watched, notices) = connect_keeping_notices();
     let deployed = deploy_example(&mut watched, &app, "micro");
     assert_eq!(deployed["version"], json!(2));
+    assert_eq!(deployed["types_dropped"], json!([{"type": "Counter", "objects": 1}]));
     let warned = notices.lock().unwrap().iter().any(|notice| {
         notice.code().code() == "01000" && notice.message().contains("has no type \"Counter\": its 1 object(s)")
     });

@@ -27,13 +27,15 @@ pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
     }
     let sha256 = hex::encode(Sha256::digest(wasm));
     if let Some(running) = modules::running(app, &sha256)? {
-        return Ok(summary(app, &sha256, &running, &modules::get(running.module_id)?.description));
+        return Ok(summary(app, &sha256, &running, &modules::get(running.module_id)?.description, &[]));
     }
     let (description, compiled) = registry::validate(caller, &sha256, wasm)?;
     let types = description.types.iter().map(|t| t.name.clone()).collect();
-    for (ty, objects) in modules::types_dropped_in_use(app, types)? {
+    let dropped = modules::types_dropped_in_use(app, types)?;
+    for (ty, objects) in &dropped {
         // Allowed (the entries stay, and a later version with the type
-        // serves them again), but rarely meant.
+        // serves them again), but rarely meant: said as a warning, and in
+        // the summary for a deploy over HTTP, whose client sees no warning.
         pgrx::warning!(
             "this version of application \"{app}\" has no type \"{ty}\": its {objects} object(s) cannot be \
              called until a version has it again (lambdastore.delete_object deletes them)"
@@ -41,7 +43,7 @@ pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
     }
     let deployed = modules::deploy(app, &sha256, wasm, &description, caller.0)?;
     runtime::cache_compiled(&sha256, &compiled, modules::shas_in_use()?);
-    Ok(summary(app, &sha256, &deployed, &description))
+    Ok(summary(app, &sha256, &deployed, &description, &dropped))
 }
 
 /// The one check of a right to deploy, wherever a deploy comes from (SQL,
@@ -69,7 +71,14 @@ pub(crate) fn claim(caller: Caller, app: &str) -> Result<()> {
     Ok(())
 }
 
-fn summary(app: &str, sha256: &str, deployed: &modules::Deployed, description: &Description) -> Value {
+fn summary(
+    app: &str,
+    sha256: &str,
+    deployed: &modules::Deployed,
+    description: &Description,
+    dropped: &[(String, i64)],
+) -> Value {
+    let dropped: Vec<Value> = dropped.iter().map(|(ty, objects)| json!({"type": ty, "objects": objects})).collect();
     json!({
         "app": app,
         "version": deployed.version,
@@ -78,6 +87,7 @@ fn summary(app: &str, sha256: &str, deployed: &modules::Deployed, description: &
         "unchanged": deployed.unchanged,
         "sdk": description.sdk,
         "types": description.types,
+        "types_dropped": dropped,
     })
 }
 
