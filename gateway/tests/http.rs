@@ -724,14 +724,7 @@ fn a_wait_whose_client_hangs_up_is_canceled_and_holds_up_no_one() {
 }
 
 fn waits_running() -> i64 {
-    sql()
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE usename = $1 AND state = 'active' AND query LIKE '%lambdastore_gateway.wait(%'",
-            &[&ROLE],
-        )
-        .unwrap()
-        .get(0)
+    gateway_backends("state = 'active' AND query LIKE '%lambdastore_gateway.wait(%'")
 }
 
 /// A client sending its body a byte at a time gets 408 once --read-timeout
@@ -864,8 +857,13 @@ fn shutdown_drains_in_flight_requests() {
 
 /// The gateway's sessions waiting for a lock now.
 fn requests_waiting_on_a_lock() -> i64 {
+    gateway_backends("wait_event_type = 'Lock'")
+}
+
+/// How many of the gateway role's backends meet `condition`.
+fn gateway_backends(condition: &str) -> i64 {
     sql()
-        .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", &[&ROLE])
+        .query_one(&format!("SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND {condition}"), &[&ROLE])
         .unwrap()
         .get(0)
 }
