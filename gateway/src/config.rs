@@ -46,6 +46,13 @@ pub struct Config {
     #[arg(long, env = "LAMBDASTORE_MAX_WAITS_PER_KEY", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_waits_per_key: Option<usize>,
 
+    /// Waits all API keys together may have in flight; more are 429. An
+    /// application may hold many keys, so the bound per key alone would
+    /// not keep the pool for other calls. Default: half of `--pool-size`,
+    /// at least 1.
+    #[arg(long, env = "LAMBDASTORE_MAX_WAITS", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_waits: Option<usize>,
+
     /// Largest request body accepted (modules are uploaded whole).
     #[arg(long, env = "LAMBDASTORE_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -120,6 +127,10 @@ pub enum Misplace {
 impl Config {
     pub fn max_waits_per_key(&self) -> usize {
         self.max_waits_per_key.unwrap_or((self.pool_size / 4).max(1))
+    }
+
+    pub fn max_waits(&self) -> usize {
+        self.max_waits.unwrap_or((self.pool_size / 2).max(1))
     }
 
     /// The longest `timeout_ms` a wait request may ask for: the request's

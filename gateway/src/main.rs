@@ -8,11 +8,11 @@ mod db;
 mod error;
 mod extract;
 mod openapi;
-mod per_key;
 mod placement;
 mod replicas;
 mod routes;
 mod server;
+mod wait_slots;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
@@ -22,20 +22,20 @@ use axum::Router;
 use clap::Parser;
 use config::Config;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use per_key::PerKey;
 use placement::Placement;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
+use wait_slots::WaitSlots;
 
 pub struct AppState {
     pub config: Config,
     pub placement: Arc<dyn Placement>,
     pub prometheus: PrometheusHandle,
-    /// The waits each API key has in flight.
-    pub waits: PerKey,
+    /// The waits in flight, per API key and in all.
+    pub waits: WaitSlots,
     /// Hot standbys for calls that only read (`--replica`).
     pub replicas: replicas::Replicas,
 }
@@ -154,7 +154,7 @@ async fn main() -> anyhow::Result<()> {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
     let placement = placement::choose(&config, db::pool(&config, None)?).await?;
-    let waits = PerKey::new(config.max_waits_per_key());
+    let waits = WaitSlots::new(config.max_waits_per_key(), config.max_waits());
     let replicas = replicas::Replicas::new(&config)?;
     if replicas.any() && placement.distributed() {
         anyhow::bail!("--replica names standbys of a single server, and --database-url is a Citus cluster");

@@ -4,6 +4,7 @@
 use crate::db::Outcome;
 use crate::error::ApiError;
 use crate::extract::{ApiKey, Args, IdempotencyKey, MinLsn, Module, PathParams, QueryParams};
+use crate::wait_slots::Refused;
 use crate::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
@@ -345,12 +346,16 @@ pub async fn wait(
     if timeout > max {
         return Err(ApiError::bad_request(format!("timeout_ms may be at most {} on this gateway", max.as_millis())));
     }
-    let Some(_slot) = state.waits.acquire(&key) else {
-        return Err(ApiError::too_many_requests(format!(
-            "this API key has {} waits in flight already, the most this gateway allows; retry when one has finished",
-            state.waits.limit()
-        )));
-    };
+    let _slot = state.waits.acquire(&key).map_err(|refused| {
+        ApiError::too_many_requests(match refused {
+            Refused::Key { limit } => format!(
+                "this API key has {limit} waits in flight already, the most this gateway allows; retry when one has finished"
+            ),
+            Refused::All { limit } => format!(
+                "this gateway has {limit} waits in flight already, the most it allows for all keys together; retry when one has finished"
+            ),
+        })
+    })?;
     let timeout_ms = timeout.as_millis() as i64;
     let outcome =
         state.call("wait", None, "SELECT lambdastore_gateway.wait($1, $2, $3)", &[&key, &job_id, &timeout_ms]).await?;

@@ -681,6 +681,63 @@ fn one_keys_waits_are_bounded_and_leave_the_pool_to_other_applications() {
     assert_eq!(counter_value(id), 1);
 }
 
+/// An application with four API keys long-polls a job with two waits per
+/// key, within --max-waits-per-key each: the waits over --max-waits are
+/// refused at once, and another application's call is served meanwhile.
+/// Bounded per key alone, the eight waits took the whole pool of 8 and that
+/// call queued behind them.
+#[test]
+fn the_waits_of_all_keys_together_are_bounded() {
+    let gw = Gateway::start_with(ROLE, &["--max-waits-per-key", "2", "--max-waits", "4"]); // of a pool of 8
+    let polling = App::deployed("gw_all_waits", "counter");
+    let id = polling.create("Counter", json!({}));
+    let mut keys = vec![polling.key.clone()];
+    for _ in 0..3 {
+        let row =
+            sql().query_one("SELECT api_key FROM lambdastore.create_api_key($1, 'more')", &[&polling.name]).unwrap();
+        keys.push(row.get(0));
+    }
+    let other = App::deployed("gw_all_waits_other", "counter");
+    let other_id = other.create("Counter", json!({}));
+
+    // The job's write waits for this row lock, so the job stays queued
+    // until the transaction ends.
+    let mut locker = sql();
+    let mut txn = locker.transaction().unwrap();
+    txn.execute("SELECT 1 FROM lambdastore.entries WHERE object_id = $1 FOR UPDATE", &[&id]).unwrap();
+    let job: i64 = sql().query_one("SELECT lambdastore.submit($1, 'increment')", &[&id]).unwrap().get(0);
+
+    std::thread::scope(|s| {
+        let waits: Vec<_> = keys
+            .iter()
+            .flat_map(|key| [key, key])
+            .map(|key| {
+                let gw = &gw;
+                s.spawn(move || gw.get(key, &format!("/v1/jobs/{job}/wait?timeout_ms=25000")).send().unwrap())
+            })
+            .collect();
+        let answered = || waits.iter().filter(|w| w.is_finished()).count();
+        eventually("the waits over the bound are answered", || answered() >= 4);
+        assert_eq!(result_of(gw.invoke(&other.key, other_id, "increment", json!({}))), json!(1));
+        assert_eq!(answered(), 4, "the waits within the bound should still be waiting for the job");
+
+        txn.commit().unwrap();
+        let mut statuses = Vec::new();
+        for wait in waits {
+            let response = wait.join().unwrap();
+            statuses.push(response.status().as_u16());
+            if response.status() == 429 {
+                let (_, code, _, message) = error_of(response);
+                assert_eq!(code, "too_many_requests");
+                assert!(message.contains("all keys together"), "{message}");
+            }
+        }
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 200, 200, 200, 429, 429, 429, 429]);
+    });
+    assert_eq!(counter_value(id), 1);
+}
+
 /// A wait whose client hangs up is canceled on the server, and its
 /// connection leaves the pool. Before, the connection went back to the pool
 /// with the wait still running on it: the pool saw it idle and opened no
