@@ -6,9 +6,21 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
+
+/// A header the request may carry once. With two, which one counts would
+/// be up to each reader: a proxy in front may check one and the gateway
+/// use the other.
+fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a HeaderValue>, ApiError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(ApiError::bad_request(format!("the request has more than one {name} header")));
+    }
+    Ok(first)
+}
 
 /// The caller's API key, from `Authorization: Bearer <key>`.
 pub struct ApiKey(pub String);
@@ -17,7 +29,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ApiKey {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let value = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let value = single(&parts.headers, &header::AUTHORIZATION)?.and_then(|v| v.to_str().ok()).unwrap_or("");
         match value.split_once(' ') {
             Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") && !key.trim().is_empty() => {
                 Ok(ApiKey(key.trim().to_string()))
@@ -38,7 +50,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let Some(value) = parts.headers.get("idempotency-key") else {
+        let Some(value) = single(&parts.headers, &HeaderName::from_static("idempotency-key"))? else {
             return Ok(IdempotencyKey(None));
         };
         match value.to_str() {
@@ -59,7 +71,7 @@ impl<S: Send + Sync> FromRequestParts<S> for MinLsn {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let Some(value) = parts.headers.get("lambdastore-min-lsn") else {
+        let Some(value) = single(&parts.headers, &HeaderName::from_static("lambdastore-min-lsn"))? else {
             return Ok(MinLsn(None));
         };
         let half = |h: &str| (1..=8).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit());
@@ -116,15 +128,35 @@ fn too_large() -> ApiError {
 
 /// The body's media type without its parameters, in lower case: media
 /// types are case-insensitive, so `APPLICATION/JSON; charset=utf-8` is JSON.
-fn media_type(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::CONTENT_TYPE)?.to_str().unwrap_or("invalid");
-    Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+fn media_type(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = single(headers, &header::CONTENT_TYPE)? else {
+        return Ok(None);
+    };
+    let value = value.to_str().unwrap_or("invalid");
+    Ok(Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase()))
+}
+
+/// The gateway reads bodies as sent: a compressed one would otherwise be
+/// taken for malformed JSON or a module that is not a component.
+fn check_not_encoded(headers: &HeaderMap) -> Result<(), ApiError> {
+    for value in headers.get_all(header::CONTENT_ENCODING) {
+        let codings = value.to_str().unwrap_or("invalid");
+        if codings.split(',').any(|coding| !coding.trim().eq_ignore_ascii_case("identity")) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("the gateway takes request bodies without a Content-Encoding (got {codings:?}): send it uncompressed"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The whole body, if it arrives within `--read-timeout`: a client
 /// trickling its body would otherwise keep the connection for as long as
 /// it likes.
 async fn body(request: Request, state: &Arc<AppState>) -> Result<Bytes, ApiError> {
+    check_not_encoded(request.headers())?;
     // A body announced larger than the limit is refused before any of it
     // is read (and before an `Expect: 100-continue` is answered).
     let announced = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -157,7 +189,7 @@ impl FromRequest<Arc<AppState>> for Args {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        let json = matches!(media_type(request.headers()).as_deref(), None | Some("application/json"));
+        let json = matches!(media_type(request.headers())?.as_deref(), None | Some("application/json"));
         let bytes = body(request, state).await?;
         if bytes.is_empty() {
             return Ok(Args(serde_json::json!({})));
@@ -178,7 +210,7 @@ impl FromRequest<Arc<AppState>> for Module {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        if !matches!(media_type(request.headers()).as_deref(), Some("application/wasm" | "application/octet-stream")) {
+        if !matches!(media_type(request.headers())?.as_deref(), Some("application/wasm" | "application/octet-stream")) {
             return Err(unsupported("application/wasm"));
         }
         let bytes = body(request, state).await?;

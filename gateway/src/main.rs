@@ -15,6 +15,7 @@ mod server;
 mod wait_slots;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post, put};
@@ -66,6 +67,20 @@ fn router(state: Arc<AppState>) -> Router {
             tracing::info_span!("request", method = %request.method(), uri = %request.uri(), id)
         }))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(middleware::map_request(drop_unusable_request_id))
+}
+
+/// A client's own `x-request-id` is kept (logged with the request and
+/// echoed) when it is one value of 1-128 visible ASCII characters; any
+/// other is replaced by a new one, so that a client cannot write what it
+/// likes into the gateway's log lines.
+async fn drop_unusable_request_id(mut request: Request) -> Request {
+    let ids = request.headers().get_all("x-request-id");
+    let usable = |id: &HeaderValue| (1..=128).contains(&id.len()) && id.as_bytes().iter().all(u8::is_ascii_graphic);
+    if ids.iter().count() > 1 || !ids.iter().all(usable) {
+        request.headers_mut().remove("x-request-id");
+    }
+    request
 }
 
 /// Counts requests by route template and status, times them, and tracks

@@ -841,6 +841,39 @@ fn requests_hyper_refuses_are_400_and_run_nothing() {
     assert_eq!(split_answer(&answer), (200, r#"{"result":1}"#), "{answer}");
 }
 
+/// Headers the gateway could read more than one way: a compressed body
+/// (read as sent, it would be malformed JSON or a module that is not a
+/// component) is 415, and a second Authorization or Idempotency-Key (a
+/// proxy in front might check one and the gateway use the other) is 400;
+/// none runs. A client's x-request-id is echoed only when it is short
+/// and printable.
+#[test]
+fn headers_read_more_than_one_way_are_refused_and_run_nothing() {
+    let gw = Gateway::start();
+    let app = App::deployed("gw_headers", "counter");
+    let id = app.create("Counter", json!({}));
+    let increment = || gw.post(&app.key, &format!("/v1/objects/{id}/methods/increment")).json(&json!({}));
+
+    let (status, code, _, message) = error_of(increment().header("content-encoding", "gzip").send().unwrap());
+    assert_eq!((status, code.as_str()), (415, "unsupported_media_type"), "{message}");
+    let (status, _, _, message) = error_of(increment().header("authorization", "Bearer nobody").send().unwrap());
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("more than one authorization header"), "{message}");
+    let twice = increment().header("idempotency-key", "one").header("idempotency-key", "two").send().unwrap();
+    assert_eq!(error_of(twice).0, 400);
+    assert_eq!(counter_value(id), 0, "a refused request ran");
+
+    let identity =
+        increment().header("content-encoding", "identity").header("x-request-id", "client-7").send().unwrap();
+    assert_eq!(identity.headers()["x-request-id"], "client-7");
+    assert_eq!(result_of(identity), json!(1));
+    let long_id = "x".repeat(4000);
+    let answered = increment().header("x-request-id", &long_id).send().unwrap();
+    let echoed = answered.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert_eq!(echoed.len(), 36, "a new request id (a UUID), not the client's");
+    assert_eq!(result_of(answered), json!(2));
+}
+
 #[test]
 fn health_readiness_metrics_and_the_openapi_document() {
     let gw = Gateway::start();
