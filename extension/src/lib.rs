@@ -56,4 +56,5 @@ pub extern "C-unwind" fn _PG_init() {
     catalog::init();
     xact::init();
     cluster::delegate::init();
+    cluster::layout::init();
 }

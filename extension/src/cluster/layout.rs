@@ -419,6 +419,51 @@ fn fence(may_wait: bool) -> Result<bool> {
     Ok(got)
 }
 
+/// Citus' own operations that copy shards from node to node: each takes
+/// the fence on every node before it starts, as `migrate_object` does, so
+/// that a shard moved without it (`citus_move_shard_placement` by hand,
+/// the rebalancer's moves, a split) loses none of the writes calls make
+/// meanwhile. Citus blocks only the writes its own executor plans; ours
+/// went on into the old copy and were lost with it. Any table's shards:
+/// the hook does not see which (calls wait for a move of another
+/// colocation group too).
+const SHARD_OPERATIONS: pg::fmgr::Watch = pg::fmgr::Watch {
+    names: &[
+        c"citus_move_shard_placement",
+        c"master_move_shard_placement",
+        c"citus_copy_shard_placement",
+        c"master_copy_shard_placement",
+        c"citus_split_shard_by_split_points",
+        c"isolate_tenant_to_new_shard",
+    ],
+    before: fence_shard_operation,
+};
+
+/// Fences Citus' shard operations in this process (on a server that
+/// preloads Citus).
+pub(crate) fn init() {
+    if pg::settings::current(c"citus.shard_count").is_some() {
+        pg::fmgr::watch_calls(&SHARD_OPERATIONS);
+    }
+}
+
+/// Locks `lambdastore.migrations` exclusively on every node until the
+/// transaction ends, as `migrate_object` does, when the tables are
+/// distributed and the role may: one that may not cannot move lambdastore's
+/// shards either (Citus wants their owner).
+fn fence_shard_operation() -> Result<()> {
+    if layout()?.is_none() {
+        return Ok(());
+    }
+    let spi = |e: pgrx::spi::SpiError| LambdaError::Internal(format!("SPI: {e}"));
+    let may = pgrx::Spi::get_one::<bool>("SELECT pg_catalog.has_table_privilege('lambdastore.migrations', 'UPDATE')")
+        .map_err(spi)?;
+    if may == Some(true) {
+        pgrx::Spi::run("LOCK TABLE lambdastore.migrations IN EXCLUSIVE MODE").map_err(spi)?;
+    }
+    Ok(())
+}
+
 /// Waits for and takes, for the rest of the transaction, Citus' lock on
 /// placement changes of the objects' colocation group
 /// (`AcquirePlacementColocationLock`: advisory, class 13) in the modes a
