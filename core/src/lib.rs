@@ -19,6 +19,7 @@ pub mod txn {
 pub mod cluster {
     pub mod rebalance;
     pub mod shards;
+    pub mod transactions;
 }
 
 #[cfg(feature = "wasmtime")]

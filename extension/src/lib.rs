@@ -55,6 +55,7 @@ pub extern "C-unwind" fn _PG_init() {
     access::init();
     catalog::init();
     xact::init();
+    txn::prepared::init();
     cluster::delegate::init();
     cluster::layout::init();
 }

@@ -362,11 +362,7 @@ fn an_ordinary_role_may_not_send_itself_a_call_as_another_role() {
     let a_node = owner(&mut c, a);
     let mut home = nodes.into_iter().find_map(|mut n| (node(&mut n) == a_node).then_some(n)).unwrap();
     home.batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name)).unwrap();
-    // The worker holding a, as its URL names it: "... port=<port> ...".
-    let owner_port = format!("port={} ", a_node.rsplit(':').next().unwrap());
-    let worker = cluster::citus().unwrap().workers.iter().find(|url| url.contains(&owner_port));
-    let mut config: postgres::Config = worker.expect("a's worker").parse().unwrap();
-    let mut on_owner = config.dbname(DATABASE).user(&role.name).connect(NoTls).unwrap();
+    let mut on_owner = connect_as(&role.name, &a_node);
     for (name, here) in [
         ("_call_here", "SELECT lambdastore._call_here($1, 'increment', '{}', '{\"tape\": []}', 'postgres', 1000, '')"),
         ("_spawn_here", "SELECT lambdastore._spawn_here($1, 'increment', '{}', '[\"x\", null]', 'postgres', 1000, '')"),
@@ -377,6 +373,63 @@ fn an_ordinary_role_may_not_send_itself_a_call_as_another_role() {
     }
     assert_eq!(call(&mut c, a, "get", json!({})), json!(0), "nothing ran");
     home.batch_execute(&format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name)).unwrap();
+}
+
+/// A connection as `role` to the worker at `node` (host:port).
+fn connect_as(role: &str, node: &str) -> Client {
+    // The worker's URL names its port: "... port=<port> ...".
+    let port = format!("port={} ", node.rsplit(':').next().unwrap());
+    let worker = cluster::citus().unwrap().workers.iter().find(|url| url.contains(&port));
+    let mut config: postgres::Config = worker.expect("a worker at that node").parse().unwrap();
+    config.dbname(DATABASE).user(role).connect(NoTls).unwrap()
+}
+
+/// Citus prepares each node's part of an ordinary role's transaction, so
+/// a role's writes on two nodes commit; but a role connected to a worker
+/// may not prepare a writing transaction of its own there (0A000): it held
+/// the objects it wrote, for every role, until an operator ended it. Under
+/// a name of Citus' form, after a node's group, it may: that node's
+/// recovery rolls back one it did not record.
+#[test]
+fn an_ordinary_role_may_not_prepare_a_writing_transaction_on_a_worker_under_a_name_of_its_own() {
+    let Some(mut nodes) = workers() else { return };
+    let (mut c, app) = deployed("citus_prepare_role", "counter");
+    let (a, b) = on_two_nodes(&mut c, &app, "Counter", json!({"initial": 0}));
+    let role = TestRole::new("citus_prepare");
+    grant(&mut c, &app, &role.name, "invoke").unwrap();
+    let mut through = role.connect();
+    through.batch_execute("BEGIN").unwrap();
+    call(&mut through, a, "increment", json!({}));
+    call(&mut through, b, "increment", json!({}));
+    through.batch_execute("COMMIT").unwrap();
+
+    let a_node = owner(&mut c, a);
+    let at = worker_at(&mut nodes, &a_node);
+    nodes[at].batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name)).unwrap();
+    let mut on_a = connect_as(&role.name, &a_node);
+    let group: i32 = nodes[at].query_one("SELECT groupid FROM pg_dist_local_group", &[]).unwrap().get(0);
+    for (gid, allowed) in
+        [(app.clone(), false), (format!("citus_{}_1_1_1", group + 1000), false), (format!("citus_{group}_1_1_1"), true)]
+    {
+        on_a.batch_execute("BEGIN").unwrap();
+        call(&mut on_a, a, "increment", json!({}));
+        let prepared = on_a.batch_execute(&format!("PREPARE TRANSACTION '{gid}'"));
+        if allowed {
+            prepared.unwrap();
+            on_a.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).unwrap();
+        } else {
+            let message = expect_sqlstate(prepared, "0A000");
+            assert!(message.contains("only a superuser may prepare"), "{gid}: {message}");
+            on_a.batch_execute("ROLLBACK").unwrap();
+        }
+    }
+    assert_eq!(left_prepared_named(&mut nodes[at], &app), 0);
+    assert_eq!(call(&mut c, a, "get", json!({})), json!(1), "only the committed increment");
+    nodes[at].batch_execute(&format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name)).unwrap();
+}
+
+fn left_prepared_named(on: &mut Client, gid: &str) -> i64 {
+    on.query_one("SELECT count(*) FROM pg_prepared_xacts WHERE gid = $1", &[&gid]).unwrap().get(0)
 }
 
 /// An idempotency key names one job across the cluster, whichever node the

@@ -464,6 +464,20 @@ fn fence_shard_operation() -> Result<()> {
     Ok(())
 }
 
+/// Whether `group` is the group of a primary node of this Citus cluster
+/// (false without Citus).
+pub(crate) fn is_node_group(group: i32) -> Result<bool> {
+    if layout()?.is_none() {
+        return Ok(false);
+    }
+    pgrx::Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node WHERE groupid = $1 AND noderole = 'primary')",
+        &[group.into()],
+    )
+    .map(|found| found == Some(true))
+    .map_err(|e| LambdaError::Internal(format!("SPI: {e}")))
+}
+
 /// Waits for and takes, for the rest of the transaction, Citus' lock on
 /// placement changes of the objects' colocation group
 /// (`AcquirePlacementColocationLock`: advisory, class 13) in the modes a

@@ -190,3 +190,72 @@ pub(crate) fn after_locks_released(callback: fn()) {
     // SAFETY: registers a plain function whose argument is a function pointer.
     unsafe { pg_sys::RegisterResourceReleaseCallback(Some(released), callback as *mut std::ffi::c_void) };
 }
+
+thread_local! {
+    static PREVIOUS_UTILITY: std::cell::Cell<pg_sys::ProcessUtility_hook_type> = const { std::cell::Cell::new(None) };
+    /// The name given by the last `PREPARE TRANSACTION` of this backend.
+    static PREPARING: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Has each `PREPARE TRANSACTION` statement of this process note its name
+/// for `preparing_name`; once per process.
+pub(crate) fn note_prepared_names() {
+    // SAFETY: the hook is this process's; the previous one is kept and
+    // called by ours.
+    unsafe {
+        PREVIOUS_UTILITY.set(pg_sys::ProcessUtility_hook);
+        pg_sys::ProcessUtility_hook = Some(utility);
+    }
+}
+
+/// At PREPARE TRANSACTION, the name it gives the transaction (PostgreSQL
+/// keeps it to itself until the transaction is prepared): every PREPARE
+/// runs as a statement, whose name the hook noted.
+pub(crate) fn preparing_name() -> Option<String> {
+    PREPARING.with(|p| p.borrow().clone())
+}
+
+#[allow(clippy::too_many_arguments)] // PostgreSQL's hook
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn utility(
+    statement: *mut pg_sys::PlannedStmt,
+    text: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    environment: *mut pg_sys::QueryEnvironment,
+    destination: *mut pg_sys::DestReceiver,
+    completion: *mut pg_sys::QueryCompletion,
+) {
+    // SAFETY: the statement about to run, read after its tag; the name is
+    // a C string of the parse tree.
+    unsafe {
+        let node = (*statement).utilityStmt;
+        if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_TransactionStmt {
+            let transaction = node as *mut pg_sys::TransactionStmt;
+            if (*transaction).kind == pg_sys::TransactionStmtKind::TRANS_STMT_PREPARE && !(*transaction).gid.is_null() {
+                let name = std::ffi::CStr::from_ptr((*transaction).gid).to_string_lossy().into_owned();
+                PREPARING.with(|p| *p.borrow_mut() = Some(name));
+            }
+        }
+    }
+    // SAFETY: the hook installed before ours, or PostgreSQL's own, with
+    // the same arguments.
+    unsafe {
+        match PREVIOUS_UTILITY.get() {
+            Some(previous) => {
+                previous(statement, text, read_only_tree, context, params, environment, destination, completion)
+            }
+            None => pg_sys::standard_ProcessUtility(
+                statement,
+                text,
+                read_only_tree,
+                context,
+                params,
+                environment,
+                destination,
+                completion,
+            ),
+        }
+    }
+}

@@ -415,11 +415,16 @@ pub(crate) fn computed_from_reads(failure: &LambdaError) -> bool {
 /// at PREPARE and COMMIT, where validation runs again, there is none, and
 /// a query there failed with XX000 instead of 40001), else its XID.
 fn held_by_prepared(xid: u32) -> String {
-    let gid = pg::xact::has_snapshot().then(|| catalog::prepared_gid(xid).ok().flatten()).flatten();
+    let snapshot = pg::xact::has_snapshot();
+    let gid = snapshot.then(|| catalog::prepared_gid(xid).ok().flatten()).flatten();
     let which = gid.map_or(format!("with XID {xid}"), |gid| format!("'{gid}'"));
+    // On Citus the transaction is this node's, and lambdastore.prepared()
+    // lists only the node's own.
+    let node = snapshot.then(|| crate::cluster::layout::this_node().ok()).flatten().filter(|node| node != "local");
+    let (on, there) = node.map_or((String::new(), ""), |node| (format!(" on {node}"), " there"));
     format!(
-        "is held by prepared transaction {which} until it is committed or rolled back \
-         (COMMIT PREPARED or ROLLBACK PREPARED; see lambdastore.prepared())"
+        "is held by prepared transaction {which}{on} until it is committed or rolled back \
+         (COMMIT PREPARED or ROLLBACK PREPARED{there}; see lambdastore.prepared(){there})"
     )
 }
 

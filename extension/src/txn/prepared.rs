@@ -42,6 +42,7 @@ use super::versions;
 use crate::error::{LambdaError, Result};
 use crate::pg;
 use crate::pg::shmem::Zeroed;
+use lambdastore_core::cluster::transactions;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -82,6 +83,12 @@ struct Slot {
 // SAFETY: the name is unique to this extension.
 static SHARED: Zeroed<Registry> = Zeroed::new(c"lambdastore_prepared_transactions");
 
+/// Has this process note the names PREPARE TRANSACTION gives (at_prepare
+/// asks); from `_PG_init`.
+pub(crate) fn init() {
+    pg::xact::note_prepared_names();
+}
+
 /// Requests the shared memory; from `_PG_init`, while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
 pub(crate) fn request_shared_memory() {
@@ -106,15 +113,27 @@ pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
         return Ok(());
     }
     // A prepared transaction holds its entry sets until someone ends it,
-    // after a restart too. Citus prepares every node's part of a
-    // distributed transaction (for any role); on a server without it,
-    // only a superuser may leave such a transaction behind.
-    if versions::prepared_len() > 0 && !crate::access::Caller::current().is_superuser() && !distributed()? {
-        return Err(LambdaError::Prepared(
-            "only a superuser may prepare a transaction that wrote through lambdas on a server without Citus: \
-             a prepared transaction holds its entry sets until it is committed or rolled back"
-                .into(),
-        ));
+    // after a restart too, so only a superuser may leave one behind. Citus
+    // prepares every node's part of a distributed transaction, for any
+    // role, named after the group of the node that runs it, whose recovery
+    // rolls back one so named that it did not commit: a role's own PREPARE
+    // cannot hold objects for long under such a name, and under another
+    // (a plain role connected to a worker) it held them until an operator
+    // ended it.
+    if versions::prepared_len() > 0 && !crate::access::Caller::current().is_superuser() {
+        let group = pg::xact::preparing_name().and_then(|name| transactions::group_of_citus_prepared(&name));
+        let named_by_citus = match group {
+            // No statement runs at PREPARE: the queries get a snapshot of their own.
+            Some(group) => pg::xact::with_snapshot(|| crate::cluster::layout::is_node_group(group))?,
+            None => false,
+        };
+        if !named_by_citus {
+            return Err(LambdaError::Prepared(
+                "only a superuser may prepare a transaction that wrote through lambdas (Citus prepares its own): \
+                 a prepared transaction holds its entry sets until it is committed or rolled back"
+                    .into(),
+            ));
+        }
     }
     if len > ENTRIES {
         return Err(LambdaError::Prepared(format!(
@@ -146,13 +165,6 @@ pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
 }
 
 use Ordering::SeqCst;
-
-/// Whether the catalog is distributed, asked at PREPARE: no statement runs
-/// then, so the layout's query (when the backend has none cached) gets a
-/// snapshot of its own.
-fn distributed() -> Result<bool> {
-    pg::xact::with_snapshot(crate::cluster::layout::distributed)
-}
 
 /// Whether prepared transactions still hold entry sets here.
 pub(crate) fn pending() -> bool {
