@@ -72,6 +72,12 @@ impl Caller {
         pg::roles::has_privileges_of(self.0, role)
     }
 
+    /// Whether this role may become `role` (`SET ROLE`): it is it, a
+    /// member of it, or a superuser.
+    pub(crate) fn may_become(self, role: Oid) -> bool {
+        pg::roles::is_member_of(self.0, role)
+    }
+
     pub(crate) fn name(self) -> String {
         role_name(self.0)
     }

@@ -286,8 +286,21 @@ fn grants_are_the_owners_to_give() {
     }
     expect_sqlstate(invoke(&mut d, id, "now", json!({})), "42501");
 
-    // The owner hands it over.
-    c.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &other.name]).unwrap();
+    // The owner hands it over, only to a role it may become, as ALTER ...
+    // OWNER TO: the owner's rights are the application's calls' (to other
+    // applications, with its API keys), so giving it to a superuser or
+    // to a role of another tenant lent the giver their rights.
+    let set_owner =
+        |c: &mut Client, to: &str| c.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &to]);
+    let mut admin = connect();
+    let superuser: String = admin.query_one("SELECT current_user::text", &[]).unwrap().get(0);
+    for to in [other.name.as_str(), superuser.as_str()] {
+        let message = expect_sqlstate(set_owner(&mut c, to), "42501");
+        assert!(message.contains("only to a role it is a member of"), "{message}");
+    }
+    expect_sqlstate(c.execute("SELECT lambdastore._set_owner($1, 4242424)", &[&app]), "42704");
+    admin.batch_execute(&format!("ALTER ROLE {0} NOINHERIT; GRANT {1} TO {0}", owner.name, other.name)).unwrap();
+    set_owner(&mut c, &other.name).unwrap();
     call(&mut d, id, "now", json!({}));
     assert!(has_app_privilege(&mut d, &app, "owner"));
     expect_sqlstate(invoke(&mut c, id, "now", json!({})), "42501");

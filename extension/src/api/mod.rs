@@ -451,6 +451,21 @@ mod lambdastore {
         let outcome = as_storage(|caller| {
             writing("set_owner")?;
             owned(caller, app)?;
+            if !access::role_exists(owner) {
+                return Err(LambdaError::UnknownRole(owner.to_u32()));
+            }
+            // As ALTER ... OWNER TO: the owner's rights are the
+            // application's (its code's calls to other applications need
+            // them, and its API keys' calls run with them), so handing it
+            // to a role the caller may not become would lend the caller
+            // that role's rights.
+            if !caller.may_become(owner) {
+                return Err(LambdaError::PermissionDenied(format!(
+                    "role \"{}\" may not hand application \"{app}\" to role \"{}\": only to a role it is a member of",
+                    caller.name(),
+                    access::role_name(owner)
+                )));
+            }
             crate::catalog::grants::set_owner(app, owner)
         });
         outcome.unwrap_or_else(|err| raise(err, format!("set_owner('{app}')")))

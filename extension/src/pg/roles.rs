@@ -21,6 +21,13 @@ pub(crate) fn has_privileges_of(member: Oid, role: Oid) -> bool {
     unsafe { pg_sys::has_privs_of_role(member, role) }
 }
 
+/// Whether `member` is `role` or a member of it, inheriting its
+/// privileges or not (it may `SET ROLE` to it), or is a superuser.
+pub(crate) fn is_member_of(member: Oid, role: Oid) -> bool {
+    // SAFETY: a catalog lookup by OID.
+    unsafe { pg_sys::is_member_of_role(member, role) }
+}
+
 /// A role's name; `None` once it has been dropped.
 pub(crate) fn name(role: Oid) -> Option<String> {
     // SAFETY: returns a palloc'd copy, or NULL (noerr) for a dropped role.
