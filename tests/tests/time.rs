@@ -566,6 +566,28 @@ fn set_queue_limits_refuses_bad_input() {
     expect_sqlstate(c.execute("SELECT lambdastore.set_queue_limits('no_such_app_time')", &[]), "42704");
 }
 
+/// An application's owner may lower its priority, but only a superuser
+/// may raise one above the default (42501): the workers serve higher
+/// priorities first, so any owner could starve every other application.
+#[test]
+fn only_a_superuser_raises_an_applications_priority() {
+    let role = TestRole::new("time_priority_owner");
+    let mut owner = role.connect();
+    let app = format!("time_priority_owned_{}", std::process::id());
+    deploy_example(&mut owner, &app, "micro");
+    let message = expect_sqlstate(
+        owner.execute("SELECT lambdastore.set_queue_limits($1, priority => 1)", &[&app]).map(|_| ()),
+        "42501",
+    );
+    assert!(message.contains("only a superuser may give an application a priority above 0"), "{message}");
+    set_limits(&mut owner, &app, Some(2), None, -5);
+    let mut admin = connect();
+    set_limits(&mut admin, &app, None, None, 10);
+    let priority: i32 =
+        admin.query_one("SELECT priority FROM lambdastore.queue_limits WHERE app = $1", &[&app]).unwrap().get(0);
+    assert_eq!(priority, 10);
+}
+
 /// Two transactions set one timer at once: the second waits for the
 /// first's commit (an advisory lock on the object and the name), then
 /// replaces its timer, so one is pending. (Without the lock both cancel

@@ -236,6 +236,16 @@ pub(crate) fn set_queue_limits(
     // A superuser passes any check: the application must exist all the same.
     crate::catalog::grants::owner(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
     access::check(caller, app, Privilege::Owner)?;
+    // The workers serve higher priorities first: one above the default
+    // takes from every other application on the server, whose owners the
+    // fairness between applications is for.
+    if priority > 0 && !caller.is_superuser() {
+        return Err(LambdaError::PermissionDenied(
+            "only a superuser may give an application a priority above 0: its jobs would be served before \
+             every other application's"
+                .into(),
+        ));
+    }
     check_span("per", &per)?;
     let per_ms = crate::catalog::query(
         "SELECT (extract(epoch FROM $1) * 1000)::bigint",
