@@ -64,6 +64,11 @@ static MAX_SCAN_KB: GucSetting<i32> = GucSetting::<i32>::new(16 * 1024);
 /// carries the interpreter, 18 MB, compiled in about 13 s here).
 static MAX_MODULE_KB: GucSetting<i32> = GucSetting::<i32>::new(32 * 1024);
 
+/// `lambdastore.compiled_functions_size` (kB, default 512 MB): the disk
+/// the compiled functions kept for later compiles may take after a
+/// compile (runtime/functions.rs trims the oldest past it).
+static COMPILED_FUNCTIONS_KB: GucSetting<i32> = GucSetting::<i32>::new(512 * 1024);
+
 /// `lambdastore.max_log_rate` (kB per second, default 64 kB): what the
 /// lambdas of one backend may write to the server log per second, over all
 /// its workflows (each is also capped on its own: host/mod.rs).
@@ -345,6 +350,12 @@ pub(crate) fn define() {
             &MAX_MODULE_KB,
             1024 * 1024,
         ),
+        (
+            c"lambdastore.compiled_functions_size",
+            c"The disk the compiled functions kept in lambdastore/functions may take after a compile.",
+            &COMPILED_FUNCTIONS_KB,
+            i32::MAX,
+        ),
     ] {
         GucRegistry::define_int_guc(name, description, c"", setting, 1, max, GucContext::Suset, GucFlags::UNIT_KB);
     }
@@ -448,6 +459,10 @@ pub(crate) fn max_scan_bytes() -> usize {
 
 pub(crate) fn max_module_bytes() -> usize {
     MAX_MODULE_KB.get() as usize * 1024
+}
+
+pub(crate) fn compiled_functions_bytes() -> u64 {
+    COMPILED_FUNCTIONS_KB.get().max(1) as u64 * 1024
 }
 
 pub(crate) fn max_log_bytes_per_second() -> usize {

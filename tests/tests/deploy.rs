@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use postgres::Client;
 use serde_json::{json, Value};
 
 /// The same component with a custom section appended: other bytes, same
@@ -385,12 +386,47 @@ fn reinstalling_the_extension_forgets_the_old_code() {
 /// nothing was registered for the application.
 #[track_caller]
 fn assert_refused(module: &[u8], test: &str) -> String {
-    let mut c = connect();
+    assert_refused_in(&mut connect(), module, test)
+}
+
+#[track_caller]
+fn assert_refused_in(c: &mut Client, module: &[u8], test: &str) -> String {
     let app = app(test);
-    let message = expect_sqlstate(deploy(&mut c, &app, module), "42P13");
-    assert_eq!(application_rows(&mut c, &app), 0, "an application row was left behind");
-    assert_eq!(module_rows(&mut c, &app), 0, "a module row was left behind");
+    let message = expect_sqlstate(deploy(c, &app, module), "42P13");
+    assert_eq!(application_rows(c, &app), 0, "an application row was left behind");
+    assert_eq!(module_rows(c, &app), 0, "a module row was left behind");
     message
+}
+
+/// A component compiled and then refused (it does not export the
+/// lambdastore world) leaves the compiled functions kept for later
+/// compiles within `lambdastore.compiled_functions_size`. They were
+/// trimmed only after a deploy that succeeded, so refused ones, repeated,
+/// filled the data directory's disk.
+#[test]
+fn a_component_refused_after_its_compile_leaves_the_kept_functions_within_their_limit() {
+    const LIMIT: i64 = 16 * 1024;
+    let mut c = connect();
+    c.batch_execute(&format!("SET lambdastore.compiled_functions_size = '{}kB'", LIMIT / 1024)).unwrap();
+    // Functions of their own (the salt), so none are kept already.
+    let salt = std::process::id();
+    let functions: String = (0..300)
+        .map(|i| format!("(func (export \"f{i}\") (result i32) i32.const {salt} i32.const {i} i32.add)"))
+        .collect();
+    let component = wat::parse_str(format!("(component (core module {functions}))")).unwrap();
+    let message = assert_refused_in(&mut c, &component, "refuse_other_world");
+    assert!(message.contains("lambdastore:lambda"), "{message}");
+    // A file takes a block at least: 300 functions of some 150 bytes each
+    // are over the limit on disk, and so are their sizes together.
+    let (files, bytes): (i64, i64) = c
+        .query_one(
+            "SELECT count(*), coalesce(sum((pg_stat_file('lambdastore/functions/' || f)).size), 0)::bigint
+               FROM pg_ls_dir('lambdastore/functions') f",
+            &[],
+        )
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    assert!(bytes <= LIMIT && files <= LIMIT / 512, "{files} functions kept, {bytes} bytes, over {LIMIT}");
 }
 
 #[test]

@@ -47,8 +47,12 @@ fn artifact_path(engine: &Engine, sha256: &str) -> PathBuf {
 pub(crate) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component> {
     let started = std::time::Instant::now();
     functions::counts(); // from a compile that failed, if any
-    let component =
-        Component::new(engine, wasm).map_err(|e| LambdaError::InvalidModule(invalid_module_message(wasm, e)))?;
+    let component = Component::new(engine, wasm);
+    // After every compile, kept or refused (a module refused after its
+    // compile, such as one without the lambdastore world, left its
+    // functions behind: repeated, they filled the disk).
+    functions::trim(crate::gucs::compiled_functions_bytes());
+    let component = component.map_err(|e| LambdaError::InvalidModule(invalid_module_message(wasm, e)))?;
     let (reused, compiled) = functions::counts();
     pgrx::debug1!(
         "lambdastore: module compiled in {} ms, {reused} of {} functions from lambdastore/functions",
@@ -77,7 +81,6 @@ fn store_or_warn(engine: &Engine, sha256: &str, component: &Component) {
 /// is still wanted only costs a compile at its next load.
 pub(crate) fn store_and_retain(engine: &Engine, sha256: &str, component: &Component, in_use: HashSet<String>) {
     store_or_warn(engine, sha256, component);
-    functions::trim();
     let suffix = engine_suffix(engine);
     let Ok(files) = std::fs::read_dir(cache_dir()) else { return };
     for file in files.flatten() {

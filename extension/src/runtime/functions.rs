@@ -10,20 +10,17 @@
 //! target's settings, so entries are good for any database and engine that
 //! asks for them, and Cranelift checks its own version in each. A file per
 //! function, written whole then renamed. The directory is kept under
-//! `LIMIT` by `trim`, oldest first; an entry removed, or one that cannot be
+//! `lambdastore.compiled_functions_size` by `trim`, oldest first; an entry removed, or one that cannot be
 //! read or written, only costs compiling that function again. An entry is
 //! machine code, trusted as the artifacts beside it are: the data
 //! directory is as trusted as the server's own binaries.
 
 use std::borrow::Cow;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use wasmtime::CacheStore;
-
-/// Bytes the directory may hold after a deploy (`trim`). A Python guest's
-/// functions take about 40 MB, a new version of it one or two more.
-const LIMIT: u64 = 512 << 20;
 
 /// The age of a file being written after which its writer is surely gone.
 const ABANDONED: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -80,28 +77,31 @@ impl CacheStore for Functions {
     }
 }
 
-/// Removes the oldest entries until the directory holds at most `LIMIT`
-/// bytes. Files being written (`.tmp<pid>`) are left alone, unless a crash
-/// left them there an hour ago.
-pub(crate) fn trim() {
+/// Removes the oldest entries until the directory takes at most `limit`
+/// bytes of disk (`lambdastore.compiled_functions_size`), counted in the
+/// blocks its files take (a function's file is often smaller than one). A
+/// Python guest's functions take about 40 MB, a new version of it one or
+/// two more. Files being written (`.tmp<pid>`) are left alone, unless a
+/// crash left them there an hour ago.
+pub(crate) fn trim(limit: u64) {
     let Ok(files) = std::fs::read_dir(directory()) else { return };
     let mut entries = Vec::new();
     for file in files.flatten() {
         let Ok(metadata) = file.metadata() else { continue };
         let Ok(modified) = metadata.modified() else { continue };
         if !file.file_name().to_string_lossy().contains(".tmp") {
-            entries.push((modified, metadata.len(), file.path()));
+            entries.push((modified, metadata.blocks() * 512, file.path()));
         } else if modified.elapsed().is_ok_and(|age| age > ABANDONED) {
             let _ = std::fs::remove_file(file.path());
         }
     }
     let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
-    if total <= LIMIT {
+    if total <= limit {
         return;
     }
     entries.sort_unstable();
     for (_, len, path) in entries {
-        if total <= LIMIT {
+        if total <= limit {
             break;
         }
         if std::fs::remove_file(path).is_ok() {
