@@ -580,15 +580,32 @@ fn a_description_over_1_mib_is_refused() {
 #[test]
 fn spawning_past_max_spawns_is_54000_and_spawns_nothing() {
     let (mut c, _, id) = micro_object("spawn_limit");
-    let spawned = |c: &mut Client| -> i64 {
-        c.query_one("SELECT count(*) FROM lambdastore.jobs WHERE object_id = $1", &[&id]).unwrap().get(0)
-    };
     let message = fails_cleanly(&mut c, id, "spawn_many", json!({"count": 1001, "method": "now"}), "54000");
     assert!(message.contains("lambdastore.max_spawns"), "{message}");
-    assert_eq!(spawned(&mut c), 0);
+    assert_eq!(jobs_of(&mut c, id), 0);
 
     assert_eq!(call(&mut c, id, "spawn_many", json!({"count": 10, "method": "now"})), json!(10));
-    assert_eq!(spawned(&mut c), 10);
+    assert_eq!(jobs_of(&mut c, id), 10);
+}
+
+/// A spawned call's arguments are server memory until the workflow
+/// commits, as written values are: they count against max_write_size
+/// (54000). Counted only by max_spawns, a thousand spawns of one 1 MB
+/// argument took a backend past 3 GB, outside the lambda's memory limit.
+#[test]
+fn spawned_arguments_past_max_write_size_are_54000_and_spawn_nothing() {
+    let (mut c, _, id) = micro_object("spawn_bytes");
+    c.batch_execute("SET lambdastore.max_write_size = '100kB'").unwrap();
+    let spawn = |pad: usize| json!({"target": id, "method": "now", "args": {"pad": "x".repeat(pad)}, "fail": false});
+    let message = fails_cleanly(&mut c, id, "spawn_then", spawn(200_000), "54000");
+    assert!(message.contains("spawned calls") && message.contains("lambdastore.max_write_size"), "{message}");
+    assert_eq!(jobs_of(&mut c, id), 0);
+    call(&mut c, id, "spawn_then", spawn(50_000));
+    assert_eq!(jobs_of(&mut c, id), 1);
+}
+
+fn jobs_of(c: &mut Client, object: i64) -> i64 {
+    c.query_one("SELECT count(*) FROM lambdastore.jobs WHERE object_id = $1", &[&object]).unwrap().get(0)
 }
 
 /// Deletes an application's queued jobs when dropped, so that a flood

@@ -26,9 +26,10 @@ pub struct WriteBuffer {
     created: Vec<(i64, String, String)>,
     spawned: Vec<Spawned>,
     journal: Vec<Undo>,
-    /// Bytes of every write so far (field, key, value and
-    /// `WRITE_OVERHEAD`): about what the buffer and its journal, which keeps
-    /// each overwritten value, hold at most.
+    /// Bytes of every write and spawned call so far (field, key, value, or
+    /// a call's names and arguments, and `WRITE_OVERHEAD`): about what the
+    /// buffer and its journal, which keeps each overwritten value, hold at
+    /// most.
     bytes: usize,
 }
 
@@ -96,7 +97,16 @@ impl WriteBuffer {
         self.journal.push(Undo::Created(id));
     }
 
+    /// What queueing `call` would bring the buffer's bytes to: its
+    /// arguments are held until the commit as written values are.
+    #[inline]
+    pub fn bytes_after_spawn(&self, call: &Spawned) -> usize {
+        let timer = call.timer.as_ref().map_or(0, String::len);
+        self.bytes.saturating_add(WRITE_OVERHEAD + call.app.len() + call.method.len() + call.args.len() + timer)
+    }
+
     pub fn spawn(&mut self, call: Spawned) {
+        self.bytes = self.bytes_after_spawn(&call);
         self.spawned.push(call);
         self.journal.push(Undo::Spawned);
     }

@@ -294,7 +294,7 @@ pub(crate) fn spawn(
     registry::check_args_size(args)?;
     let call =
         Spawned { object: target, app, method: function.to_string(), args: args.to_string(), due_micros, timer: None };
-    caller.workflow.spawn(call, gucs::max_spawns())
+    caller.workflow.spawn(call, gucs::max_spawns(), gucs::max_write_bytes())
 }
 
 /// Host `set-timer` (`call` is when, what and with what) and
@@ -329,7 +329,7 @@ pub(crate) fn set_timer(caller: &HostState, name: &str, call: Option<(i64, &str,
     };
     let change =
         Spawned { object, app: caller.app.app.clone(), method, args, due_micros, timer: Some(name.to_string()) };
-    caller.workflow.spawn(change, gucs::max_spawns())
+    caller.workflow.spawn(change, gucs::max_spawns(), gucs::max_write_bytes())
 }
 
 /// The longest timer name: a name, not data.

@@ -298,8 +298,10 @@ impl Workflow {
     }
 
     /// Queues a call as a job when the workflow commits, unless it has
-    /// spawned `max` already (54000, `max_spawns`).
-    pub(crate) fn spawn(&self, call: Spawned, max: usize) -> Result<()> {
+    /// spawned `max` already (54000, `max_spawns`), or its arguments would
+    /// take the buffer past `max_bytes` (54000, `max_write_size`): they are
+    /// server memory until the commit, as written values are.
+    pub(crate) fn spawn(&self, call: Spawned, max: usize, max_bytes: usize) -> Result<()> {
         let count = self.writes.borrow().spawned().len() + 1;
         if count > max {
             return Err(LambdaError::TooMany {
@@ -307,6 +309,15 @@ impl Workflow {
                 count,
                 limit: max,
                 setting: "lambdastore.max_spawns",
+            });
+        }
+        let size = self.writes.borrow().bytes_after_spawn(&call);
+        if size > max_bytes {
+            return Err(LambdaError::TooLarge {
+                what: "the workflow's buffered writes and spawned calls would be",
+                size,
+                limit: max_bytes,
+                setting: "lambdastore.max_write_size",
             });
         }
         self.writes.borrow_mut().spawn(call);
