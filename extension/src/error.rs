@@ -71,6 +71,9 @@ pub(crate) enum LambdaError {
     ReadOnlyTransaction(String),
     #[error("{0}")]
     NotPreloaded(String),
+    /// A deploy of code older than its objects' fields (api/deploy.rs).
+    #[error("{0}")]
+    NewerFields(String),
     #[error("{0}")]
     InvalidName(String),
     #[error("invalid module: {0}")]
@@ -203,7 +206,7 @@ impl LambdaError {
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
             ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,
             IsolationLevel(_) | Prepared(_) | Elsewhere { .. } | CallBack(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
-            NotPreloaded(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            NotPreloaded(_) | NewerFields(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SerializationFailure(_) | Moved { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,

@@ -30,6 +30,7 @@ pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
         return Ok(summary(app, &sha256, &running, &modules::get(running.module_id)?.description, &[]));
     }
     let (description, compiled) = registry::validate(caller, &sha256, wasm)?;
+    refuse_older_fields(app, &description)?;
     let types = description.types.iter().map(|t| t.name.clone()).collect();
     let dropped = modules::types_dropped_in_use(app, types)?;
     for (ty, objects) in &dropped {
@@ -44,6 +45,32 @@ pub(crate) fn deploy(caller: Caller, app: &str, wasm: &[u8]) -> Result<Value> {
     let deployed = modules::deploy(app, &sha256, wasm, &description, caller.0)?;
     runtime::cache_compiled(&sha256, &compiled, modules::shas_in_use()?);
     Ok(summary(app, &sha256, &deployed, &description, &dropped))
+}
+
+/// Refuses a version whose types read their fields as at version 1 (no
+/// migration) while objects of them were migrated further by a later
+/// version (55000): rolled back so, a call read those fields as empty and
+/// wrote beside them, and the migrated version, deployed again, never saw
+/// what it wrote. A type with a migration refuses newer fields itself, at
+/// the call (the SDKs).
+fn refuse_older_fields(app: &str, description: &Description) -> Result<()> {
+    let unmigrated = description
+        .types
+        .iter()
+        .filter(|t| !t.functions.iter().any(|f| f.name == crate::host::calls::MIGRATE))
+        .map(|t| t.name.clone())
+        .collect();
+    let behind = modules::types_behind_their_objects(app, unmigrated)?;
+    if behind.is_empty() {
+        return Ok(());
+    }
+    let which: Vec<String> =
+        behind.iter().map(|(ty, objects)| format!("{objects} object(s) of type \"{ty}\"")).collect();
+    Err(LambdaError::NewerFields(format!(
+        "{} of application \"{app}\" have fields a later version migrated, which this version, without a migration \
+         for the type, would read as empty: deploy a version that has the type's migration",
+        which.join(", ")
+    )))
 }
 
 /// The one check of a right to deploy, wherever a deploy comes from (SQL,

@@ -112,6 +112,29 @@ pub(crate) fn types_dropped_in_use(app: &str, types: Vec<String>) -> Result<Vec<
     )
 }
 
+/// Of `types` (types of the version being deployed that have no
+/// migration, so read their fields as at version 1), those with objects of
+/// `app` whose fields a later version migrated (the SDKs' cell
+/// `lambdastore.version` above 1), and how many.
+pub(crate) fn types_behind_their_objects(app: &str, types: Vec<String>) -> Result<Vec<(String, i64)>> {
+    if types.is_empty() {
+        return Ok(Vec::new());
+    }
+    query_cluster(
+        "SELECT o.type_name, count(*) FROM lambdastore.objects o
+           JOIN lambdastore.entries e ON e.object_id = o.object_id AND e.field = 'lambdastore.version'
+          WHERE o.app = $1 AND o.type_name = ANY ($2) AND convert_from(e.value, 'UTF8') <> '1'
+          GROUP BY o.type_name ORDER BY o.type_name",
+        &[TEXTOID, TEXTARRAYOID],
+        &[app.into(), types.into()],
+        |rows| {
+            rows.into_iter()
+                .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<i64>(2)?.unwrap_or_default())))
+                .collect()
+        },
+    )
+}
+
 /// Registers a new version of `app` and makes it current, in the caller's
 /// transaction. The caller has locked the application's row (so concurrent
 /// deploys of one application are serialized and versions never collide)
