@@ -18,6 +18,9 @@ CREATE TABLE lambdastore.migrations (
     reason     text NOT NULL         -- 'manual' or what lambdastore.rebalance() planned
 );
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.migrations', '');  -- kept by pg_dump (schema.sql)
+-- No key: a whole row identifies it, for Citus' logical replication of
+-- reference tables to a node added later (replicate_reference_tables).
+ALTER TABLE lambdastore.migrations REPLICA IDENTITY FULL;
 
 -- Light replicas (lambdastore.add_light_replica): nodes that run calls of
 -- an object they do not store, on a copy of its entries, and have its
@@ -93,6 +96,16 @@ BEGIN
             END IF;
         END LOOP;
         PERFORM lambdastore._distribute_calls();
+        -- A node added since (citus_add_node) gets its copies of the
+        -- reference tables only once Citus is asked (or at a shard's first
+        -- move there); until then the extension refuses calls on it (55000,
+        -- "only partly distributed", which names this function).
+        -- Set by the update to 0.2.0 only where the table was not yet
+        -- distributed (Citus does not take it from an extension's script).
+        IF (SELECT relreplident FROM pg_class WHERE oid = 'lambdastore.migrations'::regclass) <> 'f' THEN
+            ALTER TABLE lambdastore.migrations REPLICA IDENTITY FULL;
+        END IF;
+        PERFORM replicate_reference_tables('block_writes');
         RETURN CASE WHEN added = 0 THEN 'already distributed'
                     ELSE format('already distributed; %s new tables distributed', added) END;
     END IF;

@@ -30,6 +30,21 @@ SELECT pg_catalog.pg_extension_config_dump('lambdastore.api_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.api_keys_key_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.idempotency_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.migrations', '');
+-- No key: a whole row identifies it, for Citus' logical replication of
+-- reference tables to a node added later (replicate_reference_tables).
+-- Once distributed, distribute() sets it (Citus fails to send it to the
+-- placements from here: "cannot insert multiple commands into a prepared
+-- statement").
+DO $$
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        ALTER TABLE lambdastore.migrations REPLICA IDENTITY FULL;
+    ELSIF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
+                       WHERE logicalrelid = 'lambdastore.migrations'::regclass) THEN
+        ALTER TABLE lambdastore.migrations REPLICA IDENTITY FULL;
+    END IF;
+END
+$$;
 
 -- lambda_invoke as Citus delegates it (extension/src/cluster/delegate.rs).
 CREATE FUNCTION @extschema@."_lambda_invoke_delegated"(
@@ -370,6 +385,16 @@ BEGIN
             END IF;
         END LOOP;
         PERFORM lambdastore._distribute_calls();
+        -- A node added since (citus_add_node) gets its copies of the
+        -- reference tables only once Citus is asked (or at a shard's first
+        -- move there); until then the extension refuses calls on it (55000,
+        -- "only partly distributed", which names this function).
+        -- Set by the update to 0.2.0 only where the table was not yet
+        -- distributed (Citus does not take it from an extension's script).
+        IF (SELECT relreplident FROM pg_class WHERE oid = 'lambdastore.migrations'::regclass) <> 'f' THEN
+            ALTER TABLE lambdastore.migrations REPLICA IDENTITY FULL;
+        END IF;
+        PERFORM replicate_reference_tables('block_writes');
         RETURN CASE WHEN added = 0 THEN 'already distributed'
                     ELSE format('already distributed; %s new tables distributed', added) END;
     END IF;
