@@ -268,15 +268,16 @@ fn a_timer_set_by_a_failed_workflow_never_fires_and_a_cleared_one_neither() {
     set_timer(&mut tx, id, "t", 0, 3, false).unwrap();
     tx.rollback().unwrap();
     assert!(timers(&mut c, id).is_empty());
-    expect_sqlstate(
-        invoke(
-            &mut c,
-            id,
-            "set_timer",
-            json!({"name": "", "delay_ms": 0, "method": "tally", "args": {}, "fail": false}),
-        ),
-        "22023",
-    );
+    let nameless = json!({"name": "", "delay_ms": 0, "method": "tally", "args": {}, "fail": false});
+    expect_sqlstate(invoke(&mut c, id, "set_timer", nameless), "22023");
+    // A NUL in a name was stored in text, shown cut at it (two timers both
+    // shown as "a", one not cleared by its shown name); one in arguments,
+    // which jsonb cannot store, was a bare 22P05 at the commit.
+    let message = expect_sqlstate(invoke(&mut c, id, "set_timer_with_nul", json!({"in_name": true})), "22023");
+    assert!(message.contains("without NUL"), "{message}");
+    let message = expect_sqlstate(invoke(&mut c, id, "set_timer_with_nul", json!({"in_name": false})), "22023");
+    assert!(message.contains("may not hold \\u0000"), "{message}");
+    assert!(timers(&mut c, id).is_empty());
     let unknown = json!({"name": "t", "delay_ms": 0, "method": "nothing", "args": {}, "fail": false});
     expect_sqlstate(invoke(&mut c, id, "set_timer", unknown), "P0001");
 }

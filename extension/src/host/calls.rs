@@ -291,7 +291,7 @@ pub(crate) fn spawn(
         None => callee(&caller.workflow, &caller.app, target, function)?.0.app,
         Some(_) => caller.app.app.clone(),
     };
-    registry::check_args_size(args)?;
+    check_queued_args(args)?;
     let call =
         Spawned { object: target, app, method: function.to_string(), args: args.to_string(), due_micros, timer: None };
     caller.workflow.spawn(call, gucs::max_spawns(), gucs::max_write_bytes())
@@ -312,17 +312,18 @@ pub(crate) fn set_timer(caller: &HostState, name: &str, call: Option<(i64, &str,
             caller.frame.type_name, caller.frame.function
         )));
     }
-    if name.is_empty() || name.len() > MAX_TIMER_NAME {
+    if name.is_empty() || name.len() > MAX_TIMER_NAME || name.contains('\0') {
         return Err(LambdaError::InvalidParameter(format!(
-            "a timer's name is 1 to {MAX_TIMER_NAME} bytes, not {}",
-            name.len()
+            "a timer's name is 1 to {MAX_TIMER_NAME} bytes without NUL, not {} bytes{}",
+            name.len(),
+            if name.contains('\0') { " with one" } else { "" }
         )));
     }
     let (due_micros, method, args) = match call {
         Some((at, function, args)) => {
             due_at(at)?;
             caller.app.function(&caller.frame.type_name, function, FunctionKind::Method)?;
-            registry::check_args_size(args)?;
+            check_queued_args(args)?;
             (Some(at), function.to_string(), args.to_string())
         }
         None => (None, String::new(), String::new()),
@@ -330,6 +331,28 @@ pub(crate) fn set_timer(caller: &HostState, name: &str, call: Option<(i64, &str,
     let change =
         Spawned { object, app: caller.app.app.clone(), method, args, due_micros, timer: Some(name.to_string()) };
     caller.workflow.spawn(change, gucs::max_spawns(), gucs::max_write_bytes())
+}
+
+/// The arguments of a call queued as a job: within `max_args_size`, and
+/// storable as jsonb, which holds no `\u0000` (22023; at the commit it
+/// was a bare 22P05 naming nothing).
+fn check_queued_args(args: &str) -> Result<()> {
+    registry::check_args_size(args)?;
+    fn has_nul(value: &serde_json::Value) -> bool {
+        match value {
+            serde_json::Value::String(text) => text.contains('\0'),
+            serde_json::Value::Array(items) => items.iter().any(has_nul),
+            serde_json::Value::Object(map) => map.iter().any(|(key, value)| key.contains('\0') || has_nul(value)),
+            _ => false,
+        }
+    }
+    // Only text with an escape can hold one.
+    if args.contains("\\u0000") && serde_json::from_str(args).is_ok_and(|value| has_nul(&value)) {
+        return Err(LambdaError::InvalidParameter(
+            "a queued call's arguments may not hold \\u0000: PostgreSQL's jsonb cannot store it".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The longest timer name: a name, not data.

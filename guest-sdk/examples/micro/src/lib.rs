@@ -385,6 +385,16 @@ impl Bench {
         Ok(())
     }
 
+    /// Sets a timer with a NUL in its name (`in_name`) or in its
+    /// arguments: what a lambda can make and SQL cannot send, for the
+    /// host's checks of what jsonb and text can store.
+    fn set_timer_with_nul(&self, in_name: bool) -> Result<()> {
+        let (name, args) =
+            if in_name { ("a\0b", serde_json::json!({})) } else { ("t", serde_json::json!({"tag": "a\0b"})) };
+        lambdastore_sdk::set_timer_after(name, std::time::Duration::ZERO, "tally_at", &args)?;
+        Ok(())
+    }
+
     /// Clears this object's timer `name`.
     fn clear_timer(&self, name: String) -> Result<()> {
         lambdastore_sdk::clear_timer(&name)?;
