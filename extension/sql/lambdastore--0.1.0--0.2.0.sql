@@ -1108,3 +1108,18 @@ BEGIN
     RETURN stored.response;
 END
 $$;
+
+-- A NULL timeout is 22004 (it returned at once, as if it were 0).
+CREATE OR REPLACE FUNCTION lambdastore.wait(id bigint, timeout interval DEFAULT '30 seconds')
+RETURNS TABLE (job_id bigint, state text, result jsonb, error text, sqlstate text, attempts int,
+               submitted_at timestamptz, finished_at timestamptz)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    -- A NULL timeout returned at once, as if it were 0.
+    IF id IS NULL OR timeout IS NULL THEN
+        RAISE EXCEPTION 'the arguments of lambdastore.wait may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM lambdastore._wait_for_job($1, (extract(epoch FROM $2) * 1000)::bigint);
+    RETURN QUERY SELECT * FROM lambdastore.job($1);
+END
+$$;

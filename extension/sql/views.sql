@@ -124,6 +124,10 @@ RETURNS TABLE (job_id bigint, state text, result jsonb, error text, sqlstate tex
                submitted_at timestamptz, finished_at timestamptz)
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
+    -- A NULL timeout returned at once, as if it were 0.
+    IF id IS NULL OR timeout IS NULL THEN
+        RAISE EXCEPTION 'the arguments of lambdastore.wait may not be NULL' USING ERRCODE = '22004';
+    END IF;
     PERFORM lambdastore._wait_for_job($1, (extract(epoch FROM $2) * 1000)::bigint);
     RETURN QUERY SELECT * FROM lambdastore.job($1);
 END

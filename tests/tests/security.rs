@@ -125,16 +125,18 @@ fn the_gateways_functions_refuse_null_in_every_argument() {
     assert_eq!(call(&mut admin, object, "get", json!({})), json!(0));
 }
 
-/// NULL where `submit` and `create_api_key` need a value is 22004, not an
-/// internal error.
+/// NULL where `submit`, `wait` and `create_api_key` need a value is 22004,
+/// not an internal error, nor a wait that returns at once.
 #[test]
-fn null_arguments_of_submit_and_create_api_key_are_22004() {
+fn null_arguments_of_submit_wait_and_create_api_key_are_22004() {
     let (mut c, app) = deployed("nullargs", "counter");
     let id = create(&mut c, &app, "Counter", json!({}));
     for sql in [
         "SELECT lambdastore.submit(NULL, 'increment')".to_string(),
         format!("SELECT lambdastore.submit({id}, NULL)"),
         format!("SELECT lambdastore.submit({id}, 'increment', NULL)"),
+        format!("SELECT * FROM lambdastore.wait(lambdastore.submit({id}, 'increment'), NULL)"),
+        "SELECT * FROM lambdastore.wait(NULL)".to_string(),
         "SELECT * FROM lambdastore.create_api_key(NULL)".to_string(),
     ] {
         expect_sqlstate(c.batch_execute(&sql), "22004");

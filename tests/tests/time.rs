@@ -105,6 +105,8 @@ fn times_no_job_can_be_due_at_are_refused_and_the_workers_run_on() {
         ("run_at => '-infinity'", "finite"),
         ("delay => interval '1000000 years'", "at most 1000 years"),
         ("delay => interval '-1000000 years'", "at most 1000 years"),
+        // Months are twelfths of a year here, not PostgreSQL's 30 days.
+        ("delay => interval '1000 years 1 day'", "at most 1000 years"),
     ] {
         let sql = format!("SELECT lambdastore.submit($1, 'tally', '{{}}', {when})");
         let message = expect_sqlstate(c.query_one(&sql, &[&id]), "22023");

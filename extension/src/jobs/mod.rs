@@ -130,8 +130,14 @@ const MAX_SPAN_YEARS: i128 = 1_000;
 
 /// `span` is within `MAX_SPAN_YEARS` either way (22023).
 fn check_span(what: &str, span: &Interval) -> Result<()> {
-    const MICROS_PER_YEAR: i128 = 365 * 24 * 3600 * 1_000_000;
-    if span.as_micros().abs() > MAX_SPAN_YEARS * MICROS_PER_YEAR {
+    const MICROS_PER_DAY: i128 = 24 * 3600 * 1_000_000;
+    const MICROS_PER_YEAR: i128 = 365 * MICROS_PER_DAY;
+    // A month as a twelfth of a year, not as PostgreSQL's 30 days (by
+    // which "1000 years 1 day" was 986 years).
+    let micros = i128::from(span.months()) * MICROS_PER_YEAR / 12
+        + i128::from(span.days()) * MICROS_PER_DAY
+        + i128::from(span.micros());
+    if micros.abs() > MAX_SPAN_YEARS * MICROS_PER_YEAR {
         return Err(LambdaError::InvalidParameter(format!("{what} is at most {MAX_SPAN_YEARS} years")));
     }
     Ok(())
