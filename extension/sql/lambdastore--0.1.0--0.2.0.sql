@@ -1123,3 +1123,23 @@ BEGIN
     RETURN QUERY SELECT * FROM lambdastore.job($1);
 END
 $$;
+
+-- lambdastore.job reads the job as the tables' owner (extension/src/jobs/mod.rs
+-- outcome): on Citus, through app_jobs, the workers' shards were read with
+-- the role's rights, which an ordinary role lacks (42501).
+CREATE FUNCTION @extschema@."_job"(
+	"job_id" bigint /* i64 */
+) RETURNS jsonb /* Option < JsonB > */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_job_wrapper';
+
+CREATE OR REPLACE FUNCTION lambdastore.job(id bigint)
+RETURNS TABLE (job_id bigint, state text, result jsonb, error text, sqlstate text, attempts int,
+               submitted_at timestamptz, finished_at timestamptz)
+LANGUAGE sql VOLATILE AS $$
+SELECT (j->>'job_id')::bigint, j->>'state', j->'result'->0, j->>'error', j->>'sqlstate', (j->>'attempts')::int,
+       (j->>'submitted_at')::timestamptz, (j->>'finished_at')::timestamptz
+  FROM lambdastore._job($1) AS j
+ WHERE j IS NOT NULL
+$$;

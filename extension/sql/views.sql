@@ -104,17 +104,17 @@ BEGIN
 END
 $$;
 
--- A job's state and outcome; no row if there is no such job.
+-- A job's state and outcome; no row if there is no such job, or none the role
+-- may invoke or read (read by the tables' owner: on Citus, through app_jobs
+-- the workers' shards were read with the role's rights, which it lacks).
 CREATE FUNCTION lambdastore.job(id bigint)
 RETURNS TABLE (job_id bigint, state text, result jsonb, error text, sqlstate text, attempts int,
                submitted_at timestamptz, finished_at timestamptz)
-LANGUAGE plpgsql VOLATILE AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    SELECT j.job_id, j.state, j.result, j.error, j.sqlstate, j.attempts, j.submitted_at, j.finished_at
-      FROM lambdastore.app_jobs j WHERE j.job_id = $1;
-END
+LANGUAGE sql VOLATILE AS $$
+SELECT (j->>'job_id')::bigint, j->>'state', j->'result'->0, j->>'error', j->>'sqlstate', (j->>'attempts')::int,
+       (j->>'submitted_at')::timestamptz, (j->>'finished_at')::timestamptz
+  FROM lambdastore._job($1) AS j
+ WHERE j IS NOT NULL
 $$;
 
 -- Blocks until the job is done or failed, or the timeout passes, then

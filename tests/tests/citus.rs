@@ -341,6 +341,14 @@ fn grants_to_ordinary_roles_hold_on_every_node() {
     for &id in by_node.values().flatten() {
         assert_eq!(call(&mut granted_c, id, "increment", json!({})), json!(1), "a granted role, object {id}");
         expect_sqlstate(invoke(&mut other_c, id, "increment", json!({})), "42501");
+        // Its job, and the job's outcome: read as the tables' owner (through
+        // the app_jobs view, Citus read the workers' shards as the role: 42501).
+        let job: i64 = granted_c.query_one("SELECT lambdastore.submit($1, 'increment')", &[&id]).unwrap().get(0);
+        let (state, result): (String, Option<serde_json::Value>) = granted_c
+            .query_one("SELECT state, result FROM lambdastore.wait($1)", &[&job])
+            .map(|row| (row.get(0), row.get(1)))
+            .unwrap_or_else(|e| panic!("wait, object {id}: {}", describe(&e)));
+        assert_eq!((state.as_str(), result), ("done", Some(json!(2))), "object {id}");
     }
     assert!(revoke(&mut c, &app, &granted.name, "invoke").unwrap());
     for &id in by_node.values().flatten() {

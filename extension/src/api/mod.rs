@@ -319,6 +319,14 @@ mod lambdastore {
         mapped(outcome, || format!("map_call(object_ids, '{method}')"))
     }
 
+    /// Behind `lambdastore.job` (sql/views.sql): the job as a JSON object,
+    /// NULL when there is none the caller may see.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _job(job_id: i64) -> Option<JsonB> {
+        as_storage(|caller| crate::jobs::outcome(caller, job_id))
+            .unwrap_or_else(|err| raise(err, format!("job({job_id})")))
+    }
+
     /// Behind `lambdastore.wait` (sql/views.sql), which then returns the job.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _wait_for_job(job_id: i64, timeout_ms: i64) {

@@ -143,6 +143,17 @@ fn check_span(what: &str, span: &Interval) -> Result<()> {
     Ok(())
 }
 
+/// `lambdastore.job`: what a role that may invoke or read the job's
+/// application sees of it (`queue::outcome`); to another, or when there is
+/// no such job, nothing. Read as the tables' owner, so that on Citus the
+/// workers' shards are read with its rights: through the `app_jobs` view,
+/// Citus read them as the caller, which an ordinary role may not (42501).
+pub(crate) fn outcome(caller: Caller, job: i64) -> Result<Option<pgrx::JsonB>> {
+    let Some((app, outcome)) = queue::outcome(job)? else { return Ok(None) };
+    let visible = access::allowed(caller, &app, Privilege::Invoke)? || access::allowed(caller, &app, Privilege::Read)?;
+    Ok(visible.then_some(outcome))
+}
+
 /// `lambdastore.cancel`: whether the queued job `job` was cancelled (it
 /// will not run, and ends 'cancelled'). A job that is running holds its
 /// row until its attempt ends, and the cancel waits for that: false if it

@@ -557,6 +557,25 @@ pub(crate) fn cancel(object: i64, job: i64) -> Result<bool> {
     )
 }
 
+/// The job's application, and what `lambdastore.job` shows of it, as
+/// committed now; `None` if there is no such job.
+pub(crate) fn outcome(job: i64) -> Result<Option<(String, pgrx::JsonB)>> {
+    query_cluster(
+        // The result in an array: a JSON null result is not no result.
+        "SELECT app, jsonb_build_object('job_id', job_id, 'state', state, 'result', jsonb_build_array(result),
+                                        'error', error, 'sqlstate', sqlstate, 'attempts', attempts,
+                                        'submitted_at', submitted_at, 'finished_at', finished_at)
+           FROM lambdastore.jobs WHERE job_id = $1",
+        &[INT8OID],
+        &[job.into()],
+        |rows| {
+            let Some(row) = rows.into_iter().next() else { return Ok(None) };
+            let outcome = row.get::<pgrx::JsonB>(2)?.unwrap_or(pgrx::JsonB(serde_json::Value::Null));
+            Ok(Some((row.get::<String>(1)?.unwrap_or_default(), outcome)))
+        },
+    )
+}
+
 /// The job's application and state as committed now; `None` if there is
 /// no such job.
 pub(crate) fn state(job: i64) -> Result<Option<(String, String)>> {
