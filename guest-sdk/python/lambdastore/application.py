@@ -100,15 +100,25 @@ def _run(spec, f, args: str) -> str:
         else:
             # Fields live on the class, so a bare instance is the object.
             result = f.function(spec.cls.__new__(spec.cls), *values)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         # Whatever the function let escape fails its call (and only its
         # call): a traceback in a lambda is the application's error.
+        # `sys.exit()` too, which trapped the instance.
         raise as_call_error(e) from None
     if f.kind == "constructor":
         return "null"
     try:
-        return dumps(result)
+        text = dumps(result)
     except NotJson:
         raise ApplicationError(f"cannot encode the result as JSON: {NON_FINITE}") from None
-    except TypeError as e:
+    except (TypeError, ValueError, RecursionError) as e:
+        # A circular list, an int of more digits than Python writes.
         raise ApplicationError(f"cannot encode the result as JSON: {e}") from None
+    if not text.isascii():
+        # A lone surrogate is a str but no UTF-8: the component's return of
+        # it trapped.
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ApplicationError(f"cannot encode the result as JSON: {e}") from None
+    return text

@@ -72,6 +72,17 @@ class Account:
     def not_json(self):
         return float("nan")
 
+    def unencodable(self, which: str):
+        if which == "circular":
+            items = []
+            items.append(items)
+            return items
+        if which == "digits":
+            return 10**5000
+        if which == "surrogate":
+            return "\ud800"
+        raise SystemExit(3)
+
     def bump(self, by: int = 1):
         self.balance.set(self.balance.get_or_default() + by)
 
@@ -252,6 +263,20 @@ def test_results_that_are_not_json_fail_the_call(host):
         "cannot encode the result as JSON: it contains a non-finite float (NaN or infinity), "
         "which JSON cannot represent"
     )
+
+
+def test_results_without_json_or_utf_8_and_exits_fail_the_call_and_do_not_trap(host):
+    # Each trapped the instance in a component (38000 and a wasm backtrace).
+    a = host.create("Account", ["ada"])
+    for which, says in [
+        ("circular", "Circular reference detected"),
+        ("digits", "Exceeds the limit"),
+        ("surrogate", "surrogates not allowed"),
+    ]:
+        with pytest.raises(ApplicationError, match="cannot encode the result as JSON: .*" + says):
+            host.invoke(a, "unencodable", [which])
+    with pytest.raises(ApplicationError, match="SystemExit: 3"):
+        host.invoke(a, "unencodable", ["exit"])
 
 
 def test_map_call_rolls_back_only_the_failing_target(host):
