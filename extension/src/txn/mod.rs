@@ -270,14 +270,7 @@ impl Workflow {
     /// and its journal past `max_bytes` (54000, `max_write_size`).
     pub(crate) fn write(&self, key: EntryKey, slot: Slot, max_bytes: usize) -> Result<()> {
         let size = self.writes.borrow().bytes_after(&key, slot.as_deref());
-        if size > max_bytes {
-            return Err(LambdaError::TooLarge {
-                what: "the workflow's buffered writes would be",
-                size,
-                limit: max_bytes,
-                setting: "lambdastore.max_write_size",
-            });
-        }
+        within_write_size("the workflow's buffered writes would be", size, max_bytes)?;
         let mut writes = self.writes.borrow_mut();
         match slot {
             Some(value) => writes.put(key, value),
@@ -312,14 +305,7 @@ impl Workflow {
             });
         }
         let size = self.writes.borrow().bytes_after_spawn(&call);
-        if size > max_bytes {
-            return Err(LambdaError::TooLarge {
-                what: "the workflow's buffered writes and spawned calls would be",
-                size,
-                limit: max_bytes,
-                setting: "lambdastore.max_write_size",
-            });
-        }
+        within_write_size("the workflow's buffered writes and spawned calls would be", size, max_bytes)?;
         self.writes.borrow_mut().spawn(call);
         Ok(())
     }
@@ -460,4 +446,13 @@ fn diverged() -> LambdaError {
         "a call forwarded from another node read other values when it ran again after a call it needed on a third node"
             .into(),
     )
+}
+
+/// 54000 (`max_write_size`) when the write buffer would hold `size` bytes,
+/// over `max_bytes`.
+fn within_write_size(what: &'static str, size: usize, max_bytes: usize) -> Result<()> {
+    if size > max_bytes {
+        return Err(LambdaError::TooLarge { what, size, limit: max_bytes, setting: "lambdastore.max_write_size" });
+    }
+    Ok(())
 }
