@@ -100,12 +100,15 @@ pub(crate) fn trim(limit: u64) {
         return;
     }
     entries.sort_unstable();
+    let mut removed = 0;
     for (_, len, path) in entries {
         if total <= limit {
             break;
         }
         if std::fs::remove_file(path).is_ok() {
             total -= len;
+            removed += 1;
         }
     }
+    pgrx::debug1!("lambdastore: removed {removed} compiled functions from lambdastore/functions, {total} bytes left");
 }
