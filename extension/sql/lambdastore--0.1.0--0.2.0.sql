@@ -1127,7 +1127,7 @@ $$;
 -- lambdastore.job reads the job as the tables' owner (extension/src/jobs/mod.rs
 -- outcome): on Citus, through app_jobs, the workers' shards were read with
 -- the role's rights, which an ordinary role lacks (42501).
-CREATE FUNCTION @extschema@."_job"(
+CREATE FUNCTION lambdastore."_job"(
 	"job_id" bigint /* i64 */
 ) RETURNS jsonb /* Option < JsonB > */
 STRICT VOLATILE PARALLEL UNSAFE
