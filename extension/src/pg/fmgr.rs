@@ -55,9 +55,19 @@ fn watched(function: pg_sys::Oid) -> bool {
         // Decided at a later lookup: the catalog cannot be read now.
         return false;
     }
+    // Cleared however the lookup ends: an ERROR in it (a cancel while the
+    // syscache reads the catalog) unwinds through here, and left set, the
+    // flag would keep every later call from being watched.
+    struct Deciding;
+    impl Drop for Deciding {
+        fn drop(&mut self) {
+            DECIDING.set(false);
+        }
+    }
     DECIDING.set(true);
+    let deciding = Deciding;
     let decided = in_catalog_named(function, watch.names);
-    DECIDING.set(false);
+    drop(deciding);
     WATCHED.with(|w| w.borrow_mut().insert(function, decided));
     decided
 }
