@@ -561,10 +561,14 @@ pub(crate) fn cancel(object: i64, job: i64) -> Result<bool> {
 /// committed now; `None` if there is no such job.
 pub(crate) fn outcome(job: i64) -> Result<Option<(String, pgrx::JsonB)>> {
     query_cluster(
-        // The result in an array: a JSON null result is not no result.
-        "SELECT app, jsonb_build_object('job_id', job_id, 'state', state, 'result', jsonb_build_array(result),
+        // The result in an array: a JSON null result is not no result. No
+        // key while there is none (SQL NULL): a JSON null scalar's `-> 0` is
+        // itself, so `job()` would show it as a JSON null result.
+        "SELECT app, jsonb_build_object('job_id', job_id, 'state', state,
                                         'error', error, 'sqlstate', sqlstate, 'attempts', attempts,
                                         'submitted_at', submitted_at, 'finished_at', finished_at)
+                     || CASE WHEN result IS NULL THEN '{}'::jsonb
+                             ELSE jsonb_build_object('result', jsonb_build_array(result)) END
            FROM lambdastore.jobs WHERE job_id = $1",
         &[INT8OID],
         &[job.into()],
