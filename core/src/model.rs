@@ -173,8 +173,11 @@ pub struct ReplicaSnapshot {
     pub sets: Vec<(Position, i64)>,
     /// Every entry (field, key, value) in order; None when the replica's
     /// copy is current.
-    pub entries: Option<Vec<(String, Vec<u8>, Vec<u8>)>>,
+    pub entries: Option<Vec<EntryRow>>,
 }
+
+/// An entry as stored: its field, key and value.
+pub type EntryRow = (String, Vec<u8>, Vec<u8>);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Create {

@@ -39,8 +39,10 @@ pub(crate) enum LambdaError {
     /// `backtrace` (the wasm frames) goes to the DETAIL, not the message.
     #[error("lambda trapped: {message}")]
     Trap { message: String, backtrace: String },
-    #[error("lambda exceeded lambdastore.timeout ({0} ms)")]
-    Timeout(u128),
+    /// `capped`: the role asked for longer, and `max_timeout` held it to
+    /// this (else a user who set a minute sees ten seconds unexplained).
+    #[error("lambda exceeded lambdastore.timeout ({ms} ms{})", if *capped { ", as lambdastore.max_timeout caps it for roles that are not superusers" } else { "" })]
+    Timeout { ms: u128, capped: bool },
     #[error("lambda was canceled")]
     Canceled,
     #[error("lambda exceeded lambdastore.memory_limit ({limit} bytes): it asked for {requested} bytes")]
@@ -197,7 +199,7 @@ impl LambdaError {
             Refused { refusal: Refusal::NotAllowed, .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,
             Application { .. } => ERRCODE_RAISE_EXCEPTION,
             Trap { .. } => ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
-            Timeout(_) | Canceled => ERRCODE_QUERY_CANCELED,
+            Timeout { .. } | Canceled => ERRCODE_QUERY_CANCELED,
             MemoryLimit { .. } => ERRCODE_OUT_OF_MEMORY,
             TooLarge { .. } | TooMany { .. } | KeyTooLong { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             InvalidParameter(_) => ERRCODE_INVALID_PARAMETER_VALUE,

@@ -445,6 +445,12 @@ pub(crate) fn timeout(superuser: bool) -> Duration {
     Duration::from_millis(ms.max(1) as u64)
 }
 
+/// Whether a workflow's timeout of `ms` is less than the role set:
+/// `max_timeout` cut it.
+pub(crate) fn timeout_capped(ms: u128) -> bool {
+    (TIMEOUT_MS.get().max(1) as u128) > ms
+}
+
 pub(crate) fn commit_wait() -> Duration {
     Duration::from_millis(COMMIT_WAIT_MS.get().max(0) as u64)
 }

@@ -138,7 +138,7 @@ pub(crate) fn record(app: &str, ty: &str, function: &str, outcome: Result<(), &L
     let outcome_counter = match outcome {
         Ok(()) => &counters.commits,
         Err(LambdaError::SerializationFailure(_)) => &counters.conflicts,
-        Err(LambdaError::Timeout(_) | LambdaError::Canceled) => &counters.timeouts,
+        Err(LambdaError::Timeout { .. } | LambdaError::Canceled) => &counters.timeouts,
         Err(LambdaError::Trap { .. }) => &counters.traps,
         Err(LambdaError::MemoryLimit { .. } | LambdaError::TooLarge { .. } | LambdaError::CallDepth(_)) => {
             &counters.limits

@@ -473,6 +473,27 @@ fn a_component_with_a_bad_description_is_refused() {
     }
 }
 
+/// A description is static: a `describe` that reads or writes entries or
+/// calls an object (as the deploying role, at every deploy) is refused,
+/// and the object it called is untouched.
+#[test]
+fn a_describe_that_asks_the_host_for_entries_or_calls_is_refused() {
+    let mut c = connect();
+    let target_app = app("describe_target");
+    deploy(&mut c, &target_app, &rogue::component()).unwrap();
+    let target = create(&mut c, &target_app, "Rogue", json!({}));
+    for (i, (asks, what)) in
+        [(rogue::DescribeAsks::Put, "an entry to write"), (rogue::DescribeAsks::Call(target), "a nested call")]
+            .into_iter()
+            .enumerate()
+    {
+        let module = rogue::describing_after(&[("Rogue", rogue::FUNCTIONS)], asks);
+        let message = assert_refused_in(&mut c, &module, &format!("describe_asks{i}"));
+        assert!(message.contains(&format!("its describe asked the host for {what}")), "{message}");
+    }
+    assert_eq!(entries(&mut c, target), Vec::new(), "describe's call wrote");
+}
+
 #[test]
 fn a_truncated_component_is_refused() {
     let counter = example("counter");

@@ -35,6 +35,23 @@ fn a_job_runs_in_a_worker_and_keeps_its_result() {
 }
 
 #[test]
+fn a_queued_job_shows_no_result_and_a_json_null_one_shows_null() {
+    let (mut c, _, id) = micro_object("job_no_result_yet");
+    let later: i64 = c
+        .query_one("SELECT lambdastore.submit($1, 'get', '{\"key\": \"k\"}', delay => interval '1 hour')", &[&id])
+        .unwrap()
+        .get(0);
+    let queued = c.query_one("SELECT state, result IS NULL FROM lambdastore.job($1)", &[&later]).unwrap();
+    assert_eq!((queued.get::<_, String>(0), queued.get::<_, bool>(1)), ("queued".into(), true));
+
+    // `put` answers JSON null: a result, unlike the queued job's none.
+    let put = submitted(&mut c, id, "put", json!({"key": "k", "value": "v"}));
+    finished(&mut c, put);
+    let done = c.query_one("SELECT state, result::text FROM lambdastore.job($1)", &[&put]).unwrap();
+    assert_eq!((done.get::<_, String>(0), done.get::<_, Option<String>>(1)), ("done".into(), Some("null".into())));
+}
+
+#[test]
 fn two_job_runners_serve_the_test_database() {
     let mut c = connect();
     let workers = count(&mut c, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'lambdastore job runner'");

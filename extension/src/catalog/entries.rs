@@ -4,7 +4,7 @@
 use super::{in_place, probe, query_at, query_chunks};
 use crate::cluster::layout;
 use crate::error::{LambdaError, Result};
-use lambdastore_core::model::{EntryKey, Slot};
+use lambdastore_core::model::{EntryKey, EntryRow, Slot};
 use pgrx::pg_sys::BuiltinOid::*;
 
 /// The most bytes an entry's field name and key may have together. Both go
@@ -131,7 +131,7 @@ fn past_scan_limit(what: &'static str, bytes: usize, max_bytes: usize) -> Option
 
 /// Every entry of `object`, in (field, key) order: what a light replica
 /// copies (cluster/replica.rs). More than `max_bytes` fails (54000).
-pub(crate) fn all(object: i64, max_bytes: usize) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>> {
+pub(crate) fn all(object: i64, max_bytes: usize) -> Result<Vec<EntryRow>> {
     let sql = "SELECT field, key, value FROM lambdastore.entries WHERE object_id = $1 ORDER BY field, key";
     let mut out = Vec::new();
     let mut bytes = 0usize;

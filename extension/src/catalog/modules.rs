@@ -5,6 +5,7 @@ use crate::error::{LambdaError, Result};
 use lambdastore_core::model::{Description, ModuleKey};
 use pgrx::pg_sys::BuiltinOid::*;
 use pgrx::pg_sys::Oid;
+use pgrx::spi::SpiTupleTable;
 use pgrx::JsonB;
 
 pub(crate) struct ModuleRow {
@@ -104,12 +105,15 @@ pub(crate) fn types_dropped_in_use(app: &str, types: Vec<String>) -> Result<Vec<
           WHERE app = $1 AND type_name = ANY ($2) GROUP BY type_name ORDER BY type_name",
         &[TEXTOID, TEXTARRAYOID],
         &[app.into(), dropped.into()],
-        |rows| {
-            rows.into_iter()
-                .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<i64>(2)?.unwrap_or_default())))
-                .collect()
-        },
+        type_counts,
     )
+}
+
+/// Rows of `(type_name, count)`.
+fn type_counts(rows: SpiTupleTable<'_>) -> pgrx::spi::Result<Vec<(String, i64)>> {
+    rows.into_iter()
+        .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<i64>(2)?.unwrap_or_default())))
+        .collect()
 }
 
 /// Of `types` (types of the version being deployed that have no
@@ -127,11 +131,7 @@ pub(crate) fn types_behind_their_objects(app: &str, types: Vec<String>) -> Resul
           GROUP BY o.type_name ORDER BY o.type_name",
         &[TEXTOID, TEXTARRAYOID],
         &[app.into(), types.into()],
-        |rows| {
-            rows.into_iter()
-                .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<i64>(2)?.unwrap_or_default())))
-                .collect()
-        },
+        type_counts,
     )
 }
 

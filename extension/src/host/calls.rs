@@ -72,8 +72,10 @@ fn no_arguments(args: &str) -> bool {
 
 /// A run on a light replica reads and writes its own object only: what
 /// else a lambda asks for (`what`) hands the whole call to the object's
-/// owner, which runs it again from the start (cluster/replica.rs).
+/// owner, which runs it again from the start (cluster/replica.rs). A
+/// module's `describe` may ask for none of it.
 fn owner_only(caller: &HostState, what: &'static str) -> Result<()> {
+    caller.refuse_in_describe(what)?;
     if caller.workflow.on_replica() {
         return Err(LambdaError::HandOver(what));
     }

@@ -31,12 +31,35 @@ pub(crate) struct Frame {
     pub(crate) depth: u32,
 }
 
+impl Frame {
+    /// The frame a module's `describe` runs in at its deploy: no object,
+    /// and no type (the only frame without one).
+    pub(crate) fn describe() -> Frame {
+        Frame { object: 0, type_name: String::new(), function: "describe".into(), readonly: true, depth: 0 }
+    }
+}
+
 pub(crate) struct HostState {
     pub(crate) workflow: Rc<Workflow>,
     /// The code version the workflow started with; nested calls keep it even
     /// if the application is redeployed meanwhile.
     pub(crate) app: Rc<AppVersion>,
     pub(crate) frame: Frame,
+}
+
+impl HostState {
+    /// 42P13 when a module's `describe` asks the host for `what`: a
+    /// description is static, made at the deploy with no object to read,
+    /// and no call, job or timer of the deploying role's may start from
+    /// it. (Logging, the clock and randomness stay allowed.)
+    fn refuse_in_describe(&self, what: &str) -> Result<()> {
+        if self.frame.type_name.is_empty() {
+            return Err(crate::error::LambdaError::InvalidModule(format!(
+                "its describe asked the host for {what}, which a description may not"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A callee's own error and a refusal before it ran go back to its caller

@@ -147,9 +147,9 @@ pub(crate) fn validate(caller: Caller, sha256: &str, wasm: &[u8]) -> Result<(Des
         pre: instantiate_pre(&component)?,
     });
     let workflow = Rc::new(Workflow::new(caller, None, gucs::timeout(caller.is_superuser())));
-    let frame = Frame { object: 0, type_name: String::new(), function: "describe".into(), readonly: true, depth: 0 };
     let memory = gucs::memory_limit_bytes().min(DESCRIBE_MEMORY);
-    let desc = with_instance(&workflow, &probe, frame, memory, |store, lambda| lambda.call_describe(store))?;
+    let desc =
+        with_instance(&workflow, &probe, Frame::describe(), memory, |store, lambda| lambda.call_describe(store))?;
     check_description_size(&desc)?;
     let description = Description::from(desc);
     check_description(&description)?;

@@ -5,7 +5,7 @@
 //! validates them at the end, so a stale copy ends in 40001, never in a
 //! wrong answer.
 
-use lambdastore_core::model::{Guards, Position};
+use lambdastore_core::model::{EntryRow, Guards, Position};
 use lambdastore_core::txn::entry_sets;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -27,12 +27,7 @@ pub(crate) struct ObjectCopy {
 impl ObjectCopy {
     /// A copy of `object` from the owner's answer: its sets in order (the
     /// first at the empty position) and every entry.
-    pub(crate) fn new(
-        object: i64,
-        splits: u64,
-        sets: Vec<(Position, i64)>,
-        rows: Vec<(String, Vec<u8>, Vec<u8>)>,
-    ) -> Self {
+    pub(crate) fn new(object: i64, splits: u64, sets: Vec<(Position, i64)>, rows: Vec<EntryRow>) -> Self {
         let bytes = rows.iter().map(|(field, key, value)| field.len() + key.len() + value.len()).sum();
         let entries = rows.into_iter().map(|(field, key, value)| ((field, key), value)).collect();
         let (lowers, versions) = sets.into_iter().unzip();

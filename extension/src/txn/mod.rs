@@ -249,7 +249,8 @@ impl Workflow {
             return Err(LambdaError::Canceled);
         }
         if Instant::now() >= self.deadline.get() {
-            return Err(LambdaError::Timeout(self.timeout.as_millis()));
+            let ms = self.timeout.as_millis();
+            return Err(LambdaError::Timeout { ms, capped: gucs::timeout_capped(ms) });
         }
         Ok(())
     }

@@ -16,7 +16,8 @@
 //! every name has a different length; any other name returns `null`.
 //! Everything it returns is static data laid out here in the canonical ABI;
 //! the describe record too, which [`describing`] replaces to build modules
-//! whose description the host must refuse.
+//! whose description the host must refuse; [`describing_after`] makes a
+//! `describe` that asks the host for what it must not.
 
 /// A function as `describe` reports it: (name, kind, protected, readonly).
 pub type Function = (&'static str, Kind, bool, bool);
@@ -87,7 +88,18 @@ impl Data {
 }
 
 /// The component's text, describing `types` (name, functions).
-pub fn wat(types: &[(&str, &[Function])]) -> String {
+/// What `describe` asks the host for before it answers: nothing, as a
+/// module should, or what the host must refuse it.
+#[derive(Clone, Copy)]
+pub enum DescribeAsks {
+    Nothing,
+    /// `put` of `log["k"] = 1`.
+    Put,
+    /// `call` of `put_entry` on this object (its error ignored).
+    Call(i64),
+}
+
+pub fn wat(types: &[(&str, &[Function])], describe_asks: DescribeAsks) -> String {
     let mut d = Data { bytes: Vec::new() };
     let sdk = d.string("hand-written WAT");
     let field = d.string("log");
@@ -159,6 +171,17 @@ pub fn wat(types: &[(&str, &[Function])]) -> String {
     let (value_ptr, value_len) = value;
     let (put_entry_ptr, put_entry_len) = put_entry;
     let (args_ptr, args_len) = empty_args;
+    let describe_asks = match describe_asks {
+        DescribeAsks::Nothing => String::new(),
+        DescribeAsks::Put => format!(
+            "(call $put (i32.const {field_ptr}) (i32.const {field_len}) (i32.const {key_ptr}) (i32.const {key_len}) \
+             (i32.const {value_ptr}) (i32.const {value_len}))"
+        ),
+        DescribeAsks::Call(target) => format!(
+            "(call $call (i64.const {target}) (i32.const {put_entry_ptr}) (i32.const {put_entry_len}) \
+             (i32.const {args_ptr}) (i32.const {args_len}) (i32.const {ret_area}))"
+        ),
+    };
 
     format!(
         r#"(component
@@ -215,6 +238,7 @@ pub fn wat(types: &[(&str, &[Function])]) -> String {
     (import "host" "spawn" (func $spawn (param i64 i32 i32 i32 i32 i32)))
     (data (i32.const {BASE}) "{data}")
     (func (export "describe") (result i32)
+      {describe_asks}
       (i32.const {app_desc}))
     ;; kind, type-name (ptr, len), function (ptr, len), object, args (ptr, len)
     (func (export "dispatch") (param i32 i32 i32 i32 i32 i64 i32 i32) (result i32)
@@ -294,5 +318,10 @@ pub fn component() -> Vec<u8> {
 
 /// The same code, describing `types` instead.
 pub fn describing(types: &[(&str, &[Function])]) -> Vec<u8> {
-    wat::parse_str(wat(types)).expect("the rogue component's text parses")
+    describing_after(types, DescribeAsks::Nothing)
+}
+
+/// The same code, whose `describe` first asks the host for something.
+pub fn describing_after(types: &[(&str, &[Function])], describe_asks: DescribeAsks) -> Vec<u8> {
+    wat::parse_str(wat(types, describe_asks)).expect("the rogue component's text parses")
 }
