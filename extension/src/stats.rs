@@ -22,18 +22,35 @@ use std::time::Duration;
 /// Distinct (application, type, function) triples tracked; later ones are
 /// counted under the last slot's "(other)" row rather than lost silently.
 const SLOTS: usize = 2048;
-const NAME: usize = 48;
+/// Bytes kept of each name: an application's whole (63 at most), a type's
+/// or function's (of any length) cut to fit, ending in "…".
+const NAME: usize = 64;
 
 #[derive(Clone, Copy)]
 pub(crate) struct Name {
     used: bool,
+    /// Of the whole names: two functions whose names are cut alike are
+    /// counted apart.
+    hash: u64,
     app: [u8; NAME],
     ty: [u8; NAME],
     function: [u8; NAME],
 }
 
 impl Name {
-    const EMPTY: Name = Name { used: false, app: [0; NAME], ty: [0; NAME], function: [0; NAME] };
+    const EMPTY: Name = Name { used: false, hash: 0, app: [0; NAME], ty: [0; NAME], function: [0; NAME] };
+
+    fn new(app: &str, ty: &str, function: &str) -> Name {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same in every backend of the server.
+        let mut hasher = std::hash::DefaultHasher::new();
+        (app, ty, function).hash(&mut hasher);
+        Name { used: true, hash: hasher.finish(), app: fixed(app), ty: fixed(ty), function: fixed(function) }
+    }
+
+    fn same(&self, other: &Name) -> bool {
+        self.hash == other.hash && self.app == other.app && self.ty == other.ty && self.function == other.function
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -83,12 +100,18 @@ pub(crate) fn request_shared_memory() {
 }
 
 fn fixed(name: &str) -> [u8; NAME] {
+    const CUT: &str = "…";
     let mut out = [0; NAME];
-    let mut end = name.len().min(NAME);
+    if name.len() <= NAME {
+        out[..name.len()].copy_from_slice(name.as_bytes());
+        return out;
+    }
+    let mut end = NAME - CUT.len();
     while !name.is_char_boundary(end) {
         end -= 1;
     }
     out[..end].copy_from_slice(&name.as_bytes()[..end]);
+    out[end..end + CUT.len()].copy_from_slice(CUT.as_bytes());
     out
 }
 
@@ -104,7 +127,7 @@ fn slot(app: &str, ty: &str, function: &str) -> usize {
     if let Some(index) = known {
         return index;
     }
-    let index = claim(fixed(app), fixed(ty), fixed(function));
+    let index = claim(Name::new(app, ty, function));
     SLOT_OF.with(|slots| {
         let mut slots = slots.borrow_mut();
         let of_type = slots.entry(app.to_string()).or_default().entry(ty.to_string()).or_default();
@@ -113,17 +136,14 @@ fn slot(app: &str, ty: &str, function: &str) -> usize {
     index
 }
 
-fn claim(app: [u8; NAME], ty: [u8; NAME], function: [u8; NAME]) -> usize {
+fn claim(wanted: Name) -> usize {
     let mut names = NAMES.exclusive();
     let names = &mut names.0;
-    let index = names
-        .iter()
-        .position(|n| !n.used || (n.app == app && n.ty == ty && n.function == function))
-        .unwrap_or(SLOTS - 1);
+    let index = names.iter().position(|n| !n.used || n.same(&wanted)).unwrap_or(SLOTS - 1);
     let name = &mut names[index];
     if !name.used {
-        *name = Name { used: true, app, ty, function };
-    } else if index == SLOTS - 1 && (name.app != app || name.ty != ty || name.function != function) {
+        *name = wanted;
+    } else if index == SLOTS - 1 && !name.same(&wanted) {
         name.function = fixed("(other)");
     }
     index

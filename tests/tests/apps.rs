@@ -437,6 +437,43 @@ fn stats_count_calls_commits_and_aborts_by_reason() {
     );
 }
 
+/// Names as long as they may be: an application's 63 bytes are kept whole
+/// (so its owner, and a role it granted, find its rows), and two functions
+/// whose long names begin alike are counted apart, each shown cut with "…".
+#[test]
+fn stats_keep_long_names_apart_and_whole_applications_visible() {
+    use rogue::Kind::Method;
+    const LONG_A: &str = "a_function_name_long_enough_to_be_cut_in_the_stats_table_of_names_a";
+    const LONG_B: &str = "a_function_name_long_enough_to_be_cut_in_the_stats_table_of_names_bb";
+    let mut c = connect();
+    let app = app("stats_keep_the_whole_name_of_a_long_application");
+    assert!(app.len() > 48, "{app} is not long");
+    deploy(
+        &mut c,
+        &app,
+        &rogue::describing(&[("Rogue", &[(LONG_A, Method, false, false), (LONG_B, Method, false, false)])]),
+    )
+    .unwrap();
+    let id = create(&mut c, &app, "Rogue", json!({}));
+    for (function, times) in [(LONG_A, 1), (LONG_B, 2)] {
+        for _ in 0..times {
+            call(&mut c, id, function, json!({}));
+        }
+    }
+    let reader = TestRole::new("stats_reader");
+    grant(&mut c, &app, &reader.name, "read").unwrap();
+    c.batch_execute(&format!("SET ROLE {}", reader.name)).unwrap();
+    let rows: Vec<(String, i64)> = c
+        .query("SELECT function, calls FROM lambdastore.stats WHERE app = $1 ORDER BY calls, function", &[&app])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    c.batch_execute("RESET ROLE").unwrap();
+    let cut = |name: &str| format!("{}…", &name[..61]);
+    assert_eq!(rows, vec![("(create)".into(), 1), (cut(LONG_A), 1), (cut(LONG_B), 2)]);
+}
+
 #[test]
 fn stats_count_every_call_of_concurrent_backends() {
     // The counters take no lock: each backend adds to them with atomics,
