@@ -258,10 +258,11 @@ fn limits_raised_only_by_a_superuser() {
 /// to the same limits as a Rust one (`micro`'s `Bench`), with the same
 /// SQLSTATEs: a loop is stopped by the timeout (57014), an allocation by
 /// the memory limit (53200), its own error is P0001 (an uncaught Python
-/// exception too), and what a Rust guest cannot reach at all (a file, a
-/// socket) traps (38000, as a Rust panic does): the component's WASI
-/// imports are stubs. The environment is empty; `print` returns normally
-/// (to the lambda log); the clock and random numbers are the host's.
+/// exception too, as what a Rust guest cannot reach at all is an error it
+/// gets: a file, a socket, a module the component lacks; the component's
+/// WASI imports are stubs that trap, which the SDK keeps a lambda from
+/// reaching). The environment is empty; `print` returns normally (to the
+/// lambda log); the clock and random numbers are the host's.
 #[test]
 fn a_python_lambda_is_held_to_the_limits_of_a_rust_one() {
     let _alone = one_spinner();
@@ -284,12 +285,15 @@ fn a_python_lambda_is_held_to_the_limits_of_a_rust_one() {
     expect_sqlstate(invoke(&mut c, rust, "panic", json!({})), "38000");
     let message = expect_sqlstate(invoke(&mut c, python, "divide", json!({"n": 0})), "P0001");
     assert!(message.contains("ZeroDivisionError: division by zero"), "{message}");
-    for (function, args) in
-        [("read_file", json!({"path": "/etc/passwd"})), ("connect", json!({"host": "127.0.0.1", "port": 5432}))]
-    {
-        let message = expect_sqlstate(invoke(&mut c, python, function, args), "38000");
-        assert!(message.contains("trapped"), "{function}: {message}");
-    }
+    // A file, or a module the component lacks (`socket`, imported in the
+    // call), is a Python exception: the function's error unless caught.
+    let message = expect_sqlstate(invoke(&mut c, python, "read_file", json!({"path": "/etc/passwd"})), "P0001");
+    assert!(message.starts_with("PermissionError: a lambda has no files: '/etc/passwd'"), "{message}");
+    let connect = invoke(&mut c, python, "connect", json!({"host": "127.0.0.1", "port": 5432}));
+    let message = expect_sqlstate(connect, "P0001");
+    assert!(message.starts_with("ModuleNotFoundError: No module named 'socket' in this component"), "{message}");
+    assert_eq!(call(&mut c, python, "optional", json!({"module": "fractions"})), json!("ModuleNotFoundError"));
+    assert_eq!(call(&mut c, python, "optional", json!({"module": "json"})), json!("imported"));
     assert_eq!(call(&mut c, python, "environment", json!({})), json!({}));
     assert_eq!(call(&mut c, python, "say", json!({"text": "hello"})), json!("hello"));
     let now: f64 = c.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).unwrap().get(0);

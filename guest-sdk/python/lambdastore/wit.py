@@ -3,6 +3,7 @@ from an application. Importable only where componentize-py's `wit_world`
 bindings are: inside a component, and while it builds one."""
 
 import gc
+import importlib.machinery
 import io
 import random
 import sys
@@ -195,6 +196,7 @@ def prepare_snapshot(app):
     warm_up(app)
     if sys.platform == "wasi":
         _seed_each_call = not _seed_at_first_draw()
+        refuse_what_the_sandbox_lacks()
 
 
 def use_the_host():
@@ -211,6 +213,47 @@ def use_the_host():
     sys.stderr = _LogStream("warning")
     time.time = time.monotonic = time.perf_counter = _now
     time.time_ns = time.monotonic_ns = time.perf_counter_ns = _now_ns
+
+
+class _NotInTheComponent:
+    """The last finder of `sys.meta_path` at run time, in place of the
+    path finder: a module the snapshot does not hold is one the component
+    does not have (the path finder would stat the build's directories,
+    which traps)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        raise ModuleNotFoundError(
+            f"No module named {name!r} in this component: a lambda imports at run time only what its "
+            "modules imported when the component was built (import it at the top of app.py)",
+            name=name,
+        )
+
+
+# Audit events (sys.audit) asking for what the sandbox does not give.
+_NO_FILES = frozenset({"open", "os.listdir", "os.scandir", "os.mkdir", "os.remove", "os.rename", "os.rmdir"})
+_NO_NETWORK = frozenset({"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo"})
+
+
+def _refuse(event, args):
+    if event in _NO_FILES:
+        # No errno: WASI numbers them its own way (its EACCES is 2).
+        raise PermissionError(f"a lambda has no files: {args[0] if args else ''!r}")
+    if event in _NO_NETWORK:
+        raise PermissionError("a lambda has no network")
+
+
+def refuse_what_the_sandbox_lacks():
+    """Makes asking for a file, the network or a module the component does
+    not hold a Python exception the lambda may catch (uncaught, its error:
+    P0001) instead of a trap at a WASI stub, which a Python programmer can
+    neither read nor catch. Installed last while the snapshot is taken, so
+    that nothing before it (the application's imports included) is
+    refused. What goes to WASI from C without an audit event (`os.stat`,
+    `os.urandom`, `datetime.now()`) still traps."""
+    sys.meta_path[:] = [f for f in sys.meta_path if f is not importlib.machinery.PathFinder]
+    sys.meta_path.append(_NotInTheComponent)
+    sys.addaudithook(_refuse)
 
 
 def warm_up(app):

@@ -1,12 +1,14 @@
 """A probe of the sandbox: what a Python lambda may not do (loop forever,
-allocate without bound, touch files or sockets) and what it gets from the
-host instead of WASI (the log for `print`, the workflow's clock and random
-numbers), and that each call starts from the snapshot (`scribble`). The
-tests in tests/tests/limits.rs call it beside the Rust example `micro`'s
+allocate without bound, touch files or sockets), what it gets from the host
+instead of WASI (the log for `print`, the workflow's clock and random
+numbers), that a module the component lacks is an ImportError it may
+catch, and that each call starts from the snapshot (`scribble`). The tests
+in tests/tests/limits.rs call it beside the Rust example `micro`'s
 equivalents."""
 
 from __future__ import annotations
 
+import importlib
 import random
 import time
 
@@ -52,6 +54,17 @@ class Probe:
 
         socket.create_connection((host, port), timeout=1).close()
         return True
+
+    @readonly
+    def optional(self, module: str) -> str:
+        """A lambda that can do without a module: an import at run time of
+        one the component does not hold raises ImportError, which it may
+        catch."""
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            return type(e).__name__
+        return "imported"
 
     @readonly
     def environment(self) -> dict:
