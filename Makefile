@@ -6,7 +6,7 @@ LAMBDAS      := counter counter_v2 bank forum micro retwis
 # by componentize-py from the virtualenv scripts/setup.sh makes.
 PY_LAMBDAS   := counter sandbox forum wallet draws
 PYTHON_VENV  := target/python
-PY_SDK       := $(wildcard guest-sdk/python/lambdastore/*.py) guest-sdk/python/build.sh guest-sdk/wit/lambda.wit
+PY_SDK       := $(wildcard guest-sdk/python/lambdastore/*.py) guest-sdk/python/sitecustomize.py guest-sdk/python/build.sh guest-sdk/wit/lambda.wit
 WASM_TARGET  := wasm32-unknown-unknown
 LAMBDA_DIR   := target/lambdas
 # Cargo's output: CARGO_TARGET_DIR when set (e.g. shared by worktrees).

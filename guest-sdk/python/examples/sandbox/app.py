@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import random
 import time
+from datetime import datetime, timezone
 
 from lambdastore import App, Cell, LambdaError, lambda_object, readonly
 
@@ -80,6 +81,10 @@ class Probe:
     @readonly
     def clock(self) -> float:
         return time.time()
+
+    @readonly
+    def utc_now(self) -> float:
+        return datetime.now(timezone.utc).timestamp()
 
     @readonly
     def draw(self) -> int:
