@@ -272,7 +272,10 @@ pub(crate) fn split(caller: Caller, object: i64, field: &str, key: &[u8]) -> Res
 pub(crate) fn delete_object(caller: Caller, object: i64) -> Result<bool> {
     let (info, _) = catalog::objects::lookup(object)?;
     access::check(caller, &info.app, Privilege::Owner)?;
-    catalog::objects::delete(object)
+    occ::hold_whole_object(object)?;
+    let deleted = catalog::objects::delete(object)?;
+    crate::jobs::forget_object(object)?;
+    Ok(deleted)
 }
 
 /// An entry set's version and recent conflicts (`lambdastore.entry_sets`).

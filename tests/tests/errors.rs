@@ -317,6 +317,45 @@ fn a_failed_workflow_creates_no_objects(example: &str) {
     assert_eq!(call(&mut c, rust, "list_threads", json!({})), json!([]));
 }
 
+/// A delete holds the whole object until it commits, as a write holds
+/// what it wrote: a call on the object meanwhile fails at once with 40001
+/// (it does not wait on the deleted rows, nor meet their foreign key to an
+/// object gone, 23503), and once the delete commits it is 42704. The
+/// object's schedules, timers and queued jobs go with it.
+#[test]
+fn a_call_racing_a_delete_conflicts_and_the_objects_jobs_go_with_it() {
+    let (mut c, app, id) = micro_object("delete_race");
+    c.execute("SELECT lambdastore.schedule('tick', '0 0 1 1 *', $1, 'get', '{\"key\": \"k\"}')", &[&id]).unwrap();
+    call(
+        &mut c,
+        id,
+        "set_timer",
+        json!({"name": "later", "delay_ms": 3_600_000, "method": "get", "args": {}, "fail": false}),
+    );
+    let delayed: i64 =
+        c.query_one("SELECT lambdastore.submit($1, 'get', '{}', delay => interval '1 hour')", &[&id]).unwrap().get(0);
+    let queued = |c: &mut Client| {
+        count(c, &format!("SELECT count(*) FROM lambdastore.jobs WHERE object_id = {id} AND state = 'queued'"))
+    };
+    assert_eq!(queued(&mut c), 3, "the tick, the timer and the delayed job");
+
+    let mut deleter = connect();
+    deleter.batch_execute("BEGIN").unwrap();
+    deleter.execute("SELECT lambdastore.delete_object($1)", &[&id]).unwrap();
+    // The safety net: a call that waited on the delete would end here.
+    c.batch_execute("SET statement_timeout = '30s'").unwrap();
+    expect_sqlstate(invoke(&mut c, id, "put", json!({"key": "k", "value": "v"})), "40001");
+    expect_sqlstate(invoke(&mut c, id, "get", json!({"key": "k"})), "40001");
+    deleter.batch_execute("COMMIT").unwrap();
+
+    expect_sqlstate(invoke(&mut c, id, "put", json!({"key": "k", "value": "v"})), "42704");
+    assert_eq!(queued(&mut c), 0, "a job of the deleted object is still queued");
+    let cancelled: String =
+        c.query_one("SELECT state || ': ' || error FROM lambdastore.job($1)", &[&delayed]).unwrap().get(0);
+    assert_eq!(cancelled, "cancelled: its object was deleted");
+    assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.app_schedules WHERE app = '{app}'")), 0);
+}
+
 #[test]
 fn a_deleted_object_is_gone() {
     let (mut c, app, id) = micro_object("delete");

@@ -206,6 +206,87 @@ fn workers_stop_cleanly_on_shutdown_and_an_interrupted_job_runs_again() {
     assert_eq!((job.state.as_str(), job.sqlstate.as_deref(), job.attempts), ("failed", Some("57014"), 1));
 }
 
+/// Waits until a job of `app`'s `function` runs.
+fn until_running(c: &mut Client, app: &str, function: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c
+        .query_one("SELECT running FROM lambdastore.queue WHERE app = $1 AND function = $2", &[&app, &function])
+        .map(|r| r.get::<_, i64>(0))
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(Instant::now() < deadline, "the {function} job never started");
+        std::thread::sleep(Duration::from_millis(5)); // polling interval
+    }
+}
+
+/// A cancel of the job runners (`pg_cancel_backend`) stops the lambda a
+/// runner is running, whose job fails with the cancel's 57014 and none of
+/// its effects, and nothing else: no runner exits (an idle one, or one
+/// recording an outcome, exited: "canceling statement due to user
+/// request", the queue unserved until the postmaster started another),
+/// and no job ends failed for a cancel that came after its lambda ran.
+#[test]
+#[ignore = "cancels every job runner: run by scripts/faults.sh"]
+fn cancelling_the_job_runners_stops_the_running_lambda_and_no_runner() {
+    let mut c = reconnect();
+    let (_, app) = deployed("cancel_runners", "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    let workers: String = c.query_one("SHOW lambdastore.workers", &[]).unwrap().get(0);
+    let sorted_pids = |c: &mut Client| {
+        let mut pids = runner_pids(c);
+        pids.sort();
+        pids
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sorted_pids(&mut c).len().to_string() != workers {
+        assert!(Instant::now() < deadline, "the {workers} job runners did not start");
+        std::thread::sleep(Duration::from_millis(5)); // polling interval
+    }
+    let runners = sorted_pids(&mut c);
+    let cancel_all = "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
+                       WHERE backend_type = 'lambdastore job runner'";
+    c.query_one(cancel_all, &[]).unwrap();
+    let put = submit(&mut c, id, "put", json!({"key": "k", "value": "after an idle cancel"}), None).unwrap();
+    assert_eq!(finished(&mut c, put).state, "done");
+
+    let spin = submit(&mut c, id, "spin", json!({}), None).unwrap();
+    until_running(&mut c, &app, "spin");
+    c.query_one(cancel_all, &[]).unwrap();
+    let spun = finished(&mut c, spin);
+    assert_eq!(
+        (spun.state.as_str(), spun.sqlstate.as_deref(), spun.error.as_deref()),
+        ("failed", Some("57014"), Some("lambda was canceled"))
+    );
+    assert_eq!(sorted_pids(&mut c), runners, "a job runner exited on a cancel");
+}
+
+/// A job whose outcome cannot be recorded (here a trigger refuses its
+/// `done`) fails with none of its effects: the workflow and the record of
+/// its outcome are undone together. Before, the workflow's effects were
+/// committed with the job `failed`, and a client submitting it again
+/// applied it twice.
+#[test]
+#[ignore = "puts a trigger on lambdastore.jobs: run by scripts/faults.sh"]
+fn a_job_whose_outcome_cannot_be_recorded_fails_with_none_of_its_effects() {
+    let mut c = reconnect();
+    let (_, app) = deployed("record_fails", "micro");
+    let id = create(&mut c, &app, "Bench", json!({}));
+    c.batch_execute(&format!(
+        "CREATE FUNCTION public.refuse_done() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'no done here'; END $$;
+         CREATE TRIGGER refuse_done BEFORE UPDATE ON lambdastore.jobs FOR EACH ROW
+           WHEN (NEW.object_id = {id} AND NEW.state = 'done') EXECUTE FUNCTION public.refuse_done();"
+    ))
+    .unwrap();
+    let put = submit(&mut c, id, "put", json!({"key": "k", "value": "recorded?"}), None).unwrap();
+    let failed = finished(&mut c, put);
+    c.batch_execute("DROP TRIGGER refuse_done ON lambdastore.jobs; DROP FUNCTION public.refuse_done()").unwrap();
+    assert_eq!((failed.state.as_str(), failed.sqlstate.as_deref()), ("failed", Some("38000")), "{failed:?}");
+    assert!(failed.error.as_deref().unwrap_or_default().contains("no done here"), "{failed:?}");
+    assert_eq!(call(&mut c, id, "get", json!({"key": "k"})), json!(null), "the failed job's write was kept");
+}
+
 /// A prepared transaction that survives a restart holds only the entry
 /// sets it wrote (kept on disk at PREPARE, txn/prepared.rs): calls on
 /// other objects go on, calls reading its sets fail with 40001 naming its

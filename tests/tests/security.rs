@@ -203,7 +203,7 @@ fn deploy_rights_hold_wherever_a_deploy_comes_from() {
 
 /// A prepared transaction holds its entry sets until someone ends it, so
 /// on a server without Citus an ordinary role may not leave one behind
-/// after a writing call (0A000); nothing of it stays.
+/// after a writing call or a delete (0A000); nothing of it stays.
 #[test]
 fn an_ordinary_role_may_not_prepare_a_writing_transaction_without_citus() {
     let role = TestRole::new("prepare");
@@ -230,6 +230,15 @@ fn an_ordinary_role_may_not_prepare_a_writing_transaction_without_citus() {
     call(&mut c, counter, "get", json!({}));
     c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).unwrap();
     c.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).unwrap();
+    // A delete holds the whole object as a write does: its owner may not
+    // leave it prepared either (calls on it would wait for an operator).
+    admin.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &role.name]).unwrap();
+    c.batch_execute("BEGIN").unwrap();
+    c.execute("SELECT lambdastore.delete_object($1)", &[&counter]).unwrap();
+    let message = expect_sqlstate(c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")), "0A000");
+    assert!(message.contains("only a superuser may prepare"), "{message}");
+    let _ = c.batch_execute("ROLLBACK");
+    assert_eq!(call(&mut admin, counter, "get", json!({})), json!(0));
 }
 
 // 6. What the extension keeps for itself.

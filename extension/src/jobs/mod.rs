@@ -171,9 +171,17 @@ pub(crate) fn cancel(caller: Caller, job: i64) -> Result<bool> {
     }
     let cancelled = queue::cancel(object, job)?;
     if cancelled {
+        schedules::after_cancelled(object, job)?;
         CANCELLED.with(|jobs| jobs.borrow_mut().push(job));
     }
     Ok(cancelled)
+}
+
+/// When `object` is deleted, in its transaction: its schedules go and its
+/// queued jobs, its timers among them, are cancelled.
+pub(crate) fn forget_object(object: i64) -> Result<()> {
+    schedules::remove_all_of(object)?;
+    queue::cancel_all_of(object, "its object was deleted")
 }
 
 /// A job this transaction queued on another node (cluster/forward.rs): waiting for

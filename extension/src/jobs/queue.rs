@@ -520,6 +520,22 @@ pub(crate) fn finish_cancelled(claimed: &Claimed, why: &str) -> Result<()> {
     )
 }
 
+/// When `object` is deleted, in its transaction: its queued jobs (timers
+/// and schedule ticks too) are cancelled, saying why. One a worker runs
+/// now (locked) ends as it would have: it fails, its object gone, or its
+/// commit conflicts with the delete's hold on the object.
+pub(crate) fn cancel_all_of(object: i64, why: &str) -> Result<()> {
+    query_at(
+        layout::place(object)?,
+        "UPDATE lambdastore.jobs SET state = 'cancelled', error = $2, finished_at = statement_timestamp()
+          WHERE object_id = $1 AND job_id IN (SELECT job_id FROM lambdastore.jobs
+                                               WHERE object_id = $1 AND state = 'queued' FOR UPDATE SKIP LOCKED)",
+        &[INT8OID, TEXTOID],
+        &[object.into(), why.into()],
+        |_| Ok(()),
+    )
+}
+
 /// Leaves the job queued, due again after `backoff_ms`.
 pub(crate) fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backoff_ms: i64) -> Result<()> {
     query_at(

@@ -44,6 +44,7 @@ const MOVED_IN_POLL: Duration = Duration::from_secs(1);
 pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
     let index = arg.value();
     crate::pg::process::handle_worker_signals();
+    pg::backend::hold_cancel(true); // see `run_cancellable`
     super::workers::connect_to_database(index == 0);
     // OCC needs READ COMMITTED, whatever the server's default is.
     pg::settings::set_for_process(c"default_transaction_isolation", c"read committed");
@@ -144,6 +145,8 @@ enum Step {
 
 /// One job, in the caller's transaction: claim, run, record.
 fn run_one(index: usize, last_app: &mut String) -> Step {
+    // A cancel of the worker while no job ran cancels nothing.
+    pg::backend::clear_query_cancel();
     let (job, limited) = match queue::claim(last_app).unwrap_or_else(|e| e.report("claiming a job")) {
         Claim::Job(job, limited) => (job, limited),
         Claim::None(held) => {
@@ -170,11 +173,19 @@ fn run_one(index: usize, last_app: &mut String) -> Step {
         }
     };
     let ended = if runs {
-        let outcome = in_subtransaction(|| run_workflow(&job));
         // Recording can fail too (a result or an error PostgreSQL will not
         // store): that fails the job, never the worker, which would
         // otherwise die, restart and claim the same job first, forever.
-        match in_subtransaction(|| record(&job, outcome).map_err(Failure::from)) {
+        // The workflow and its record share a subtransaction, so a failed
+        // record undoes the workflow's effects too: a job `failed` with its
+        // effects committed would run twice when its client submits it
+        // again.
+        let ran = in_subtransaction(|| {
+            let outcome = run_cancellable(&job);
+            record(&job, outcome).map_err(Failure::from)
+        });
+        pg::backend::hold_cancel(true); // an ERROR caught above ended the hold
+        match ran {
             Ok(ended) => ended,
             Err(failure) => {
                 let message = format!("recording the job's outcome failed: {}", failure.message);
@@ -193,6 +204,23 @@ fn run_one(index: usize, last_app: &mut String) -> Step {
         schedules::queue_next(&job, name, next).unwrap_or_else(|e| e.report("queueing a schedule's next tick"));
     }
     Step::Ran(job.job, limited)
+}
+
+/// The job's workflow, in a subtransaction of its own: the one stretch of
+/// the worker's life where a cancel (`pg_cancel_backend`) acts, stopping
+/// the lambda and failing the job (57014). Anywhere else it stays pending
+/// and is dropped: before, it raised an ERROR outside the worker's
+/// handling, which ended the process (its jobs waited for the postmaster
+/// to start another), or failed the recording of a job that had run.
+fn run_cancellable(job: &Claimed) -> Result<String, Failure> {
+    pg::backend::hold_cancel(false);
+    let outcome = in_subtransaction(|| run_workflow(job));
+    pg::backend::hold_cancel(true);
+    if outcome.is_ok() {
+        // Came too late to stop the job, which has run.
+        pg::backend::clear_query_cancel();
+    }
+    outcome
 }
 
 /// Runs the job's call as the role that submitted it, as a synchronous call

@@ -267,6 +267,9 @@ impl Drop for Waiter {
 /// Runs `body` in a transaction of its own, with a snapshot, under the
 /// fixed `search_path` (a worker is a superuser, and its session's path
 /// comes from settings a database's owner may change).
+/// A cancel of the worker is held throughout (`runner::run_cancellable`
+/// lets it act on a job's lambda only).
 pub(crate) fn transaction<R>(body: impl FnOnce() -> R) -> R {
+    crate::pg::backend::hold_cancel(true);
     process::in_own_transaction(|| crate::access::with_fixed_search_path(body))
 }

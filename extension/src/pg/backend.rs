@@ -253,6 +253,15 @@ pub(crate) fn forget_statement_text() {
 
 /// Forgets a cancel request already acted on (a job's statement timeout
 /// reached), so that the job runner's next step does not stop for it.
+/// While held, a query cancel (`pg_cancel_backend`) of this process stays
+/// pending at `CHECK_FOR_INTERRUPTS` instead of raising an ERROR there
+/// (PostgreSQL holds it so while a backend reads a client's message). Any
+/// ERROR ends the hold: PostgreSQL's `errfinish` resets the count.
+pub(crate) fn hold_cancel(hold: bool) {
+    // SAFETY: a counter of this process, read and written on its main thread.
+    unsafe { pg_sys::QueryCancelHoldoffCount = u32::from(hold) };
+}
+
 pub(crate) fn clear_query_cancel() {
     // SAFETY: a flag of this process, read and written on its main thread.
     unsafe { pg_sys::QueryCancelPending = 0 };

@@ -500,6 +500,33 @@ pub(crate) fn split(object: i64, field: &str, key: &[u8]) -> Result<bool> {
     Ok(true)
 }
 
+/// Holds every entry set of `object` for writing until the transaction
+/// ends, and moves all their versions on when it commits, as a workflow
+/// writing each of them would: `delete_object` deletes every entry. A
+/// workflow that read the object meanwhile fails validation, and one that
+/// writes it fails to lock (40001, never waiting), instead of waiting on
+/// the deleted rows and then meeting their foreign key to an object that
+/// is gone (23503); the delete itself fails so if one holds a set. Like a
+/// write, it may then be prepared only by a superuser (prepared.rs).
+pub(crate) fn hold_whole_object(object: i64) -> Result<()> {
+    if !gucs::occ() {
+        return Ok(());
+    }
+    let mut lowers = catalog::guards::all_if_few(object, i32::MAX as usize)?.unwrap_or_default();
+    // Every object has a set from ("", ""); one created by hand might not.
+    lowers.push(Position::default());
+    lowers.sort();
+    lowers.dedup();
+    for lower in lowers {
+        let set = (object, lower);
+        if !try_lock(&set) {
+            return Err(conflict(&set, "is locked by a concurrent transaction"));
+        }
+        versions::bump_at_commit(&set);
+    }
+    Ok(())
+}
+
 fn random() -> f64 {
     pg::backend::random_f64()
 }
