@@ -53,9 +53,15 @@ pub struct Config {
     #[arg(long, env = "LAMBDASTORE_MAX_WAITS", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_waits: Option<usize>,
 
-    /// Largest request body accepted (modules are uploaded whole).
+    /// Largest request body accepted, but a deploy's.
     #[arg(long, env = "LAMBDASTORE_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
+
+    /// Largest module a deploy uploads (whole, in one body): the server's
+    /// default `lambdastore.max_module_size`, which a Python component (18
+    /// MB) needs.
+    #[arg(long, env = "LAMBDASTORE_MAX_MODULE_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub max_module_bytes: usize,
 
     /// Re-runs of a call that failed with a serialization failure (40001)
     /// or a deadlock (40P01) before the client gets 409.

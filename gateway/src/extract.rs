@@ -155,12 +155,12 @@ fn check_not_encoded(headers: &HeaderMap) -> Result<(), ApiError> {
 /// The whole body, if it arrives within `--read-timeout`: a client
 /// trickling its body would otherwise keep the connection for as long as
 /// it likes.
-async fn body(request: Request, state: &Arc<AppState>) -> Result<Bytes, ApiError> {
+async fn body(request: Request, state: &Arc<AppState>, max_bytes: usize) -> Result<Bytes, ApiError> {
     check_not_encoded(request.headers())?;
     // A body announced larger than the limit is refused before any of it
     // is read (and before an `Expect: 100-continue` is answered).
     let announced = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if announced.is_some_and(|length| length > state.config.max_body_bytes as u64) {
+    if announced.is_some_and(|length| length > max_bytes as u64) {
         return Err(too_large());
     }
     let limit = state.config.read_timeout;
@@ -190,7 +190,7 @@ impl FromRequest<Arc<AppState>> for Args {
 
     async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         let json = matches!(media_type(request.headers())?.as_deref(), None | Some("application/json"));
-        let bytes = body(request, state).await?;
+        let bytes = body(request, state, state.config.max_body_bytes).await?;
         if bytes.is_empty() {
             return Ok(Args(serde_json::json!({})));
         }
@@ -213,7 +213,7 @@ impl FromRequest<Arc<AppState>> for Module {
         if !matches!(media_type(request.headers())?.as_deref(), Some("application/wasm" | "application/octet-stream")) {
             return Err(unsupported("application/wasm"));
         }
-        let bytes = body(request, state).await?;
+        let bytes = body(request, state, state.config.max_module_bytes).await?;
         if bytes.is_empty() {
             return Err(ApiError::bad_request("the request body is empty: send the component's bytes"));
         }

@@ -43,8 +43,10 @@ pub struct AppState {
 
 fn router(state: Arc<AppState>) -> Router {
     let max_body = state.config.max_body_bytes;
+    let max_module = state.config.max_module_bytes;
     let api = Router::new()
-        .route("/v1/apps/{app}/module", put(routes::deploy))
+        // Its own limit, inside the one for every other body.
+        .route("/v1/apps/{app}/module", put(routes::deploy).layer(DefaultBodyLimit::max(max_module)))
         .route("/v1/apps/{app}/types/{type_name}/objects", post(routes::create_object))
         .route("/v1/apps/{app}/types/{type_name}/functions/{function}", post(routes::invoke_static))
         .route("/v1/objects/{object_id}/methods/{method}", post(routes::invoke))

@@ -604,6 +604,29 @@ fn body_size_and_request_time_are_limited() {
     assert_eq!(result_of(gw.invoke(&app.key, bench, "get", json!({"key": "nothing"}))), Value::Null);
 }
 
+/// A deploy's body has a limit of its own, `--max-module-bytes` (by
+/// default the server's `max_module_size`): under `--max-body-bytes` alone
+/// a Python component (18 MB) could not be deployed over HTTP.
+#[test]
+fn a_deploy_has_a_body_limit_of_its_own() {
+    let app = App::new("gw_module_limit");
+    let deploy = |gw: &Gateway| {
+        gw.http
+            .put(gw.url(&format!("/v1/apps/{}/module", app.name)))
+            .bearer_auth(&app.key)
+            .header("content-type", "application/wasm")
+            .body(component("micro"))
+            .send()
+            .unwrap()
+    };
+    let small_calls = Gateway::start_with(ROLE, &["--max-body-bytes", "1024"]);
+    let deployed = deploy(&small_calls);
+    assert_eq!(deployed.status(), 200, "{:?}", deployed.text());
+    let small_modules = Gateway::start_with(ROLE, &["--max-module-bytes", "1024"]);
+    let (status, code, _, _) = error_of(deploy(&small_modules));
+    assert_eq!((status, code.as_str()), (413, "payload_too_large"));
+}
+
 #[test]
 fn media_types_are_case_insensitive_and_may_carry_parameters() {
     let gw = Gateway::start();
