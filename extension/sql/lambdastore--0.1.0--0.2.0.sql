@@ -496,6 +496,7 @@ BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'the application of lambdastore.versions may not be NULL' USING ERRCODE = '22004';
     END IF;
+    PERFORM lambdastore._check_app($1, ARRAY['read', 'invoke']);
     RETURN QUERY SELECT * FROM lambdastore.app_versions v WHERE v.app = $1 ORDER BY v.version;
 END
 $$;
@@ -510,9 +511,7 @@ BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'the application of lambdastore.migrate_objects may not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF NOT lambdastore.has_app_privilege($1, 'owner') THEN
-        RAISE EXCEPTION 'only the owner of application "%" may migrate its objects', $1 USING ERRCODE = '42501';
-    END IF;
+    PERFORM lambdastore._check_app($1, ARRAY['owner']);
     SELECT v.migrating_types INTO migrating FROM lambdastore.app_versions v WHERE v.app = $1 AND v.current;
     RETURN QUERY
     SELECT o.object_id FROM lambdastore.app_objects o
@@ -1123,6 +1122,16 @@ BEGIN
     RETURN QUERY SELECT * FROM lambdastore.job($1);
 END
 $$;
+
+-- versions and migrate_objects refuse an application that does not exist
+-- (42704) or one the role may not see (42501), instead of answering no rows.
+CREATE FUNCTION lambdastore."_check_app"(
+	"app" TEXT, /* & str */
+	"any_of" TEXT[] /* Vec < String > */
+) RETURNS void
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_check_app_wrapper';
 
 -- lambdastore.job reads the job as the tables' owner (extension/src/jobs/mod.rs
 -- outcome): on Citus, through app_jobs, the workers' shards were read with

@@ -254,6 +254,7 @@ BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'the application of lambdastore.versions may not be NULL' USING ERRCODE = '22004';
     END IF;
+    PERFORM lambdastore._check_app($1, ARRAY['read', 'invoke']);
     RETURN QUERY SELECT * FROM lambdastore.app_versions v WHERE v.app = $1 ORDER BY v.version;
 END
 $$;
@@ -268,9 +269,7 @@ BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'the application of lambdastore.migrate_objects may not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF NOT lambdastore.has_app_privilege($1, 'owner') THEN
-        RAISE EXCEPTION 'only the owner of application "%" may migrate its objects', $1 USING ERRCODE = '42501';
-    END IF;
+    PERFORM lambdastore._check_app($1, ARRAY['owner']);
     SELECT v.migrating_types INTO migrating FROM lambdastore.app_versions v WHERE v.app = $1 AND v.current;
     RETURN QUERY
     SELECT o.object_id FROM lambdastore.app_objects o

@@ -151,15 +151,24 @@ pub(crate) fn check(caller: Caller, app: &str, privilege: Privilege) -> Result<(
     if allowed(caller, app, privilege)? {
         return Ok(());
     }
-    let what = match privilege {
-        Privilege::Owner => "is not the owner of",
-        Privilege::Invoke => "may not invoke",
-        Privilege::Read => "may not read",
+    let (what, how) = match privilege {
+        Privilege::Owner => ("is not the owner of", "its owner hands it over with lambdastore.set_owner"),
+        Privilege::Invoke => ("may not invoke", "the owner grants it with lambdastore.grant"),
+        Privilege::Read => ("may not read", "the owner grants it with lambdastore.grant"),
     };
-    Err(LambdaError::PermissionDenied(format!(
-        "role \"{}\" {what} application \"{app}\" (the owner grants it with lambdastore.grant)",
-        caller.name()
-    )))
+    Err(LambdaError::PermissionDenied(format!("role \"{}\" {what} application \"{app}\" ({how})", caller.name())))
+}
+
+/// 42704 unless `app` exists (for a superuser too), 42501 unless `caller`
+/// holds one of `any_of` on it.
+pub(crate) fn check_any(caller: Caller, app: &str, any_of: &[Privilege]) -> Result<()> {
+    catalog::grants::owner(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))?;
+    for privilege in any_of {
+        if allowed(caller, app, *privilege)? {
+            return Ok(());
+        }
+    }
+    check(caller, app, any_of.first().copied().unwrap_or(Privilege::Owner))
 }
 
 /// 42501 unless a lambda of application `from` may call into application

@@ -160,9 +160,13 @@ pub(crate) fn record(app: &str, ty: &str, function: &str, outcome: Result<(), &L
         Err(LambdaError::SerializationFailure(_)) => &counters.conflicts,
         Err(LambdaError::Timeout { .. } | LambdaError::Canceled) => &counters.timeouts,
         Err(LambdaError::Trap { .. }) => &counters.traps,
-        Err(LambdaError::MemoryLimit { .. } | LambdaError::TooLarge { .. } | LambdaError::CallDepth(_)) => {
-            &counters.limits
-        }
+        Err(
+            LambdaError::MemoryLimit { .. }
+            | LambdaError::TooLarge { .. }
+            | LambdaError::TooMany { .. }
+            | LambdaError::KeyTooLong { .. }
+            | LambdaError::CallDepth(_),
+        ) => &counters.limits,
         Err(_) => &counters.errors,
     };
     // Relaxed: each counter is exact on its own; a reader may see a call

@@ -395,6 +395,8 @@ fn stats_count_calls_commits_and_aborts_by_reason() {
     expect_sqlstate(invoke(&mut c, id, "panic", json!({})), "38000");
     expect_sqlstate(invoke(&mut c, id, "alloc", json!({"bytes": 1u64 << 30})), "53200");
     expect_sqlstate(invoke(&mut c, id, "fail", json!({"message": "no"})), "P0001");
+    // A key past what an index entry holds is a limit too (54000).
+    expect_sqlstate(invoke(&mut c, id, "put", json!({"key": "k".repeat(3000), "value": "v"})), "54000");
 
     let mut row = |function: &str| -> Vec<i64> {
         let r = c
@@ -411,6 +413,7 @@ fn stats_count_calls_commits_and_aborts_by_reason() {
     assert_eq!(row("panic"), vec![1, 0, 0, 0, 1, 0, 0]);
     assert_eq!(row("alloc"), vec![1, 0, 0, 0, 0, 1, 0]);
     assert_eq!(row("fail"), vec![1, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(row("put"), vec![1, 0, 0, 0, 0, 1, 0]);
     drop(row);
     let mean: f64 = c
         .query_one("SELECT mean_ms FROM lambdastore.stats WHERE app = $1 AND function = 'spin'", &[&app])

@@ -674,9 +674,17 @@ fn a_field_changing_redeploy_migrates_old_objects_on_their_first_call_or_ahead()
         "CREATE ROLE {role} NOSUPERUSER; GRANT USAGE ON SCHEMA lambdastore TO {role}; SET LOCAL ROLE {role};"
     ))
     .unwrap();
-    let message = expect_sqlstate(tx.query_one("CALL lambdastore.migrate_objects($1)", &[&app]), "42501");
-    assert!(message.contains("only the owner"), "{message}");
+    let mut refused = tx.transaction().unwrap();
+    let message = expect_sqlstate(refused.query_one("CALL lambdastore.migrate_objects($1)", &[&app]), "42501");
+    assert!(message.contains("is not the owner of application"), "{message}");
+    refused.rollback().unwrap();
+    // Nor may it see the versions: refused, not shown as none.
+    let message = expect_sqlstate(tx.query("SELECT * FROM lambdastore.versions($1)", &[&app]), "42501");
+    assert!(message.contains("may not read application"), "{message}");
     tx.rollback().unwrap();
     expect_sqlstate(c.query("SELECT * FROM lambdastore.versions(NULL)", &[]), "22004");
     expect_sqlstate(c.query("CALL lambdastore.migrate_objects(NULL)", &[]), "22004");
+    // An application that does not exist is one, for a superuser too.
+    expect_sqlstate(c.query("SELECT * FROM lambdastore.versions('no_such_app')", &[]), "42704");
+    expect_sqlstate(c.query("CALL lambdastore.migrate_objects('no_such_app')", &[]), "42704");
 }

@@ -599,6 +599,11 @@ fn set_queue_limits_refuses_bad_input() {
     expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, max_running => 0)"), "22023");
     expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, rate => -1)"), "22023");
     expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, rate => 1, per => interval '0')"), "22023");
+    // Half a millisecond is not rounded up to one.
+    expect_sqlstate(
+        set(&mut c, "SELECT lambdastore.set_queue_limits($1, rate => 1, per => interval '0.5 ms')"),
+        "22023",
+    );
     expect_sqlstate(set(&mut c, "SELECT lambdastore.set_queue_limits($1, priority => NULL)"), "22004");
     expect_sqlstate(c.execute("SELECT lambdastore.set_queue_limits('no_such_app_time')", &[]), "42704");
 }

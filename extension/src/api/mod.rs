@@ -425,6 +425,22 @@ mod lambdastore {
         outcome.unwrap_or_else(|err| raise(err, format!("has_app_privilege('{app}', '{privilege}')")))
     }
 
+    /// Behind `lambdastore.versions` and `migrate_objects` (sql/views.sql):
+    /// raises 42704 unless `app` exists, 42501 unless the calling role
+    /// holds one of the privileges `any_of` on it. (Their views show an
+    /// application that does not exist, or one the role may not see, as
+    /// no rows: an answer where the documentation promises a refusal.)
+    #[pg_extern(stable, parallel_safe)]
+    fn _check_app(app: &str, any_of: Vec<String>) {
+        let outcome = as_storage(|caller| {
+            let privileges = any_of.iter().map(|p| Privilege::parse(p)).collect::<Result<Vec<_>, _>>()?;
+            access::check_any(caller, app, &privileges)
+        });
+        if let Err(err) = outcome {
+            raise(err, format!("lambdastore.versions or migrate_objects('{app}')"));
+        }
+    }
+
     /// Behind `lambdastore.grant(app, role, privilege)` (sql/views.sql).
     #[pg_extern(volatile, parallel_unsafe)]
     fn _grant(app: &str, grantee: pg_sys::Oid, privilege: &str) {

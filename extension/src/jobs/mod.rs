@@ -272,13 +272,16 @@ pub(crate) fn set_queue_limits(
         ));
     }
     check_span("per", &per)?;
-    let per_ms = crate::catalog::query(
-        "SELECT (extract(epoch FROM $1) * 1000)::bigint",
+    // In µs, so that half a millisecond is not rounded up to a valid one;
+    // the workers count whole milliseconds (a fraction is dropped).
+    let per_us = crate::catalog::query(
+        "SELECT (extract(epoch FROM $1) * 1000000)::bigint",
         &[INTERVALOID],
         &[per.into()],
         |rows| Ok(rows.first().get::<i64>(1)?.unwrap_or_default()),
     )?;
-    if max_running.is_some_and(|n| n < 1) || rate.is_some_and(|n| n < 1) || per_ms < 1 {
+    let per_ms = per_us / 1000;
+    if max_running.is_some_and(|n| n < 1) || rate.is_some_and(|n| n < 1) || per_us < 1000 {
         return Err(LambdaError::InvalidParameter(
             "max_running and rate are at least 1 (or NULL: no limit), and per at least 1 millisecond".into(),
         ));
