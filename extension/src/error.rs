@@ -76,6 +76,9 @@ pub(crate) enum LambdaError {
     /// A deploy of code older than its objects' fields (api/deploy.rs).
     #[error("{0}")]
     NewerFields(String),
+    /// `cancel` of a schedule's tick (jobs/mod.rs).
+    #[error("{0}")]
+    ScheduledTick(String),
     #[error("{0}")]
     InvalidName(String),
     #[error("invalid module: {0}")]
@@ -208,7 +211,7 @@ impl LambdaError {
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
             ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,
             IsolationLevel(_) | Prepared(_) | Elsewhere { .. } | CallBack(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
-            NotPreloaded(_) | NewerFields(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            NotPreloaded(_) | NewerFields(_) | ScheduledTick(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             SerializationFailure(_) | Moved { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,

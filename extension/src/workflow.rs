@@ -274,7 +274,7 @@ pub(crate) fn delete_object(caller: Caller, object: i64) -> Result<bool> {
     access::check(caller, &info.app, Privilege::Owner)?;
     occ::hold_whole_object(object)?;
     let deleted = catalog::objects::delete(object)?;
-    crate::jobs::forget_object(object)?;
+    crate::jobs::queue::forget_object(object)?;
     Ok(deleted)
 }
 

@@ -162,26 +162,26 @@ pub(crate) fn outcome(caller: Caller, job: i64) -> Result<Option<pgrx::JsonB>> {
 /// may not cancel it (42501); to one that may not read it either, the job
 /// does not exist (42704), as for `lambdastore.wait`.
 pub(crate) fn cancel(caller: Caller, job: i64) -> Result<bool> {
-    let Some((object, app)) = queue::object_of(job)? else { return Err(LambdaError::UnknownJob(job)) };
+    let Some((object, app, schedule)) = queue::object_of(job)? else { return Err(LambdaError::UnknownJob(job)) };
     if !access::allowed(caller, &app, Privilege::Invoke)? {
         if !access::allowed(caller, &app, Privilege::Read)? {
             return Err(LambdaError::UnknownJob(job));
         }
         access::check(caller, &app, Privilege::Invoke)?;
     }
+    // A tick queues the next when it ends: cancelled, its schedule never
+    // ticked again, its name still taken.
+    if let Some(name) = schedule {
+        return Err(LambdaError::ScheduledTick(format!(
+            "job {job} is a tick of object {object}'s schedule \"{name}\", which queues its next tick as it ends: \
+             lambdastore.unschedule({object}, '{name}') ends the schedule"
+        )));
+    }
     let cancelled = queue::cancel(object, job)?;
     if cancelled {
-        schedules::after_cancelled(object, job)?;
         CANCELLED.with(|jobs| jobs.borrow_mut().push(job));
     }
     Ok(cancelled)
-}
-
-/// When `object` is deleted, in its transaction: its schedules go and its
-/// queued jobs, its timers among them, are cancelled.
-pub(crate) fn forget_object(object: i64) -> Result<()> {
-    schedules::remove_all_of(object)?;
-    queue::cancel_all_of(object, "its object was deleted")
 }
 
 /// A job this transaction queued on another node (cluster/forward.rs): waiting for

@@ -520,18 +520,28 @@ pub(crate) fn finish_cancelled(claimed: &Claimed, why: &str) -> Result<()> {
     )
 }
 
-/// When `object` is deleted, in its transaction: its queued jobs (timers
-/// and schedule ticks too) are cancelled, saying why. One a worker runs
-/// now (locked) ends as it would have: it fails, its object gone, or its
-/// commit conflicts with the delete's hold on the object.
-pub(crate) fn cancel_all_of(object: i64, why: &str) -> Result<()> {
+/// When `object` is deleted, in its transaction, on its node: its
+/// schedules go (they queue its ticks), and its queued jobs (timers and
+/// ticks too) are cancelled, saying why. One a worker runs now (locked)
+/// ends as it would have: it fails, its object gone, or its commit
+/// conflicts with the delete's hold on the object.
+pub(crate) fn forget_object(object: i64) -> Result<()> {
+    let place = layout::place(object)?;
     query_at(
-        layout::place(object)?,
-        "UPDATE lambdastore.jobs SET state = 'cancelled', error = $2, finished_at = statement_timestamp()
+        place,
+        "DELETE FROM lambdastore.schedules WHERE object_id = $1",
+        &[INT8OID],
+        &[object.into()],
+        |_| Ok(()),
+    )?;
+    query_at(
+        place,
+        "UPDATE lambdastore.jobs SET state = 'cancelled', error = 'its object was deleted',
+                finished_at = statement_timestamp()
           WHERE object_id = $1 AND job_id IN (SELECT job_id FROM lambdastore.jobs
                                                WHERE object_id = $1 AND state = 'queued' FOR UPDATE SKIP LOCKED)",
-        &[INT8OID, TEXTOID],
-        &[object.into(), why.into()],
+        &[INT8OID],
+        &[object.into()],
         |_| Ok(()),
     )
 }
@@ -551,11 +561,16 @@ pub(crate) fn retry_later(claimed: &Claimed, error: &str, sqlstate: &str, backof
 }
 
 /// The object and application of `job`, through Citus from any node.
-pub(crate) fn object_of(job: i64) -> Result<Option<(i64, String)>> {
-    query_cluster("SELECT object_id, app FROM lambdastore.jobs WHERE job_id = $1", &[INT8OID], &[job.into()], |rows| {
-        let Some(row) = rows.into_iter().next() else { return Ok(None) };
-        Ok(Some((row.get::<i64>(1)?.unwrap_or_default(), row.get::<String>(2)?.unwrap_or_default())))
-    })
+pub(crate) fn object_of(job: i64) -> Result<Option<(i64, String, Option<String>)>> {
+    query_cluster(
+        "SELECT object_id, app, schedule FROM lambdastore.jobs WHERE job_id = $1",
+        &[INT8OID],
+        &[job.into()],
+        |rows| {
+            let Some(row) = rows.into_iter().next() else { return Ok(None) };
+            Ok(Some((row.get::<i64>(1)?.unwrap_or_default(), row.get::<String>(2)?.unwrap_or_default(), row.get(3)?)))
+        },
+    )
 }
 
 /// Cancels `job` of `object` if it is queued (waiting for the worker

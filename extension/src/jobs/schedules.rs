@@ -106,18 +106,6 @@ pub(crate) fn unschedule(caller: Caller, object: i64, name: &str) -> Result<bool
     Ok(true)
 }
 
-/// When `object` is deleted, in its transaction: its schedules go (their
-/// queued ticks are cancelled with its other jobs, `queue::cancel_all_of`).
-pub(crate) fn remove_all_of(object: i64) -> Result<()> {
-    query_at(
-        layout::place(object)?,
-        "DELETE FROM lambdastore.schedules WHERE object_id = $1",
-        &[INT8OID],
-        &[object.into()],
-        |_| Ok(()),
-    )
-}
-
 /// A schedule as its tick's worker reads it.
 struct Row {
     app: String,
@@ -147,18 +135,12 @@ pub(crate) struct Next {
 /// Reads the schedule of the claimed tick `job` (on this node, with the
 /// job's object) and plans the tick at `now_micros`.
 pub(crate) fn plan(job: &Claimed, name: &str, now_micros: i64) -> Result<Plan> {
-    plan_tick(job.object, name, job.due_micros, now_micros)
-}
-
-/// Plans at `now_micros` the tick of `object`'s schedule `name` due at
-/// `due_micros`.
-fn plan_tick(object: i64, name: &str, due_micros: i64, now_micros: i64) -> Result<Plan> {
     let row = query_at(
-        layout::place(object)?,
+        layout::place(job.object)?,
         "SELECT app, method, args::text, cron, time_zone, missed, created_by
            FROM lambdastore.schedules WHERE object_id = $1 AND name = $2",
         &[INT8OID, TEXTOID],
-        &[object.into(), name.into()],
+        &[job.object.into(), name.into()],
         |rows| {
             let Some(row) = rows.into_iter().next() else { return Ok(None) };
             Ok(Some(Row {
@@ -176,20 +158,16 @@ fn plan_tick(object: i64, name: &str, due_micros: i64, now_micros: i64) -> Resul
     // Checked when it was made: a failure here is a row changed by hand.
     let pattern = Schedule::parse(&row.cron, &row.zone).map_err(LambdaError::InvalidParameter)?;
     let missed = Missed::parse(&row.missed).map_err(LambdaError::InvalidParameter)?;
-    let tick = pattern.tick(due_micros, now_micros, missed);
+    let tick = pattern.tick(job.due_micros, now_micros, missed);
     let next = tick.next_micros.map(|due_micros| Next { due_micros, row });
     Ok(Plan::Tick { runs: tick.runs, next })
 }
 
 /// Queues the tick after `job`, of the schedule `name`.
 pub(crate) fn queue_next(job: &Claimed, name: &str, next: &Next) -> Result<()> {
-    queue_tick(job.object, name, next)
-}
-
-fn queue_tick(object: i64, name: &str, next: &Next) -> Result<()> {
     let row = &next.row;
     queue::insert(&NewJob {
-        object,
+        object: job.object,
         app: &row.app,
         method: &row.method,
         args: &row.args,
@@ -200,27 +178,5 @@ fn queue_tick(object: i64, name: &str, next: &Next) -> Result<()> {
         timer: None,
         schedule: Some(name),
     })?;
-    Ok(())
-}
-
-/// After `lambdastore.cancel` of a job that is a tick of one of `object`'s
-/// schedules, in its transaction: the tick after it, as the tick's run
-/// would have queued. Cancelling skips one tick; without this the
-/// schedule never ticked again, its name still taken.
-pub(crate) fn after_cancelled(object: i64, job: i64) -> Result<()> {
-    let tick = query_at(
-        layout::place(object)?,
-        "SELECT schedule, (extract(epoch FROM run_after) * 1000000)::int8
-           FROM lambdastore.jobs WHERE object_id = $1 AND job_id = $2 AND schedule IS NOT NULL",
-        &[INT8OID, INT8OID],
-        &[object.into(), job.into()],
-        |rows| rows.into_iter().next().map(|row| Ok((row.get::<String>(1)?, row.get::<i64>(2)?))).transpose(),
-    )?;
-    let Some((Some(name), Some(due_micros))) = tick else { return Ok(()) };
-    if let Plan::Tick { next: Some(next), .. } =
-        plan_tick(object, &name, due_micros, crate::pg::backend::now_unix_micros())?
-    {
-        queue_tick(object, &name, &next)?;
-    }
     Ok(())
 }
