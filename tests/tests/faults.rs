@@ -176,16 +176,7 @@ fn workers_stop_cleanly_on_shutdown_and_an_interrupted_job_runs_again() {
     let id = create(&mut c, &app, "Bench", json!({}));
     let spin = submit(&mut c, id, "spin", json!({}), None).unwrap();
     // Stop while a worker is inside the spinning lambda.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while c
-        .query_one("SELECT running FROM lambdastore.queue WHERE app = $1 AND function = 'spin'", &[&app])
-        .map(|r| r.get::<_, i64>(0))
-        .unwrap()
-        == 0
-    {
-        assert!(Instant::now() < deadline, "the spin job never started");
-        std::thread::sleep(Duration::from_millis(5)); // polling interval
-    }
+    until_running(&mut c, &app, "spin");
     let log = std::fs::read_to_string(cluster("log").trim()).unwrap_or_default();
     let stopping = Instant::now();
     cluster("stop");

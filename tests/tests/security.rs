@@ -239,6 +239,17 @@ fn an_ordinary_role_may_not_prepare_a_writing_transaction_without_citus() {
     assert!(message.contains("only a superuser may prepare"), "{message}");
     let _ = c.batch_execute("ROLLBACK");
     assert_eq!(call(&mut admin, counter, "get", json!({})), json!(0));
+    // Nor a grant (or a deploy, a revoke): it holds the rows it changed.
+    c.batch_execute("BEGIN").unwrap();
+    grant(&mut c, &app, &role.name, "read").unwrap();
+    let message = expect_sqlstate(c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")), "0A000");
+    assert!(message.contains("only a superuser may prepare a transaction that deployed"), "{message}");
+    let _ = c.batch_execute("ROLLBACK");
+    // A transaction that used nothing of the extension prepares as ever,
+    // in a session that never called it too.
+    let mut plain = role.connect();
+    plain.batch_execute(&format!("BEGIN; SELECT 1; PREPARE TRANSACTION '{gid}'")).unwrap();
+    plain.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).unwrap();
 }
 
 // 6. What the extension keeps for itself.

@@ -93,8 +93,25 @@ pub(crate) fn request_shared_memory() {
 /// its XID goes to shared memory, for the next look at the generation
 /// after it ends (see the module doc). Refused when every slot is taken.
 pub(crate) fn at_prepare() -> Result<(), LambdaError> {
-    let changed = BUMP_AT_COMMIT.replace(false) || crate::cluster::layout::wrote_reference_tables();
-    if !changed || !ENABLED.load(Ordering::Relaxed) {
+    let changed_here = BUMP_AT_COMMIT.replace(false);
+    if !changed_here && !crate::cluster::layout::wrote_reference_tables() {
+        return Ok(());
+    }
+    // One that changed the catalog through this extension's functions here
+    // holds the rows it changed (a deploy its application's, which a
+    // create_object waits for) until someone ends it, after a restart too.
+    // (Not one that only may have: a backend that ran none of them counts
+    // as having written the reference tables.)
+    let superuser = crate::pg::roles::is_superuser(crate::pg::roles::current_user());
+    if changed_here && !superuser && !crate::cluster::layout::prepared_by_citus()? {
+        return Err(LambdaError::Prepared(
+            "only a superuser may prepare a transaction that deployed, deleted objects or changed privileges \
+             (Citus prepares its own): a prepared transaction holds the rows it changed until it is committed or \
+             rolled back"
+                .into(),
+        ));
+    }
+    if !ENABLED.load(Ordering::Relaxed) {
         return Ok(());
     }
     let xid = crate::pg::xact::top_xid(); // a transaction that changed the catalog has one

@@ -464,6 +464,22 @@ fn fence_shard_operation() -> Result<()> {
     Ok(())
 }
 
+/// Whether the transaction being prepared is named as Citus names its
+/// own parts (`citus_<group>_<pid>_<n>_<n>`) with the group of a primary
+/// node, whose recovery rolls back one so named that it did not record:
+/// an ordinary role's PREPARE under such a name cannot hold rows or entry
+/// sets for long, under another one it held them until an operator ended
+/// it. (Citus prepares every node's part of a distributed transaction, for
+/// any role.)
+pub(crate) fn prepared_by_citus() -> Result<bool> {
+    let name = pg::xact::preparing_name();
+    match name.and_then(|name| lambdastore_core::cluster::transactions::group_of_citus_prepared(&name)) {
+        // No statement runs at PREPARE: the queries get a snapshot of their own.
+        Some(group) => pg::xact::with_snapshot(|| is_node_group(group)),
+        None => Ok(false),
+    }
+}
+
 /// Whether `group` is the group of a primary node of this Citus cluster
 /// (false without Citus).
 pub(crate) fn is_node_group(group: i32) -> Result<bool> {

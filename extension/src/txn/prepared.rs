@@ -42,7 +42,6 @@ use super::versions;
 use crate::error::{LambdaError, Result};
 use crate::pg;
 use crate::pg::shmem::Zeroed;
-use lambdastore_core::cluster::transactions;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -113,27 +112,17 @@ pub(crate) fn at_prepare(queued_jobs: bool) -> Result<()> {
         return Ok(());
     }
     // A prepared transaction holds its entry sets until someone ends it,
-    // after a restart too, so only a superuser may leave one behind. Citus
-    // prepares every node's part of a distributed transaction, for any
-    // role, named after the group of the node that runs it, whose recovery
-    // rolls back one so named that it did not commit: a role's own PREPARE
-    // cannot hold objects for long under such a name, and under another
-    // (a plain role connected to a worker) it held them until an operator
-    // ended it.
-    if versions::prepared_len() > 0 && !crate::access::Caller::current().is_superuser() {
-        let group = pg::xact::preparing_name().and_then(|name| transactions::group_of_citus_prepared(&name));
-        let named_by_citus = match group {
-            // No statement runs at PREPARE: the queries get a snapshot of their own.
-            Some(group) => pg::xact::with_snapshot(|| crate::cluster::layout::is_node_group(group))?,
-            None => false,
-        };
-        if !named_by_citus {
-            return Err(LambdaError::Prepared(
-                "only a superuser may prepare a transaction that wrote through lambdas (Citus prepares its own): \
-                 a prepared transaction holds its entry sets until it is committed or rolled back"
-                    .into(),
-            ));
-        }
+    // after a restart too, so only a superuser may leave one behind, but
+    // for the parts Citus prepares (`prepared_by_citus`).
+    if versions::prepared_len() > 0
+        && !crate::access::Caller::current().is_superuser()
+        && !crate::cluster::layout::prepared_by_citus()?
+    {
+        return Err(LambdaError::Prepared(
+            "only a superuser may prepare a transaction that wrote through lambdas (Citus prepares its own): \
+             a prepared transaction holds its entry sets until it is committed or rolled back"
+                .into(),
+        ));
     }
     if len > ENTRIES {
         return Err(LambdaError::Prepared(format!(
