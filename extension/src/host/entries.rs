@@ -9,7 +9,7 @@ use crate::txn::EntryKey;
 use lambdastore_core::txn::buffer::merge_scan;
 
 fn key_of(state: &HostState, field: String, key: Vec<u8>, op: &'static str) -> Result<EntryKey> {
-    state.refuse_in_describe(&format!("an entry to {op}"))?;
+    state.refuse_in_describe(format_args!("an entry to {op}"))?;
     // PostgreSQL's text ends at a NUL: the stored name would not be the
     // name written, two fields could look alike, and a dump would not
     // restore.

@@ -52,7 +52,9 @@ impl HostState {
     /// description is static, made at the deploy with no object to read,
     /// and no call, job or timer of the deploying role's may start from
     /// it. (Logging, the clock and randomness stay allowed.)
-    fn refuse_in_describe(&self, what: &str) -> Result<()> {
+    /// `what` is formatted only then: entry reads and writes ask on every
+    /// call.
+    fn refuse_in_describe(&self, what: impl std::fmt::Display) -> Result<()> {
         if self.frame.type_name.is_empty() {
             return Err(crate::error::LambdaError::InvalidModule(format!(
                 "its describe asked the host for {what}, which a description may not"

@@ -250,7 +250,7 @@ def refuse_what_the_sandbox_lacks():
     neither read nor catch. Installed last while the snapshot is taken, so
     that nothing before it (the application's imports included) is
     refused. What goes to WASI from C without an audit event (`os.stat`,
-    `os.urandom`, `datetime.now()`) still traps."""
+    `os.urandom`) still traps."""
     sys.meta_path[:] = [f for f in sys.meta_path if f is not importlib.machinery.PathFinder]
     sys.meta_path.append(_NotInTheComponent)
     sys.addaudithook(_refuse)
