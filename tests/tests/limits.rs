@@ -159,6 +159,25 @@ fn the_default_memory_limit_holds() {
     assert_serves_calls(&mut c, id);
 }
 
+/// A module deploys under the memory limit its calls run with: one that
+/// starts with 20 MB of linear memory (as a Python interpreter's snapshot
+/// importing a little more of the standard library does) deploys and runs
+/// under the default 64 MB, and under 16 MB its deploy is 53200 naming the
+/// limit as set. `describe` had at most 16 MiB, whatever the setting: the
+/// module could not be deployed at all.
+#[test]
+fn a_module_deploys_under_the_memory_limit_of_its_calls() {
+    let mut c = connect();
+    let (app, low) = (app("memory_at_deploy"), app("memory_at_deploy_low"));
+    let module = rogue::with_memory(20 << 20);
+    deploy(&mut c, &app, &module).unwrap_or_else(|e| panic!("deploy: {}", describe(&e)));
+    let id = create(&mut c, &app, "Rogue", json!(null));
+    call(&mut c, id, "put_entry", json!({}));
+    c.batch_execute("SET lambdastore.memory_limit = '16MB'").unwrap();
+    let message = expect_sqlstate(deploy(&mut c, &low, &module), "53200");
+    assert!(message.contains("lambdastore.memory_limit (16777216 bytes)"), "{message}");
+}
+
 #[test]
 fn nesting_past_max_call_depth_is_54001() {
     // deep(n) makes n nested calls, each one level deeper.
@@ -311,6 +330,26 @@ fn a_python_lambda_is_held_to_the_limits_of_a_rust_one() {
         let drawn: Vec<_> = (0..3).map(|_| call(&mut c, id, "draw", json!({}))).collect();
         assert!(drawn[0] != drawn[1] && drawn[1] != drawn[2], "a new seed for each call: {drawn:?}");
     }
+    // What the standard library asks WASI for (each trapped, 38000): the
+    // workflow's draws and clock, or an exception the lambda catches.
+    let first = call(&mut c, python, "standard_library", json!({}));
+    let second = call(&mut c, python, "standard_library", json!({}));
+    for drawn in ["uuid4", "token", "urandom", "unseeded"] {
+        assert_ne!(first[drawn], second[drawn], "{drawn}: a new draw for each call");
+    }
+    let uuid = first["uuid4"].as_str().unwrap();
+    assert!(uuid.len() == 36 && uuid.as_bytes()[14] == b'4', "{uuid}");
+    assert_eq!(first["token"].as_str().unwrap().len(), 16, "{first}");
+    assert_eq!(first["urandom"].as_str().unwrap().len(), 10, "{first}");
+    let today: String = c.query_one("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD')", &[]).unwrap().get(0);
+    let expected = json!({
+        "exists": false, "stat": "PermissionError", "write": "OSError", "isatty": false, "input": "EOFError",
+        "sleep": "PermissionError", "today": today, "warn": null, "tempdir": "FileNotFoundError",
+    });
+    for (key, value) in expected.as_object().unwrap() {
+        assert_eq!(&first[key], value, "{key} in {first}");
+    }
+    assert!(first["stack"].as_u64().unwrap() > 0, "a traceback without its source lines: {first}");
     let seeded = call(&mut c, python, "draw_seeded", json!({"seed": 42}));
     assert_eq!(call(&mut c, python, "draw_seeded", json!({"seed": 42})), seeded, "a seed the lambda sets holds");
     assert_serves_calls(&mut c, rust);

@@ -11,7 +11,7 @@ pub(crate) mod calls;
 mod entries;
 pub(crate) mod registry;
 
-use crate::error::Result;
+use crate::error::{LambdaError, Result};
 use crate::txn::Workflow;
 use lambdastore_core::model::{CallFailure, Draw};
 use registry::AppVersion;
@@ -56,7 +56,7 @@ impl HostState {
     /// call.
     fn refuse_in_describe(&self, what: impl std::fmt::Display) -> Result<()> {
         if self.frame.type_name.is_empty() {
-            return Err(crate::error::LambdaError::InvalidModule(format!(
+            return Err(LambdaError::InvalidModule(format!(
                 "its describe asked the host for {what}, which a description may not"
             )));
         }
@@ -186,7 +186,12 @@ impl lambdastore::lambda::host::Host for HostState {
     }
 
     fn random_u64(&mut self) -> wasmtime::Result<u64> {
-        let random = || Ok(crate::pg::backend::random_u64());
+        // Cryptographic (OpenSSL's generator, as for API keys): a Python
+        // guest's `os.urandom`, `secrets` and `uuid.uuid4` draw from it.
+        let random = || {
+            crate::pg::backend::strong_random_u64()
+                .ok_or_else(|| LambdaError::Internal("the server's random source gave nothing".into()))
+        };
         Ok(self.workflow.draw(Draw::Random, Draw::random, random)?)
     }
 

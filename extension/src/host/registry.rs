@@ -127,9 +127,6 @@ fn instantiate_pre(component: &Component) -> Result<LambdaPre<Sandboxed<HostStat
         .map_err(|e| LambdaError::InvalidModule(format!("it does not export the lambdastore:lambda world: {e:#}")))
 }
 
-/// Linear memory the `describe` call may use at most: a description is a
-/// few kB, and a module must not make the host lift a huge one.
-const DESCRIBE_MEMORY: usize = 16 << 20;
 /// The largest description a module may give (names and kinds, in bytes).
 const MAX_DESCRIPTION: usize = 1 << 20;
 
@@ -147,7 +144,10 @@ pub(crate) fn validate(caller: Caller, sha256: &str, wasm: &[u8]) -> Result<(Des
         pre: instantiate_pre(&component)?,
     });
     let workflow = Rc::new(Workflow::new(caller, None, gucs::timeout(caller.is_superuser())));
-    let memory = gucs::memory_limit_bytes().min(DESCRIBE_MEMORY);
+    // The memory of a call: a Python interpreter's snapshot alone is 13 MB or
+    // more, and a module that deploys must be able to run. What the host
+    // lifts is bounded by it, as a call's result is.
+    let memory = gucs::memory_limit_bytes();
     let desc =
         with_instance(&workflow, &probe, Frame::describe(), memory, |store, lambda| lambda.call_describe(store))?;
     check_description_size(&desc)?;

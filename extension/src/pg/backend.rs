@@ -58,10 +58,11 @@ pub(crate) fn random_f64() -> f64 {
     unsafe { pg_sys::pg_prng_double(&raw mut pg_sys::pg_global_prng_state) }
 }
 
-/// 64 random bits from the backend's PRNG.
-pub(crate) fn random_u64() -> u64 {
-    // SAFETY: as `random_f64`.
-    unsafe { pg_sys::pg_prng_uint64(&raw mut pg_sys::pg_global_prng_state) }
+/// 64 random bits from the operating system's cryptographic source (as
+/// `strong_random`); None if it could not give them.
+pub(crate) fn strong_random_u64() -> Option<u64> {
+    let mut bytes = [0u8; 8];
+    strong_random(&mut bytes).then(|| u64::from_ne_bytes(bytes))
 }
 
 /// The system clock in microseconds since 1970-01-01 (PostgreSQL counts

@@ -3,17 +3,15 @@ from an application. Importable only where componentize-py's `wit_world`
 bindings are: inside a component, and while it builds one."""
 
 import gc
-import importlib.machinery
-import io
 import random
 import sys
-import time
 
 from componentize_py_types import Err
 from wit_world.imports import host, later, types
 
 from . import errors
 from . import host as sdk_host
+from . import sandbox
 from .failures import run_function
 from .fields import Field
 from .jsontext import dumps, loads
@@ -152,38 +150,6 @@ def dispatch(app, kind, type_name, function, object_id, args) -> str:
         sys.stderr.flush()
 
 
-class _LogStream(io.TextIOBase):
-    """`sys.stdout` or `sys.stderr` in a component: each line goes to the
-    lambda log at `level`, under the log's limits (the component's WASI
-    streams are stubs)."""
-
-    def __init__(self, level):
-        self.level = _LOG_LEVELS[level]
-        self.pending = ""
-
-    def writable(self):
-        return True
-
-    def write(self, text):
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            host.log(self.level, line)
-        return len(text)
-
-    def flush(self):
-        if self.pending:
-            host.log(self.level, self.pending)
-            self.pending = ""
-
-
-def _now():
-    return host.now_micros() / 1e6
-
-
-def _now_ns():
-    return host.now_micros() * 1000
-
-
 # Whether `dispatch` seeds `random`'s generator (see `_seed_at_first_draw`).
 _seed_each_call = True
 
@@ -192,68 +158,13 @@ def prepare_snapshot(app):
     """Everything a call needs that never changes, set up once, while the
     snapshot is taken (`App.wit_world()`'s `WitWorld.__init__`)."""
     global _seed_each_call
-    use_the_host()
+    inside = sys.platform == "wasi"  # not in the bindings' tests: the process's own host, streams and clocks
+    if inside:
+        sdk_host.install(WitHost())
     warm_up(app)
-    if sys.platform == "wasi":
+    if inside:
+        sandbox.install()
         _seed_each_call = not _seed_at_first_draw()
-        refuse_what_the_sandbox_lacks()
-
-
-def use_the_host():
-    """Points what the standard library would ask WASI for at the host, so
-    every call starts with it in place: the component's WASI imports are stubs
-    that trap, and the host's clock is the workflow's, which a run replayed
-    on another node of a Citus cluster reads again. `print` writes to the
-    lambda log; `time.time()` and the monotonic clocks read the host's
-    clock; the SDK's host is the WIT imports."""
-    if sys.platform != "wasi":  # the bindings' tests: the process's own streams and clocks
-        return
-    sdk_host.install(WitHost())
-    sys.stdout = _LogStream("info")
-    sys.stderr = _LogStream("warning")
-    time.time = time.monotonic = time.perf_counter = _now
-    time.time_ns = time.monotonic_ns = time.perf_counter_ns = _now_ns
-
-
-class _NotInTheComponent:
-    """The last finder of `sys.meta_path` at run time, in place of the
-    path finder: a module the snapshot does not hold is one the component
-    does not have (the path finder would stat the build's directories,
-    which traps)."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        raise ModuleNotFoundError(
-            f"No module named {name!r} in this component: a lambda imports at run time only what its "
-            "modules imported when the component was built (import it at the top of app.py)",
-            name=name,
-        )
-
-
-# Audit events (sys.audit) asking for what the sandbox does not give.
-_NO_FILES = frozenset({"open", "os.listdir", "os.scandir", "os.mkdir", "os.remove", "os.rename", "os.rmdir"})
-_NO_NETWORK = frozenset({"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo"})
-
-
-def _refuse(event, args):
-    if event in _NO_FILES:
-        # No errno: WASI numbers them its own way (its EACCES is 2).
-        raise PermissionError(f"a lambda has no files: {args[0] if args else ''!r}")
-    if event in _NO_NETWORK:
-        raise PermissionError("a lambda has no network")
-
-
-def refuse_what_the_sandbox_lacks():
-    """Makes asking for a file, the network or a module the component does
-    not hold a Python exception the lambda may catch (uncaught, its error:
-    P0001) instead of a trap at a WASI stub, which a Python programmer can
-    neither read nor catch. Installed last while the snapshot is taken, so
-    that nothing before it (the application's imports included) is
-    refused. What goes to WASI from C without an audit event (`os.stat`,
-    `os.urandom`) still traps."""
-    sys.meta_path[:] = [f for f in sys.meta_path if f is not importlib.machinery.PathFinder]
-    sys.meta_path.append(_NotInTheComponent)
-    sys.addaudithook(_refuse)
 
 
 def warm_up(app):

@@ -65,6 +65,7 @@ def wit(tmp_path_factory):
     for name in [m for m in sys.modules if m.split(".")[0] in ("wit_world", "componentize_py_types")]:
         del sys.modules[name]
     del sys.modules["lambdastore.wit"]
+    del sys.modules["lambdastore.sandbox"]
     host_module.install(None)
 
 
@@ -148,6 +149,26 @@ def test_lambdas_run_through_the_wit_imports(through_wit):
     assert mock.invoke(a, "fan", [[a, 99]]) == [[a, "Ok"], [99, "Err"]]
     with pytest.raises(lambdastore.ApplicationError, match="no"):
         mock.invoke(a, "fail")
+
+
+def test_the_sandboxs_urandom_is_the_hosts_draws_and_sleep_is_refused(through_wit):
+    # What a component's `os.urandom` and `time.sleep` become (installed
+    # only inside one: tests/tests/limits.rs runs them on the server).
+    from lambdastore import sandbox
+
+    through_wit.set_seed(7)
+    drawn = sandbox.urandom(13)
+    through_wit.set_seed(7)
+    assert sandbox.urandom(13) == drawn and len(drawn) == 13
+    assert sandbox.urandom(16)[:13] != drawn  # the next draws
+    assert sandbox.urandom(0) == b""
+    with pytest.raises(ValueError):
+        sandbox.urandom(-1)
+    sandbox._sleep(0)
+    with pytest.raises(PermissionError, match="may not sleep"):
+        sandbox._sleep(0.01)
+    with pytest.raises(ValueError):
+        sandbox._sleep(-1)
 
 
 class _Recorder:

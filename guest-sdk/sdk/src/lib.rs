@@ -236,7 +236,8 @@ pub fn now_micros() -> i64 {
     host::now_micros()
 }
 
-/// Random bits from the host.
+/// 64 random bits from the server's cryptographic source (`pg_strong_random`),
+/// drawn for the workflow: a run replayed on another Citus node draws the same.
 pub fn random_u64() -> u64 {
     host::random_u64()
 }

@@ -99,7 +99,7 @@ pub enum DescribeAsks {
     Call(i64),
 }
 
-pub fn wat(types: &[(&str, &[Function])], describe_asks: DescribeAsks) -> String {
+pub fn wat(types: &[(&str, &[Function])], describe_asks: DescribeAsks, min_pages: u32) -> String {
     let mut d = Data { bytes: Vec::new() };
     let sdk = d.string("hand-written WAT");
     let field = d.string("log");
@@ -164,7 +164,7 @@ pub fn wat(types: &[(&str, &[Function])], describe_asks: DescribeAsks) -> String
     d.align(8);
     let heap = d.addr();
     // Enough pages for the data (large descriptions need more than one).
-    let pages = heap / 65536 + 1;
+    let pages = (heap / 65536 + 1).max(min_pages);
     let data = d.wat_literal();
     let (field_ptr, field_len) = field;
     let (key_ptr, key_len) = key;
@@ -323,5 +323,12 @@ pub fn describing(types: &[(&str, &[Function])]) -> Vec<u8> {
 
 /// The same code, whose `describe` first asks the host for something.
 pub fn describing_after(types: &[(&str, &[Function])], describe_asks: DescribeAsks) -> Vec<u8> {
-    wat::parse_str(wat(types, describe_asks)).expect("the rogue component's text parses")
+    wat::parse_str(wat(types, describe_asks, 0)).expect("the rogue component's text parses")
+}
+
+/// The rogue application with `bytes` of linear memory from the start, as
+/// a Python interpreter's snapshot has.
+pub fn with_memory(bytes: usize) -> Vec<u8> {
+    let text = wat(&[("Rogue", FUNCTIONS)], DescribeAsks::Nothing, bytes.div_ceil(65536) as u32);
+    wat::parse_str(text).expect("the rogue component's text parses")
 }

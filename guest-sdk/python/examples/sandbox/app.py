@@ -2,15 +2,22 @@
 allocate without bound, touch files or sockets), what it gets from the host
 instead of WASI (the log for `print`, the workflow's clock and random
 numbers), that a module the component lacks is an ImportError it may
-catch, and that each call starts from the snapshot (`scribble`). The tests
-in tests/tests/limits.rs call it beside the Rust example `micro`'s
+catch, what the standard library does without WASI (`standard_library`),
+and that each call starts from the snapshot (`scribble`). The tests in
+tests/tests/limits.rs call it beside the Rust example `micro`'s
 equivalents."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import random
+import secrets
+import tempfile
 import time
+import traceback
+import uuid
+import warnings
 from datetime import datetime, timezone
 
 from lambdastore import App, Cell, LambdaError, lambda_object, readonly
@@ -102,6 +109,35 @@ class Probe:
     def draw_seeded(self, seed: int) -> list:
         random.seed(seed)
         return [random.getrandbits(63), random.random()]
+
+    @readonly
+    def standard_library(self) -> dict:
+        """What the standard library asks WASI for, answered by the host or
+        refused as an exception (lambdastore/sandbox.py): each of these was
+        a trap, 38000."""
+
+        def outcome(f):
+            try:
+                return f()
+            except Exception as e:
+                return type(e).__name__
+
+        return {
+            "uuid4": str(uuid.uuid4()),
+            "token": secrets.token_hex(8),
+            "urandom": os.urandom(5).hex(),
+            "unseeded": random.Random().random(),
+            "exists": os.path.exists("/etc/passwd"),
+            "stat": outcome(lambda: os.stat("/")),
+            "write": outcome(lambda: os.write(1, b"x")),
+            "isatty": os.isatty(1),
+            "input": outcome(input),
+            "sleep": outcome(lambda: time.sleep(0.1)),
+            "today": time.strftime("%Y-%m-%d", time.gmtime()),
+            "warn": outcome(lambda: warnings.warn("careful")),
+            "stack": "".join(traceback.format_stack()).count("File"),
+            "tempdir": outcome(tempfile.gettempdir),
+        }
 
     @readonly
     def scribble(self) -> int:
