@@ -20,7 +20,12 @@ The mock enforces what the real host enforces:
 
 Time is the workflow's: `now_micros()` is constant during one top-level
 call and advances by a millisecond between them. Randomness is a seeded
-PRNG (the Rust mock's SplitMix64 and seed). Logs are captured.
+PRNG (the Rust mock's SplitMix64 and seed). Logs are captured. During a
+workflow the standard library is what it is on the server (`sandbox.py`):
+`time.time()` and the other clocks of `time` read the mock's clock (not
+`datetime.now()`: the test process's `datetime` is its C implementation),
+`random`, `os.urandom`, `secrets` and `uuid.uuid4()` draw from its PRNG,
+`print` goes to its log, and a file, a socket or `time.sleep` raise.
 
     host = MockHost(app)
     counter = host.create("Counter", {"initial": 40})
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field as dataclass_field
 from typing import Optional
 
 from . import host as host_module
+from . import sandbox
 from .errors import CallError, NotAllowedError, UnknownFunctionError, UnknownObjectError, BadArgumentsError
 from .host import Err, Ok
 from .jsontext import dumps, loads
@@ -129,6 +135,7 @@ class MockHost:
         self._max_depth = DEFAULT_MAX_DEPTH
         self._logs = []
         self._imports = _Imports(self)
+        self._log_stream = None
 
     # --- As a client: each call is a workflow of its own. ---
 
@@ -237,8 +244,10 @@ class MockHost:
             return f()
         before = self._store.copy()
         previous = host_module.install(self._imports)
+        self._log_stream = sys.stderr  # the test's, not the sandbox's
         try:
-            return f()
+            with sandbox.applied():
+                return f()
         except BaseException as e:
             if not isinstance(e, CallError):
                 # A trap: nothing of the workflow is kept.
@@ -449,5 +458,5 @@ class _Imports:
 
     def log(self, level, message):
         object_id = self.self_id()
-        print(f"[lambda {object_id} {level}] {message}", file=sys.stderr)
+        print(f"[lambda {object_id} {level}] {message}", file=self.mock._log_stream or sys.stderr)
         self.mock._logs.append(LogRecord(level, message, object_id))

@@ -2,8 +2,6 @@
 from an application. Importable only where componentize-py's `wit_world`
 bindings are: inside a component, and while it builds one."""
 
-import gc
-import random
 import sys
 
 from componentize_py_types import Err
@@ -139,8 +137,8 @@ def describe(app) -> "types.AppDesc":
 def dispatch(app, kind, type_name, function, object_id, args) -> str:
     """The `dispatch` export of `app`: a failure is raised as `Err(call-error)`,
     which componentize-py returns as the WIT result's error."""
-    if _seed_each_call and sys.platform == "wasi":  # not in the bindings' tests
-        random.seed(host.random_u64())
+    if sys.platform == "wasi":  # not in the bindings' tests
+        sandbox.start_call()
     try:
         return app.dispatch(_KIND_NAMES[kind], type_name, function, object_id, args)
     except errors.CallError as e:
@@ -150,21 +148,15 @@ def dispatch(app, kind, type_name, function, object_id, args) -> str:
         sys.stderr.flush()
 
 
-# Whether `dispatch` seeds `random`'s generator (see `_seed_at_first_draw`).
-_seed_each_call = True
-
-
 def prepare_snapshot(app):
     """Everything a call needs that never changes, set up once, while the
     snapshot is taken (`App.wit_world()`'s `WitWorld.__init__`)."""
-    global _seed_each_call
     inside = sys.platform == "wasi"  # not in the bindings' tests: the process's own host, streams and clocks
     if inside:
         sdk_host.install(WitHost())
     warm_up(app)
     if inside:
         sandbox.install()
-        _seed_each_call = not _seed_at_first_draw()
 
 
 def warm_up(app):
@@ -201,68 +193,3 @@ def _attempt(f, *args):
         f(*args)
     except Exception:  # noqa: BLE001 -- see warm_up
         pass
-
-
-def _seed_at_first_draw():
-    """Makes `random`'s module functions (bound methods of its hidden
-    generator) seed the generator from the host at their first use in a
-    call, so a call that draws nothing does not pay the seeding (about 10 µs
-    in the interpreter); the flag is in the snapshot's memory, down again at
-    every call's start. Only where nothing but the `random` module holds the
-    generator or those methods: a name bound with `from random import ...`
-    would bypass the wrappers and draw the snapshot's numbers at every call,
-    so then `dispatch` seeds the generator itself at every call (False)."""
-    generator, methods, namespace = _random_functions()
-    if held_elsewhere(generator, methods, namespace):
-        return False
-    _seeding_wrappers(generator, methods, namespace)
-    return True
-
-
-def _random_functions():
-    """`random`'s hidden generator, its module functions by name, and the
-    module's namespace."""
-    generator = random._inst
-    namespace = vars(random)
-    methods = {}
-    for name, value in namespace.items():
-        if getattr(value, "__self__", None) is generator:
-            methods[name] = value
-    return generator, methods, namespace
-
-
-def _seeding_wrappers(generator, methods, namespace):
-    # Apart from `_seed_at_first_draw`: the closures' cells refer to the
-    # generator, which `held_elsewhere` would count.
-    seeded = [False]
-
-    def seeding_first(method):
-        def draw(*args, **kwargs):
-            if not seeded[0]:
-                seeded[0] = True
-                generator.seed(host.random_u64())
-                namespace.update(methods)  # the rest of the call goes straight to the generator
-            return method(*args, **kwargs)
-
-        return draw
-
-    for name, method in methods.items():
-        namespace[name] = seeding_first(method)
-
-
-def held_elsewhere(generator, methods, namespace) -> bool:
-    """Whether any object but `namespace` (and the methods themselves) refers
-    to `generator` or one of `methods`, as far as the garbage collector can
-    see: a module's global, a class attribute, a closure, a default. Errs
-    towards True (a temporary reference counts too)."""
-    # A tuple, passed on as the call's own arguments: CPython 3.14 (the
-    # components') tracks the arguments of `get_referrers`, so the search
-    # finds them. Once it did, as a tuple made from a list, and every
-    # application was seeded at every call.
-    targets = (generator, *methods.values())
-    own = {id(namespace), id(methods), id(targets)}
-    own.update(id(m) for m in methods.values())
-    for referrer in gc.get_referrers(*targets):
-        if id(referrer) not in own:
-            return True
-    return False

@@ -65,7 +65,6 @@ def wit(tmp_path_factory):
     for name in [m for m in sys.modules if m.split(".")[0] in ("wit_world", "componentize_py_types")]:
         del sys.modules[name]
     del sys.modules["lambdastore.wit"]
-    del sys.modules["lambdastore.sandbox"]
     host_module.install(None)
 
 
@@ -151,26 +150,6 @@ def test_lambdas_run_through_the_wit_imports(through_wit):
         mock.invoke(a, "fail")
 
 
-def test_the_sandboxs_urandom_is_the_hosts_draws_and_sleep_is_refused(through_wit):
-    # What a component's `os.urandom` and `time.sleep` become (installed
-    # only inside one: tests/tests/limits.rs runs them on the server).
-    from lambdastore import sandbox
-
-    through_wit.set_seed(7)
-    drawn = sandbox.urandom(13)
-    through_wit.set_seed(7)
-    assert sandbox.urandom(13) == drawn and len(drawn) == 13
-    assert sandbox.urandom(16)[:13] != drawn  # the next draws
-    assert sandbox.urandom(0) == b""
-    with pytest.raises(ValueError):
-        sandbox.urandom(-1)
-    sandbox._sleep(0)
-    with pytest.raises(PermissionError, match="may not sleep"):
-        sandbox._sleep(0.01)
-    with pytest.raises(ValueError):
-        sandbox._sleep(-1)
-
-
 class _Recorder:
     """A host that only records what was asked of it."""
 
@@ -199,34 +178,3 @@ def test_the_warm_up_before_the_snapshot_runs_no_application_function(wit, examp
         host_module.install(previous)
         sys.modules.pop(name, None)
     assert recorder.asked == []
-
-
-def _a_generator():
-    # Made here, so that only what the test builds refers to it.
-    generator = random.Random(7)
-    namespace = {"random": generator.random, "seed": generator.seed, "_inst": generator}
-    methods = {name: value for name, value in namespace.items() if name != "_inst"}
-    return generator, methods, namespace
-
-
-def test_random_is_seeded_at_the_first_draw_only_where_nothing_else_holds_its_functions(wit):
-    # A name bound from `random` before the snapshot would bypass the
-    # seeding wrappers: then the generator is seeded at every call.
-    generator, methods, namespace = _a_generator()
-    assert not wit.held_elsewhere(generator, methods, namespace)
-    module_global = {"draw": methods["random"]}
-    assert wit.held_elsewhere(generator, methods, namespace)
-    del module_global
-    generator, methods, namespace = _a_generator()
-
-    def bind(draw):
-        return lambda: draw()
-
-    closure = bind(methods["seed"])
-    assert wit.held_elsewhere(generator, methods, namespace)
-    del closure
-    generator, methods, namespace = _a_generator()
-    holder = [generator]
-    assert wit.held_elsewhere(generator, methods, namespace)
-    del holder
-

@@ -100,10 +100,10 @@ class Probe:
     @readonly
     def seeding(self) -> str:
         """When the SDK seeds `random`'s generator: at a call's first draw,
-        or at the start of every call (lambdastore/wit.py)."""
-        from lambdastore import wit
+        or at the start of every call (lambdastore/sandbox.py)."""
+        from lambdastore import sandbox
 
-        return "every call" if wit._seed_each_call else "first draw"
+        return "every call" if sandbox.seed_each_call else "first draw"
 
     @readonly
     def draw_seeded(self, seed: int) -> list:
