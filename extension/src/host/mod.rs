@@ -186,8 +186,8 @@ impl lambdastore::lambda::host::Host for HostState {
     }
 
     fn random_u64(&mut self) -> wasmtime::Result<u64> {
-        // Cryptographic (OpenSSL's generator, as for API keys): a Python
-        // guest's `os.urandom`, `secrets` and `uuid.uuid4` draw from it.
+        // Cryptographic: a Python guest's `os.urandom`, `secrets` and
+        // `uuid.uuid4` draw from it.
         let random = || {
             crate::pg::backend::strong_random_u64()
                 .ok_or_else(|| LambdaError::Internal("the server's random source gave nothing".into()))

@@ -236,8 +236,9 @@ pub fn now_micros() -> i64 {
     host::now_micros()
 }
 
-/// 64 random bits from the server's cryptographic source (`pg_strong_random`),
-/// drawn for the workflow: a run replayed on another Citus node draws the same.
+/// 64 cryptographically random bits (a ChaCha12 stream the server seeds from
+/// the operating system's source), drawn for the workflow: a run replayed on
+/// another Citus node draws the same.
 pub fn random_u64() -> u64 {
     host::random_u64()
 }
