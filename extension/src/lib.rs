@@ -55,7 +55,9 @@ pub extern "C-unwind" fn _PG_init() {
     access::init();
     catalog::init();
     xact::init();
-    txn::prepared::init();
+    // The names PREPARE TRANSACTION gives (txn::prepared asks), and the
+    // compiled modules of a dropped database, which nothing else removes.
+    pg::xact::watch_statements(runtime::forget_database);
     cluster::delegate::init();
     cluster::layout::init();
 }

@@ -492,6 +492,25 @@ fn cached_artifacts(admin: &mut Client) -> Vec<String> {
     files
 }
 
+/// Dropping a database removes its compiled modules (`$PGDATA/lambdastore/
+/// cache/<oid>`, 50 MB a Python guest): nothing else did, they stayed on
+/// disk, and the postmaster mapped them at every start.
+#[test]
+fn dropping_a_database_removes_its_compiled_modules() {
+    let scratch = ScratchDatabase::new("dropped_cache");
+    let mut c = scratch.connect();
+    c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
+    deploy_example(&mut c, "dropped", "counter");
+    let oid: u32 = c.query_one("SELECT oid FROM pg_database WHERE datname = current_database()", &[]).unwrap().get(0);
+    drop(c);
+    let mut admin = connect();
+    let dir = format!("lambdastore/cache/{oid}");
+    assert!(cached_artifacts(&mut admin).iter().any(|f| f.starts_with(&format!("{dir}/"))), "no artifact in {dir}");
+    admin.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", scratch.name)).unwrap();
+    let left: Option<bool> = admin.query_one("SELECT (pg_stat_file($1, true)).isdir", &[&dir]).unwrap().get(0);
+    assert_eq!(left, None, "{dir} is still there");
+}
+
 /// Compiling cannot be interrupted, so who may deploy is checked first: a
 /// refused deploy compiles nothing and leaves no artifact behind.
 #[test]

@@ -195,11 +195,15 @@ thread_local! {
     static PREVIOUS_UTILITY: std::cell::Cell<pg_sys::ProcessUtility_hook_type> = const { std::cell::Cell::new(None) };
     /// The name given by the last `PREPARE TRANSACTION` of this backend.
     static PREPARING: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+    /// Told the OID of each database this process drops.
+    static DATABASE_DROPPED: std::cell::Cell<Option<fn(u32)>> = const { std::cell::Cell::new(None) };
 }
 
 /// Has each `PREPARE TRANSACTION` statement of this process note its name
-/// for `preparing_name`; once per process.
-pub(crate) fn note_prepared_names() {
+/// for `preparing_name`, and each `DROP DATABASE` it runs call `dropped`
+/// with the database's OID once dropped; once per process.
+pub(crate) fn watch_statements(dropped: fn(u32)) {
+    DATABASE_DROPPED.set(Some(dropped));
     // SAFETY: the hook is this process's; the previous one is kept and
     // called by ours.
     unsafe {
@@ -227,10 +231,15 @@ unsafe extern "C-unwind" fn utility(
     destination: *mut pg_sys::DestReceiver,
     completion: *mut pg_sys::QueryCompletion,
 ) {
-    // SAFETY: the statement about to run, read after its tag; the name is
-    // a C string of the parse tree.
+    // SAFETY: the statement about to run, read after its tag; the names
+    // are C strings of the parse tree.
+    let mut dropping = None;
     unsafe {
         let node = (*statement).utilityStmt;
+        if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_DropdbStmt {
+            let name = (*(node as *mut pg_sys::DropdbStmt)).dbname;
+            dropping = Some(pg_sys::get_database_oid(name, true)).filter(|oid| *oid != pg_sys::InvalidOid);
+        }
         if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_TransactionStmt {
             let transaction = node as *mut pg_sys::TransactionStmt;
             if (*transaction).kind == pg_sys::TransactionStmtKind::TRANS_STMT_PREPARE && !(*transaction).gid.is_null() {
@@ -257,5 +266,10 @@ unsafe extern "C-unwind" fn utility(
                 completion,
             ),
         }
+    }
+    // DROP DATABASE runs outside a transaction block, and is done once
+    // it returns.
+    if let (Some(oid), Some(dropped)) = (dropping, DATABASE_DROPPED.get()) {
+        dropped(oid.to_u32());
     }
 }

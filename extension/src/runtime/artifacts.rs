@@ -23,6 +23,12 @@ fn cache_dir() -> PathBuf {
     cache_root().join(crate::pg::backend::database_id().to_string())
 }
 
+/// Removes the artifacts of database `oid`, just dropped (a Python guest's
+/// are 50 MB apiece, and the postmaster maps them all at its start).
+pub(crate) fn forget_database(oid: u32) {
+    let _ = std::fs::remove_dir_all(cache_root().join(oid.to_string()));
+}
+
 fn engine_suffix(engine: &Engine) -> String {
     let mut hasher = DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);

@@ -25,6 +25,8 @@ pub(crate) fn preload_artifacts() {
     artifacts::preload(engine::engine());
 }
 
+pub(crate) use artifacts::forget_database;
+
 /// Compiles `wasm`, validating it, unless the disk cache has the artifact
 /// of these bytes (`sha256`): the same module deployed as another
 /// application, or again after a redeploy (a Python guest takes 13 s to

@@ -82,12 +82,6 @@ struct Slot {
 // SAFETY: the name is unique to this extension.
 static SHARED: Zeroed<Registry> = Zeroed::new(c"lambdastore_prepared_transactions");
 
-/// Has this process note the names PREPARE TRANSACTION gives (at_prepare
-/// asks); from `_PG_init`.
-pub(crate) fn init() {
-    pg::xact::note_prepared_names();
-}
-
 /// Requests the shared memory; from `_PG_init`, while preloading.
 #[allow(unexpected_cfgs)] // pg_shmem_init! tests the features of every PostgreSQL version
 pub(crate) fn request_shared_memory() {
