@@ -59,6 +59,36 @@ END
 $fn$;
 REVOKE ALL ON FUNCTION lambdastore._distribute_calls() FROM PUBLIC;
 
+-- The app_* views (views.sql) on a Citus cluster: each reads its rows
+-- through lambdastore._visible_rows, as the tables' owner, from the _*_all
+-- view behind it, with the columns it has on one server (Citus would read
+-- the workers' shards as the querying role, which may not read them: every
+-- view failed with 42501 for an ordinary role). On every node, for roles
+-- connected to a worker too; by distribute(), at each call.
+CREATE FUNCTION lambdastore._views_for_citus() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    v record;
+    columns text;
+BEGIN
+    FOR v IN SELECT * FROM (VALUES ('app_objects', '_objects_all'), ('app_entries', '_entries_all'),
+                                   ('app_entry_sets', '_entry_sets_all'), ('app_jobs', '_jobs_all'),
+                                   ('app_schedules', '_schedules_all'), ('_app_queue_limits', '_queue_limits_all'),
+                                   ('app_api_keys', '_api_keys_all'), ('app_versions', '_versions_all')) AS p(name, behind)
+    LOOP
+        SELECT string_agg(format('r.%I', attname), ', ' ORDER BY attnum) INTO columns
+          FROM pg_attribute
+         WHERE attrelid = format('lambdastore.%I', v.name)::regclass AND attnum > 0 AND NOT attisdropped;
+        EXECUTE format('CREATE OR REPLACE VIEW lambdastore.%I AS SELECT %s FROM lambdastore._visible_rows(%L) v, '
+                       'jsonb_populate_record(NULL::lambdastore.%I, v) r', v.name, columns, v.behind, v.behind);
+    END LOOP;
+    IF (SELECT groupid FROM pg_dist_local_group) = 0 THEN
+        PERFORM run_command_on_workers('SELECT lambdastore._views_for_citus()');
+    END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._views_for_citus() FROM PUBLIC;
+
 CREATE FUNCTION lambdastore.distribute(shard_count int DEFAULT 32) RETURNS text
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -106,6 +136,7 @@ BEGIN
             ALTER TABLE lambdastore.migrations REPLICA IDENTITY FULL;
         END IF;
         PERFORM replicate_reference_tables('block_writes');
+        PERFORM lambdastore._views_for_citus();
         RETURN CASE WHEN added = 0 THEN 'already distributed'
                     ELSE format('already distributed; %s new tables distributed', added) END;
     END IF;
@@ -148,6 +179,7 @@ BEGIN
     END LOOP;
     PERFORM lambdastore._distribute_calls();
     PERFORM lambdastore._advance_sequences();
+    PERFORM lambdastore._views_for_citus();
     RETURN format('distributed over %s shards', shard_count);
 END
 $fn$;

@@ -395,6 +395,7 @@ BEGIN
             ALTER TABLE lambdastore.migrations REPLICA IDENTITY FULL;
         END IF;
         PERFORM replicate_reference_tables('block_writes');
+        PERFORM lambdastore._views_for_citus();
         RETURN CASE WHEN added = 0 THEN 'already distributed'
                     ELSE format('already distributed; %s new tables distributed', added) END;
     END IF;
@@ -437,6 +438,7 @@ BEGIN
     END LOOP;
     PERFORM lambdastore._distribute_calls();
     PERFORM lambdastore._advance_sequences();
+    PERFORM lambdastore._views_for_citus();
     RETURN format('distributed over %s shards', shard_count);
 END
 $fn$;
@@ -1151,4 +1153,170 @@ SELECT (j->>'job_id')::bigint, j->>'state', j->'result'->0, j->>'error', j->>'sq
        (j->>'submitted_at')::timestamptz, (j->>'finished_at')::timestamptz
   FROM lambdastore._job($1) AS j
  WHERE j IS NOT NULL
+$$;
+
+-- The app_* views read the _*_all views (every application's rows, for the
+-- tables' owner only), and on a Citus cluster through _visible_rows as the
+-- tables' owner (views.sql, citus.sql): through the old views, Citus read
+-- the workers' shards as the querying role, and an ordinary role got 42501.
+CREATE VIEW lambdastore._objects_all AS
+SELECT o.object_id, o.app, o.type_name, o.created FROM lambdastore.objects o;
+
+CREATE VIEW lambdastore._entries_all AS
+SELECT e.object_id, o.app, e.field, e.key, e.value
+  FROM lambdastore.entries e JOIN lambdastore.objects o ON o.object_id = e.object_id;
+
+CREATE VIEW lambdastore._entry_sets_all AS
+SELECT s.object_id, o.app, s.lower_field, s.lower_key
+  FROM lambdastore.entry_sets s JOIN lambdastore.objects o ON o.object_id = s.object_id;
+
+CREATE VIEW lambdastore._jobs_all AS
+SELECT j.object_id, j.job_id, j.app, j.method, j.args, j.state, j.attempts, j.result, j.error, j.sqlstate,
+       j.idempotency_key, j.submitted_by, j.parent_job_id, j.submitted_at, j.run_after, j.finished_at, j.timer,
+       j.schedule
+  FROM lambdastore.jobs j;
+
+CREATE VIEW lambdastore._schedules_all AS
+SELECT s.object_id, s.name, s.app, s.method AS function, s.args, s.cron, s.time_zone, s.missed,
+       s.created_by::regrole AS created_by, s.created_at, min(j.run_after) AS next_tick
+  FROM lambdastore.schedules s
+  LEFT JOIN lambdastore.jobs j ON j.object_id = s.object_id AND j.schedule = s.name AND j.state = 'queued'
+ GROUP BY s.object_id, s.name, s.app, s.method, s.args, s.cron, s.time_zone, s.missed, s.created_by, s.created_at;
+
+CREATE VIEW lambdastore._queue_limits_all AS
+SELECT l.app, l.max_running, l.rate, l.per, l.priority FROM lambdastore.queue_limits l;
+
+CREATE VIEW lambdastore._api_keys_all AS
+SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by::regrole AS created_by, k.revoked
+  FROM lambdastore.api_keys k;
+
+CREATE VIEW lambdastore._versions_all AS
+SELECT m.app, m.version, m.module_id = a.module_id AS current, m.deployed, m.deployed_by::regrole AS deployed_by,
+       m.sha256, octet_length(m.wasm) AS bytes,
+       ARRAY(SELECT t.type_name FROM lambdastore.object_types t
+              WHERE t.module_id = m.module_id ORDER BY t.type_name) AS types,
+       ARRAY(SELECT t.type_name FROM lambdastore.object_types t
+              WHERE t.module_id = m.module_id AND t.functions @> '[{"name": "migrate", "kind": "method"}]'
+              ORDER BY t.type_name) AS migrating_types,
+       CASE WHEN m.module_id = a.module_id THEN coalesce(o.n, 0) ELSE 0 END AS objects,
+       CASE WHEN m.module_id = a.module_id THEN coalesce(j.n, 0) ELSE 0 END AS queued_jobs
+  FROM lambdastore.modules m
+  JOIN lambdastore.applications a ON a.name = m.app
+  -- Joined, not correlated: on Citus these tables are distributed.
+  LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.objects GROUP BY app) o ON o.app = m.app
+  LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.jobs WHERE state = 'queued' GROUP BY app) j ON j.app = m.app
+;
+
+CREATE OR REPLACE VIEW lambdastore.app_objects WITH (security_barrier) AS
+SELECT o.object_id, o.app, o.type_name, o.created
+  FROM lambdastore._objects_all o
+ WHERE lambdastore.has_app_privilege(o.app, 'read');
+
+CREATE OR REPLACE VIEW lambdastore.app_entries WITH (security_barrier) AS
+SELECT e.object_id, e.field, e.key, e.value
+  FROM lambdastore._entries_all e
+ WHERE lambdastore.has_app_privilege(e.app, 'read');
+
+CREATE OR REPLACE VIEW lambdastore.app_entry_sets WITH (security_barrier) AS
+SELECT s.object_id, s.lower_field, s.lower_key
+  FROM lambdastore._entry_sets_all s
+ WHERE lambdastore.has_app_privilege(s.app, 'read');
+
+CREATE OR REPLACE VIEW lambdastore.app_jobs WITH (security_barrier) AS
+SELECT j.object_id, j.job_id, j.app, j.method, j.args, j.state, j.attempts, j.result, j.error, j.sqlstate,
+       j.idempotency_key, j.submitted_by, j.parent_job_id, j.submitted_at, j.run_after, j.finished_at, j.timer,
+       j.schedule
+  FROM lambdastore._jobs_all j
+ WHERE lambdastore.has_app_privilege(j.app, 'invoke') OR lambdastore.has_app_privilege(j.app, 'read');
+
+CREATE OR REPLACE VIEW lambdastore.app_schedules WITH (security_barrier) AS
+SELECT s.object_id, s.name, s.app, s.function, s.args, s.cron, s.time_zone, s.missed, s.created_by,
+       s.created_at, s.next_tick
+  FROM lambdastore._schedules_all s
+ WHERE lambdastore.has_app_privilege(s.app, 'invoke') OR lambdastore.has_app_privilege(s.app, 'read');
+
+CREATE OR REPLACE VIEW lambdastore.app_api_keys WITH (security_barrier) AS
+SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by, k.revoked
+  FROM lambdastore._api_keys_all k
+ WHERE lambdastore.has_app_privilege(k.app, 'owner');
+
+CREATE OR REPLACE VIEW lambdastore.app_versions WITH (security_barrier) AS
+SELECT v.app, v.version, v.current, v.deployed, v.deployed_by, v.sha256, v.bytes, v.types, v.migrating_types,
+       v.objects, v.queued_jobs
+  FROM lambdastore._versions_all v
+ WHERE lambdastore.has_app_privilege(v.app, 'read') OR lambdastore.has_app_privilege(v.app, 'invoke');
+
+CREATE VIEW lambdastore._app_queue_limits WITH (security_barrier) AS
+SELECT l.app, l.max_running, l.rate, l.per, l.priority
+  FROM lambdastore._queue_limits_all l
+ WHERE lambdastore.has_app_privilege(l.app, 'invoke') OR lambdastore.has_app_privilege(l.app, 'read');
+
+CREATE OR REPLACE VIEW lambdastore.queue AS
+WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id),
+functions AS (
+SELECT j.app,
+       j.method AS function,
+       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now()) AS depth,
+       count(r.job_id) AS running,
+       count(*) FILTER (WHERE j.state = 'done') AS done,
+       count(*) FILTER (WHERE j.state = 'failed') AS failed,
+       now() - min(j.run_after) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now())
+           AS oldest_waiting,
+       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after > now()) AS not_due,
+       count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
+  FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
+ GROUP BY j.app, j.method)
+SELECT f.app, f.function, f.depth, f.running, f.done, f.failed, f.oldest_waiting, f.not_due, f.cancelled,
+       l.max_running, l.rate, l.per, coalesce(l.priority, 0) AS priority,
+       CASE WHEN l.max_running <= sum(f.running) OVER (PARTITION BY f.app) THEN f.depth ELSE 0 END AS held_back
+  FROM functions f LEFT JOIN lambdastore._app_queue_limits l ON l.app = f.app;
+
+CREATE  FUNCTION lambdastore."_visible_rows"(
+	"view" TEXT /* & str */
+) RETURNS SETOF jsonb /* JsonB */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_visible_rows_wrapper';
+
+CREATE FUNCTION lambdastore._views_for_citus() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    v record;
+    columns text;
+BEGIN
+    FOR v IN SELECT * FROM (VALUES ('app_objects', '_objects_all'), ('app_entries', '_entries_all'),
+                                   ('app_entry_sets', '_entry_sets_all'), ('app_jobs', '_jobs_all'),
+                                   ('app_schedules', '_schedules_all'), ('_app_queue_limits', '_queue_limits_all'),
+                                   ('app_api_keys', '_api_keys_all'), ('app_versions', '_versions_all')) AS p(name, behind)
+    LOOP
+        SELECT string_agg(format('r.%I', attname), ', ' ORDER BY attnum) INTO columns
+          FROM pg_attribute
+         WHERE attrelid = format('lambdastore.%I', v.name)::regclass AND attnum > 0 AND NOT attisdropped;
+        EXECUTE format('CREATE OR REPLACE VIEW lambdastore.%I AS SELECT %s FROM lambdastore._visible_rows(%L) v, '
+                       'jsonb_populate_record(NULL::lambdastore.%I, v) r', v.name, columns, v.behind, v.behind);
+    END LOOP;
+    IF (SELECT groupid FROM pg_dist_local_group) = 0 THEN
+        PERFORM run_command_on_workers('SELECT lambdastore._views_for_citus()');
+    END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore._views_for_citus() FROM PUBLIC;
+
+-- entry_sets reads as the tables' owner, on the object's node on Citus.
+CREATE  FUNCTION lambdastore."_entry_sets_visible"(
+	"object_id" bigint /* i64 */
+) RETURNS TABLE (
+	"lower_field" TEXT,  /* String */
+	"lower_key" bytea,  /* Vec < u8 > */
+	"version" bigint,  /* i64 */
+	"conflicts" bigint  /* i64 */
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_entry_sets_visible_wrapper';
+
+CREATE OR REPLACE FUNCTION lambdastore.entry_sets(object_id bigint)
+RETURNS TABLE (lower_field text, lower_key bytea, version bigint, conflicts bigint)
+LANGUAGE sql VOLATILE AS $$
+    SELECT * FROM lambdastore._entry_sets_visible($1)
 $$;

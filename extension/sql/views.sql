@@ -40,43 +40,85 @@ CREATE VIEW lambdastore.stats AS
 SELECT s.* FROM lambdastore._stats_visible() v, jsonb_populate_record(NULL::lambdastore.stats_row, v) s;
 
 -- What a role may read of the applications' data: ordinary roles have no
--- privilege on the tables (access.rs). These views read the tables as
--- their owner and keep the rows of the applications the querying role may
--- read (its own, or granted with lambdastore.grant(app, role, 'read'));
--- functions in a view run as the querying role, and security_barrier keeps
--- the role's own conditions from seeing rows before that filter.
+-- privilege on the tables (access.rs). Each app_* view below reads one of
+-- the _*_all views (every application's rows, with the application's name;
+-- for the tables' owner only) and keeps the rows of the applications the
+-- querying role may see: on one server by filtering them as these views
+-- are written (functions in a view run as the querying role, and
+-- security_barrier keeps the role's own conditions from seeing rows before
+-- that filter); on a Citus cluster through lambdastore._visible_rows, which
+-- reads them as the tables' owner (Citus reads the workers' shards as the
+-- querying role, which may not read them: _views_for_citus, citus.sql).
+CREATE VIEW lambdastore._objects_all AS
+SELECT o.object_id, o.app, o.type_name, o.created FROM lambdastore.objects o;
+
+CREATE VIEW lambdastore._entries_all AS
+SELECT e.object_id, o.app, e.field, e.key, e.value
+  FROM lambdastore.entries e JOIN lambdastore.objects o ON o.object_id = e.object_id;
+
+CREATE VIEW lambdastore._entry_sets_all AS
+SELECT s.object_id, o.app, s.lower_field, s.lower_key
+  FROM lambdastore.entry_sets s JOIN lambdastore.objects o ON o.object_id = s.object_id;
+
+CREATE VIEW lambdastore._jobs_all AS
+SELECT j.object_id, j.job_id, j.app, j.method, j.args, j.state, j.attempts, j.result, j.error, j.sqlstate,
+       j.idempotency_key, j.submitted_by, j.parent_job_id, j.submitted_at, j.run_after, j.finished_at, j.timer,
+       j.schedule
+  FROM lambdastore.jobs j;
+
+-- Each schedule (lambdastore.schedule) with the time of its next tick (its
+-- queued job).
+CREATE VIEW lambdastore._schedules_all AS
+SELECT s.object_id, s.name, s.app, s.method AS function, s.args, s.cron, s.time_zone, s.missed,
+       s.created_by::regrole AS created_by, s.created_at, min(j.run_after) AS next_tick
+  FROM lambdastore.schedules s
+  LEFT JOIN lambdastore.jobs j ON j.object_id = s.object_id AND j.schedule = s.name AND j.state = 'queued'
+ GROUP BY s.object_id, s.name, s.app, s.method, s.args, s.cron, s.time_zone, s.missed, s.created_by, s.created_at;
+
+CREATE VIEW lambdastore._queue_limits_all AS
+SELECT l.app, l.max_running, l.rate, l.per, l.priority FROM lambdastore.queue_limits l;
+
+-- Never the hashes.
+CREATE VIEW lambdastore._api_keys_all AS
+SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by::regrole AS created_by, k.revoked
+  FROM lambdastore.api_keys k;
+
 CREATE VIEW lambdastore.app_objects WITH (security_barrier) AS
 SELECT o.object_id, o.app, o.type_name, o.created
-  FROM lambdastore.objects o
+  FROM lambdastore._objects_all o
  WHERE lambdastore.has_app_privilege(o.app, 'read');
 
 CREATE VIEW lambdastore.app_entries WITH (security_barrier) AS
 SELECT e.object_id, e.field, e.key, e.value
-  FROM lambdastore.entries e JOIN lambdastore.objects o ON o.object_id = e.object_id
- WHERE lambdastore.has_app_privilege(o.app, 'read');
+  FROM lambdastore._entries_all e
+ WHERE lambdastore.has_app_privilege(e.app, 'read');
 
 CREATE VIEW lambdastore.app_entry_sets WITH (security_barrier) AS
 SELECT s.object_id, s.lower_field, s.lower_key
-  FROM lambdastore.entry_sets s JOIN lambdastore.objects o ON o.object_id = s.object_id
- WHERE lambdastore.has_app_privilege(o.app, 'read');
+  FROM lambdastore._entry_sets_all s
+ WHERE lambdastore.has_app_privilege(s.app, 'read');
 
 -- Jobs of the applications a role may invoke or read.
 CREATE VIEW lambdastore.app_jobs WITH (security_barrier) AS
 SELECT j.object_id, j.job_id, j.app, j.method, j.args, j.state, j.attempts, j.result, j.error, j.sqlstate,
        j.idempotency_key, j.submitted_by, j.parent_job_id, j.submitted_at, j.run_after, j.finished_at, j.timer,
        j.schedule
-  FROM lambdastore.jobs j
+  FROM lambdastore._jobs_all j
  WHERE lambdastore.has_app_privilege(j.app, 'invoke') OR lambdastore.has_app_privilege(j.app, 'read');
 
--- The schedules (lambdastore.schedule) of the applications a role may
--- invoke or read, each with the time of its next tick (its queued job).
+-- The schedules of the applications a role may invoke or read.
 CREATE VIEW lambdastore.app_schedules WITH (security_barrier) AS
-SELECT s.object_id, s.name, s.app, s.method AS function, s.args, s.cron, s.time_zone, s.missed,
-       s.created_by::regrole AS created_by, s.created_at, min(j.run_after) AS next_tick
-  FROM lambdastore.schedules s
-  LEFT JOIN lambdastore.jobs j ON j.object_id = s.object_id AND j.schedule = s.name AND j.state = 'queued'
- WHERE lambdastore.has_app_privilege(s.app, 'invoke') OR lambdastore.has_app_privilege(s.app, 'read')
- GROUP BY s.object_id, s.name, s.app, s.method, s.args, s.cron, s.time_zone, s.missed, s.created_by, s.created_at;
+SELECT s.object_id, s.name, s.app, s.function, s.args, s.cron, s.time_zone, s.missed, s.created_by,
+       s.created_at, s.next_tick
+  FROM lambdastore._schedules_all s
+ WHERE lambdastore.has_app_privilege(s.app, 'invoke') OR lambdastore.has_app_privilege(s.app, 'read');
+
+-- The queue limits of the applications a role may invoke or read (the
+-- queue view shows them).
+CREATE VIEW lambdastore._app_queue_limits WITH (security_barrier) AS
+SELECT l.app, l.max_running, l.rate, l.per, l.priority
+  FROM lambdastore._queue_limits_all l
+ WHERE lambdastore.has_app_privilege(l.app, 'invoke') OR lambdastore.has_app_privilege(l.app, 'read');
 
 -- The objects' pending timers (set by their lambdas: set_timer), of the
 -- applications a role may invoke or read: each is the job that runs it.
@@ -88,20 +130,13 @@ SELECT j.object_id, j.timer AS name, j.run_after AS due, j.method AS function, j
 -- An object's entry sets in key order: where its guards are, and each set's
 -- version and recent conflicts (shared memory: they restart from 0 with the
 -- server, and sets whose counters share a stripe show the same values).
--- PL/pgSQL rather than SQL: on a Citus cluster, Citus plans the query with
--- the object id bound and runs it, counters included, on the object's node.
+-- None unless the role may read the object's application. Read as the
+-- tables' owner (_entry_sets_visible): on a Citus cluster, on the object's
+-- node, where its counters are.
 CREATE FUNCTION lambdastore.entry_sets(object_id bigint)
 RETURNS TABLE (lower_field text, lower_key bytea, version bigint, conflicts bigint)
-LANGUAGE plpgsql VOLATILE AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    SELECT s.lower_field, s.lower_key, c.version, c.conflicts
-      FROM lambdastore.app_entry_sets s,
-           lambdastore._entry_set_counters(s.object_id, s.lower_field, s.lower_key) c
-     WHERE s.object_id = $1
-     ORDER BY s.lower_field, s.lower_key;
-END
+LANGUAGE sql VOLATILE AS $$
+    SELECT * FROM lambdastore._entry_sets_visible($1)
 $$;
 
 -- A job's state and outcome; no row if there is no such job, or none the role
@@ -176,12 +211,12 @@ SELECT j.app,
 SELECT f.app, f.function, f.depth, f.running, f.done, f.failed, f.oldest_waiting, f.not_due, f.cancelled,
        l.max_running, l.rate, l.per, coalesce(l.priority, 0) AS priority,
        CASE WHEN l.max_running <= sum(f.running) OVER (PARTITION BY f.app) THEN f.depth ELSE 0 END AS held_back
-  FROM functions f LEFT JOIN lambdastore.queue_limits l ON l.app = f.app;
+  FROM functions f LEFT JOIN lambdastore._app_queue_limits l ON l.app = f.app;
 
--- The API keys of the applications a role owns: never the hashes.
+-- The API keys of the applications a role owns.
 CREATE VIEW lambdastore.app_api_keys WITH (security_barrier) AS
-SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by::regrole AS created_by, k.revoked
-  FROM lambdastore.api_keys k
+SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by, k.revoked
+  FROM lambdastore._api_keys_all k
  WHERE lambdastore.has_app_privilege(k.app, 'owner');
 
 GRANT SELECT ON lambdastore.stats, lambdastore.app_objects, lambdastore.app_entries, lambdastore.app_entry_sets,
@@ -230,7 +265,7 @@ $$;
 -- job, keeps the version current when it starts; every object and every
 -- queued job runs on the current one (README, "Redeploying"), so only it
 -- counts objects and queued jobs.
-CREATE VIEW lambdastore.app_versions WITH (security_barrier) AS
+CREATE VIEW lambdastore._versions_all AS
 SELECT m.app, m.version, m.module_id = a.module_id AS current, m.deployed, m.deployed_by::regrole AS deployed_by,
        m.sha256, octet_length(m.wasm) AS bytes,
        ARRAY(SELECT t.type_name FROM lambdastore.object_types t
@@ -245,7 +280,13 @@ SELECT m.app, m.version, m.module_id = a.module_id AS current, m.deployed, m.dep
   -- Joined, not correlated: on Citus these tables are distributed.
   LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.objects GROUP BY app) o ON o.app = m.app
   LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.jobs WHERE state = 'queued' GROUP BY app) j ON j.app = m.app
- WHERE lambdastore.has_app_privilege(m.app, 'read') OR lambdastore.has_app_privilege(m.app, 'invoke');
+;
+
+CREATE VIEW lambdastore.app_versions WITH (security_barrier) AS
+SELECT v.app, v.version, v.current, v.deployed, v.deployed_by, v.sha256, v.bytes, v.types, v.migrating_types,
+       v.objects, v.queued_jobs
+  FROM lambdastore._versions_all v
+ WHERE lambdastore.has_app_privilege(v.app, 'read') OR lambdastore.has_app_privilege(v.app, 'invoke');
 GRANT SELECT ON lambdastore.app_versions TO PUBLIC;
 
 CREATE FUNCTION lambdastore.versions(app text) RETURNS SETOF lambdastore.app_versions

@@ -356,6 +356,49 @@ fn grants_to_ordinary_roles_hold_on_every_node() {
     }
 }
 
+/// An ordinary role reads its applications' rows through the `app_*`
+/// views, `timers`, `queue`, `entry_sets`, `versions` and `migrate_objects`
+/// on a cluster as on one server, and no other application's: they read
+/// the workers' shards as the tables' owner (`_views_for_citus`,
+/// `_entry_sets_visible`). Each failed with 42501 ("permission denied for
+/// table objects_102017"): Citus read the shards as the role. An object's
+/// entry sets show the counters of its own node.
+#[test]
+fn an_ordinary_role_reads_its_applications_rows_through_the_views() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_views", "counter");
+    let other_app = common::app("citus_views_other");
+    deploy_example(&mut c, &other_app, "counter");
+    let stranger = create(&mut c, &other_app, "Counter", json!({"initial": 0}));
+    let role = TestRole::new("citus_views");
+    c.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &role.name]).unwrap();
+    let (a, b) = on_two_nodes(&mut c, &app, "Counter", json!({"initial": 1}));
+    let mut r = role.connect();
+    for _ in 0..3 {
+        call(&mut r, a, "increment", json!({}));
+    }
+    r.execute("SELECT lambdastore.submit($1, 'increment', run_at => now() + interval '1 hour')", &[&b]).unwrap();
+    r.execute("SELECT lambdastore.create_api_key($1)", &[&app]).unwrap();
+    let ids = |r: &mut Client, sql: &str| -> Vec<i64> {
+        let rows = r.query(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {}", describe(&e)));
+        rows.iter().map(|row| row.get(0)).collect()
+    };
+    assert_eq!(ids(&mut r, "SELECT object_id FROM lambdastore.app_objects ORDER BY 1"), vec![a.min(b), a.max(b)]);
+    assert_eq!(ids(&mut r, "SELECT object_id FROM lambdastore.app_entries ORDER BY 1"), vec![a.min(b), a.max(b)]);
+    assert_eq!(ids(&mut r, "SELECT object_id FROM lambdastore.app_entry_sets ORDER BY 1"), vec![a.min(b), a.max(b)]);
+    assert_eq!(ids(&mut r, "SELECT object_id FROM lambdastore.app_jobs"), vec![b]);
+    assert_eq!(ids(&mut r, "SELECT not_due FROM lambdastore.queue"), vec![1]);
+    assert_eq!(ids(&mut r, "SELECT count(*) FROM lambdastore.timers"), vec![0]);
+    assert_eq!(ids(&mut r, "SELECT count(*) FROM lambdastore.app_schedules"), vec![0]);
+    assert_eq!(ids(&mut r, "SELECT count(*) FROM lambdastore.app_api_keys"), vec![1]);
+    assert_eq!(ids(&mut r, &format!("SELECT objects FROM lambdastore.versions('{app}')")), vec![2]);
+    r.batch_execute(&format!("CALL lambdastore.migrate_objects('{app}')")).unwrap();
+    let version: i64 = r.query_one("SELECT version FROM lambdastore.entry_sets($1)", &[&a]).unwrap().get(0);
+    assert!(version >= 3, "the counters of the object's node: version {version} after 3 writes");
+    assert_eq!(ids(&mut r, &format!("SELECT count(*) FROM lambdastore.entry_sets({stranger})")), vec![0]);
+    assert_eq!(ids(&mut r, "SELECT count(*) FROM lambdastore.app_versions"), vec![1], "only its own application");
+}
+
 /// The functions a node runs for calls another node sent it take the
 /// caller's role name on trust: an ordinary role may not call them, on the
 /// object's node or anywhere, to run a call as another role.

@@ -152,6 +152,59 @@ mod lambdastore {
         SetOfIterator::new(rows.unwrap_or_else(|err| raise(err, "lambdastore.stats".into())).into_iter().map(JsonB))
     }
 
+    /// Behind `lambdastore.entry_sets` (sql/views.sql): the object's entry
+    /// sets with their counters, read as the tables' owner on the object's
+    /// node; none unless the caller may read its application.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _entry_sets_visible(
+        object_id: i64,
+    ) -> TableIterator<
+        'static,
+        (name!(lower_field, String), name!(lower_key, Vec<u8>), name!(version, i64), name!(conflicts, i64)),
+    > {
+        let rows = as_storage(|caller| {
+            let rows = crate::catalog::entry_sets_counted(object_id)?;
+            let app = rows.first().map(|row| row.0.clone());
+            let may_read = app.map_or(Ok(false), |app| access::allowed(caller, &app, Privilege::Read))?;
+            Ok(if may_read { rows } else { Vec::new() })
+        });
+        let rows = rows.unwrap_or_else(|err| raise(err, format!("entry_sets({object_id})")));
+        TableIterator::new(rows.into_iter().map(|(_, field, key, version, conflicts)| (field, key, version, conflicts)))
+    }
+
+    /// Behind the `app_*` views on a Citus cluster (`_views_for_citus`,
+    /// sql/citus.sql): the rows of `view`, one of the `_*_all` views, of the
+    /// applications the caller holds a privilege on that lets it see them,
+    /// read as the tables' owner (Citus reads the workers' shards as the
+    /// role that asks, which may not read them).
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _visible_rows(view: &str) -> SetOfIterator<'static, JsonB> {
+        use Privilege::*;
+        let any_of: &[Privilege] = match view {
+            "_objects_all" | "_entries_all" | "_entry_sets_all" => &[Read],
+            "_api_keys_all" => &[Owner],
+            _ => &[Invoke, Read],
+        };
+        let rows = as_storage(|caller| {
+            let mut apps = Vec::new();
+            if !caller.is_superuser() {
+                for app in crate::catalog::application_names()? {
+                    if any_of
+                        .iter()
+                        .try_fold(false, |seen, p| Ok::<_, LambdaError>(seen || access::allowed(caller, &app, *p)?))?
+                    {
+                        apps.push(app);
+                    }
+                }
+            }
+            crate::catalog::all_rows(view, caller.is_superuser(), apps)?.ok_or_else(|| {
+                LambdaError::InvalidParameter(format!("\"{view}\" is not one of the views behind app_*"))
+            })
+        });
+        let rows = rows.unwrap_or_else(|err| raise(err, format!("_visible_rows('{view}')")));
+        SetOfIterator::new(rows.into_iter().map(|row| JsonB(serde_json::from_str(&row).unwrap_or_default())))
+    }
+
     /// Behind `lambdastore.queue`: the jobs the runners of every node run
     /// now (`_running_jobs_everywhere`, the extension's owner's), of the
     /// applications the caller may invoke or read.

@@ -226,6 +226,77 @@ pub(crate) fn stats_everywhere() -> Result<Vec<serde_json::Value>> {
         .collect()
 }
 
+/// Every application's name.
+pub(crate) fn application_names() -> Result<Vec<String>> {
+    query("SELECT name FROM lambdastore.applications", &[], &[], |rows| {
+        rows.into_iter().map(|row| Ok(row.get::<String>(1)?.unwrap_or_default())).collect()
+    })
+}
+
+/// The rows of one of the `_*_all` views behind the `app_*` views
+/// (sql/views.sql), as JSON, of the applications `apps` (of every one if
+/// `every_app`). None for a name that is not one of them.
+pub(crate) fn all_rows(view: &str, every_app: bool, apps: Vec<String>) -> Result<Option<Vec<String>>> {
+    // Made JSON after Citus has gathered the rows (a CTE it runs first): in a
+    // statement it sends to the shards, a whole row loses its column names
+    // ({"f1": ...}).
+    macro_rules! of {
+        ($view:literal) => {
+            concat!(
+                "WITH rows AS MATERIALIZED (SELECT * FROM lambdastore.",
+                $view,
+                " v WHERE $1 OR v.app = ANY ($2)) SELECT to_jsonb(r)::text FROM rows r"
+            )
+        };
+    }
+    let sql = match view {
+        "_objects_all" => of!("_objects_all"),
+        "_entries_all" => of!("_entries_all"),
+        "_entry_sets_all" => of!("_entry_sets_all"),
+        "_jobs_all" => of!("_jobs_all"),
+        "_schedules_all" => of!("_schedules_all"),
+        "_queue_limits_all" => of!("_queue_limits_all"),
+        "_api_keys_all" => of!("_api_keys_all"),
+        "_versions_all" => of!("_versions_all"),
+        _ => return Ok(None),
+    };
+    let rows = query_cluster(
+        sql,
+        &[PgBuiltInOids::BOOLOID, PgBuiltInOids::TEXTARRAYOID],
+        &[every_app.into(), apps.into()],
+        |rows| rows.into_iter().map(|row| Ok(row.get::<String>(1)?.unwrap_or_default())).collect(),
+    )?;
+    Ok(Some(rows))
+}
+
+/// Object `object_id`'s application and its entry sets in key order, each
+/// with its version and recent conflicts (the node's shared memory): one
+/// statement, which Citus runs on the object's node, counters included.
+pub(crate) fn entry_sets_counted(object_id: i64) -> Result<Vec<(String, String, Vec<u8>, i64, i64)>> {
+    query_cluster(
+        "SELECT o.app, s.lower_field, s.lower_key, c.version, c.conflicts
+           FROM lambdastore.objects o JOIN lambdastore.entry_sets s ON s.object_id = o.object_id,
+                lambdastore._entry_set_counters(s.object_id, s.lower_field, s.lower_key) c
+          WHERE o.object_id = $1 AND s.object_id = $1
+          ORDER BY s.lower_field, s.lower_key",
+        &[PgBuiltInOids::INT8OID],
+        &[object_id.into()],
+        |rows| {
+            rows.into_iter()
+                .map(|row| {
+                    Ok((
+                        row.get::<String>(1)?.unwrap_or_default(),
+                        row.get::<String>(2)?.unwrap_or_default(),
+                        row.get::<Vec<u8>>(3)?.unwrap_or_default(),
+                        row.get::<i64>(4)?.unwrap_or_default(),
+                        row.get::<i64>(5)?.unwrap_or_default(),
+                    ))
+                })
+                .collect()
+        },
+    )
+}
+
 /// The GID of prepared transaction `xid`, if it is still prepared.
 pub(crate) fn prepared_gid(xid: u32) -> Result<Option<String>> {
     query(
