@@ -350,6 +350,26 @@ fn a_python_lambda_is_held_to_the_limits_of_a_rust_one() {
         assert_eq!(&first[key], value, "{key} in {first}");
     }
     assert!(first["stack"].as_u64().unwrap() > 0, "a traceback without its source lines: {first}");
+    // Where the component trapped (38000): a BaseException, a message no
+    // UTF-8 can hold, a keyword-only parameter, arguments nested past
+    // serde_json's 128 (the Rust guest's answer: 22023).
+    let message = expect_sqlstate(invoke(&mut c, python, "raise_base", json!({})), "P0001");
+    assert!(message.starts_with("KeyboardInterrupt"), "{message}");
+    let message = expect_sqlstate(invoke(&mut c, python, "fail_surrogate", json!({})), "P0001");
+    assert!(message.starts_with("bad \\ud800 message"), "{message}");
+    assert_eq!(call(&mut c, python, "log_surrogate", json!({})), json!("logged"));
+    assert_eq!(call(&mut c, python, "keyword_only", json!({"a": 1})), json!(12));
+    let nested = (0..900).fold(json!("x"), |inner, _| json!([inner]));
+    let relayed = json!({"target": rust, "method": "get", "args": nested});
+    for (id, function, args) in [(python, "say", json!({"text": nested})), (rust, "relay", relayed)] {
+        let message = expect_sqlstate(invoke(&mut c, id, function, args), "22023");
+        assert!(message.contains("recursion limit exceeded"), "{function}: {message}");
+    }
+    // `draws` has no `from __future__ import annotations`: CPython 3.14
+    // defers a class's annotations, and its field was not found (P0001
+    // "AttributeError: 'Draws' object has no attribute 'calls'").
+    assert_eq!(call(&mut c, draws, "count", json!({})), json!(1));
+    assert_eq!(call(&mut c, draws, "count", json!({})), json!(2));
     let seeded = call(&mut c, python, "draw_seeded", json!({"seed": 42}));
     assert_eq!(call(&mut c, python, "draw_seeded", json!({"seed": 42})), seeded, "a seed the lambda sets holds");
     assert_serves_calls(&mut c, rust);

@@ -4,7 +4,7 @@ what the `MockHost` runs in tests."""
 
 from dataclasses import dataclass
 
-from .errors import ApplicationError, UnknownFunctionError, as_call_error
+from .errors import ApplicationError, HostTrap, UnknownFunctionError, as_call_error
 from .failures import run_function
 from .jsontext import NON_FINITE, NotJson, dumps
 
@@ -95,15 +95,15 @@ class App:
 def _run(spec, f, args: str) -> str:
     values = f.decode_args(args)
     try:
-        if f.kind == "static":
-            result = f.function(*values)
-        else:
-            # Fields live on the class, so a bare instance is the object.
-            result = f.function(spec.cls.__new__(spec.cls), *values)
-    except (Exception, SystemExit) as e:
+        # Fields live on the class, so a bare instance is the object.
+        result = f.invoke(None if f.kind == "static" else spec.cls.__new__(spec.cls), values)
+    except HostTrap:
+        raise
+    except BaseException as e:
         # Whatever the function let escape fails its call (and only its
         # call): a traceback in a lambda is the application's error.
-        # `sys.exit()` too, which trapped the instance.
+        # `sys.exit()`, `KeyboardInterrupt` and an application's own
+        # `BaseException` too, which trapped the instance.
         raise as_call_error(e) from None
     if f.kind == "constructor":
         return "null"

@@ -7,8 +7,23 @@ class LambdaError(Exception):
     `ApplicationError(message)` for its caller, its writes undone."""
 
     def __init__(self, message: str):
+        message = message if isinstance(message, str) else str(message)
         super().__init__(message)
         self.message = message
+
+
+class HostTrap(BaseException):
+    """What the host does not let a lambda go on from: on the server a trap
+    of its instance, which aborts the whole workflow and which nothing in a
+    guest can catch; the mock raises its subclass `Trap`."""
+
+
+def wire_text(text: str) -> str:
+    """`text` as it may cross to the host: a lone surrogate (a `str`, but no
+    UTF-8) escaped, as `\\udc80`. Unescaped, it trapped the instance."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class CallError(Exception):
@@ -96,9 +111,16 @@ def as_call_error(error: Exception) -> CallError:
     must not tell this function's caller that *its* arguments were bad.
     """
     if isinstance(error, LambdaError):
-        return ApplicationError(error.message)
+        return ApplicationError(wire_text(error.message))
+    message = _text_of(error)
     if isinstance(error, CallError):
-        return ApplicationError(str(error))
-    message = str(error)
+        return ApplicationError(message)
     name = type(error).__name__
     return ApplicationError(f"{name}: {message}" if message else name)
+
+
+def _text_of(error: BaseException) -> str:
+    try:
+        return wire_text(str(error))
+    except Exception as e:  # noqa: BLE001 -- an application's __str__ may raise anything
+        return f"(its message could not be made: {type(e).__name__})"

@@ -9,7 +9,7 @@ componentize-py at build time and imported only then); in tests it is the
 
 from dataclasses import dataclass
 
-from .errors import ApplicationError, BadArgumentsError, CallError
+from .errors import ApplicationError, BadArgumentsError, CallError, UnknownFunctionError, wire_text
 from .jsontext import dumps, loads
 
 _current = None
@@ -41,9 +41,25 @@ def install(host):
 
 def encode_args(args) -> str:
     try:
-        return dumps(args)
+        return _utf8(dumps(args))
     except (TypeError, ValueError) as e:
         raise BadArgumentsError(f"cannot encode arguments: {e}") from None
+
+
+def _utf8(text: str) -> str:
+    """`text`, which must cross to the host as UTF-8: `UnicodeEncodeError`
+    (a `ValueError`) for a lone surrogate, which trapped the instance."""
+    if not text.isascii():
+        text.encode("utf-8")
+    return text
+
+
+def _name(name: str) -> str:
+    """A function's or type's name: one that is no UTF-8 names none."""
+    try:
+        return _utf8(name)
+    except UnicodeEncodeError:
+        raise UnknownFunctionError(wire_text(name)) from None
 
 
 def decode_result(function: str, text: str):
@@ -74,7 +90,7 @@ def call(target: int, function: str, args=None):
     a dict by parameter name, a list by position, or None), in this
     transaction; its decoded result. A failure raises the `CallError`
     subclass of its case, after the callee's writes are undone."""
-    return decode_result(function, current().call(int(target), function, encode_args(args)))
+    return decode_result(function, current().call(int(target), _name(function), encode_args(args)))
 
 
 @dataclass(frozen=True)
@@ -96,7 +112,7 @@ def map_call(targets, function: str, args=None):
     given) with the same `args`, in this transaction: a list of
     `(id, Ok(result) | Err(error))`. A call that fails is rolled back alone
     and reported in its place; the others stay."""
-    outcomes = current().map_call([int(t) for t in targets], function, encode_args(args))
+    outcomes = current().map_call([int(t) for t in targets], _name(function), encode_args(args))
     result = []
     for target, outcome in outcomes:
         if isinstance(outcome, CallError):
@@ -112,24 +128,26 @@ def map_call(targets, function: str, args=None):
 def create(type_name, args=None) -> int:
     """Creates an object of `type_name` (a name or a `@lambda_object`
     class) and runs its constructor with `args`; the new object's id."""
-    return current().create(_type_name(type_name), encode_args(args))
+    return current().create(_name(_type_name(type_name)), encode_args(args))
 
 
 def call_static(type_name, function: str, args=None):
     """Calls static `function` of `type_name` (a name or a class); its decoded result."""
-    return decode_result(function, current().call_static(_type_name(type_name), function, encode_args(args)))
+    return decode_result(
+        function, current().call_static(_name(_type_name(type_name)), _name(function), encode_args(args))
+    )
 
 
 def spawn(target: int, function: str, args=None) -> None:
     """Calls method `function` of `target` as its own transaction after this
     one commits, exactly once (never if it does not commit)."""
-    current().spawn(int(target), function, encode_args(args))
+    current().spawn(int(target), _name(function), encode_args(args))
 
 
 def spawn_at(target: int, function: str, args, at_micros: int) -> None:
     """`spawn`, due at `at_micros` (microseconds since the Unix epoch, as
     `now_micros` counts) or later; a time already past is due at once."""
-    current().spawn_at(int(target), function, encode_args(args), at_micros)
+    current().spawn_at(int(target), _name(function), encode_args(args), at_micros)
 
 
 def set_timer(name: str, at_micros: int, function: str, args=None) -> None:
@@ -137,12 +155,19 @@ def set_timer(name: str, at_micros: int, function: str, args=None) -> None:
     runs once with `args`, as a job, at `at_micros` or later. Setting it
     again before it fires replaces it; like a write, it exists only if the
     workflow commits."""
-    current().set_timer(name, at_micros, function, encode_args(args))
+    current().set_timer(_timer(name), at_micros, _name(function), encode_args(args))
 
 
 def clear_timer(name: str) -> None:
     """Clears the timer `name` of the current object, when the workflow commits."""
-    current().clear_timer(name)
+    current().clear_timer(_timer(name))
+
+
+def _timer(name: str) -> str:
+    try:
+        return _utf8(name)
+    except UnicodeEncodeError:
+        raise BadArgumentsError(f"a timer's name is UTF-8: {wire_text(name)!r}") from None
 
 
 def _type_name(type_name) -> str:
@@ -155,19 +180,19 @@ class log:
     @staticmethod
     def debug(message: str) -> None:
         """Logs at `DEBUG1`."""
-        current().log("debug", str(message))
+        current().log("debug", wire_text(str(message)))
 
     @staticmethod
     def info(message: str) -> None:
-        """Logs at `INFO`."""
-        current().log("info", str(message))
+        """Logs at `LOG`: to the server log (not sent to the client)."""
+        current().log("info", wire_text(str(message)))
 
     @staticmethod
     def notice(message: str) -> None:
         """Logs at `NOTICE`."""
-        current().log("notice", str(message))
+        current().log("notice", wire_text(str(message)))
 
     @staticmethod
     def warning(message: str) -> None:
         """Logs at `WARNING`."""
-        current().log("warning", str(message))
+        current().log("warning", wire_text(str(message)))

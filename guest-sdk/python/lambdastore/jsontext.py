@@ -12,6 +12,7 @@ import dataclasses
 import json
 import json.encoder
 import math
+import re
 
 NON_FINITE = "it contains a non-finite float (NaN or infinity), which JSON cannot represent"
 
@@ -96,10 +97,37 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 def loads(text):
     """The value of JSON `text`, a `str` or UTF-8 bytes (NaN and Infinity
-    refused, as serde_json does)."""
+    refused, and arrays and objects nested deeper than 128, as serde_json
+    does)."""
     if not isinstance(text, str):
         text = bytes(text).decode("utf-8", "surrogatepass")
+    if _nested_deeper_than(text, MAX_NESTING):
+        raise ValueError("recursion limit exceeded")
     return _DECODER.decode(text)
+
+
+#: serde_json's limit. The json module's C scanner recurses on the C stack,
+#: which a component's interpreter has little of: 900 levels of arguments
+#: trapped the instance (38000) instead of failing the call.
+MAX_NESTING = 128
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_INNERMOST = re.compile(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
+
+
+def _nested_deeper_than(text: str, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than `limit` in `text`: each
+    pass removes the innermost ones, in C (a loop over the characters in
+    the interpreter would cost every large argument). Text with fewer
+    brackets than that cannot."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    text = _STRING.sub('""', text)
+    for _ in range(limit):
+        text, removed = _INNERMOST.subn("", text)
+        if not removed:
+            return False
+    return "[" in text or "{" in text
 
 
 def describe_value(value) -> str:

@@ -39,13 +39,14 @@ from typing import Optional
 
 from . import host as host_module
 from . import sandbox
-from .errors import CallError, NotAllowedError, UnknownFunctionError, UnknownObjectError, BadArgumentsError
+from .errors import CallError, HostTrap, NotAllowedError, UnknownFunctionError, UnknownObjectError, BadArgumentsError
 from .host import Err, Ok
 from .jsontext import dumps, loads
 from .keys import decode_key, key_codec
 
-#: Nested calls beyond this depth abort the workflow.
-DEFAULT_MAX_DEPTH = 32
+#: Nested calls beyond this depth abort the workflow (the server's
+#: `lambdastore.max_call_depth`, whose default this is).
+DEFAULT_MAX_DEPTH = 16
 #: The longest timer name, as on the server.
 MAX_TIMER_NAME = 255
 #: The most bytes an entry's field name and key may have together, as on
@@ -54,8 +55,17 @@ MAX_KEY_BYTES = 2048
 _MASK64 = (1 << 64) - 1
 
 
-class Trap(BaseException):
-    """What traps on the real host: the whole workflow is aborted."""
+class Trap(HostTrap):
+    """What traps on the real host: the whole workflow is aborted, even if a
+    lambda catches it (nothing in a guest catches a trap)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        _traps.append(self)
+
+
+# The traps raised in the running workflow (one at a time, in one thread).
+_traps = []
 
 
 @dataclass
@@ -245,15 +255,25 @@ class MockHost:
         before = self._store.copy()
         previous = host_module.install(self._imports)
         self._log_stream = sys.stderr  # the test's, not the sandbox's
+        _traps.clear()
         try:
             with sandbox.applied():
-                return f()
+                result = f()
         except BaseException as e:
-            if not isinstance(e, CallError):
-                # A trap: nothing of the workflow is kept.
+            if _traps or not isinstance(e, CallError):
+                # A trap (caught by a lambda or not): nothing of the
+                # workflow is kept.
                 self._store = before
                 self._stack.clear()
+                if _traps and e is not _traps[0]:
+                    raise _traps[0] from None
             raise
+        else:
+            if _traps:
+                self._store = before
+                self._stack.clear()
+                raise _traps[0]
+            return result
         finally:
             host_module.install(previous)
             # The next workflow is a later transaction.
@@ -273,7 +293,9 @@ class MockHost:
 
     def _run(self, frame, kind, args):
         """Runs the function of `frame` inside a savepoint."""
-        if len(self._stack) >= self._max_depth:
+        # As the server's `lambdastore.max_call_depth`: that many calls
+        # nested in the top-level one.
+        if len(self._stack) > self._max_depth:
             raise Trap(f"call depth limit ({self._max_depth}) exceeded calling {frame.type_name}.{frame.function}")
         savepoint = self._store.copy()
         self._stack.append(frame)

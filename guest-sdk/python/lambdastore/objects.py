@@ -13,6 +13,7 @@ import inspect
 import keyword
 import sys
 from dataclasses import dataclass
+from typing import Optional
 
 from .errors import BadArgumentsError
 from .fields import _FieldType
@@ -71,6 +72,8 @@ class Param:
     name: str
     schema: object
     default: object  # inspect.Parameter.empty if none
+    #: The Python name of a keyword-only parameter, passed by it.
+    keyword: Optional[str] = None
 
 
 @dataclass
@@ -81,6 +84,15 @@ class FunctionSpec:
     readonly: bool
     params: list
     function: object
+
+    def invoke(self, instance, values: list):
+        """Runs the function on `instance` (None for a static one) with the
+        decoded `values`, keyword-only parameters by name."""
+        positional = [v for p, v in zip(self.params, values) if p.keyword is None]
+        keywords = {p.keyword: v for p, v in zip(self.params, values) if p.keyword is not None}
+        if instance is not None:
+            positional.insert(0, instance)
+        return self.function(*positional, **keywords)
 
     def decode_args(self, text: str) -> list:
         """The values of the parameters, from JSON `text`: an object by
@@ -164,8 +176,12 @@ def lambda_object(cls):
     module = sys.modules[cls.__module__].__dict__
     local = {**vars(cls), cls.__name__: cls}
     fields = []
+    # Published before the fields and functions are read, so a field or a
+    # parameter of the type itself (a reference to another object of it)
+    # is recognized.
+    cls.__lambda_type__ = TypeSpec(cls.__name__, cls, fields, [])
     with declaring() as forwards:
-        for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+        for name, annotation in own_annotations(cls).items():
             annotation = resolve(annotation, module, local)
             if not isinstance(annotation, _FieldType):
                 raise TypeError(
@@ -185,9 +201,6 @@ def lambda_object(cls):
         for name, member in cls.__dict__.items():
             if isinstance(member, stored_as):
                 raise TypeError(f"{cls.__name__}.{name} = {member!r} has no field type: annotate it (Cell[T], ...)")
-        # Published before the functions are read, so a parameter of the type
-        # itself (a reference to another object of it) is recognized.
-        cls.__lambda_type__ = TypeSpec(cls.__name__, cls, fields, [])
         functions = [
             _function_spec(cls, name, member) for name, member in cls.__dict__.items() if _is_lambda(name, member)
         ]
@@ -197,6 +210,21 @@ def lambda_object(cls):
     cls.__lambda_type__.functions = functions
     cls.__lambda_type__.forwards = forwards
     return cls
+
+
+def own_annotations(obj) -> dict:
+    """The annotations `obj` (a class or a function) declares itself, as
+    text where the interpreter would evaluate them (`resolve` evaluates
+    them, knowing the application's object types by name). CPython 3.14,
+    the components' interpreter, defers them (PEP 649): a class's are no
+    longer in its `__dict__`, and evaluating them would fail on a type
+    named before its declaration. Every field of a class without `from
+    __future__ import annotations` was missing."""
+    try:
+        import annotationlib
+    except ImportError:  # before 3.14: as text with the `__future__` import; a class's in its `__dict__`
+        return vars(obj).get("__annotations__", {}) if isinstance(obj, type) else getattr(obj, "__annotations__", {})
+    return annotationlib.get_annotations(obj, format=annotationlib.Format.STRING)
 
 
 def _is_lambda(name, member) -> bool:
@@ -226,7 +254,7 @@ def _function_spec(cls, name, member) -> FunctionSpec:
         raise TypeError(f"{where}: a constructor runs on the new object: it cannot be static")
     if kind == "constructor" and flag("__lambda_readonly__"):
         raise TypeError(f"{where}: a constructor writes the new object: it cannot be readonly")
-    annotations = getattr(function, "__annotations__", {})
+    annotations = own_annotations(function)
     hints = {
         name: resolve(hint, function.__globals__, {cls.__name__: cls})
         for name, hint in annotations.items()
@@ -242,7 +270,8 @@ def _function_spec(cls, name, member) -> FunctionSpec:
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             raise TypeError(f"{where}: parameters are decoded from JSON by name: no *args or **kwargs")
         try:
-            params.append(Param(_json_name(p.name), schema(hints.get(p.name)), p.default))
+            keyword = p.name if p.kind == p.KEYWORD_ONLY else None
+            params.append(Param(_json_name(p.name), schema(hints.get(p.name)), p.default, keyword))
         except TypeError as e:
             raise TypeError(f"{where}, parameter `{p.name}`: {e}") from None
     return FunctionSpec(

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 
 from . import host as sdk_host
+from .errors import wire_text
 
 
 def install():
@@ -97,12 +98,12 @@ class _LogStream(io.TextIOBase):
     def write(self, text):
         *lines, self.pending = (self.pending + text).split("\n")
         for line in lines:
-            sdk_host.current().log(self.level, line)
+            sdk_host.current().log(self.level, wire_text(line))
         return len(text)
 
     def flush(self):
         if self.pending:
-            sdk_host.current().log(self.level, self.pending)
+            sdk_host.current().log(self.level, wire_text(self.pending))
             self.pending = ""
 
 

@@ -142,7 +142,8 @@ def dispatch(app, kind, type_name, function, object_id, args) -> str:
     try:
         return app.dispatch(_KIND_NAMES[kind], type_name, function, object_id, args)
     except errors.CallError as e:
-        raise Err(_TO_WIT_ERROR[type(e)](e.value)) from None
+        value = e.value if isinstance(e, errors.UnknownObjectError) else errors.wire_text(str(e.value))
+        raise Err(_TO_WIT_ERROR[type(e)](value)) from None
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

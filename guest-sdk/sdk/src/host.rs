@@ -32,7 +32,7 @@ pub struct Entry {
 pub enum LogLevel {
     /// `DEBUG1`.
     Debug,
-    /// `INFO`.
+    /// `LOG`: the server log (not sent to the client).
     Info,
     /// `NOTICE`.
     Notice,

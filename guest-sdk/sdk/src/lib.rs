@@ -368,7 +368,7 @@ pub mod log {
         host::log(LogLevel::Debug, message.as_ref())
     }
 
-    /// Logs at `INFO`.
+    /// Logs at `LOG`: to the server log (not sent to the client).
     pub fn info(message: impl AsRef<str>) {
         host::log(LogLevel::Info, message.as_ref())
     }

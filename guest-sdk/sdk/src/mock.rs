@@ -166,8 +166,9 @@ const MAX_TIMER_NAME: usize = 255;
 /// the server (its index holds no more).
 const MAX_KEY_BYTES: usize = 2048;
 
-/// Nested calls beyond this depth abort the workflow.
-pub const DEFAULT_MAX_DEPTH: usize = 32;
+/// Nested calls beyond this depth abort the workflow (the server's
+/// `lambdastore.max_call_depth`, whose default this is).
+pub const DEFAULT_MAX_DEPTH: usize = 16;
 
 impl MockHost {
     /// A host for application `A` (the `App` that [`app!`](crate::app)
@@ -474,7 +475,9 @@ impl State {
     /// Runs `f` as the function of `frame` inside a savepoint.
     fn run(&self, frame: Frame, f: impl FnOnce() -> Result<String, CallError>) -> Result<String, CallError> {
         let max_depth = self.max_depth.get();
-        if self.stack.borrow().len() >= max_depth {
+        // As the server's `lambdastore.max_call_depth`: that many calls
+        // nested in the top-level one.
+        if self.stack.borrow().len() > max_depth {
             panic!("call depth limit ({max_depth}) exceeded calling {}.{}", frame.type_name, frame.function);
         }
         let savepoint = self.store.borrow().clone();

@@ -140,6 +140,23 @@ class Probe:
         }
 
     @readonly
+    def raise_base(self) -> None:
+        raise KeyboardInterrupt()
+
+    @readonly
+    def fail_surrogate(self) -> None:
+        raise LambdaError("bad \ud800 message")
+
+    @readonly
+    def log_surrogate(self) -> str:
+        print("x\ud800")
+        return "logged"
+
+    @readonly
+    def keyword_only(self, *, a: int, b: int = 2) -> int:
+        return a * 10 + b
+
+    @readonly
     def scribble(self) -> int:
         """Counts the pages of `_SCRATCH` a previous call left written (a
         fresh instance has none), then writes a byte into every other page."""
