@@ -35,6 +35,10 @@ class App:
                 raise TypeError(f"{cls!r} is not a @lambda_object class")
         self.types = [cls.__lambda_type__ for cls in classes]
         names = {t.name for t in self.types}
+        if len(names) < len(self.types):
+            repeated = next(t.name for t in self.types if [u.name for u in self.types].count(t.name) > 1)
+            # The server refuses the deploy (42P13): say so at the build.
+            raise TypeError(f"two object types of this App are named {repeated!r}")
         for t in self.types:
             unknown = sorted(t.forwards - names)
             if unknown:

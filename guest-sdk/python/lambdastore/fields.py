@@ -55,11 +55,12 @@ class Field:
     def _encode_value(self, value) -> bytes:
         # Checked on the way in: a value the field's type cannot read back
         # (a float in a Cell[int], an int above I64) fails the call now.
+        # Stored as the checked value, as the Rust SDK writes its typed one:
+        # `5.0` in a Cell[float], a struct's declared fields in order.
         try:
             if hasattr(value, "__lambda_id__"):
                 self._schema.check(value)  # a typed reference: of the field's type
-            text = dumps(value)
-            self._schema.check(loads(text))
+            text = dumps(self._schema.check(loads(dumps(value))))
         except (TypeError, ValueError) as e:
             raise TypeError(f"field `{self.name}`: {e}") from None
         return text.encode("utf-8")

@@ -53,6 +53,8 @@ class stored_as:
     same attribute (Rust can)."""
 
     def __init__(self, name: str):
+        if not isinstance(name, str) or not name or "\0" in name:
+            raise TypeError(f"stored_as({name!r}): a field's name is text, not empty, without NUL (the server refuses it)")
         self.name = name
 
     def __repr__(self):

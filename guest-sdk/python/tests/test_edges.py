@@ -128,3 +128,37 @@ def test_a_field_may_hold_a_reference_to_its_own_type(host):
     a, b = host.create("Edge"), host.create("Edge")
     host.invoke(a, "link", [b])
     assert host.invoke(a, "linked") == b
+
+
+def test_names_the_server_refuses_are_refused_at_the_build():
+    from lambdastore import stored_as
+
+    with pytest.raises(TypeError, match="not empty"):
+        stored_as("")
+
+    def twin():
+        @lambda_object
+        class Edge:
+            n: Cell[int]
+
+        return Edge
+
+    with pytest.raises(TypeError, match="named 'Edge'"):
+        App(Edge, twin())
+
+
+def test_a_result_jsonb_cannot_hold_fails_the_workflow(host):
+    @lambda_object
+    class Nul:
+        n: Cell[int]
+
+        def write_then_return(self, text: str) -> dict:
+            self.n.set(1)
+            return {"k": [text]}
+
+    nul = MockHost(App(Nul))
+    n = nul.create("Nul")
+    with pytest.raises(Trap, match="u0000"):
+        nul.invoke(n, "write_then_return", ["a\u0000b"])
+    assert nul.cell(n, "n") is None
+    assert nul.invoke(n, "write_then_return", ["ab"]) == {"k": ["ab"]}

@@ -116,6 +116,25 @@ def test_a_stored_struct_reads_back_as_its_dataclass(host):
     assert key == (2).to_bytes(8, "big") + (11 + (1 << 63)).to_bytes(8, "big")
 
 
+def test_a_value_is_stored_as_its_type_writes_it():
+    # As the Rust SDK stores its typed value: declared fields in order (an
+    # unknown one dropped, a default one written), a float as a float.
+    @lambda_object
+    class Holder:
+        point: Cell[Point]
+        ratio: Cell[float]
+
+        def store(self, point: dict, ratio: int) -> None:
+            self.point.set(point)
+            self.ratio.set(ratio)
+
+    holder = MockHost(App(Holder))
+    h = holder.create("Holder")
+    holder.invoke(h, "store", [{"y": 2, "x": 1, "junk": [1, 2, 3]}, 5])
+    stored = {e.field: e.value for e in holder.entries(h)}
+    assert stored == {"point": b'{"x":1,"y":2,"label":null}', "ratio": b"5.0"}
+
+
 def test_a_struct_without_defaults_has_no_default_value():
     @lambda_object
     class Holder:
