@@ -688,33 +688,6 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_submit_here_wrapper';
 REVOKE ALL ON FUNCTION lambdastore._submit_here(bigint, text, text, text, text, bigint, text, timestamptz, text) FROM PUBLIC;
--- Per application and function: jobs due and waiting (not running),
--- running now, done and failed, how long the oldest waiting job has been
--- due, jobs not due yet (delayed, or backing off after a conflict),
--- cancelled; then the application's queue limits, and its waiting jobs
--- held back because it runs max_running jobs (counted on one server: on a
--- Citus cluster each node applies max_running to its own jobs). 'running'
--- comes from the runners' shared memory (of every node): a claimed job is
--- only row-locked, its 'done' commits with its effects.
-CREATE OR REPLACE VIEW lambdastore.queue AS
-WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id),
-functions AS (
-SELECT j.app,
-       j.method AS function,
-       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now()) AS depth,
-       count(r.job_id) AS running,
-       count(*) FILTER (WHERE j.state = 'done') AS done,
-       count(*) FILTER (WHERE j.state = 'failed') AS failed,
-       now() - min(j.run_after) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after <= now())
-           AS oldest_waiting,
-       count(*) FILTER (WHERE j.state = 'queued' AND r.job_id IS NULL AND j.run_after > now()) AS not_due,
-       count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
-  FROM lambdastore.app_jobs j LEFT JOIN running r ON r.job_id = j.job_id
- GROUP BY j.app, j.method)
-SELECT f.app, f.function, f.depth, f.running, f.done, f.failed, f.oldest_waiting, f.not_due, f.cancelled,
-       l.max_running, l.rate, l.per, coalesce(l.priority, 0) AS priority,
-       CASE WHEN l.max_running <= sum(f.running) OVER (PARTITION BY f.app) THEN f.depth ELSE 0 END AS held_back
-  FROM functions f LEFT JOIN lambdastore.queue_limits l ON l.app = f.app;
 
 -- The shards of jobs on a Citus cluster, from the coordinator: each in its
 -- own transaction on its node (run_command_on_shards), so that every step
@@ -1251,6 +1224,14 @@ SELECT l.app, l.max_running, l.rate, l.per, l.priority
   FROM lambdastore._queue_limits_all l
  WHERE lambdastore.has_app_privilege(l.app, 'invoke') OR lambdastore.has_app_privilege(l.app, 'read');
 
+-- Per application and function: jobs due and waiting (not running),
+-- running now, done and failed, how long the oldest waiting job has been
+-- due, jobs not due yet (delayed, or backing off after a conflict),
+-- cancelled; then the application's queue limits, and its waiting jobs
+-- held back because it runs max_running jobs (counted on one server: on a
+-- Citus cluster each node applies max_running to its own jobs). 'running'
+-- comes from the runners' shared memory (of every node): a claimed job is
+-- only row-locked, its 'done' commits with its effects.
 CREATE OR REPLACE VIEW lambdastore.queue AS
 WITH running AS (SELECT job_id FROM lambdastore._running_jobs_visible() job_id),
 functions AS (
