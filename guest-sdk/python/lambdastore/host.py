@@ -48,7 +48,10 @@ def encode_args(args) -> str:
 
 def _utf8(text: str) -> str:
     """`text`, which must cross to the host as UTF-8: `UnicodeEncodeError`
-    (a `ValueError`) for a lone surrogate, which trapped the instance."""
+    (a `ValueError`) for a lone surrogate, `TypeError` for no `str`; either
+    trapped the instance."""
+    if not isinstance(text, str):
+        raise TypeError(f"expected a str, not {type(text).__name__}")
     if not text.isascii():
         text.encode("utf-8")
     return text

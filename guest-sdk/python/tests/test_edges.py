@@ -162,3 +162,19 @@ def test_a_result_jsonb_cannot_hold_fails_the_workflow(host):
         nul.invoke(n, "write_then_return", ["a\u0000b"])
     assert nul.cell(n, "n") is None
     assert nul.invoke(n, "write_then_return", ["ab"]) == {"k": ["ab"]}
+
+
+def test_a_name_that_is_no_text_is_a_python_error(host):
+    @lambda_object
+    class Caller:
+        n: Cell[int]
+
+        def call_by(self, name: int) -> str:
+            try:
+                lambdastore.call(lambdastore.self_id(), name)
+            except TypeError as e:
+                return str(e)
+            return "called"
+
+    caller = MockHost(App(Caller))
+    assert caller.invoke(caller.create("Caller"), "call_by", [7]) == "expected a str, not int"
