@@ -61,15 +61,18 @@ REVOKE ALL ON FUNCTION lambdastore._distribute_calls() FROM PUBLIC;
 
 -- The app_* views (views.sql) on a Citus cluster: each reads its rows
 -- through lambdastore._visible_rows, as the tables' owner, from the _*_all
--- view behind it, with the columns it has on one server (Citus would read
--- the workers' shards as the querying role, which may not read them: every
--- view failed with 42501 for an ordinary role). On every node, for roles
--- connected to a worker too; by distribute(), at each call.
+-- view behind it (each row as the text of its composite type: exact, SQL
+-- NULL apart from JSON null), with the columns it has on one server (Citus
+-- would read the workers' shards as the querying role, which may not read
+-- them: every view failed with 42501 for an ordinary role). On every node,
+-- for roles connected to a worker too (where Citus refuses a view's DDL it
+-- would propagate); by distribute(), at each call.
 CREATE FUNCTION lambdastore._views_for_citus() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET citus.enable_ddl_propagation = off AS $fn$
 DECLARE
     v record;
     columns text;
+    failed text;
 BEGIN
     FOR v IN SELECT * FROM (VALUES ('app_objects', '_objects_all'), ('app_entries', '_entries_all'),
                                    ('app_entry_sets', '_entry_sets_all'), ('app_jobs', '_jobs_all'),
@@ -80,10 +83,15 @@ BEGIN
           FROM pg_attribute
          WHERE attrelid = format('lambdastore.%I', v.name)::regclass AND attnum > 0 AND NOT attisdropped;
         EXECUTE format('CREATE OR REPLACE VIEW lambdastore.%I AS SELECT %s FROM lambdastore._visible_rows(%L) v, '
-                       'jsonb_populate_record(NULL::lambdastore.%I, v) r', v.name, columns, v.behind, v.behind);
+                       'LATERAL (SELECT (v::lambdastore.%I).*) r', v.name, columns, v.behind, v.behind);
     END LOOP;
     IF (SELECT groupid FROM pg_dist_local_group) = 0 THEN
-        PERFORM run_command_on_workers('SELECT lambdastore._views_for_citus()');
+        SELECT string_agg(format('%s:%s: %s', r.nodename, r.nodeport, r.result), '; ') INTO failed
+          FROM run_command_on_workers('SELECT lambdastore._views_for_citus()') r
+         WHERE NOT r.success;
+        IF failed IS NOT NULL THEN
+            RAISE EXCEPTION 'the app_* views could not be made on every worker: %', failed USING ERRCODE = '55000';
+        END IF;
     END IF;
 END
 $fn$;

@@ -178,7 +178,7 @@ mod lambdastore {
     /// read as the tables' owner (Citus reads the workers' shards as the
     /// role that asks, which may not read them).
     #[pg_extern(volatile, parallel_unsafe)]
-    fn _visible_rows(view: &str) -> SetOfIterator<'static, JsonB> {
+    fn _visible_rows(view: &str) -> SetOfIterator<'static, String> {
         use Privilege::*;
         let any_of: &[Privilege] = match view {
             "_objects_all" | "_entries_all" | "_entry_sets_all" => &[Read],
@@ -202,7 +202,7 @@ mod lambdastore {
             })
         });
         let rows = rows.unwrap_or_else(|err| raise(err, format!("_visible_rows('{view}')")));
-        SetOfIterator::new(rows.into_iter().map(|row| JsonB(serde_json::from_str(&row).unwrap_or_default())))
+        SetOfIterator::new(rows)
     }
 
     /// Behind `lambdastore.queue`: the jobs the runners of every node run

@@ -234,18 +234,18 @@ pub(crate) fn application_names() -> Result<Vec<String>> {
 }
 
 /// The rows of one of the `_*_all` views behind the `app_*` views
-/// (sql/views.sql), as JSON, of the applications `apps` (of every one if
+/// (sql/views.sql), as text, of the applications `apps` (of every one if
 /// `every_app`). None for a name that is not one of them.
 pub(crate) fn all_rows(view: &str, every_app: bool, apps: Vec<String>) -> Result<Option<Vec<String>>> {
-    // Made JSON after Citus has gathered the rows (a CTE it runs first): in a
-    // statement it sends to the shards, a whole row loses its column names
-    // ({"f1": ...}).
+    // Each row as the text of its composite type, which the view casts back
+    // (exact: JSON's numbers are not, nor its null apart from SQL's), made
+    // after Citus has gathered the rows (a CTE it runs first).
     macro_rules! of {
         ($view:literal) => {
             concat!(
                 "WITH rows AS MATERIALIZED (SELECT * FROM lambdastore.",
                 $view,
-                " v WHERE $1 OR v.app = ANY ($2)) SELECT to_jsonb(r)::text FROM rows r"
+                " v WHERE $1 OR v.app = ANY ($2)) SELECT r::text FROM rows r"
             )
         };
     }

@@ -15,7 +15,7 @@ use crate::error::{LambdaError, Result};
 use crate::jobs::queue::{self, Claimed, NewJob};
 use lambdastore_core::schedule::{Missed, Schedule};
 use pgrx::datum::TimestampWithTimeZone;
-use pgrx::pg_sys::{self, BuiltinOid::*};
+use pgrx::pg_sys::BuiltinOid::*;
 
 /// The longest schedule name, as for timers: a name, not data.
 const MAX_NAME: usize = 255;
@@ -114,7 +114,6 @@ struct Row {
     cron: String,
     zone: String,
     missed: String,
-    role: pg_sys::Oid,
 }
 
 /// What becomes of a claimed tick of the schedule `name`.
@@ -137,7 +136,7 @@ pub(crate) struct Next {
 pub(crate) fn plan(job: &Claimed, name: &str, now_micros: i64) -> Result<Plan> {
     let row = query_at(
         layout::place(job.object)?,
-        "SELECT app, method, args::text, cron, time_zone, missed, created_by
+        "SELECT app, method, args::text, cron, time_zone, missed
            FROM lambdastore.schedules WHERE object_id = $1 AND name = $2",
         &[INT8OID, TEXTOID],
         &[job.object.into(), name.into()],
@@ -150,7 +149,6 @@ pub(crate) fn plan(job: &Claimed, name: &str, now_micros: i64) -> Result<Plan> {
                 cron: row.get(4)?.unwrap_or_default(),
                 zone: row.get(5)?.unwrap_or_default(),
                 missed: row.get(6)?.unwrap_or_default(),
-                role: row.get(7)?.unwrap_or(pg_sys::InvalidOid),
             }))
         },
     )?;
@@ -173,7 +171,10 @@ pub(crate) fn queue_next(job: &Claimed, name: &str, next: &Next) -> Result<()> {
         args: &row.args,
         idempotency_key: None,
         parent: None,
-        role: row.role,
+        // The tick's own role, by this node's OID (the first tick was
+        // queued here by name): `created_by` is the OID on the node that
+        // made the schedule, another role or none on a Citus worker.
+        role: job.role,
         due: Some(queue::due_at(next.due_micros)?),
         timer: None,
         schedule: Some(name),
