@@ -29,6 +29,9 @@ const NAME: usize = 64;
 #[derive(Clone, Copy)]
 pub(crate) struct Name {
     used: bool,
+    /// The database the calls ran in: the table is the server's, and an
+    /// application of the same name in another database is another one.
+    database: u32,
     /// Of the whole names: two functions whose names are cut alike are
     /// counted apart.
     hash: u64,
@@ -38,18 +41,29 @@ pub(crate) struct Name {
 }
 
 impl Name {
-    const EMPTY: Name = Name { used: false, hash: 0, app: [0; NAME], ty: [0; NAME], function: [0; NAME] };
+    const EMPTY: Name = Name { used: false, database: 0, hash: 0, app: [0; NAME], ty: [0; NAME], function: [0; NAME] };
 
     fn new(app: &str, ty: &str, function: &str) -> Name {
         use std::hash::{Hash, Hasher};
         // SipHash with fixed keys: the same in every backend of the server.
         let mut hasher = std::hash::DefaultHasher::new();
         (app, ty, function).hash(&mut hasher);
-        Name { used: true, hash: hasher.finish(), app: fixed(app), ty: fixed(ty), function: fixed(function) }
+        Name {
+            used: true,
+            database: crate::pg::backend::database_id(),
+            hash: hasher.finish(),
+            app: fixed(app),
+            ty: fixed(ty),
+            function: fixed(function),
+        }
     }
 
     fn same(&self, other: &Name) -> bool {
-        self.hash == other.hash && self.app == other.app && self.ty == other.ty && self.function == other.function
+        self.database == other.database
+            && self.hash == other.hash
+            && self.app == other.app
+            && self.ty == other.ty
+            && self.function == other.function
     }
 }
 
@@ -198,11 +212,12 @@ fn stats() -> TableIterator<
     let rows: Vec<_> = if ENABLED.load(Ordering::Relaxed) {
         let names = NAMES.share();
         let counters = COUNTERS.get();
+        let database = crate::pg::backend::database_id();
         names
             .0
             .iter()
             .zip(counters)
-            .filter(|(name, _)| name.used)
+            .filter(|(name, _)| name.used && name.database == database)
             .map(|(name, c)| {
                 let read = |counter: &AtomicI64| counter.load(Ordering::Relaxed);
                 let total_ms = read(&c.total_us) as f64 / 1000.0;

@@ -511,6 +511,28 @@ fn dropping_a_database_removes_its_compiled_modules() {
     assert_eq!(left, None, "{dir} is still there");
 }
 
+/// `lambdastore.stats` counts per database: the server's table once
+/// showed an application's calls in another database holding an
+/// application of the same name, to whoever may read that one.
+#[test]
+fn stats_of_another_database_are_not_shown() {
+    let scratch = ScratchDatabase::new("stats_apart");
+    let app = app("stats_apart");
+    let mut other = scratch.connect();
+    other.batch_execute("CREATE EXTENSION lambdastore").unwrap();
+    deploy_example(&mut other, &app, "counter");
+    let id = create(&mut other, &app, "Counter", json!({"initial": 0}));
+    call(&mut other, id, "get", json!({}));
+    let calls = |c: &mut Client| -> i64 {
+        let sql = "SELECT coalesce(sum(calls), 0)::bigint FROM lambdastore.stats WHERE app = $1 AND function = 'get'";
+        c.query_one(sql, &[&app]).unwrap().get(0)
+    };
+    assert_eq!(calls(&mut other), 1, "counted where the call ran");
+    let mut here = connect();
+    deploy_example(&mut here, &app, "counter");
+    assert_eq!(calls(&mut here), 0, "the other database's calls");
+}
+
 /// Compiling cannot be interrupted, so who may deploy is checked first: a
 /// refused deploy compiles nothing and leaves no artifact behind.
 #[test]
