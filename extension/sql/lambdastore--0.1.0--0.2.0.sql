@@ -474,7 +474,7 @@ REVOKE ALL ON FUNCTION lambdastore._advance_sequences() FROM PUBLIC;
 -- job, keeps the version current when it starts; every object and every
 -- queued job runs on the current one (README, "Redeploying"), so only it
 -- counts objects and queued jobs.
-CREATE VIEW lambdastore.app_versions WITH (security_barrier) AS
+CREATE VIEW lambdastore._versions_all AS
 SELECT m.app, m.version, m.module_id = a.module_id AS current, m.deployed, m.deployed_by::regrole AS deployed_by,
        m.sha256, octet_length(m.wasm) AS bytes,
        ARRAY(SELECT t.type_name FROM lambdastore.object_types t
@@ -489,7 +489,13 @@ SELECT m.app, m.version, m.module_id = a.module_id AS current, m.deployed, m.dep
   -- Joined, not correlated: on Citus these tables are distributed.
   LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.objects GROUP BY app) o ON o.app = m.app
   LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.jobs WHERE state = 'queued' GROUP BY app) j ON j.app = m.app
- WHERE lambdastore.has_app_privilege(m.app, 'read') OR lambdastore.has_app_privilege(m.app, 'invoke');
+;
+
+CREATE VIEW lambdastore.app_versions WITH (security_barrier) AS
+SELECT v.app, v.version, v.current, v.deployed, v.deployed_by, v.sha256, v.bytes, v.types, v.migrating_types,
+       v.objects, v.queued_jobs
+  FROM lambdastore._versions_all v
+ WHERE lambdastore.has_app_privilege(v.app, 'read') OR lambdastore.has_app_privilege(v.app, 'invoke');
 GRANT SELECT ON lambdastore.app_versions TO PUBLIC;
 
 CREATE FUNCTION lambdastore.versions(app text) RETURNS SETOF lambdastore.app_versions
@@ -1163,23 +1169,6 @@ CREATE VIEW lambdastore._api_keys_all AS
 SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by::regrole AS created_by, k.revoked
   FROM lambdastore.api_keys k;
 
-CREATE VIEW lambdastore._versions_all AS
-SELECT m.app, m.version, m.module_id = a.module_id AS current, m.deployed, m.deployed_by::regrole AS deployed_by,
-       m.sha256, octet_length(m.wasm) AS bytes,
-       ARRAY(SELECT t.type_name FROM lambdastore.object_types t
-              WHERE t.module_id = m.module_id ORDER BY t.type_name) AS types,
-       ARRAY(SELECT t.type_name FROM lambdastore.object_types t
-              WHERE t.module_id = m.module_id AND t.functions @> '[{"name": "migrate", "kind": "method"}]'
-              ORDER BY t.type_name) AS migrating_types,
-       CASE WHEN m.module_id = a.module_id THEN coalesce(o.n, 0) ELSE 0 END AS objects,
-       CASE WHEN m.module_id = a.module_id THEN coalesce(j.n, 0) ELSE 0 END AS queued_jobs
-  FROM lambdastore.modules m
-  JOIN lambdastore.applications a ON a.name = m.app
-  -- Joined, not correlated: on Citus these tables are distributed.
-  LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.objects GROUP BY app) o ON o.app = m.app
-  LEFT JOIN (SELECT app, count(*) AS n FROM lambdastore.jobs WHERE state = 'queued' GROUP BY app) j ON j.app = m.app
-;
-
 CREATE OR REPLACE VIEW lambdastore.app_objects WITH (security_barrier) AS
 SELECT o.object_id, o.app, o.type_name, o.created
   FROM lambdastore._objects_all o
@@ -1212,12 +1201,6 @@ CREATE OR REPLACE VIEW lambdastore.app_api_keys WITH (security_barrier) AS
 SELECT k.key_id, k.app, k.label, k.prefix, k.created, k.created_by, k.revoked
   FROM lambdastore._api_keys_all k
  WHERE lambdastore.has_app_privilege(k.app, 'owner');
-
-CREATE OR REPLACE VIEW lambdastore.app_versions WITH (security_barrier) AS
-SELECT v.app, v.version, v.current, v.deployed, v.deployed_by, v.sha256, v.bytes, v.types, v.migrating_types,
-       v.objects, v.queued_jobs
-  FROM lambdastore._versions_all v
- WHERE lambdastore.has_app_privilege(v.app, 'read') OR lambdastore.has_app_privilege(v.app, 'invoke');
 
 CREATE VIEW lambdastore._app_queue_limits WITH (security_barrier) AS
 SELECT l.app, l.max_running, l.rate, l.per, l.priority
