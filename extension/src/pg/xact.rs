@@ -114,6 +114,8 @@ pub(crate) fn with_snapshot<R>(f: impl FnOnce() -> R) -> R {
 pub(crate) struct Subtransaction {
     context: pg_sys::MemoryContext,
     owner: pg_sys::ResourceOwner,
+    /// Its nesting level (the top-level transaction's is 1).
+    level: i32,
 }
 
 impl Subtransaction {
@@ -121,27 +123,47 @@ impl Subtransaction {
         // SAFETY: inside a transaction, with no SPI connection open (each
         // catalog query opens and closes its own).
         unsafe {
-            let started = Subtransaction { context: pg_sys::CurrentMemoryContext, owner: pg_sys::CurrentResourceOwner };
+            let (context, owner) = (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner);
             pg_sys::BeginInternalSubTransaction(std::ptr::null());
-            pg_sys::MemoryContextSwitchTo(started.context);
-            started
+            pg_sys::MemoryContextSwitchTo(context);
+            Subtransaction { context, owner, level: pg_sys::GetCurrentTransactionNestLevel() }
         }
     }
 
     /// Keeps what ran inside it (it commits with the transaction).
     pub(crate) fn release(self) {
-        // SAFETY: ends the subtransaction `begin` started, which is the
-        // current one: everything inside it has returned.
+        self.end_inner();
+        // SAFETY: ends the subtransaction `begin` started, now the current
+        // one: everything inside it has returned.
         unsafe { pg_sys::ReleaseCurrentSubTransaction() };
         self.restore();
     }
 
     /// Undoes what ran inside it.
     pub(crate) fn roll_back(self) {
+        self.end_inner();
         // SAFETY: as for `release`; an error caught inside it has been
         // flushed (PgTryBuilder does).
         unsafe { pg_sys::RollbackAndReleaseCurrentSubTransaction() };
         self.restore();
+    }
+
+    /// Rolls back the subtransactions begun inside this one that an error
+    /// unwound past before they ended (a `Subtransaction` is a value, not
+    /// a guard). Ending only the current one ended such an inner one and
+    /// left this one open, and the transaction around it never committed:
+    /// CommitTransactionCommand inside a subtransaction commits nothing. A
+    /// job runner whose cross-node call lost its connection (remote.rs's
+    /// `hops`) ran every later job in one transaction that never ended,
+    /// holding the shards against moves, until it was killed.
+    fn end_inner(&self) {
+        // SAFETY: each is the current subtransaction when it is rolled
+        // back, and every one of them is inside this one.
+        unsafe {
+            while pg_sys::GetCurrentTransactionNestLevel() > self.level {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            }
+        }
     }
 
     fn restore(&self) {
