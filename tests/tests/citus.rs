@@ -427,7 +427,7 @@ fn an_ordinary_role_reads_its_applications_rows_through_the_views() {
     // workers kept the old views, 42501, until distribute() checked).
     let worker = owner(&mut c, a);
     let mut home = workers().unwrap().into_iter().find_map(|mut n| (node(&mut n) == worker).then_some(n)).unwrap();
-    home.batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name)).unwrap();
+    schema_grant_on_worker(&mut c, &mut home, &format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name));
     let mut on_worker = connect_as(&role.name, &worker);
     assert_eq!(ids(&mut on_worker, "SELECT object_id FROM lambdastore.app_objects ORDER BY 1"), of_app);
     assert_eq!(ids(&mut on_worker, "SELECT count(*) FROM lambdastore.app_jobs"), vec![2]);
@@ -457,7 +457,7 @@ fn an_ordinary_role_reads_its_applications_rows_through_the_views() {
     r.execute("SELECT lambdastore.unschedule($1, 'each_second')", &[&a]).unwrap();
     assert_eq!(failed, Vec::<String>::new(), "ticks failed");
     assert!(ticks(&mut r, "done") >= 3, "three ticks in 30 s");
-    home.batch_execute(&format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name)).unwrap();
+    schema_grant_on_worker(&mut c, &mut home, &format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name));
 }
 
 /// The functions a node runs for calls another node sent it take the
@@ -473,7 +473,7 @@ fn an_ordinary_role_may_not_send_itself_a_call_as_another_role() {
     // the workers): what refuses is the functions' own privilege.
     let a_node = owner(&mut c, a);
     let mut home = nodes.into_iter().find_map(|mut n| (node(&mut n) == a_node).then_some(n)).unwrap();
-    home.batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name)).unwrap();
+    schema_grant_on_worker(&mut c, &mut home, &format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name));
     let mut on_owner = connect_as(&role.name, &a_node);
     for (name, here) in [
         ("_call_here", "SELECT lambdastore._call_here($1, 'increment', '{}', '{\"tape\": []}', 'postgres', 1000, '')"),
@@ -484,7 +484,18 @@ fn an_ordinary_role_may_not_send_itself_a_call_as_another_role() {
         assert!(message.contains(name), "{message}");
     }
     assert_eq!(call(&mut c, a, "get", json!({})), json!(0), "nothing ran");
-    home.batch_execute(&format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name)).unwrap();
+    schema_grant_on_worker(&mut c, &mut home, &format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name));
+}
+
+/// Runs `sql`, a GRANT or REVOKE on the schema, on `worker`, holding the
+/// coordinator's `ROLES_LOCK`: Citus sends `TestRole`'s grants to the
+/// workers under that lock, and two grants of one schema at once fail
+/// ("tuple concurrently updated").
+fn schema_grant_on_worker(coordinator: &mut Client, worker: &mut Client, sql: &str) {
+    let mut held = coordinator.transaction().unwrap();
+    held.execute("SELECT pg_advisory_xact_lock($1)", &[&ROLES_LOCK]).unwrap();
+    change_roles(worker, sql).unwrap();
+    held.commit().unwrap();
 }
 
 /// A connection as `role` to the worker at `node` (host:port).
@@ -517,7 +528,7 @@ fn an_ordinary_role_may_not_prepare_a_writing_transaction_on_a_worker_under_a_na
 
     let a_node = owner(&mut c, a);
     let at = worker_at(&mut nodes, &a_node);
-    nodes[at].batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name)).unwrap();
+    schema_grant_on_worker(&mut c, &mut nodes[at], &format!("GRANT USAGE ON SCHEMA lambdastore TO {}", role.name));
     let mut on_a = connect_as(&role.name, &a_node);
     let group: i32 = nodes[at].query_one("SELECT groupid FROM pg_dist_local_group", &[]).unwrap().get(0);
     for (gid, allowed) in
@@ -537,7 +548,7 @@ fn an_ordinary_role_may_not_prepare_a_writing_transaction_on_a_worker_under_a_na
     }
     assert_eq!(left_prepared_named(&mut nodes[at], &app), 0);
     assert_eq!(call(&mut c, a, "get", json!({})), json!(1), "only the committed increment");
-    nodes[at].batch_execute(&format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name)).unwrap();
+    schema_grant_on_worker(&mut c, &mut nodes[at], &format!("REVOKE USAGE ON SCHEMA lambdastore FROM {}", role.name));
 }
 
 fn left_prepared_named(on: &mut Client, gid: &str) -> i64 {
