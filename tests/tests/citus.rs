@@ -283,6 +283,72 @@ fn a_job_queued_by_a_two_phase_commit_runs_at_once() {
     assert_eq!(done.state, "done", "job {job} still {done:?} after 20 s");
 }
 
+/// A job's call sent to another node, whose run there needed a call back
+/// on the job's node, loses its connection while the job makes that call:
+/// the ERROR of the next send leaves the subtransaction of the calls the
+/// job made for it (remote.rs, `hops`) open. Ending the job's own must end
+/// that one too (pg/xact.rs, `end_inner`); otherwise the runner ran every
+/// later job inside one transaction that never committed (seen in CI: its
+/// jobs never finished, and a migration waited on its locks).
+#[test]
+fn a_runner_goes_on_after_a_jobs_call_to_another_node_loses_its_connection() {
+    let Some(mut workers) = workers() else { return };
+    let urls = &cluster::citus().expect("a cluster").workers;
+    let (mut c, app) = deployed("citus_lost_hop", "micro");
+    let by_node = spread(&mut c, &app, "Bench", json!({"entries": 0}), 2);
+    let nodes: Vec<&String> = by_node.keys().collect();
+    let ([x, t], y) = ([by_node[nodes[0]][0], by_node[nodes[0]][1]], by_node[nodes[1]][0]);
+    let (home_url, away_url) = (&urls[worker_at(&mut workers, nodes[0])], &urls[worker_at(&mut workers, nodes[1])]);
+    call(&mut c, t, "put", json!({"key": "k", "value": "old"}));
+
+    // x's job relays to y (the other node), whose run needs t's put (x's
+    // node again): the runner makes it, and waits there on t's rows.
+    let mut home = connect_node(home_url);
+    let mut blocker = connect_node(home_url);
+    let blocker_pid = backend_pid(&mut blocker);
+    let mut locked = blocker.transaction().unwrap();
+    let lock = "SELECT 1 FROM lambdastore.entries WHERE object_id = $1 FOR UPDATE";
+    assert!(!locked.query(lock, &[&t]).unwrap().is_empty());
+    let put = json!({"target": t, "method": "put", "args": {"key": "k", "value": "new"}});
+    let job = submit(&mut c, x, "relay", json!({"target": y, "method": "relay", "args": put}), None).unwrap();
+    let waiting = "SELECT pid FROM pg_stat_activity
+                    WHERE backend_type = 'lambdastore job runner' AND $1 = ANY (pg_blocking_pids(pid))";
+    let mut runner = None;
+    poll_until("no job runner waited for t's rows", || {
+        runner = home.query(waiting, &[&blocker_pid]).unwrap().first().map(|row| row.get::<_, i32>(0));
+        runner.is_some()
+    });
+
+    // y's node ends the runner's connection (Citus names it by the
+    // runner's global pid, whose low digits are its pid), then t's rows
+    // are free: the job's next send to y's node fails with an ERROR.
+    let mut away = connect_node(away_url);
+    let ended: i64 = away
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+              WHERE application_name LIKE 'citus\\_internal gpid=%'
+                AND substring(application_name FROM '[0-9]+$')::bigint % 10000000000 = $1",
+            &[&i64::from(runner.unwrap())],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(ended, 1, "the runner's connection to y's node");
+    locked.rollback().unwrap();
+
+    // The job finishes (its first attempt failed; a retry may succeed),
+    // and so does the next one the same runners take.
+    let done = finished(&mut c, job);
+    let k = call(&mut c, t, "get", json!({"key": "k"}));
+    match done.state.as_str() {
+        "done" => assert_eq!(k, json!("new"), "the job's put"),
+        "failed" => assert_eq!(k, json!("old"), "nothing of the failed job"),
+        _ => panic!("job {job}: {done:?}"),
+    }
+    let next = submit(&mut c, t, "put", json!({"key": "k2", "value": "after"}), None).unwrap();
+    assert_eq!(finished(&mut c, next).state, "done");
+    assert_eq!(call(&mut c, t, "get", json!({"key": "k2"})), json!("after"));
+}
+
 #[test]
 fn split_and_delete_from_any_node_reach_the_owner() {
     let Some(mut workers) = workers() else { return };
