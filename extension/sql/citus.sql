@@ -74,10 +74,7 @@ DECLARE
     columns text;
     failed text;
 BEGIN
-    FOR v IN SELECT * FROM (VALUES ('app_objects', '_objects_all'), ('app_entries', '_entries_all'),
-                                   ('app_entry_sets', '_entry_sets_all'), ('app_jobs', '_jobs_all'),
-                                   ('app_schedules', '_schedules_all'), ('_app_queue_limits', '_queue_limits_all'),
-                                   ('app_api_keys', '_api_keys_all'), ('app_versions', '_versions_all')) AS p(name, behind)
+    FOR v IN SELECT * FROM lambdastore._views_behind()
     LOOP
         SELECT string_agg(format('r.%I', attname), ', ' ORDER BY attnum) INTO columns
           FROM pg_attribute

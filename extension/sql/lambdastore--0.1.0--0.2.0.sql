@@ -1242,6 +1242,14 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_visible_rows_wrapper';
 
+CREATE  FUNCTION lambdastore."_views_behind"() RETURNS TABLE (
+	"name" TEXT,  /* & '_ str */
+	"behind" TEXT  /* & '_ str */
+)
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_views_behind_wrapper';
+
 CREATE FUNCTION lambdastore._views_for_citus() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET citus.enable_ddl_propagation = off AS $fn$
 DECLARE
@@ -1249,10 +1257,7 @@ DECLARE
     columns text;
     failed text;
 BEGIN
-    FOR v IN SELECT * FROM (VALUES ('app_objects', '_objects_all'), ('app_entries', '_entries_all'),
-                                   ('app_entry_sets', '_entry_sets_all'), ('app_jobs', '_jobs_all'),
-                                   ('app_schedules', '_schedules_all'), ('_app_queue_limits', '_queue_limits_all'),
-                                   ('app_api_keys', '_api_keys_all'), ('app_versions', '_versions_all')) AS p(name, behind)
+    FOR v IN SELECT * FROM lambdastore._views_behind()
     LOOP
         SELECT string_agg(format('r.%I', attname), ', ' ORDER BY attnum) INTO columns
           FROM pg_attribute

@@ -467,6 +467,10 @@ fn an_ordinary_role_reads_its_applications_rows_through_the_views() {
     assert_eq!(ids(&mut r, "SELECT count(*) FROM lambdastore.app_schedules"), vec![0]);
     assert_eq!(ids(&mut r, "SELECT count(*) FROM lambdastore.app_api_keys"), vec![1]);
     assert_eq!(ids(&mut r, &format!("SELECT objects FROM lambdastore.versions('{app}')")), vec![of_app.len() as i64]);
+    // The function behind the views reads as the tables' owner: only the
+    // views it is made for, each filtered (not the table of every
+    // application's objects).
+    expect_sqlstate(r.query("SELECT * FROM lambdastore._visible_rows('objects')", &[]), "22023");
     r.batch_execute(&format!("CALL lambdastore.migrate_objects('{app}')")).unwrap();
     let version: i64 = r.query_one("SELECT version FROM lambdastore.entry_sets($1)", &[&a]).unwrap().get(0);
     assert!(version >= 3, "the counters of the object's node: version {version} after 3 writes");

@@ -180,9 +180,13 @@ mod lambdastore {
     #[pg_extern(volatile, parallel_unsafe)]
     fn _visible_rows(view: &str) -> SetOfIterator<'static, String> {
         use Privilege::*;
-        let any_of: &[Privilege] = match view {
-            "_objects_all" | "_entries_all" | "_entry_sets_all" => &[Read],
-            "_api_keys_all" => &[Owner],
+        let Some(behind) = crate::catalog::behind_view(view) else {
+            let err = LambdaError::InvalidParameter(format!("\"{view}\" is not one of the views behind app_*"));
+            raise(err, format!("_visible_rows('{view}')"))
+        };
+        let any_of: &[Privilege] = match behind.name {
+            "app_objects" | "app_entries" | "app_entry_sets" => &[Read],
+            "app_api_keys" => &[Owner],
             _ => &[Invoke, Read],
         };
         let rows = as_storage(|caller| {
@@ -197,12 +201,17 @@ mod lambdastore {
                     }
                 }
             }
-            crate::catalog::all_rows(view, caller.is_superuser(), apps)?.ok_or_else(|| {
-                LambdaError::InvalidParameter(format!("\"{view}\" is not one of the views behind app_*"))
-            })
+            crate::catalog::all_rows(behind, caller.is_superuser(), apps)
         });
         let rows = rows.unwrap_or_else(|err| raise(err, format!("_visible_rows('{view}')")));
         SetOfIterator::new(rows)
+    }
+
+    /// The views `_views_for_citus` (sql/citus.sql) makes read through
+    /// `_visible_rows`, each with the `_*_all` view behind it.
+    #[pg_extern(immutable, parallel_safe)]
+    fn _views_behind() -> TableIterator<'static, (name!(name, &'static str), name!(behind, &'static str))> {
+        TableIterator::new(crate::catalog::BEHIND_VIEWS.iter().map(|view| (view.name, view.behind)))
     }
 
     /// Behind `lambdastore.queue`: the jobs the runners of every node run

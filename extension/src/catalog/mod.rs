@@ -233,40 +233,60 @@ pub(crate) fn application_names() -> Result<Vec<String>> {
     })
 }
 
-/// The rows of one of the `_*_all` views behind the `app_*` views
-/// (sql/views.sql), as text, of the applications `apps` (of every one if
-/// `every_app`). None for a name that is not one of them.
-pub(crate) fn all_rows(view: &str, every_app: bool, apps: Vec<String>) -> Result<Option<Vec<String>>> {
-    // Each row as the text of its composite type, which the view casts back
-    // (exact: JSON's numbers are not, nor its null apart from SQL's), made
-    // after Citus has gathered the rows (a CTE it runs first).
-    macro_rules! of {
-        ($view:literal) => {
-            concat!(
+/// A view an ordinary role reads, on a Citus cluster, through
+/// `_visible_rows` (`_views_for_citus`, sql/citus.sql): its name, the
+/// `_*_all` view behind it (sql/views.sql), and the statement reading that
+/// one's rows of some applications.
+pub(crate) struct BehindView {
+    pub(crate) name: &'static str,
+    pub(crate) behind: &'static str,
+    rows: &'static str,
+}
+
+macro_rules! behind {
+    ($name:literal, $behind:literal) => {
+        BehindView {
+            name: $name,
+            behind: $behind,
+            // Each row as the text of its composite type, which the view
+            // casts back (exact: JSON's numbers are not, nor its null apart
+            // from SQL's), made after Citus has gathered the rows (a CTE it
+            // runs first).
+            rows: concat!(
                 "WITH rows AS MATERIALIZED (SELECT * FROM lambdastore.",
-                $view,
+                $behind,
                 " v WHERE $1 OR v.app = ANY ($2)) SELECT r::text FROM rows r"
-            )
-        };
-    }
-    let sql = match view {
-        "_objects_all" => of!("_objects_all"),
-        "_entries_all" => of!("_entries_all"),
-        "_entry_sets_all" => of!("_entry_sets_all"),
-        "_jobs_all" => of!("_jobs_all"),
-        "_schedules_all" => of!("_schedules_all"),
-        "_queue_limits_all" => of!("_queue_limits_all"),
-        "_api_keys_all" => of!("_api_keys_all"),
-        "_versions_all" => of!("_versions_all"),
-        _ => return Ok(None),
+            ),
+        }
     };
-    let rows = query_cluster(
-        sql,
+}
+
+/// Every view `_visible_rows` reads, the one list of them.
+pub(crate) const BEHIND_VIEWS: [BehindView; 8] = [
+    behind!("app_objects", "_objects_all"),
+    behind!("app_entries", "_entries_all"),
+    behind!("app_entry_sets", "_entry_sets_all"),
+    behind!("app_jobs", "_jobs_all"),
+    behind!("app_schedules", "_schedules_all"),
+    behind!("_app_queue_limits", "_queue_limits_all"),
+    behind!("app_api_keys", "_api_keys_all"),
+    behind!("app_versions", "_versions_all"),
+];
+
+/// The view behind whose name is `behind`, if it is one.
+pub(crate) fn behind_view(behind: &str) -> Option<&'static BehindView> {
+    BEHIND_VIEWS.iter().find(|view| view.behind == behind)
+}
+
+/// The rows of `view`'s `_*_all` view, as text, of the applications
+/// `apps` (of every one if `every_app`).
+pub(crate) fn all_rows(view: &BehindView, every_app: bool, apps: Vec<String>) -> Result<Vec<String>> {
+    query_cluster(
+        view.rows,
         &[PgBuiltInOids::BOOLOID, PgBuiltInOids::TEXTARRAYOID],
         &[every_app.into(), apps.into()],
         |rows| rows.into_iter().map(|row| Ok(row.get::<String>(1)?.unwrap_or_default())).collect(),
-    )?;
-    Ok(Some(rows))
+    )
 }
 
 /// Object `object_id`'s application and its entry sets in key order, each
