@@ -185,6 +185,18 @@ CREATE TABLE lambdastore.job_keys (
     PRIMARY KEY (idempotency_key, app)
 );
 
+-- The server whose role OIDs the tables hold (owners, grantees, the roles
+-- jobs run as, API keys' and schedules' makers): its system identifier.
+-- A dump carries the old server's, which a restore adds beside the one
+-- CREATE EXTENSION wrote: in another server the old OIDs name other roles,
+-- or none, and until lambdastore.adopt_restored_roles() maps them by the
+-- stored names, everything that acts on a stored role refuses (55000;
+-- catalog/grants.rs).
+CREATE TABLE lambdastore.roles_from (
+    system_identifier bigint NOT NULL
+);
+INSERT INTO lambdastore.roles_from SELECT system_identifier FROM pg_catalog.pg_control_system();
+
 -- What pg_dump keeps: the tables of an extension are its members, and a
 -- dump skips their rows unless marked (a logical backup held none of the
 -- applications, modules or objects). Every table and sequence here is
@@ -205,6 +217,7 @@ SELECT pg_catalog.pg_extension_config_dump('lambdastore.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.job_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.schedules', '');
 SELECT pg_catalog.pg_extension_config_dump('lambdastore.queue_limits', '');
+SELECT pg_catalog.pg_extension_config_dump('lambdastore.roles_from', '');
 
 -- Ordinary roles get no privilege on any of these: every change and every
 -- read of application data goes through the extension's functions, which

@@ -375,6 +375,69 @@ LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._revoke($1, $2::oid, $3) $$;
 CREATE FUNCTION lambdastore.set_owner(app text, new_owner regrole) RETURNS void
 LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._set_owner($1, $2::oid) $$;
 
+-- After a restore of another server's dump (operations.md, "Roles after a
+-- restore into another server"): maps each role OID the tables hold to the
+-- role of the same name here, by the names stored beside owners and
+-- grantees. A role only an OID names (one that queued jobs or made
+-- schedules or API keys without being an owner or grantee) cannot be
+-- found: its queued jobs are cancelled, its schedules dropped and its keys
+-- revoked. Superusers only; afterwards the tables hold this server's OIDs.
+CREATE FUNCTION lambdastore.adopt_restored_roles()
+RETURNS TABLE (role_name name, restored_oid oid, local_oid oid)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    here bigint := (SELECT system_identifier FROM pg_control_system());
+    missing text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM lambdastore.roles_from WHERE system_identifier <> here) THEN
+        RETURN; -- the OIDs are this server's
+    END IF;
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+                                 WHERE logicalrelid = ''lambdastore.objects''::regclass)' INTO missing;
+        IF missing::boolean THEN
+            RAISE EXCEPTION 'adopt_restored_roles() runs before lambdastore.distribute()' USING ERRCODE = '55000',
+                HINT = 'On a Citus cluster roles are found by name on each node.';
+        END IF;
+    END IF;
+    CREATE TEMP TABLE lambdastore_adopted ON COMMIT DROP AS
+        SELECT DISTINCT s.restored, s.name, r.oid AS local
+          FROM (SELECT owner, owner_name FROM lambdastore.applications
+                UNION SELECT grantee, grantee_name FROM lambdastore.grants) s (restored, name)
+          LEFT JOIN pg_roles r ON r.rolname = s.name;
+    SELECT string_agg(DISTINCT format('%I', name), ', ') INTO missing FROM lambdastore_adopted WHERE local IS NULL;
+    IF missing IS NULL THEN
+        SELECT string_agg(format('%s (%s)', restored, names), '; ') INTO missing
+          FROM (SELECT restored, string_agg(format('%I', name), ', ') AS names FROM lambdastore_adopted
+                 GROUP BY restored HAVING count(*) > 1) twice;
+    END IF;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'no role here for %', missing USING ERRCODE = '42704',
+            HINT = 'Create the roles of those names (pg_dumpall --roles-only on the old server), then call it again; '
+                   'one renamed there is stored under its old name: give it that name while this runs.';
+    END IF;
+    -- What no name can be found for acts as no one (OID 0); first, while
+    -- the OIDs are still the old server's.
+    UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = now(),
+           error = 'cancelled by adopt_restored_roles(): the role that queued it is not known here'
+     WHERE state = 'queued' AND submitted_by NOT IN (SELECT restored FROM lambdastore_adopted);
+    DELETE FROM lambdastore.schedules WHERE created_by NOT IN (SELECT restored FROM lambdastore_adopted);
+    UPDATE lambdastore.api_keys SET created_by = 0 WHERE created_by NOT IN (SELECT restored FROM lambdastore_adopted);
+    UPDATE lambdastore.jobs SET submitted_by = 0 WHERE submitted_by NOT IN (SELECT restored FROM lambdastore_adopted);
+    UPDATE lambdastore.modules SET deployed_by = 0 WHERE deployed_by NOT IN (SELECT restored FROM lambdastore_adopted);
+    UPDATE lambdastore.applications t SET owner = m.local FROM lambdastore_adopted m WHERE t.owner = m.restored;
+    UPDATE lambdastore.grants t SET grantee = m.local FROM lambdastore_adopted m WHERE t.grantee = m.restored;
+    UPDATE lambdastore.jobs t SET submitted_by = m.local FROM lambdastore_adopted m WHERE t.submitted_by = m.restored;
+    UPDATE lambdastore.schedules t SET created_by = m.local FROM lambdastore_adopted m WHERE t.created_by = m.restored;
+    UPDATE lambdastore.api_keys t SET created_by = m.local FROM lambdastore_adopted m WHERE t.created_by = m.restored;
+    UPDATE lambdastore.modules t SET deployed_by = m.local FROM lambdastore_adopted m WHERE t.deployed_by = m.restored;
+    DELETE FROM lambdastore.roles_from;
+    INSERT INTO lambdastore.roles_from VALUES (here);
+    RETURN QUERY SELECT m.name, m.restored, m.local FROM lambdastore_adopted m ORDER BY 1;
+END
+$fn$;
+REVOKE ALL ON FUNCTION lambdastore.adopt_restored_roles() FROM PUBLIC;
+
 -- The gateway's key check and its call of a key's application's object
 -- (api/mod.rs) run only inside the gateway's SECURITY DEFINER functions
 -- (sql/gateway.sql), like the helpers there.

@@ -79,6 +79,12 @@ pub(crate) enum LambdaError {
     /// `cancel` of a schedule's tick (jobs/mod.rs).
     #[error("{0}")]
     ScheduledTick(String),
+    /// A role OID stored by another server (catalog/grants.rs).
+    #[error(
+        "the roles this database stores are another server's (it was restored from a dump of one): \
+         a superuser maps them by name with SELECT * FROM lambdastore.adopt_restored_roles()"
+    )]
+    RolesOfAnotherServer,
     #[error("{0}")]
     InvalidName(String),
     #[error("invalid module: {0}")]
@@ -211,7 +217,9 @@ impl LambdaError {
             CallDepth(_) => ERRCODE_STATEMENT_TOO_COMPLEX,
             ReadonlyWrite { .. } | NoObject { .. } => ERRCODE_E_R_E_MODIFYING_SQL_DATA_NOT_PERMITTED,
             IsolationLevel(_) | Prepared(_) | Elsewhere { .. } | CallBack(_) => ERRCODE_FEATURE_NOT_SUPPORTED,
-            NotPreloaded(_) | NewerFields(_) | ScheduledTick(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            NotPreloaded(_) | NewerFields(_) | ScheduledTick(_) | RolesOfAnotherServer => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
             SerializationFailure(_) | Moved { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,

@@ -114,3 +114,74 @@ fn a_dump_restores_every_row_and_the_restored_database_works() {
     }
     let _ = std::fs::remove_file(dump);
 }
+
+/// A dump restored into another server brings that server's role OIDs
+/// (catalog/grants.rs, "roles_from"): here they name other roles or none.
+/// Faked on this server: the restored database says it comes from another
+/// server (its `roles_from` gets another's identifier beside this one's, as
+/// a restore adds it), and its OIDs are changed to what the old server had
+/// given: the owner's OID is eve's here, the grantee's and the
+/// superuser's are no one's. Until a superuser adopts the roles by name,
+/// whatever acts on a stored role refuses (55000), eve first of all; after,
+/// the owner and the grantee are themselves again, and a job only an OID
+/// named is cancelled.
+#[test]
+fn roles_restored_from_another_server_act_only_once_adopted_by_name() {
+    let source = ScratchDatabase::new("roles_src");
+    let (alice, bob, eve) = (TestRole::new("alice"), TestRole::new("bob"), TestRole::new("eve"));
+    let mut c = source.connect();
+    c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
+    deploy(&mut c, "counter", &example("counter")).unwrap();
+    c.execute("SELECT lambdastore.set_owner('counter', $1::text::regrole)", &[&alice.name]).unwrap();
+    grant(&mut c, "counter", &bob.name, "invoke").unwrap();
+    let a = create(&mut c, "counter", "Counter", json!({}));
+    let later = "SELECT lambdastore.submit($1, 'increment', '{}', run_at => now() + interval '1 hour')";
+    let superusers: i64 = c.query_one(later, &[&a]).unwrap().get(0);
+    let dump = std::env::temp_dir().join(format!("lambdastore_roles_{}", std::process::id()));
+    let dump = dump.to_str().unwrap();
+    run("pg_dump", &["-d", &conninfo(&source.name), "--format", "custom", "--file", dump]);
+    let target = ScratchDatabase::new("roles_dst");
+    run("pg_restore", &["-d", &conninfo(&target.name), "--exit-on-error", dump]);
+    let _ = std::fs::remove_file(dump);
+
+    let mut r = target.connect();
+    let oid = |r: &mut Client, role: &TestRole| role.oid(r);
+    let (alice_oid, bob_oid, eve_oid) = (oid(&mut r, &alice), oid(&mut r, &bob), oid(&mut r, &eve));
+    let names = [&alice.name, &bob.name, &eve.name];
+    r.batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}, {}, {}", names[0], names[1], names[2])).unwrap();
+    // Bob's job, queued while he could; then the other server's OIDs.
+    let bobs: i64 = target.connect_as(&bob.name).query_one(later, &[&a]).unwrap().get(0);
+    let nobody = 4_000_000_000u32;
+    r.batch_execute(&format!(
+        "INSERT INTO lambdastore.roles_from VALUES (42);
+         UPDATE lambdastore.applications SET owner = {eve_oid};
+         UPDATE lambdastore.grants SET grantee = {nobody};
+         UPDATE lambdastore.jobs SET submitted_by = CASE submitted_by WHEN {bob_oid} THEN {nobody}
+                                                                      ELSE {nobody} + 1 END;"
+    ))
+    .unwrap();
+
+    let increment = "SELECT lambda_invoke($1, 'increment')::text";
+    for role in [&eve, &alice, &bob] {
+        let message = expect_sqlstate(target.connect_as(&role.name).query_one(increment, &[&a]), "55000");
+        assert!(message.contains("adopt_restored_roles"), "{}: {message}", role.name);
+    }
+    let adopt = "SELECT role_name::text, restored_oid, local_oid FROM lambdastore.adopt_restored_roles()";
+    expect_sqlstate(target.connect_as(&eve.name).query(adopt, &[]), "42501");
+    let adopted: Vec<(String, u32, u32)> =
+        r.query(adopt, &[]).unwrap().iter().map(|row| (row.get(0), row.get(1), row.get(2))).collect();
+    let mut expected = vec![(alice.name.clone(), eve_oid, alice_oid), (bob.name.clone(), nobody, bob_oid)];
+    expected.sort();
+    assert_eq!(adopted, expected);
+
+    assert_eq!(call(&mut target.connect_as(&alice.name), a, "increment", json!({})), json!(1));
+    assert_eq!(call(&mut target.connect_as(&bob.name), a, "increment", json!({})), json!(2));
+    expect_sqlstate(target.connect_as(&eve.name).query_one(increment, &[&a]), "42501");
+    let job = |r: &mut Client, id: i64| -> (String, u32) {
+        let row = r.query_one("SELECT state, submitted_by FROM lambdastore.jobs WHERE job_id = $1", &[&id]).unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(job(&mut r, bobs), ("queued".to_string(), bob_oid), "bob's job runs as bob");
+    assert_eq!(job(&mut r, superusers), ("cancelled".to_string(), 0), "no name was stored for its role");
+    assert!(r.query(adopt, &[]).unwrap().is_empty(), "adopted once");
+}

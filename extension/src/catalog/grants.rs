@@ -16,10 +16,55 @@ use pgrx::pg_sys::{BuiltinOid::*, Oid};
 /// no such role here).
 fn role(oid: Option<Oid>, name: Option<String>) -> Result<Oid> {
     if !crate::cluster::layout::distributed()? {
+        stored_roles_are_ours()?;
         return Ok(oid.unwrap_or(pgrx::pg_sys::InvalidOid));
     }
     let Some(name) = name.and_then(|n| std::ffi::CString::new(n).ok()) else { return Ok(pgrx::pg_sys::InvalidOid) };
     Ok(crate::pg::backend::role_oid_if_any(&name).unwrap_or(pgrx::pg_sys::InvalidOid))
+}
+
+// A dump restored into another server brings the old server's OIDs, which
+// name other roles there, or none: the role that got an owner's old OID
+// would own its applications, and jobs and API keys would act as it.
+// `lambdastore.roles_from` holds the system identifier of the server whose
+// OIDs the tables hold; a restore adds the old server's beside this one's
+// (CREATE EXTENSION's), and until `adopt_restored_roles` maps the OIDs by
+// the stored names, everything that acts on a stored OID refuses. Unless
+// every owner's and grantee's OID has its stored name here: pg_upgrade
+// keeps role OIDs (and makes a new system identifier).
+
+thread_local! {
+    /// Once seen true, for the life of the backend: only a restore into a
+    /// new database makes it false, and that one has backends of its own.
+    static OURS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Ok if the role OIDs the tables hold are this server's; 55000 after a
+/// restore of another server's dump, until a superuser adopts its roles.
+pub(crate) fn stored_roles_are_ours() -> Result<()> {
+    if OURS.get() {
+        return Ok(());
+    }
+    // SAFETY: reads the control file's value, set at start.
+    let here = unsafe { pgrx::pg_sys::GetSystemIdentifier() } as i64;
+    let ours = query(
+        "SELECT COALESCE(pg_catalog.bool_and(system_identifier = $1), true)
+                OR NOT EXISTS (SELECT FROM lambdastore.applications a
+                                WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                                                   WHERE r.oid = a.owner AND r.rolname = a.owner_name))
+                   AND NOT EXISTS (SELECT FROM lambdastore.grants g
+                                    WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                                                       WHERE r.oid = g.grantee AND r.rolname = g.grantee_name))
+           FROM lambdastore.roles_from",
+        &[INT8OID],
+        &[here.into()],
+        |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)),
+    )?;
+    if !ours {
+        return Err(LambdaError::RolesOfAnotherServer);
+    }
+    OURS.set(true);
+    Ok(())
 }
 
 /// The name of role `oid`, as stored beside it.

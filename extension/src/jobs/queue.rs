@@ -278,6 +278,15 @@ pub(crate) enum Claim {
 /// of jobs cannot starve another's. One at its limits, or whose due jobs
 /// other workers hold, is passed over for the next.
 pub(crate) fn claim(after: &str) -> Result<Claim> {
+    if !crate::cluster::layout::distributed()? {
+        if let Err(refused) = crate::catalog::grants::stored_roles_are_ours() {
+            // A job runs as the role that queued it, stored by OID: after a
+            // restore from another server, another role's or none. The jobs
+            // wait (the adopting superuser's next submit wakes the runners).
+            warn_once(&refused);
+            return Ok(Claim::None(None));
+        }
+    }
     let places = held_here()?;
     let mut candidates: Vec<(String, i32, Limits)> = Vec::new();
     for &place in &places {
@@ -323,6 +332,14 @@ pub(crate) fn claim(after: &str) -> Result<Claim> {
         }
     }
     Ok(Claim::None(held))
+}
+
+/// Logs `refused` as a WARNING, once per process.
+fn warn_once(refused: &LambdaError) {
+    thread_local!(static WARNED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    if !WARNED.replace(true) {
+        pgrx::warning!("jobs wait: {refused}");
+    }
 }
 
 /// Where this node's jobs are: the table, or (on a Citus node) each of its
