@@ -55,9 +55,7 @@ pub(crate) fn app_of_key(key: &str) -> Result<Option<String>> {
 /// The application of `key` and the role that created it, if it is a
 /// valid, unrevoked key: a deploy through the gateway is that role's.
 pub(crate) fn app_and_creator_of_key(key: &str) -> Result<Option<(String, pg_sys::Oid)>> {
-    if !crate::cluster::layout::distributed()? {
-        super::grants::stored_roles_are_ours()?; // the creator is stored by OID
-    }
+    super::grants::stored_roles_are_ours()?; // the creator is stored by OID
     let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
     query(
         "SELECT app, created_by FROM lambdastore.api_keys WHERE sha256 = $1 AND revoked IS NULL",

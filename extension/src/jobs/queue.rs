@@ -278,14 +278,15 @@ pub(crate) enum Claim {
 /// of jobs cannot starve another's. One at its limits, or whose due jobs
 /// other workers hold, is passed over for the next.
 pub(crate) fn claim(after: &str) -> Result<Claim> {
-    if !crate::cluster::layout::distributed()? {
-        if let Err(refused) = crate::catalog::grants::stored_roles_are_ours() {
-            // A job runs as the role that queued it, stored by OID: after a
-            // restore from another server, another role's or none. The jobs
-            // wait (the adopting superuser's next submit wakes the runners).
+    match crate::catalog::grants::stored_roles_are_ours() {
+        // A job runs as the role that queued it, stored by OID: after a
+        // restore from another server, another role's or none. The jobs
+        // wait (a submit wakes the runners once the roles are adopted).
+        Err(refused @ LambdaError::RolesOfAnotherServer) => {
             warn_once(&refused);
             return Ok(Claim::None(None));
         }
+        other => other?,
     }
     let places = held_here()?;
     let mut candidates: Vec<(String, i32, Limits)> = Vec::new();
