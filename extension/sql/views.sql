@@ -378,10 +378,11 @@ LANGUAGE sql VOLATILE AS $$ SELECT lambdastore._set_owner($1, $2::oid) $$;
 -- After a restore of another server's dump (operations.md, "Roles after a
 -- restore into another server"): maps each role OID the tables hold to the
 -- role of the same name here, by the names stored beside owners and
--- grantees. A role only an OID names (one that queued jobs or made
--- schedules or API keys without being an owner or grantee) cannot be
--- found: its queued jobs are cancelled, its schedules dropped and its keys
--- revoked. Superusers only; afterwards the tables hold this server's OIDs.
+-- grantees, and the bootstrap superuser by its OID. A role only an OID
+-- names (one that queued jobs or made schedules or API keys without being
+-- an owner or grantee) cannot be found: its queued jobs are cancelled, its
+-- schedules dropped, and its keys still call but deploy no more.
+-- Superusers only; afterwards the tables hold this server's OIDs.
 CREATE FUNCTION lambdastore.adopt_restored_roles()
 RETURNS TABLE (role_name name, restored_oid oid, local_oid oid)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
@@ -400,11 +401,17 @@ BEGIN
                 HINT = 'On a Citus cluster roles are found by name on each node.';
         END IF;
     END IF;
+    -- The bootstrap superuser is OID 10 on every server: the one that
+    -- installed the extension there (and, often, queued jobs).
     CREATE TEMP TABLE lambdastore_adopted ON COMMIT DROP AS
         SELECT DISTINCT s.restored, s.name, r.oid AS local
           FROM (SELECT owner, owner_name FROM lambdastore.applications
                 UNION SELECT grantee, grantee_name FROM lambdastore.grants) s (restored, name)
-          LEFT JOIN pg_roles r ON r.rolname = s.name;
+          LEFT JOIN pg_roles r ON r.rolname = s.name
+        UNION
+        SELECT 10, rolname, 10 FROM pg_roles
+         WHERE oid = 10 AND 10 NOT IN (SELECT owner FROM lambdastore.applications
+                                       UNION SELECT grantee FROM lambdastore.grants);
     SELECT string_agg(DISTINCT format('%I', name), ', ') INTO missing FROM lambdastore_adopted WHERE local IS NULL;
     IF missing IS NULL THEN
         SELECT string_agg(format('%s (%s)', restored, names), '; ') INTO missing
