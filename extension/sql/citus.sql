@@ -148,6 +148,9 @@ BEGIN
     IF shard_count < 1 THEN
         RAISE EXCEPTION 'shard_count must be positive, not %', shard_count USING ERRCODE = '22023';
     END IF;
+    -- A dump restored from another cluster holds its role OIDs: mapped by
+    -- name here first (views.sql), as they cannot be once distributed.
+    PERFORM lambdastore.adopt_restored_roles();
     -- Foreign keys to reference tables need one connection per node.
     SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
     -- Citus converts a table's whole foreign-key graph at once, and would

@@ -402,6 +402,9 @@ BEGIN
     IF shard_count < 1 THEN
         RAISE EXCEPTION 'shard_count must be positive, not %', shard_count USING ERRCODE = '22023';
     END IF;
+    -- A dump restored from another cluster holds its role OIDs: mapped by
+    -- name here first (views.sql), as they cannot be once distributed.
+    PERFORM lambdastore.adopt_restored_roles();
     -- Foreign keys to reference tables need one connection per node.
     SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
     -- Citus converts a table's whole foreign-key graph at once, and would
@@ -1319,6 +1322,8 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     here bigint := (SELECT system_identifier FROM pg_control_system());
     missing text;
+    cancelled bigint;
+    dropped bigint;
 BEGIN
     IF NOT EXISTS (SELECT FROM lambdastore.roles_from WHERE system_identifier <> here) THEN
         RETURN; -- the OIDs are this server's
@@ -1353,12 +1358,26 @@ BEGIN
             HINT = 'Create the roles of those names (pg_dumpall --roles-only on the old server), then call it again; '
                    'one renamed there is stored under its old name: give it that name while this runs.';
     END IF;
+    -- Every name has its old OID here (pg_upgrade keeps them): nothing
+    -- to map, and nothing unknown (as catalog/grants.rs decides too).
+    IF NOT EXISTS (SELECT FROM lambdastore_adopted WHERE local <> restored) THEN
+        DELETE FROM lambdastore.roles_from;
+        INSERT INTO lambdastore.roles_from VALUES (here);
+        RETURN QUERY SELECT m.name, m.restored, m.local FROM lambdastore_adopted m ORDER BY 1;
+        RETURN;
+    END IF;
     -- What no name can be found for acts as no one (OID 0); first, while
     -- the OIDs are still the old server's.
     UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = now(),
            error = 'cancelled by adopt_restored_roles(): the role that queued it is not known here'
      WHERE state = 'queued' AND submitted_by NOT IN (SELECT restored FROM lambdastore_adopted);
+    GET DIAGNOSTICS cancelled = ROW_COUNT;
     DELETE FROM lambdastore.schedules WHERE created_by NOT IN (SELECT restored FROM lambdastore_adopted);
+    GET DIAGNOSTICS dropped = ROW_COUNT;
+    IF cancelled + dropped > 0 THEN
+        RAISE NOTICE 'adopt_restored_roles(): % queued jobs cancelled and % schedules dropped, their roles unknown here',
+            cancelled, dropped;
+    END IF;
     UPDATE lambdastore.api_keys SET created_by = 0 WHERE created_by NOT IN (SELECT restored FROM lambdastore_adopted);
     UPDATE lambdastore.jobs SET submitted_by = 0 WHERE submitted_by NOT IN (SELECT restored FROM lambdastore_adopted);
     UPDATE lambdastore.modules SET deployed_by = 0 WHERE deployed_by NOT IN (SELECT restored FROM lambdastore_adopted);
