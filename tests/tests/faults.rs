@@ -432,6 +432,64 @@ fn workers_wait_quietly_for_a_database_that_does_not_exist_yet() {
     reconnect().batch_execute(&format!("DROP DATABASE {LATER} WITH (FORCE)")).unwrap();
 }
 
+/// Job runners of a database restored from another server (catalog/grants.rs,
+/// `roles_from`) run none of its jobs, each of which runs as a role stored
+/// by OID, another's or no one's there: every claim refuses, and one
+/// warning per runner says why. Once a superuser adopts the roles, a submit
+/// wakes them and both jobs run. Faked on this server as in backup.rs: the
+/// other server's identifier beside this one's, and the owner's OID no
+/// one's.
+#[test]
+#[ignore = "restarts the server: run by scripts/faults.sh"]
+fn job_runners_wait_for_restored_roles_to_be_adopted() {
+    const RESTORED: &str = "lambdastore_restored";
+    let mut c = reconnect();
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {RESTORED} WITH (FORCE)")).unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {RESTORED}")).unwrap();
+    let mut r = connect_to(RESTORED);
+    r.batch_execute("CREATE EXTENSION lambdastore").unwrap();
+    deploy(&mut r, "counter", &example("counter")).unwrap();
+    let id = create(&mut r, "counter", "Counter", json!({}));
+    let first = submit(&mut r, id, "increment", json!({}), None).unwrap();
+    r.batch_execute(
+        "INSERT INTO lambdastore.roles_from VALUES (42);
+         UPDATE lambdastore.applications SET owner = 4000000000;",
+    )
+    .unwrap();
+    drop(r);
+
+    // The runners serve the restored database from the restart on.
+    c.batch_execute(&format!("ALTER SYSTEM SET lambdastore.database = '{RESTORED}'")).unwrap();
+    let _reset = Restored("lambdastore.database");
+    let log_path = cluster("log").trim().to_string();
+    let seen = std::fs::read_to_string(&log_path).unwrap_or_default().len();
+    let new_lines =
+        || std::fs::read_to_string(&log_path).unwrap_or_default().get(seen..).unwrap_or_default().to_string();
+    restart();
+    let waiting = "jobs wait: the roles this database stores are another server's";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !new_lines().contains(waiting) {
+        assert!(Instant::now() < deadline, "no runner said its jobs wait:\n{}", new_lines());
+        std::thread::sleep(Duration::from_millis(50)); // polling the log
+    }
+    let mut r = connect_to(RESTORED);
+    let state = |r: &mut Client, job: i64| -> String {
+        r.query_one("SELECT state FROM lambdastore.jobs WHERE job_id = $1", &[&job]).unwrap().get(0)
+    };
+    assert_eq!(state(&mut r, first), "queued", "a runner ran a job as a role of another server");
+
+    let adopted = r.query("SELECT restored_oid, local_oid FROM lambdastore.adopt_restored_roles()", &[]).unwrap();
+    let owner = adopted.iter().map(|row| (row.get::<_, u32>(0), row.get::<_, u32>(1))).find(|&(old, _)| old != 10);
+    assert_eq!(owner, Some((4_000_000_000, 10)), "the owner, by name");
+    let second = submit(&mut r, id, "increment", json!({}), None).unwrap();
+    assert_eq!(finished(&mut r, second).state, "done");
+    assert_eq!(finished(&mut r, first).state, "done");
+    assert_eq!(call(&mut r, id, "get", json!({})), json!(2));
+    drop(r);
+    drop(_reset);
+    reconnect().batch_execute(&format!("DROP DATABASE {RESTORED} WITH (FORCE)")).unwrap();
+}
+
 /// A new session's three `scribble`s of `probe` (each must find none of the
 /// last one's pages written), and the DEBUG1 lines saying where its module
 /// came from.
