@@ -1322,6 +1322,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     here bigint := (SELECT system_identifier FROM pg_control_system());
     missing text;
+    distributed boolean;
     cancelled bigint;
     dropped bigint;
 BEGIN
@@ -1330,8 +1331,8 @@ BEGIN
     END IF;
     IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
         EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
-                                 WHERE logicalrelid = ''lambdastore.objects''::regclass)' INTO missing;
-        IF missing::boolean THEN
+                                 WHERE logicalrelid = ''lambdastore.objects''::regclass)' INTO distributed;
+        IF distributed THEN
             RAISE EXCEPTION 'adopt_restored_roles() runs before lambdastore.distribute()' USING ERRCODE = '55000',
                 HINT = 'On a Citus cluster roles are found by name on each node.';
         END IF;
