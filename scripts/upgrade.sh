@@ -271,6 +271,15 @@ pg_upgrade
 as_pg env -u RUST_BACKTRACE "$bindir/pg_ctl" -D "$new_cluster/data" -l "$new_cluster/postgresql.log" -w -t 60 \
   -o "-p $((LAMBDASTORE_PORT + 1)) -k $new_cluster/run -c listen_addresses=''" start >/dev/null
 upgraded() { "$bindir/psql" -h "$new_cluster/run" -p "$((LAMBDASTORE_PORT + 1))" -U postgres -d "$db" -X -Atq -v ON_ERROR_STOP=1 "$@"; }
+# pg_upgrade keeps role OIDs under a new system identifier: what stores a
+# role (a job) is refused until a superuser says the OIDs are kept
+# (operations.md, "Roles after a restore into another server").
+identifier() { as_pg "$bindir/pg_controldata" "$1" | sed -n 's/^Database system identifier: *//p'; }
+check "a new system identifier" 1 \
+  "$([ "$(identifier "$("$cluster" dir "$name")/data")" != "$(identifier "$new_cluster/data")" ] && echo 1)"
+refused=$(upgraded -c "SELECT lambdastore.submit($counter, 'get')" 2>&1 || true)
+check "a job refused before the roles are kept" 1 "$(grep -c "another server's" <<<"$refused")"
+upgraded -c "SELECT lambdastore.adopt_restored_roles(keep_oids => true)" >/dev/null
 after_pg_upgrade=$(upgraded -c "SELECT lambda_invoke($counter, 'increment')")
 as_pg "$bindir/pg_ctl" -D "$new_cluster/data" -m fast -w stop >/dev/null
 check "a call after pg_upgrade" 6 "$after_pg_upgrade"

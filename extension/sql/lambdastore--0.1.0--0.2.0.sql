@@ -1311,22 +1311,28 @@ REVOKE ALL ON lambdastore.roles_from FROM PUBLIC;
 -- After a restore of another server's dump (operations.md, "Roles after a
 -- restore into another server"): maps each role OID the tables hold to the
 -- role of the same name here, by the names stored beside owners and
--- grantees, and the bootstrap superuser by its OID. A role only an OID
--- names (one that queued jobs or made schedules or API keys without being
--- an owner or grantee) cannot be found: its queued jobs are cancelled, its
--- schedules dropped, and its keys still call but deploy no more.
--- Superusers only; afterwards the tables hold this server's OIDs.
-CREATE FUNCTION lambdastore.adopt_restored_roles()
+-- grantees (of an OID stored under several names, after a rename, the one
+-- that is a role here), and the bootstrap superuser by its OID. A role only
+-- an OID names (one that queued jobs or made schedules or API keys without
+-- being an owner or grantee) cannot be found: its queued jobs are
+-- cancelled, its schedules dropped, and its keys still call but deploy no
+-- more. With keep_oids, after pg_upgrade (which keeps role OIDs), nothing
+-- is mapped. Superusers only; afterwards the tables hold this server's OIDs.
+CREATE FUNCTION lambdastore.adopt_restored_roles(keep_oids boolean DEFAULT false)
 RETURNS TABLE (role_name name, restored_oid oid, local_oid oid)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     here bigint := (SELECT system_identifier FROM pg_control_system());
-    missing text;
+    refused text;
     distributed boolean;
     cancelled bigint;
     dropped bigint;
 BEGIN
-    IF NOT EXISTS (SELECT FROM lambdastore.roles_from WHERE system_identifier <> here) THEN
+    IF keep_oids IS NULL THEN
+        RAISE EXCEPTION 'keep_oids may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT FROM lambdastore.roles_from WHERE system_identifier <> here)
+       AND (EXISTS (SELECT FROM lambdastore.roles_from) OR NOT EXISTS (SELECT FROM lambdastore.applications)) THEN
         RETURN; -- the OIDs are this server's
     END IF;
     IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
@@ -1337,36 +1343,37 @@ BEGIN
                 HINT = 'On a Citus cluster roles are found by name on each node.';
         END IF;
     END IF;
+    IF keep_oids THEN
+        DELETE FROM lambdastore.roles_from;
+        INSERT INTO lambdastore.roles_from VALUES (here);
+        RETURN;
+    END IF;
+    CREATE TEMP TABLE lambdastore_found ON COMMIT DROP AS
+        SELECT s.restored, s.name, r.oid AS local
+          FROM (SELECT owner, owner_name FROM lambdastore.applications
+                UNION SELECT grantee, grantee_name FROM lambdastore.grants) s (restored, name)
+          LEFT JOIN pg_roles r ON r.rolname = s.name;
+    SELECT string_agg(format('%s (stored as OID %s)', names, restored), ', ') INTO refused
+      FROM (SELECT restored, string_agg(format('%I', name), ' or ' ORDER BY name) AS names
+              FROM lambdastore_found GROUP BY restored HAVING count(local) = 0) none;
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'no role here is named %', refused USING ERRCODE = '42704',
+            HINT = 'Create the roles (pg_dumpall --roles-only on the old server), then call it again.';
+    END IF;
+    SELECT string_agg(format('OID %s is stored as %s', restored, names), '; ') INTO refused
+      FROM (SELECT restored, string_agg(format('%I', name), ' and ' ORDER BY name) AS names
+              FROM lambdastore_found WHERE local IS NOT NULL GROUP BY restored HAVING count(*) > 1) twice;
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION 'one restored role has several names that are roles here: %', refused USING ERRCODE = '42710',
+            HINT = 'It was renamed on the old server: rename the roles here that are not it while this runs.';
+    END IF;
     -- The bootstrap superuser is OID 10 on every server: the one that
     -- installed the extension there (and, often, queued jobs).
     CREATE TEMP TABLE lambdastore_adopted ON COMMIT DROP AS
-        SELECT DISTINCT s.restored, s.name, r.oid AS local
-          FROM (SELECT owner, owner_name FROM lambdastore.applications
-                UNION SELECT grantee, grantee_name FROM lambdastore.grants) s (restored, name)
-          LEFT JOIN pg_roles r ON r.rolname = s.name
+        SELECT restored, name, local FROM lambdastore_found WHERE local IS NOT NULL
         UNION
         SELECT 10, rolname, 10 FROM pg_roles
-         WHERE oid = 10 AND 10 NOT IN (SELECT owner FROM lambdastore.applications
-                                       UNION SELECT grantee FROM lambdastore.grants);
-    SELECT string_agg(DISTINCT format('%I', name), ', ') INTO missing FROM lambdastore_adopted WHERE local IS NULL;
-    IF missing IS NULL THEN
-        SELECT string_agg(format('%s (%s)', restored, names), '; ') INTO missing
-          FROM (SELECT restored, string_agg(format('%I', name), ', ') AS names FROM lambdastore_adopted
-                 GROUP BY restored HAVING count(*) > 1) twice;
-    END IF;
-    IF missing IS NOT NULL THEN
-        RAISE EXCEPTION 'no role here for %', missing USING ERRCODE = '42704',
-            HINT = 'Create the roles of those names (pg_dumpall --roles-only on the old server), then call it again; '
-                   'one renamed there is stored under its old name: give it that name while this runs.';
-    END IF;
-    -- Every name has its old OID here (pg_upgrade keeps them): nothing
-    -- to map, and nothing unknown (as catalog/grants.rs decides too).
-    IF NOT EXISTS (SELECT FROM lambdastore_adopted WHERE local <> restored) THEN
-        DELETE FROM lambdastore.roles_from;
-        INSERT INTO lambdastore.roles_from VALUES (here);
-        RETURN QUERY SELECT m.name, m.restored, m.local FROM lambdastore_adopted m ORDER BY 1;
-        RETURN;
-    END IF;
+         WHERE oid = 10 AND 10 NOT IN (SELECT restored FROM lambdastore_found);
     -- What no name can be found for acts as no one (OID 0); first, while
     -- the OIDs are still the old server's.
     UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = now(),
@@ -1382,15 +1389,24 @@ BEGIN
     UPDATE lambdastore.api_keys SET created_by = 0 WHERE created_by NOT IN (SELECT restored FROM lambdastore_adopted);
     UPDATE lambdastore.jobs SET submitted_by = 0 WHERE submitted_by NOT IN (SELECT restored FROM lambdastore_adopted);
     UPDATE lambdastore.modules SET deployed_by = 0 WHERE deployed_by NOT IN (SELECT restored FROM lambdastore_adopted);
-    UPDATE lambdastore.applications t SET owner = m.local FROM lambdastore_adopted m WHERE t.owner = m.restored;
-    UPDATE lambdastore.grants t SET grantee = m.local FROM lambdastore_adopted m WHERE t.grantee = m.restored;
+    -- One statement per table: an old OID that is another role's here is
+    -- never read as that role. The grants' key holds the grantee, and one
+    -- grant's new OID may be another's old one: written again whole.
+    UPDATE lambdastore.applications t SET owner = m.local, owner_name = m.name
+      FROM lambdastore_adopted m WHERE t.owner = m.restored;
+    CREATE TEMP TABLE lambdastore_grants ON COMMIT DROP AS
+        SELECT g.app, m.local AS grantee, m.name AS grantee_name, g.privilege
+          FROM lambdastore.grants g JOIN lambdastore_adopted m ON m.restored = g.grantee;
+    DELETE FROM lambdastore.grants;
+    INSERT INTO lambdastore.grants (app, grantee, grantee_name, privilege)
+        SELECT * FROM lambdastore_grants ON CONFLICT DO NOTHING;
     UPDATE lambdastore.jobs t SET submitted_by = m.local FROM lambdastore_adopted m WHERE t.submitted_by = m.restored;
     UPDATE lambdastore.schedules t SET created_by = m.local FROM lambdastore_adopted m WHERE t.created_by = m.restored;
     UPDATE lambdastore.api_keys t SET created_by = m.local FROM lambdastore_adopted m WHERE t.created_by = m.restored;
     UPDATE lambdastore.modules t SET deployed_by = m.local FROM lambdastore_adopted m WHERE t.deployed_by = m.restored;
     DELETE FROM lambdastore.roles_from;
     INSERT INTO lambdastore.roles_from VALUES (here);
-    RETURN QUERY SELECT m.name, m.restored, m.local FROM lambdastore_adopted m ORDER BY 1;
+    RETURN QUERY SELECT m.name, m.restored, m.local FROM lambdastore_adopted m ORDER BY 1, 2;
 END
 $fn$;
-REVOKE ALL ON FUNCTION lambdastore.adopt_restored_roles() FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore.adopt_restored_roles(boolean) FROM PUBLIC;

@@ -186,16 +186,15 @@ CREATE TABLE lambdastore.job_keys (
 );
 
 -- The server whose role OIDs the tables hold (owners, grantees, the roles
--- jobs run as, API keys' and schedules' makers): its system identifier.
--- A dump carries the old server's, which a restore adds beside the one
--- CREATE EXTENSION wrote: in another server the old OIDs name other roles,
--- or none, and until lambdastore.adopt_restored_roles() maps them by the
--- stored names, everything that acts on a stored role refuses (55000;
--- catalog/grants.rs).
+-- jobs run as, API keys' and schedules' makers): its system identifier,
+-- written when the first application is made. A dump carries it: in
+-- another server the old OIDs name other roles, or none, and until
+-- lambdastore.adopt_restored_roles() maps them by the stored names,
+-- everything that acts on a stored role refuses (55000; catalog/grants.rs),
+-- also while a restore has loaded applications but not this table yet.
 CREATE TABLE lambdastore.roles_from (
     system_identifier bigint NOT NULL
 );
-INSERT INTO lambdastore.roles_from SELECT system_identifier FROM pg_catalog.pg_control_system();
 
 -- What pg_dump keeps: the tables of an extension are its members, and a
 -- dump skips their rows unless marked (a logical backup held none of the

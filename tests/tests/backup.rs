@@ -118,22 +118,26 @@ fn a_dump_restores_every_row_and_the_restored_database_works() {
 /// A dump restored into another server brings that server's role OIDs
 /// (catalog/grants.rs, "roles_from"): here they name other roles or none.
 /// Faked on this server: the restored database says it comes from another
-/// server (its `roles_from` gets another's identifier beside this one's, as
-/// a restore adds it), and its OIDs are changed to what the old server had
-/// given: the owner's OID is eve's here, the grantee's and a stranger's
-/// are no one's. Until a superuser adopts the roles by name,
-/// whatever acts on a stored role refuses (55000), eve first of all; after,
-/// the owner and the grantee are themselves again, the bootstrap
-/// superuser's job stays, and a job only an OID named is cancelled.
+/// server (its `roles_from` holds another's identifier), and its OIDs are
+/// changed to what the old server had given: alice's is eve's here, and
+/// she was renamed there after she took the application (stored under
+/// both names); bob's and carol's are each other's; a stranger's is no
+/// one's. Until a superuser adopts the roles by name, whatever acts on a
+/// stored role refuses (55000), eve first of all, and so it does while a
+/// restore has loaded the applications but not `roles_from`, and after an
+/// adopt that rolled back. After, everyone is themselves again, the
+/// bootstrap superuser's job stays, and the stranger's job is cancelled.
 #[test]
 fn roles_restored_from_another_server_act_only_once_adopted_by_name() {
     let source = ScratchDatabase::new("roles_src");
-    let (alice, bob, eve) = (TestRole::new("alice"), TestRole::new("bob"), TestRole::new("eve"));
+    let roles = ["alice", "bob", "carol", "eve"].map(TestRole::new);
+    let [alice, bob, carol, eve] = &roles;
     let mut c = source.connect();
     c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
     deploy(&mut c, "counter", &example("counter")).unwrap();
     c.execute("SELECT lambdastore.set_owner('counter', $1::text::regrole)", &[&alice.name]).unwrap();
     grant(&mut c, "counter", &bob.name, "invoke").unwrap();
+    grant(&mut c, "counter", &carol.name, "invoke").unwrap();
     let a = create(&mut c, "counter", "Counter", json!({}));
     let later = "SELECT lambdastore.submit($1, 'increment', '{}', run_at => now() + interval '1 hour')";
     // Two jobs of the tests' superuser, the bootstrap one (OID 10 on every
@@ -148,39 +152,66 @@ fn roles_restored_from_another_server_act_only_once_adopted_by_name() {
     let _ = std::fs::remove_file(dump);
 
     let mut r = target.connect();
-    let oid = |r: &mut Client, role: &TestRole| role.oid(r);
-    let (alice_oid, bob_oid, eve_oid) = (oid(&mut r, &alice), oid(&mut r, &bob), oid(&mut r, &eve));
-    let names = [&alice.name, &bob.name, &eve.name];
-    r.batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}, {}, {}", names[0], names[1], names[2])).unwrap();
-    // Bob's job, queued while he could; then the other server's OIDs.
+    let [alice_oid, bob_oid, carol_oid, eve_oid] = roles.each_ref().map(|role| role.oid(&mut r));
+    let names: Vec<&str> = roles.iter().map(|role| role.name.as_str()).collect();
+    r.batch_execute(&format!("GRANT USAGE ON SCHEMA lambdastore TO {}", names.join(", "))).unwrap();
+    let increment = "SELECT lambda_invoke($1, 'increment')::text";
+    let refused = |role: &TestRole| {
+        let message = expect_sqlstate(target.connect_as(&role.name).query_one(increment, &[&a]), "55000");
+        assert!(message.contains("adopt_restored_roles"), "{}: {message}", role.name);
+    };
+    // Bob's job, queued while he could; then a restore that has loaded the
+    // applications but not yet roles_from.
     let bobs: i64 = target.connect_as(&bob.name).query_one(later, &[&a]).unwrap().get(0);
+    r.batch_execute("DELETE FROM lambdastore.roles_from").unwrap();
+    refused(eve);
+    // The other server's identifier and OIDs.
     let nobody = 4_000_000_000u32;
     r.batch_execute(&format!(
         "INSERT INTO lambdastore.roles_from VALUES (42);
-         UPDATE lambdastore.applications SET owner = {eve_oid};
-         UPDATE lambdastore.grants SET grantee = {nobody};
-         UPDATE lambdastore.jobs SET submitted_by = {nobody} WHERE job_id = {bobs};
-         UPDATE lambdastore.jobs SET submitted_by = {nobody} + 1 WHERE job_id = {strangers};"
+         UPDATE lambdastore.applications SET owner = {eve_oid}, owner_name = '{alice}_was';
+         INSERT INTO lambdastore.grants VALUES ('counter', {eve_oid}, '{alice}', 'read');
+         UPDATE lambdastore.grants SET grantee = {nobody} WHERE grantee = {bob_oid};
+         UPDATE lambdastore.grants SET grantee = {bob_oid} WHERE grantee = {carol_oid};
+         UPDATE lambdastore.grants SET grantee = {carol_oid} WHERE grantee = {nobody};
+         UPDATE lambdastore.jobs SET submitted_by = {carol_oid} WHERE job_id = {bobs};
+         UPDATE lambdastore.jobs SET submitted_by = {nobody} WHERE job_id = {strangers};",
+        alice = alice.name
     ))
     .unwrap();
-
-    let increment = "SELECT lambda_invoke($1, 'increment')::text";
-    for role in [&eve, &alice, &bob] {
-        let message = expect_sqlstate(target.connect_as(&role.name).query_one(increment, &[&a]), "55000");
-        assert!(message.contains("adopt_restored_roles"), "{}: {message}", role.name);
+    for role in &roles {
+        refused(role);
     }
     let adopt = "SELECT role_name::text, restored_oid, local_oid FROM lambdastore.adopt_restored_roles()";
     expect_sqlstate(target.connect_as(&eve.name).query(adopt, &[]), "42501");
+    // An adopt rolled back, in a session that saw the roles as this
+    // server's inside it.
+    r.batch_execute("BEGIN").unwrap();
+    r.query(adopt, &[]).unwrap();
+    r.query_one("SELECT lambdastore.has_app_privilege('counter', 'invoke')", &[]).unwrap();
+    r.batch_execute("ROLLBACK").unwrap();
+    r.batch_execute(&format!("SET ROLE {}", eve.name)).unwrap();
+    let take = "SELECT lambdastore.set_owner('counter', current_user::regrole)";
+    expect_sqlstate(r.query_one(take, &[]), "55000");
+    r.batch_execute("RESET ROLE").unwrap();
+
     let adopted: Vec<(String, u32, u32)> =
         r.query(adopt, &[]).unwrap().iter().map(|row| (row.get(0), row.get(1), row.get(2))).collect();
     let bootstrap: String = r.query_one("SELECT rolname::text FROM pg_roles WHERE oid = 10", &[]).unwrap().get(0);
-    let mut expected =
-        vec![(alice.name.clone(), eve_oid, alice_oid), (bob.name.clone(), nobody, bob_oid), (bootstrap, 10, 10)];
+    let mut expected = vec![
+        (alice.name.clone(), eve_oid, alice_oid),
+        (bob.name.clone(), carol_oid, bob_oid),
+        (carol.name.clone(), bob_oid, carol_oid),
+        (bootstrap, 10, 10),
+    ];
     expected.sort();
     assert_eq!(adopted, expected);
 
-    assert_eq!(call(&mut target.connect_as(&alice.name), a, "increment", json!({})), json!(1));
-    assert_eq!(call(&mut target.connect_as(&bob.name), a, "increment", json!({})), json!(2));
+    let owner: String = r.query_one("SELECT owner_name::text FROM lambdastore.applications", &[]).unwrap().get(0);
+    assert_eq!(owner, alice.name, "the owner under the name it has here");
+    for (n, role) in [alice, bob, carol].into_iter().enumerate() {
+        assert_eq!(call(&mut target.connect_as(&role.name), a, "increment", json!({})), json!(n + 1), "{}", role.name);
+    }
     expect_sqlstate(target.connect_as(&eve.name).query_one(increment, &[&a]), "42501");
     let job = |r: &mut Client, id: i64| -> (String, u32) {
         let row = r.query_one("SELECT state, submitted_by FROM lambdastore.jobs WHERE job_id = $1", &[&id]).unwrap();

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 /// Creates a key for `app`; returns its id and the key, which is shown
 /// only this once. 256 random bits, so a fast hash is enough to store.
 pub(crate) fn create(app: &str, label: Option<&str>, created_by: pg_sys::Oid) -> Result<(i64, String)> {
+    super::grants::stored_roles_are_ours()?;
     let mut random = [0u8; 32];
     if !crate::pg::backend::strong_random(&mut random) {
         return Err(LambdaError::Internal("could not generate a random API key".into()));

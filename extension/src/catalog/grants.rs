@@ -27,45 +27,57 @@ fn role(oid: Option<Oid>, name: Option<String>) -> Result<Oid> {
 // name other roles there, or none: the role that got an owner's old OID
 // would own its applications, and jobs and API keys would act as it.
 // `lambdastore.roles_from` holds the system identifier of the server whose
-// OIDs the tables hold; a restore adds the old server's beside this one's
-// (CREATE EXTENSION's), and until `adopt_restored_roles` maps the OIDs by
-// the stored names, everything that acts on a stored OID refuses. Unless
-// every owner's and grantee's OID has its stored name here: pg_upgrade
-// keeps role OIDs (and makes a new system identifier).
+// OIDs the tables hold, written when the first application is made here
+// (`stamp_roles`); a restore brings the old server's. Until a superuser's
+// `adopt_restored_roles` maps the OIDs by the stored names, everything that
+// reads or writes a stored role refuses: while another server's identifier
+// is there, and while there is none but applications are (a restore that
+// is loading the tables, or a dump of 0.1.0).
 
 thread_local! {
-    /// Once seen true, for the life of the backend: only a restore into a
-    /// new database makes it false, and that one has backends of its own.
-    static OURS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The local transaction in which the OIDs were last seen ours: asked
+    /// again in each transaction (a restore or an adopt may commit between
+    /// two, or roll back).
+    static OURS_IN: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
 }
 
 /// Ok if the role OIDs the tables hold are this server's; 55000 after a
 /// restore of another server's dump, until a superuser adopts its roles.
 /// (On a Citus cluster names decide: always Ok.)
 pub(crate) fn stored_roles_are_ours() -> Result<()> {
-    if OURS.get() || crate::cluster::layout::distributed()? {
+    let transaction = crate::pg::xact::local_transaction();
+    if OURS_IN.get() == Some(transaction) || crate::cluster::layout::distributed()? {
         return Ok(());
     }
-    // SAFETY: reads the control file's value, set at start.
-    let here = unsafe { pgrx::pg_sys::GetSystemIdentifier() } as i64;
     let ours = query(
-        "SELECT COALESCE(pg_catalog.bool_and(system_identifier = $1), true)
-                OR NOT EXISTS (SELECT FROM lambdastore.applications a
-                                WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
-                                                   WHERE r.oid = a.owner AND r.rolname = a.owner_name))
-                   AND NOT EXISTS (SELECT FROM lambdastore.grants g
-                                    WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
-                                                       WHERE r.oid = g.grantee AND r.rolname = g.grantee_name))
-           FROM lambdastore.roles_from",
+        "SELECT COALESCE((SELECT pg_catalog.bool_and(system_identifier = $1) FROM lambdastore.roles_from),
+                         NOT EXISTS (SELECT FROM lambdastore.applications))",
         &[INT8OID],
-        &[here.into()],
+        &[system_identifier().into()],
         |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)),
     )?;
     if !ours {
         return Err(LambdaError::RolesOfAnotherServer);
     }
-    OURS.set(true);
+    OURS_IN.set(Some(transaction));
     Ok(())
+}
+
+fn system_identifier() -> i64 {
+    // SAFETY: reads the control file's value, set at start.
+    unsafe { pgrx::pg_sys::GetSystemIdentifier() as i64 }
+}
+
+/// Writes this server's identifier into `roles_from` if it holds none,
+/// before the first application is made (schema.sql).
+fn stamp_roles() -> Result<()> {
+    stored_roles_are_ours()?;
+    query(
+        "INSERT INTO lambdastore.roles_from SELECT $1 WHERE NOT EXISTS (SELECT FROM lambdastore.roles_from)",
+        &[INT8OID],
+        &[system_identifier().into()],
+        |_| Ok(()),
+    )
 }
 
 /// The name of role `oid`, as stored beside it.
@@ -115,6 +127,7 @@ pub(crate) fn may_deploy(role: Oid) -> Result<bool> {
 /// Creates `app` owned by `owner` unless it exists; then locks its row
 /// until the transaction ends and returns its owner.
 pub(crate) fn create_and_lock(app: &str, owner: Oid) -> Result<Oid> {
+    stamp_roles()?;
     query_cluster(
         "INSERT INTO lambdastore.applications (name, owner, owner_name) VALUES ($1, $2, $3)
          ON CONFLICT (name) DO NOTHING",
@@ -137,6 +150,7 @@ pub(crate) fn lock(app: &str) -> Result<Option<Oid>> {
 }
 
 pub(crate) fn grant(app: &str, grantee: Oid, privilege: &str) -> Result<()> {
+    stored_roles_are_ours()?;
     super::cache::changed();
     query_cluster(
         "INSERT INTO lambdastore.grants (app, grantee, grantee_name, privilege) VALUES ($1, $2, $4, $3)
@@ -160,6 +174,7 @@ pub(crate) fn revoke(app: &str, grantee: Oid, privilege: &str) -> Result<bool> {
 }
 
 pub(crate) fn set_owner(app: &str, owner: Oid) -> Result<()> {
+    stored_roles_are_ours()?;
     super::cache::changed();
     query_cluster(
         "UPDATE lambdastore.applications SET owner = $2, owner_name = $3 WHERE name = $1",

@@ -49,6 +49,7 @@ pub(crate) fn take_inserted() -> bool {
 /// object's shard must be here (`forward` sends submissions there), and
 /// the key was claimed in `job_keys` first (`claim_key`).
 pub(crate) fn insert(job: &NewJob<'_>) -> Result<(i64, bool)> {
+    crate::catalog::grants::stored_roles_are_ours()?; // the job runs as `job.role`
     crate::catalog::note_write();
     let place = layout::place(job.object)?;
     // Without a key there is no conflict to infer, and on a Citus node no

@@ -45,6 +45,7 @@ pub(crate) fn add(
     Missed::parse(missed).map_err(LambdaError::InvalidParameter)?;
     let app = queue::app_of(object)?.ok_or(LambdaError::UnknownObject(object))?;
     access::check(caller, &app, Privilege::Invoke)?;
+    crate::catalog::grants::stored_roles_are_ours()?; // its ticks run as `caller`
     let first = pattern
         .next_after(crate::pg::backend::now_unix_micros())
         .ok_or_else(|| LambdaError::InvalidParameter(format!("cron pattern {cron:?} names no time to come")))?;

@@ -101,7 +101,7 @@ unsafe extern "C-unwind" fn plan(
         let hash = text_hash(&text);
         // SAFETY: the plan just made, in the planner's memory context.
         unsafe { mark(planned, Marks { hash, first }) };
-        LAST.set(Some((Marks { hash, first }, local_transaction())));
+        LAST.set(Some((Marks { hash, first }, crate::pg::xact::local_transaction())));
     }
     planned
 }
@@ -248,12 +248,6 @@ unsafe fn marked(planned: *const pg_sys::PlannedStmt) -> Option<Marks> {
     }
 }
 
-/// This backend's local transaction id (it counts every transaction).
-fn local_transaction() -> u32 {
-    // SAFETY: this backend's PGPROC, set before any statement runs.
-    unsafe { (*pg_sys::MyProc).lxid }
-}
-
 /// Refuses a plan kept from an earlier transaction (its plans dropped)
 /// unless the text still holds and `hold` finds nothing changed.
 fn check_kept(rewriter: &Rewriter, marks: Marks) {
@@ -286,7 +280,7 @@ unsafe extern "C-unwind" fn start(query_desc: *mut pg_sys::QueryDesc, eflags: st
     let marks = unsafe { marked((*query_desc).plannedstmt) };
     if let (Some(marks), Some(rewriter)) = (marks, REWRITER.get()) {
         // Planned in this transaction: it holds, `hold` included.
-        if LAST.get() != Some((marks, local_transaction())) {
+        if LAST.get() != Some((marks, crate::pg::xact::local_transaction())) {
             check_kept(rewriter, marks);
         }
     }

@@ -61,7 +61,7 @@ pub(crate) fn reading_as_of_first_call<R>(f: impl FnOnce() -> R) -> R {
     // the push is popped below, or by the (sub)transaction's abort when
     // `f` raises an error.
     unsafe {
-        let transaction = (*pg_sys::MyProc).lxid;
+        let transaction = crate::pg::xact::local_transaction();
         let snapshot = match FIRST_CALL.get() {
             Some((id, snapshot)) if id == transaction => snapshot,
             _ => {

@@ -68,6 +68,13 @@ pub(crate) fn only_statement_is_call_of(function: pg_sys::Oid) -> bool {
     }
 }
 
+/// This backend's local transaction id: it counts every top-level
+/// transaction, read-only ones too.
+pub(crate) fn local_transaction() -> u32 {
+    // SAFETY: this backend's PGPROC, set before any statement runs.
+    unsafe { (*pg_sys::MyProc).lxid }
+}
+
 /// The top transaction's XID, 0 when it has written nothing.
 pub(crate) fn top_xid() -> u32 {
     // SAFETY: reads this backend's transaction state; assigns nothing.
