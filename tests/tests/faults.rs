@@ -383,6 +383,23 @@ impl Drop for Restored {
     }
 }
 
+/// The server log's lines written from now on, each time it is called.
+fn log_from_now() -> impl Fn() -> String {
+    let path = cluster("log").trim().to_string();
+    let seen = std::fs::read_to_string(&path).unwrap_or_default().len();
+    move || std::fs::read_to_string(&path).unwrap_or_default().get(seen..).unwrap_or_default().to_string()
+}
+
+/// Polls `new_lines` until they hold `needle`, for at most a minute.
+#[track_caller]
+fn wait_for_log(new_lines: &impl Fn() -> String, needle: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !new_lines().contains(needle) {
+        assert!(Instant::now() < deadline, "{what}:\n{}", new_lines());
+        std::thread::sleep(Duration::from_millis(50)); // polling the log
+    }
+}
+
 /// Background workers whose `lambdastore.database` does not exist yet:
 /// the first one's connection fails (one FATAL line), one warning says
 /// they wait, and once the database is created they run its jobs. Before,
@@ -399,18 +416,11 @@ fn workers_wait_quietly_for_a_database_that_does_not_exist_yet() {
     // As on a fresh cluster: no shared relcache init file yet, so a process
     // connected to no database cannot open pg_database's indexes.
     let _ = std::fs::remove_file(format!("{}/data/global/pg_internal.init", cluster("dir").trim()));
-    let log_path = cluster("log").trim().to_string();
-    let seen = std::fs::read_to_string(&log_path).unwrap_or_default().len();
-    let new_lines =
-        || std::fs::read_to_string(&log_path).unwrap_or_default().get(seen..).unwrap_or_default().to_string();
+    let new_lines = log_from_now();
     cluster("start");
 
     let waiting = "the background workers wait for it to be created";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !new_lines().contains(waiting) {
-        assert!(Instant::now() < deadline, "no worker said it waits for the database:\n{}", new_lines());
-        std::thread::sleep(Duration::from_millis(50)); // polling the log
-    }
+    wait_for_log(&new_lines, waiting, "no worker said it waits for the database");
     // Three restart times (5 s each): the window in which every worker
     // used to fail again. This sleep is what is observed, not a wait for
     // an event.
@@ -461,17 +471,10 @@ fn job_runners_wait_for_restored_roles_to_be_adopted() {
     // The runners serve the restored database from the restart on.
     c.batch_execute(&format!("ALTER SYSTEM SET lambdastore.database = '{RESTORED}'")).unwrap();
     let _reset = Restored("lambdastore.database");
-    let log_path = cluster("log").trim().to_string();
-    let seen = std::fs::read_to_string(&log_path).unwrap_or_default().len();
-    let new_lines =
-        || std::fs::read_to_string(&log_path).unwrap_or_default().get(seen..).unwrap_or_default().to_string();
+    let new_lines = log_from_now();
     restart();
     let waiting = "jobs wait: the roles this database stores are another server's";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !new_lines().contains(waiting) {
-        assert!(Instant::now() < deadline, "no runner said its jobs wait:\n{}", new_lines());
-        std::thread::sleep(Duration::from_millis(50)); // polling the log
-    }
+    wait_for_log(&new_lines, waiting, "no runner said its jobs wait");
     let mut r = connect_to(RESTORED);
     let state = |r: &mut Client, job: i64| -> String {
         r.query_one("SELECT state FROM lambdastore.jobs WHERE job_id = $1", &[&job]).unwrap().get(0)
