@@ -55,9 +55,10 @@ pub extern "C-unwind" fn _PG_init() {
     access::init();
     catalog::init();
     xact::init();
-    // The names PREPARE TRANSACTION gives (txn::prepared asks), and the
-    // compiled modules of a dropped database, which nothing else removes.
-    pg::xact::watch_statements(runtime::forget_database);
+    // The names PREPARE TRANSACTION gives (txn::prepared asks), the
+    // compiled modules of a dropped database, which nothing else removes,
+    // and the names stored beside owners' and grantees' OIDs.
+    pg::xact::watch_statements(runtime::forget_database, catalog::grants::role_renamed);
     cluster::delegate::init();
     cluster::layout::init();
 }

@@ -222,3 +222,39 @@ fn roles_restored_from_another_server_act_only_once_adopted_by_name() {
     assert_eq!(job(&mut r, strangers), ("cancelled".to_string(), 0), "no name was stored for its role");
     assert!(r.query(adopt, &[]).unwrap().is_empty(), "adopted once");
 }
+
+/// The name stored beside an owner's and a grantee's OID follows `ALTER
+/// ROLE ... RENAME` (catalog/grants.rs, `role_renamed`): it is what maps
+/// the OID after a restore into another server, and what decides on a
+/// Citus cluster. Before, the old name stayed, and an adopt took whoever
+/// had it there.
+#[test]
+fn a_renamed_owner_and_grantee_are_stored_under_their_new_names() {
+    let db = ScratchDatabase::new("renamed");
+    let (owner, grantee) = (TestRole::new("renamed_owner"), TestRole::new("renamed_grantee"));
+    let mut c = db.connect();
+    c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
+    deploy(&mut c, "counter", &example("counter")).unwrap();
+    c.execute("SELECT lambdastore.set_owner('counter', $1::text::regrole)", &[&owner.name]).unwrap();
+    grant(&mut c, "counter", &grantee.name, "invoke").unwrap();
+    let stored = |c: &mut Client| -> (String, String) {
+        let row = c
+            .query_one(
+                "SELECT a.owner_name::text, g.grantee_name::text
+                   FROM lambdastore.applications a JOIN lambdastore.grants g ON g.app = a.name",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let renamed = [&owner, &grantee].map(|role| format!("{}_x", role.name));
+    for (role, new) in [&owner, &grantee].iter().zip(&renamed) {
+        c.batch_execute(&format!("ALTER ROLE {} RENAME TO {new}", role.name)).unwrap();
+    }
+    let after = stored(&mut c);
+    for (role, new) in [&owner, &grantee].iter().zip(&renamed) {
+        c.batch_execute(&format!("ALTER ROLE {new} RENAME TO {}", role.name)).unwrap();
+    }
+    assert_eq!(after, (renamed[0].clone(), renamed[1].clone()));
+    assert_eq!(stored(&mut c), (owner.name.clone(), grantee.name.clone()), "and back");
+}

@@ -416,6 +416,18 @@ fn grants_to_ordinary_roles_hold_on_every_node() {
             .unwrap_or_else(|e| panic!("wait, object {id}: {}", describe(&e)));
         assert_eq!((state.as_str(), result), ("done", Some(json!(2))), "object {id}");
     }
+    // Renamed on the coordinator (Citus renames it on every node), it is
+    // still the grantee there: the name decides on a cluster, and follows
+    // the rename. It was refused (42501) under its new name.
+    let renamed = format!("{}_x", granted.name);
+    change_roles(&mut c, &format!("ALTER ROLE {} RENAME TO {renamed}", granted.name)).unwrap();
+    let outcome: Vec<_> = by_node
+        .values()
+        .flatten()
+        .map(|&id| invoke(&mut common::connect_as(&renamed), id, "get", json!({})).map_err(|e| describe(&e)))
+        .collect();
+    change_roles(&mut c, &format!("ALTER ROLE {renamed} RENAME TO {}", granted.name)).unwrap();
+    assert!(outcome.iter().all(|o| o == &Ok(json!(2))), "the renamed grantee: {outcome:?}");
     assert!(revoke(&mut c, &app, &granted.name, "invoke").unwrap());
     for &id in by_node.values().flatten() {
         expect_sqlstate(invoke(&mut granted_c, id, "get", json!({})), "42501");

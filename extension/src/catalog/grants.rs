@@ -80,6 +80,34 @@ fn stamp_roles() -> Result<()> {
     )
 }
 
+/// After `ALTER ROLE ... RENAME` (pg/xact.rs), the new name beside the
+/// role's OID as owner and grantee, in this database: the name decides on a
+/// Citus cluster, and maps the OID after a restore into another server (a
+/// renamed owner lost its applications on a cluster). On a cluster, from
+/// the coordinator, whose OIDs the rows hold (the reference tables reach
+/// every node); in a database without the extension, nothing.
+pub(crate) fn role_renamed(role: Oid) {
+    let installed = query("SELECT to_regclass('lambdastore.grants') IS NOT NULL", &[], &[], |rows| {
+        Ok(rows.first().get::<bool>(1)?.unwrap_or(false))
+    });
+    if !matches!(installed, Ok(true)) {
+        return;
+    }
+    let renamed = crate::pg::roles::as_bootstrap_superuser(|| {
+        if !crate::cluster::layout::on_coordinator()? {
+            return Ok(());
+        }
+        for sql in [
+            "UPDATE lambdastore.applications SET owner_name = $2 WHERE owner = $1 AND owner_name <> $2",
+            "UPDATE lambdastore.grants SET grantee_name = $2 WHERE grantee = $1 AND grantee_name <> $2",
+        ] {
+            query_cluster(sql, &[OIDOID, TEXTOID], &[role.into(), name_of(role).into()], |_| Ok(()))?;
+        }
+        Ok(())
+    });
+    renamed.unwrap_or_else(|err: LambdaError| err.report("following a role's new name"));
+}
+
 /// The name of role `oid`, as stored beside it.
 fn name_of(oid: Oid) -> String {
     crate::pg::roles::name(oid).unwrap_or_default()

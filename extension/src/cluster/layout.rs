@@ -480,6 +480,11 @@ pub(crate) fn prepared_by_citus() -> Result<bool> {
     }
 }
 
+/// Whether this node is a Citus cluster's coordinator, or a server alone.
+pub(crate) fn on_coordinator() -> Result<bool> {
+    Ok(layout()?.is_none_or(|layout| layout.local_group == 0))
+}
+
 /// Whether `group` is the group of a primary node of this Citus cluster
 /// (false without Citus).
 pub(crate) fn is_node_group(group: i32) -> Result<bool> {

@@ -226,13 +226,18 @@ thread_local! {
     static PREPARING: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
     /// Told the OID of each database this process drops.
     static DATABASE_DROPPED: std::cell::Cell<Option<fn(u32)>> = const { std::cell::Cell::new(None) };
+    /// Told each role this process renames.
+    static ROLE_RENAMED: std::cell::Cell<Option<fn(pg_sys::Oid)>> = const { std::cell::Cell::new(None) };
 }
 
 /// Has each `PREPARE TRANSACTION` statement of this process note its name
-/// for `preparing_name`, and each `DROP DATABASE` it runs call `dropped`
-/// with the database's OID once dropped; once per process.
-pub(crate) fn watch_statements(dropped: fn(u32)) {
+/// for `preparing_name`, each `DROP DATABASE` it runs call `dropped` with
+/// the database's OID once dropped, and each `ALTER ROLE ... RENAME` call
+/// `renamed` with the role once renamed (in its transaction); once per
+/// process.
+pub(crate) fn watch_statements(dropped: fn(u32), renamed: fn(pg_sys::Oid)) {
     DATABASE_DROPPED.set(Some(dropped));
+    ROLE_RENAMED.set(Some(renamed));
     // SAFETY: the hook is this process's; the previous one is kept and
     // called by ours.
     unsafe {
@@ -262,12 +267,18 @@ unsafe extern "C-unwind" fn utility(
 ) {
     // SAFETY: the statement about to run, read after its tag; the names
     // are C strings of the parse tree.
-    let mut dropping = None;
+    let (mut dropping, mut renaming) = (None, None);
     unsafe {
         let node = (*statement).utilityStmt;
         if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_DropdbStmt {
             let name = (*(node as *mut pg_sys::DropdbStmt)).dbname;
             dropping = Some(pg_sys::get_database_oid(name, true)).filter(|oid| *oid != pg_sys::InvalidOid);
+        }
+        if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_RenameStmt {
+            let rename = node as *mut pg_sys::RenameStmt;
+            if (*rename).renameType == pg_sys::ObjectType::OBJECT_ROLE && !(*rename).subname.is_null() {
+                renaming = Some(pg_sys::get_role_oid((*rename).subname, true)).filter(|oid| *oid != pg_sys::InvalidOid);
+            }
         }
         if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_TransactionStmt {
             let transaction = node as *mut pg_sys::TransactionStmt;
@@ -300,5 +311,8 @@ unsafe extern "C-unwind" fn utility(
     // it returns.
     if let (Some(oid), Some(dropped)) = (dropping, DATABASE_DROPPED.get()) {
         dropped(oid.to_u32());
+    }
+    if let (Some(role), Some(renamed)) = (renaming, ROLE_RENAMED.get()) {
+        renamed(role);
     }
 }
