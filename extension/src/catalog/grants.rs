@@ -87,10 +87,7 @@ fn stamp_roles() -> Result<()> {
 /// the coordinator, whose OIDs the rows hold (the reference tables reach
 /// every node); in a database without the extension, nothing.
 pub(crate) fn role_renamed(role: Oid) {
-    let installed = query("SELECT to_regclass('lambdastore.grants') IS NOT NULL", &[], &[], |rows| {
-        Ok(rows.first().get::<bool>(1)?.unwrap_or(false))
-    });
-    if !matches!(installed, Ok(true)) {
+    if !super::installed() {
         return;
     }
     let renamed = crate::pg::roles::as_bootstrap_superuser(|| {

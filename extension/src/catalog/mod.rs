@@ -226,6 +226,15 @@ pub(crate) fn stats_everywhere() -> Result<Vec<serde_json::Value>> {
         .collect()
 }
 
+/// Whether the extension's tables are in this database (a process of
+/// another database, or one before CREATE EXTENSION, finds none).
+pub(crate) fn installed() -> bool {
+    query("SELECT to_regclass('lambdastore.jobs') IS NOT NULL", &[], &[], |rows| {
+        Ok(rows.first().get::<bool>(1)?.unwrap_or(false))
+    })
+    .unwrap_or(false)
+}
+
 /// Every application's name.
 pub(crate) fn application_names() -> Result<Vec<String>> {
     query("SELECT name FROM lambdastore.applications", &[], &[], |rows| {

@@ -72,7 +72,7 @@ pub extern "C-unwind" fn lambdastore_job_runner_main(arg: pg_sys::Datum) {
 /// Runs due jobs until none is left; returns when the next backed-off job
 /// is due, if any.
 fn run_until_idle(index: usize, last_app: &mut String) -> Option<Duration> {
-    if !transaction(installed) {
+    if !transaction(crate::catalog::installed) {
         return None; // woken again by the first submit, which needs the extension
     }
     transaction(crate::txn::prepared::sweep).unwrap_or_else(|e| e.report("finishing prepared transactions"));
@@ -128,13 +128,6 @@ fn delete_expired() {
     while batch() >= RETENTION_BATCH {
         pgrx::check_for_interrupts!();
     }
-}
-
-fn installed() -> bool {
-    crate::catalog::query("SELECT to_regclass('lambdastore.jobs') IS NOT NULL", &[], &[], |rows| {
-        Ok(rows.first().get::<bool>(1)?.unwrap_or(false))
-    })
-    .unwrap_or(false)
 }
 
 enum Step {
