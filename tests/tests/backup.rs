@@ -258,3 +258,82 @@ fn a_renamed_owner_and_grantee_are_stored_under_their_new_names() {
     assert_eq!(after, (renamed[0].clone(), renamed[1].clone()));
     assert_eq!(stored(&mut c), (owner.name.clone(), grantee.name.clone()), "and back");
 }
+
+/// What `adopt_restored_roles()` cannot map, it refuses whole, and until a
+/// superuser has adopted the roles, the superuser too is refused what
+/// stores a role (a grant, a schedule, a key, a job; catalog/grants.rs,
+/// `stored_roles_are_ours`): faked as above, a database that says it comes
+/// from another server, whose owner's name is no role here (42704), then
+/// whose owner's old OID is stored under two names that are both roles
+/// here (42710). Neither refusal changes a row.
+#[test]
+fn adopt_refuses_what_it_cannot_map_and_nothing_stores_a_role_before_it() {
+    let db = ScratchDatabase::new("adopt_refusals");
+    let [owner, grantee] = ["adopt_owner", "adopt_grantee"].map(TestRole::new);
+    let mut c = db.connect();
+    c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
+    deploy(&mut c, "counter", &example("counter")).unwrap();
+    c.execute("SELECT lambdastore.set_owner('counter', $1::text::regrole)", &[&owner.name]).unwrap();
+    let a = create(&mut c, "counter", "Counter", json!({}));
+    let owner_oid = owner.oid(&mut c);
+    c.batch_execute("UPDATE lambdastore.roles_from SET system_identifier = 42").unwrap();
+
+    let stores_a_role = [
+        format!("SELECT lambdastore.grant('counter', '{}', 'invoke')", grantee.name),
+        format!("SELECT lambdastore.schedule('tick', '* * * * *', {a}, 'increment')"),
+        "SELECT * FROM lambdastore.create_api_key('counter')".to_string(),
+        format!("SELECT lambdastore.submit({a}, 'increment')"),
+    ];
+    let not_refused: Vec<String> = stores_a_role
+        .iter()
+        .filter_map(|statement| match c.query(statement.as_str(), &[]) {
+            Err(e)
+                if e.as_db_error()
+                    .is_some_and(|db| db.code().code() == "55000" && db.message().contains("adopt_restored_roles")) =>
+            {
+                None
+            }
+            other => Some(format!("{statement}: {other:?}")),
+        })
+        .collect();
+    assert!(not_refused.is_empty(), "{not_refused:#?}");
+
+    let adopt = "SELECT role_name::text FROM lambdastore.adopt_restored_roles()";
+    let stored = |c: &mut Client| -> (Vec<i64>, String, i64) {
+        let row = c
+            .query_one(
+                "SELECT array_agg(f.system_identifier), a.owner_name::text, count(g.*)
+                   FROM lambdastore.roles_from f, lambdastore.applications a
+                   LEFT JOIN lambdastore.grants g ON g.app = a.name GROUP BY a.owner_name",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    c.batch_execute("UPDATE lambdastore.applications SET owner_name = 'adopt_nobody_here'").unwrap();
+    let before = stored(&mut c);
+    let message = expect_sqlstate(c.query(adopt, &[]), "42704");
+    assert!(message.contains(&format!("adopt_nobody_here (stored as OID {owner_oid})")), "{message}");
+    assert_eq!(stored(&mut c), before, "nothing changed");
+
+    c.batch_execute(&format!(
+        "UPDATE lambdastore.applications SET owner_name = '{owner}';
+         INSERT INTO lambdastore.grants VALUES ('counter', {owner_oid}, '{grantee}', 'read')",
+        owner = owner.name,
+        grantee = grantee.name
+    ))
+    .unwrap();
+    let before = stored(&mut c);
+    let message = expect_sqlstate(c.query(adopt, &[]), "42710");
+    let (first, second) = if owner.name < grantee.name { (&owner, &grantee) } else { (&grantee, &owner) };
+    let twice = format!("OID {owner_oid} is stored as {} and {}", first.name, second.name);
+    assert!(message.contains(&twice), "{message}");
+    assert_eq!(stored(&mut c), before, "nothing changed");
+
+    c.batch_execute("DELETE FROM lambdastore.grants").unwrap();
+    let adopted: Vec<String> = c.query(adopt, &[]).unwrap().iter().map(|row| row.get(0)).collect();
+    assert!(adopted.contains(&owner.name), "{adopted:?}");
+    for statement in &stores_a_role {
+        c.query(statement.as_str(), &[]).unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+}
