@@ -117,6 +117,32 @@ fn other_bytes_of_the_same_code_bump_the_version() {
     assert_eq!(call(&mut c, id, "get", json!({})), json!(7));
 }
 
+/// A compile stops at a cancel (runtime/artifacts.rs,
+/// `compile_unless_canceled`): a deploy of bytes never compiled here (a
+/// Python guest: 4–16 s) ends at its `statement_timeout` with 57014 while
+/// its compile goes on, on a thread of the backend that the statement did
+/// not wait for; nothing is registered, and the session goes on. Before,
+/// the timeout could only act once the compile was over.
+#[test]
+fn a_deploy_ends_at_its_statement_timeout_while_it_compiles() {
+    let mut c = connect();
+    let app = app("deploy_timeout");
+    let pid = backend_pid(&mut c);
+    let bytes = with_custom_section(example("py_counter"), "lambdastore-test", app.as_bytes());
+    c.batch_execute("SET statement_timeout = '1s'").unwrap();
+    let message = expect_sqlstate(deploy(&mut c, &app, &bytes), "57014");
+    let compiling = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == "lambdastore-com")
+        })
+        .count();
+    assert_eq!(compiling, 1, "the compile goes on without the statement ({message})");
+    c.batch_execute("RESET statement_timeout").unwrap();
+    assert_eq!(application_rows(&mut c, &app), 0, "nothing registered");
+}
+
 /// A version whose code was compiled before takes most of its functions
 /// from `lambdastore/functions` (Cranelift's incremental cache) instead of
 /// compiling them again; the deploy says how many at DEBUG1.

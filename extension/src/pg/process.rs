@@ -140,3 +140,29 @@ pub(crate) fn database_exists(database: &str) -> bool {
     }
     found
 }
+
+/// Starts a thread of this process that PostgreSQL's signals never reach:
+/// a cancel, `statement_timeout`'s alarm or a terminate must run their
+/// handlers on the backend's own thread, which they interrupt. Every
+/// signal is blocked before the spawn, so the thread inherits a full mask
+/// from its first instruction, then ours is restored. The thread may call
+/// nothing of PostgreSQL's.
+pub(crate) fn spawn_thread<T: Send + 'static>(
+    name: &str,
+    stack_size: usize,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    // SAFETY: plain libc calls on local, initialised sigset_t values.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
+    }
+    let spawned = std::thread::Builder::new().name(name.into()).stack_size(stack_size).spawn(body);
+    // SAFETY: restores the mask saved above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+    }
+    spawned
+}

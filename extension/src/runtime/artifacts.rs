@@ -53,7 +53,7 @@ fn artifact_path(engine: &Engine, sha256: &str) -> PathBuf {
 pub(crate) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component> {
     let started = std::time::Instant::now();
     functions::counts(); // from a compile that failed, if any
-    let component = Component::new(engine, wasm);
+    let component = compile_unless_canceled(engine, wasm)?;
     // After every compile, kept or refused (a module refused after its
     // compile, such as one without the lambdastore world, left its
     // functions behind: repeated, they filled the disk).
@@ -66,6 +66,37 @@ pub(crate) fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component> {
         reused + compiled
     );
     Ok(component)
+}
+
+/// How much stack Cranelift gets on the compiling thread: the backend's
+/// own is 8 MiB, and a deeply nested function's compile may need it.
+const COMPILE_STACK: usize = 8 << 20;
+
+/// `Component::new` on a thread of its own, waited for in steps that give
+/// up on a cancel, `statement_timeout` or a terminate (57014): a Python
+/// guest compiles for 16 s, and its deploy or first call could not be
+/// stopped before. The thread left behind finishes alone, and the functions
+/// it compiled stay in `lambdastore/functions` for the next try; it calls
+/// nothing of PostgreSQL's (the function store is files).
+fn compile_unless_canceled(engine: &Engine, wasm: &[u8]) -> Result<wasmtime::Result<Component>> {
+    let (engine, wasm) = (engine.clone(), wasm.to_vec());
+    let (done, compiled) = std::sync::mpsc::sync_channel(1);
+    crate::pg::process::spawn_thread("lambdastore-compile", COMPILE_STACK, move || {
+        let _ = done.send(Component::new(&engine, &wasm));
+    })
+    .map_err(|e| LambdaError::Internal(format!("cannot start compiling: {e}")))?;
+    loop {
+        match compiled.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(component) => return Ok(component),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if crate::pg::backend::interrupt_pending() => {
+                return Err(LambdaError::Canceled);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(LambdaError::Internal("the compiler panicked".into()));
+            }
+        }
+    }
 }
 
 /// Stores the artifact for later loads; a cache that cannot be written

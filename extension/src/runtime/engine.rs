@@ -208,54 +208,42 @@ fn pagemap_scan() -> bool {
     unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN, arg.as_mut_ptr()) >= 0 }
 }
 
+/// The ticker's stack: Rust's default for a thread, plenty for its loop.
+const TICKER_STACK: usize = 2 << 20;
+
 fn spawn_ticker(engine: Engine, state: Arc<TickerState>) -> Thread {
-    // Block every signal before spawning so the new thread inherits a full
-    // mask from its first instruction, then restore ours.
-    // SAFETY: plain libc calls on local, initialised sigset_t values.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
-    }
-    let handle = std::thread::Builder::new()
-        .name("lambdastore-epoch".into())
-        .spawn(move || {
-            let mut period = SLOW_TICK;
-            let mut last_started = None;
-            let mut idle = Duration::ZERO;
-            loop {
-                std::thread::sleep(period);
-                engine.increment_epoch();
-                let calls = state.calls.load(Ordering::SeqCst);
-                let (started, running) = (calls >> 32, calls & RUNNING_MASK);
-                let none_started = last_started == Some(started);
-                last_started = Some(started);
-                // A call already running at the last wake-up may be a
-                // runaway: watch it closely. Short calls are over long
-                // before a tick, and waking often only slows them.
-                period = if running > 0 && none_started { EPOCH_TICK } else { SLOW_TICK };
-                if running > 0 || !none_started {
-                    idle = Duration::ZERO;
-                    continue;
-                }
-                idle += period;
-                if idle >= LINGER {
-                    state.parked.store(true, Ordering::SeqCst);
-                    // A spurious or early unpark only costs one more loop.
-                    if state.calls.load(Ordering::SeqCst) & RUNNING_MASK == 0 {
-                        std::thread::park();
-                    }
-                    state.parked.store(false, Ordering::SeqCst);
-                    idle = Duration::ZERO;
-                    last_started = None;
-                }
+    let handle = crate::pg::process::spawn_thread("lambdastore-epoch", TICKER_STACK, move || {
+        let mut period = SLOW_TICK;
+        let mut last_started = None;
+        let mut idle = Duration::ZERO;
+        loop {
+            std::thread::sleep(period);
+            engine.increment_epoch();
+            let calls = state.calls.load(Ordering::SeqCst);
+            let (started, running) = (calls >> 32, calls & RUNNING_MASK);
+            let none_started = last_started == Some(started);
+            last_started = Some(started);
+            // A call already running at the last wake-up may be a
+            // runaway: watch it closely. Short calls are over long
+            // before a tick, and waking often only slows them.
+            period = if running > 0 && none_started { EPOCH_TICK } else { SLOW_TICK };
+            if running > 0 || !none_started {
+                idle = Duration::ZERO;
+                continue;
             }
-        })
-        .expect("spawn the epoch ticker thread");
-    // SAFETY: restores the mask saved above.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
-    }
+            idle += period;
+            if idle >= LINGER {
+                state.parked.store(true, Ordering::SeqCst);
+                // A spurious or early unpark only costs one more loop.
+                if state.calls.load(Ordering::SeqCst) & RUNNING_MASK == 0 {
+                    std::thread::park();
+                }
+                state.parked.store(false, Ordering::SeqCst);
+                idle = Duration::ZERO;
+                last_started = None;
+            }
+        }
+    })
+    .expect("spawn the epoch ticker thread");
     handle.thread().clone()
 }
