@@ -203,6 +203,16 @@ pub(crate) fn as_storage<R>(body: impl FnOnce(Caller) -> R) -> R {
     })
 }
 
+/// `catalog::grants::role_renamed` after an `ALTER ROLE ... RENAME`, as the
+/// tables' owner with the fixed `search_path`, the check that the extension
+/// is installed included: it runs inside the renaming session's statement,
+/// whose `search_path` it chose (an operator `=` of a CREATEROLE role's own
+/// schema ran as the superuser and made it one), and which may have no
+/// USAGE on our schema (its renames failed).
+pub(crate) fn role_renamed(role: Oid) {
+    pg::roles::as_bootstrap_superuser(|| with_fixed_search_path(|| catalog::grants::role_renamed(role)));
+}
+
 /// The `search_path` of everything the extension runs with raised rights.
 /// The caller's own would let it choose what a name in our statements
 /// means: every role may create temporary objects, and PostgreSQL looks

@@ -70,6 +70,64 @@ fn a_temporary_domain_cannot_run_code_as_the_tables_owner() {
     assert_eq!(call(&mut admin, counter, "get", json!({})), json!(1));
 }
 
+/// `ALTER ROLE ... RENAME` has the extension write the new name beside the
+/// role's OID (catalog/grants.rs, `role_renamed`), as the tables' owner,
+/// inside the renaming session's statement: a CREATEROLE role's operator
+/// `=` on OIDs, first on its `search_path`, ran there as the superuser and
+/// made the role one. And a CREATEROLE role without USAGE on our schema
+/// could rename no role (42501 from the check that the extension is here).
+#[test]
+fn renaming_a_role_runs_nothing_of_the_renaming_sessions_as_the_tables_owner() {
+    let (renamer, renamed) = (TestRole::new("renamer"), TestRole::new("renamed"));
+    let (mut admin, app) = deployed("renames", "counter");
+    admin.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &renamed.name]).unwrap();
+    let schema = format!("{}_s", renamer.name);
+    change_roles(
+        &mut admin,
+        &format!(
+            "ALTER ROLE {renamer} CREATEROLE; REVOKE USAGE ON SCHEMA lambdastore FROM {renamer};
+             CREATE SCHEMA {schema} AUTHORIZATION {renamer}",
+            renamer = renamer.name
+        ),
+    )
+    .unwrap();
+    let mut c = renamer.connect();
+    c.batch_execute(&format!(
+        "CREATE TABLE {schema}.seen (who text);
+         CREATE FUNCTION {schema}.evil(a oid, b oid) RETURNS boolean LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO {schema}.seen VALUES (current_user);
+             BEGIN
+                 EXECUTE format('ALTER ROLE %I SUPERUSER', session_user);
+             EXCEPTION WHEN insufficient_privilege THEN NULL;
+             END;
+             RETURN a OPERATOR(pg_catalog.=) b;
+         END $$;
+         CREATE OPERATOR {schema}.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = {schema}.evil);
+         SET search_path = {schema}, pg_catalog;"
+    ))
+    .unwrap();
+    let new_name = format!("{}_x", renamed.name);
+    c.batch_execute(&format!("ALTER ROLE {} RENAME TO {new_name}", renamed.name)).unwrap();
+    let owner: String = admin
+        .query_one("SELECT owner_name::text FROM lambdastore.applications WHERE name = $1", &[&app])
+        .unwrap()
+        .get(0);
+    c.batch_execute(&format!("ALTER ROLE {new_name} RENAME TO {}", renamed.name)).unwrap();
+    assert_eq!(owner, new_name, "the new name is stored");
+
+    assert!(!is_superuser(&mut admin, &renamer.name), "the role made itself a superuser");
+    let others: Vec<String> = c
+        .query(&format!("SELECT DISTINCT who FROM {schema}.seen WHERE who <> current_user"), &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(others.is_empty(), "the role's operator ran as {others:?}");
+    drop(c);
+    change_roles(&mut admin, &format!("DROP SCHEMA {schema} CASCADE")).unwrap();
+}
+
 // 2. A NULL never passes a check.
 
 /// Each gateway function with NULL in each argument: 28000 for the key,

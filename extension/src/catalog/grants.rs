@@ -85,12 +85,13 @@ fn stamp_roles() -> Result<()> {
 /// Citus cluster, and maps the OID after a restore into another server (a
 /// renamed owner lost its applications on a cluster). On a cluster, from
 /// the coordinator, whose OIDs the rows hold (the reference tables reach
-/// every node); in a database without the extension, nothing.
+/// every node); in a database without the extension, nothing. Runs as
+/// the tables' owner with the fixed `search_path` (access::role_renamed).
 pub(crate) fn role_renamed(role: Oid) {
     if !super::installed() {
         return;
     }
-    let renamed = crate::pg::roles::as_bootstrap_superuser(|| {
+    let renamed = (|| {
         if !crate::cluster::layout::on_coordinator()? {
             return Ok(());
         }
@@ -101,7 +102,7 @@ pub(crate) fn role_renamed(role: Oid) {
             query_cluster(sql, &[OIDOID, TEXTOID], &[role.into(), name_of(role).into()], |_| Ok(()))?;
         }
         Ok(())
-    });
+    })();
     renamed.unwrap_or_else(|err: LambdaError| err.report("following a role's new name"));
 }
 
