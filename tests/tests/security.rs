@@ -353,6 +353,26 @@ fn internal_functions_show_no_other_applications_data() {
     }
 }
 
+/// The extension finds its own `lambda_invoke` among its members, not by
+/// name in its schema (cluster/route.rs, `call_functions`): an overload
+/// there, which any role that may create in the schema can add, made every
+/// new session's `lambda_invoke` fail with 21000 ("more than one row
+/// returned by a subquery").
+#[test]
+fn an_overload_of_lambda_invoke_beside_ours_breaks_no_call() {
+    let db = ScratchDatabase::new("overload");
+    let mut c = db.connect();
+    c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
+    deploy(&mut c, "counter", &example("counter")).unwrap();
+    let counter = create(&mut c, "counter", "Counter", json!({}));
+    c.batch_execute(
+        "CREATE FUNCTION public.lambda_invoke(integer, text, jsonb, boolean) RETURNS jsonb
+         LANGUAGE sql AS $$ SELECT '0'::jsonb $$",
+    )
+    .unwrap();
+    assert_eq!(call(&mut db.connect(), counter, "increment", json!({})), json!(1));
+}
+
 // 5. A call's host memory is bounded.
 
 /// Every value a scan read was detoasted into the transaction's memory and

@@ -194,11 +194,17 @@ pub(crate) fn call_functions() -> Result<(pg_sys::Oid, pg_sys::Oid)> {
     if let Some(oids) = CALL_FUNCTIONS.get() {
         return Ok(oids);
     }
+    // The extension's own members only: anyone who may create in its
+    // schema could add an overload, which a lookup by name found too
+    // (every new session's `lambda_invoke` failed with 21000).
     let oids = catalog::query(
-        "SELECT (SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_extension e ON e.extnamespace = p.pronamespace
-                  WHERE e.extname = 'lambdastore' AND p.proname = 'lambda_invoke'),
-                (SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_extension e ON e.extnamespace = p.pronamespace
-                  WHERE e.extname = 'lambdastore' AND p.proname = '_lambda_invoke_delegated')",
+        "SELECT pg_catalog.min(p.oid) FILTER (WHERE p.proname = 'lambda_invoke'),
+                pg_catalog.min(p.oid) FILTER (WHERE p.proname = '_lambda_invoke_delegated')
+           FROM pg_catalog.pg_extension e
+           JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                AND d.refobjid = e.oid AND d.deptype = 'e' AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+           JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+          WHERE e.extname = 'lambdastore'",
         &[],
         &[],
         |rows| {
