@@ -356,6 +356,35 @@ fn a_call_racing_a_delete_conflicts_and_the_objects_jobs_go_with_it() {
     assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.app_schedules WHERE app = '{app}'")), 0);
 }
 
+/// A delete that commits while a call on the object runs, after the call
+/// found the object: the call's write fails with 40001, as a conflict with
+/// the delete, and a retry finds no object (42704). It met the entries'
+/// foreign key instead (23503, "violates foreign key constraint
+/// entries_object_id_fkey").
+#[test]
+fn a_call_whose_object_is_deleted_while_it_runs_conflicts() {
+    let (mut c, _, id) = micro_object("delete_while_running");
+    let mut caller = connect();
+    caller.batch_execute("SET lambdastore.timeout = '10s'").unwrap();
+    let pid = backend_pid(&mut caller);
+    let running = std::thread::spawn(move || {
+        let busy = r#"{"tag": 1, "ms": 3000}"#;
+        caller
+            .query_one(
+                "SELECT lambda_invoke($1, 'busy', $2::text::jsonb)::text /* deleted_while_running */",
+                &[&id, &busy],
+            )
+            .map(|_| ())
+            .map_err(|e| describe(&e))
+    });
+    wait_until_running(&mut c, pid, "deleted_while_running");
+    c.execute("SELECT lambdastore.delete_object($1)", &[&id]).unwrap();
+    let refused = running.join().unwrap().expect_err("the call's write outlived its object");
+    assert!(refused.contains("40001") && refused.contains("deleted by a concurrent transaction"), "{refused}");
+    expect_sqlstate(invoke(&mut c, id, "busy", json!({"tag": 2, "ms": 0})), "42704");
+    assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.entries WHERE object_id = {id}")), 0);
+}
+
 #[test]
 fn a_deleted_object_is_gone() {
     let (mut c, app, id) = micro_object("delete");

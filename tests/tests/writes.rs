@@ -180,10 +180,11 @@ fn a_new_entry_of_an_object_being_deleted_waits_and_is_refused() {
     let (mut c, _, id) = micro_object("insert_deleted_object");
     // Another transaction deletes the object (its entries go with it). The
     // call read the object before that commits; its new key's insert waits
-    // for the deletion, as the foreign key's check would.
+    // for the deletion, as the foreign key's check would, then conflicts
+    // with it (the statement's check said 23503).
     let theirs = format!("DELETE FROM lambdastore.objects WHERE object_id = {id}");
-    let refused = expect_sqlstate(write_behind(&mut c, id, 500, "", &theirs), "23503");
-    assert!(refused.contains("foreign key"), "{refused}");
+    let refused = expect_sqlstate(write_behind(&mut c, id, 500, "", &theirs), "40001");
+    assert!(refused.contains("deleted by a concurrent transaction"), "{refused}");
     let left = count(&mut c, &format!("SELECT count(*) FROM lambdastore.entries WHERE object_id = {id}"));
     assert_eq!(left, 0, "no entry outlives its object");
 }

@@ -111,23 +111,51 @@ pub(crate) fn write_entry(
         let relation = pg_sys::table_open(entries.0, lock);
         let index = pg_sys::index_open(entries.1, lock);
         let shape = super::remembered_plain(entries.0, || plain(relation, index, objects.0));
-        let written = shape.update && {
+        let written = if shape.update {
             pg_sys::CheckCmdReplicaIdentity(relation, pg_sys::CmdType::CMD_UPDATE);
             match update_last_column(relation, index, &parts, value, remembered_row((object, field, key))) {
-                Found::Written => true,
-                Found::Changed => false,
-                Found::None => {
-                    exclusive && shape.insert && object_locked(objects, object) && {
+                Found::Written => Ok(true),
+                Found::None if exclusive && shape.insert => match lock_object(objects, object) {
+                    ObjectRow::Locked => {
                         insert_row(relation, index, &parts, value);
-                        true
+                        Ok(true)
                     }
-                }
+                    ObjectRow::Gone => Err(deleted_meanwhile(object)),
+                    ObjectRow::Changed => Ok(false),
+                },
+                Found::None => Ok(false),
+                // A row deleted since the snapshot may be the object's
+                // delete: its entries go with it.
+                Found::Changed => match object_row(objects, object) {
+                    None => Err(deleted_meanwhile(object)),
+                    Some(_) => Ok(false),
+                },
             }
+        } else {
+            Ok(false)
         };
         pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
-        Ok(written)
+        written
     }
+}
+
+/// A workflow's write to an object that a concurrent `delete_object`
+/// deleted after the workflow found it (a call running while the delete
+/// committed): retried, the call finds no object (42704). The statement's
+/// own write met the entries' foreign key instead (23503).
+fn deleted_meanwhile(object: i64) -> LambdaError {
+    LambdaError::SerializationFailure(format!("object {object} was deleted by a concurrent transaction"))
+}
+
+/// What `lock_object` found.
+enum ObjectRow {
+    /// Its row, locked.
+    Locked,
+    /// No row: deleted, and the delete committed.
+    Gone,
+    /// A row that changed since the snapshot: the statement follows it.
+    Changed,
 }
 
 /// What `update_last_column` found.
@@ -293,28 +321,59 @@ unsafe fn update_last_column(
     }
 }
 
-/// The foreign key's check of a new entry, as `RI_FKey_check` makes it at
-/// READ COMMITTED: the object's row, the latest version visible, locked
-/// `FOR KEY SHARE` (waiting for a transaction that holds it more strongly),
-/// so that it cannot be deleted, nor its key changed, before this
-/// transaction ends. False where there is no such row or it was changed
-/// since the snapshot: the statement's own check then follows it or fails.
+/// The location of the object's row, the latest version visible (None: no
+/// such row).
 ///
 /// SAFETY: inside a transaction; `objects` (table, primary key) exist.
-unsafe fn object_locked(objects: (pg_sys::Oid, pg_sys::Oid), object: i64) -> bool {
-    // SAFETY: the caller's promise; the locked row's buffer is released
-    // here, the lock itself is the transaction's.
+unsafe fn object_row(objects: (pg_sys::Oid, pg_sys::Oid), object: i64) -> Option<pg_sys::ItemPointerData> {
+    // SAFETY: the caller's promise; the scan and snapshot end here.
     unsafe {
-        // The lock a `SELECT ... FOR KEY SHARE` takes on the table.
-        let relation = pg_sys::table_open(objects.0, pg_sys::RowShareLock as pg_sys::LOCKMODE);
-        let index = pg_sys::index_open(objects.1, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let relation = pg_sys::table_open(objects.0, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let at = object_row_in(relation, objects.1, object);
+        pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
+        at
+    }
+}
+
+/// `object_row` in the objects table, open.
+///
+/// SAFETY: inside a transaction; `relation` is open, `index` its primary key.
+unsafe fn object_row_in(
+    relation: pg_sys::Relation,
+    index: pg_sys::Oid,
+    object: i64,
+) -> Option<pg_sys::ItemPointerData> {
+    // SAFETY: the caller's promise; the scan and snapshot end here.
+    unsafe {
+        let index = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         let scan = Scan::begin(relation, index, snapshot, &[Part::Int8(object)], &Bounds::default());
         let at = scan.next(true).map(|row| (*row).t_self);
         scan.end();
         pg_sys::UnregisterSnapshot(snapshot);
-        let locked = (*(*relation).rd_rel).relam == pg_sys::HEAP_TABLE_AM_OID
-            && at.is_some_and(|at| {
+        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        at
+    }
+}
+
+/// The foreign key's check of a new entry, as `RI_FKey_check` makes it at
+/// READ COMMITTED: the object's row, the latest version visible, locked
+/// `FOR KEY SHARE` (waiting for a transaction that holds it more strongly),
+/// so that it cannot be deleted, nor its key changed, before this
+/// transaction ends. `Changed` where it was changed since the snapshot (or
+/// the table is not a heap): the statement's own check then follows it.
+///
+/// SAFETY: inside a transaction; `objects` (table, primary key) exist.
+unsafe fn lock_object(objects: (pg_sys::Oid, pg_sys::Oid), object: i64) -> ObjectRow {
+    // SAFETY: the caller's promise; the locked row's buffer is released
+    // here, the lock itself is the transaction's.
+    unsafe {
+        // The lock a `SELECT ... FOR KEY SHARE` takes on the table.
+        let relation = pg_sys::table_open(objects.0, pg_sys::RowShareLock as pg_sys::LOCKMODE);
+        let found = match object_row_in(relation, objects.1, object) {
+            None => ObjectRow::Gone,
+            Some(_) if (*(*relation).rd_rel).relam != pg_sys::HEAP_TABLE_AM_OID => ObjectRow::Changed,
+            Some(at) => {
                 let mut row = pg_sys::HeapTupleData { t_self: at, ..Default::default() };
                 let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
                 let mut failure = pg_sys::TM_FailureData::default();
@@ -334,11 +393,17 @@ unsafe fn object_locked(objects: (pg_sys::Oid, pg_sys::Oid), object: i64) -> boo
                 if buffer != pg_sys::InvalidBuffer as pg_sys::Buffer {
                     pg_sys::ReleaseBuffer(buffer);
                 }
-                result == pg_sys::TM_Result::TM_Ok
-            });
-        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+                match result {
+                    pg_sys::TM_Result::TM_Ok => ObjectRow::Locked,
+                    // Deleted by a transaction that committed while this
+                    // one waited for its lock.
+                    pg_sys::TM_Result::TM_Deleted => ObjectRow::Gone,
+                    _ => ObjectRow::Changed,
+                }
+            }
+        };
         pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
-        locked
+        found
     }
 }
 
