@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
-use croner::parser::{CronParser, Seconds};
+use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +32,10 @@ impl Missed {
     }
 }
 
+/// The longest pattern taken: a standard one is a few dozen bytes, and a
+/// pattern is stored and shown in `app_schedules` (one of 200 kB was).
+pub const MAX_PATTERN: usize = 1_000;
+
 /// A parsed pattern in its time zone.
 #[derive(Debug)]
 pub struct Schedule {
@@ -49,10 +53,16 @@ pub struct Tick {
 }
 
 impl Schedule {
-    /// `pattern` in the IANA time zone `zone` ("UTC", "Europe/Paris").
+    /// `pattern` in the IANA time zone `zone` ("UTC", "Europe/Paris"). A
+    /// year field, which croner takes by default, is refused: a schedule
+    /// past its last year stayed, due never, its name taken.
     pub fn parse(pattern: &str, zone: &str) -> Result<Schedule, String> {
+        if pattern.len() > MAX_PATTERN {
+            return Err(format!("a cron pattern is at most {MAX_PATTERN} bytes, not {}", pattern.len()));
+        }
         let cron = CronParser::builder()
             .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
             .build()
             .parse(pattern)
             .map_err(|e| format!("cron pattern {pattern:?}: {e}"))?;
@@ -96,6 +106,15 @@ mod tests {
         assert_eq!(minutely.next_after(NEW_YEAR), Some(NEW_YEAR + 60 * SECOND));
         let every_second = Schedule::parse("* * * * * *", "UTC").unwrap();
         assert_eq!(every_second.next_after(NEW_YEAR + SECOND / 2), Some(NEW_YEAR + SECOND));
+    }
+
+    #[test]
+    fn a_year_field_and_an_endless_pattern_are_refused() {
+        let year = Schedule::parse("0 7 8 1 12 * 2026", "UTC").unwrap_err();
+        assert!(year.contains("cron pattern"), "{year}");
+        let long = format!("{}1 * * * *", "1,".repeat(MAX_PATTERN));
+        let refused = Schedule::parse(&long, "UTC").unwrap_err();
+        assert!(refused.contains("at most 1000 bytes"), "{refused}");
     }
 
     #[test]

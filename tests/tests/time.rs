@@ -107,6 +107,10 @@ fn times_no_job_can_be_due_at_are_refused_and_the_workers_run_on() {
         ("delay => interval '-1000000 years'", "at most 1000 years"),
         // Months are twelfths of a year here, not PostgreSQL's 30 days.
         ("delay => interval '1000 years 1 day'", "at most 1000 years"),
+        // A time as far: 294276 AD was taken, as close to PostgreSQL's
+        // last timestamp as its arithmetic goes.
+        ("run_at => '200000-01-01'", "at most 1000 years from now"),
+        ("run_at => now() - interval '1001 years'", "at most 1000 years from now"),
     ] {
         let sql = format!("SELECT lambdastore.submit($1, 'tally', '{{}}', {when})");
         let message = expect_sqlstate(c.query_one(&sql, &[&id]), "22023");
@@ -122,8 +126,10 @@ fn times_no_job_can_be_due_at_are_refused_and_the_workers_run_on() {
     assert_eq!(message, r#"function "nosuch" of type "Bench" does not exist"#);
     assert_eq!(count(&mut c, &format!("SELECT count(*) FROM lambdastore.app_jobs WHERE object_id = {id}")), 0);
     // A year far ahead is still a time: queued, never due.
-    let far: i64 =
-        c.query_one("SELECT lambdastore.submit($1, 'tally', '{}', run_at => '200000-01-01')", &[&id]).unwrap().get(0);
+    let far: i64 = c
+        .query_one("SELECT lambdastore.submit($1, 'tally', '{}', run_at => now() + interval '999 years')", &[&id])
+        .unwrap()
+        .get(0);
     let now = submit(&mut c, id, "tally", json!({"tag": 1}), None).unwrap();
     assert_eq!(finished(&mut c, now).state, "done");
     assert_eq!(state(&mut c, far), "queued");
@@ -272,6 +278,11 @@ fn a_timer_set_by_a_failed_workflow_never_fires_and_a_cleared_one_neither() {
     assert!(timers(&mut c, id).is_empty());
     let nameless = json!({"name": "", "delay_ms": 0, "method": "tally", "args": {}, "fail": false});
     expect_sqlstate(invoke(&mut c, id, "set_timer", nameless), "22023");
+    // A timer as far ahead as a u64 of milliseconds goes was set, due in
+    // 294247 AD.
+    let endless = json!({"name": "t", "delay_ms": u64::MAX, "method": "tally", "args": {}, "fail": false});
+    let message = expect_sqlstate(invoke(&mut c, id, "set_timer", endless), "22023");
+    assert!(message.contains("at most 1000 years from now"), "{message}");
     // A NUL in a name was stored in text, shown cut at it (two timers both
     // shown as "a", one not cleared by its shown name); one in arguments,
     // which jsonb cannot store, was a bare 22P05 at the commit.
@@ -375,6 +386,10 @@ fn schedule_refuses_bad_input() {
     let (mut c, _, id) = micro_object("time_schedule_input");
     expect_sqlstate(schedule(&mut c, "s", "61 * * * *", id, "run_once"), "22023");
     expect_sqlstate(schedule(&mut c, "s", "not cron", id, "run_once"), "22023");
+    // A year field: once past its year the schedule stayed, due never.
+    expect_sqlstate(schedule(&mut c, "s", "0 7 8 1 12 * 2026", id, "run_once"), "22023");
+    let endless = format!("{}1 * * * *", "1,".repeat(1_000));
+    expect_sqlstate(schedule(&mut c, "s", &endless, id, "run_once"), "22023");
     expect_sqlstate(schedule(&mut c, "s", "* * * * *", id, "sometimes"), "22023");
     expect_sqlstate(schedule(&mut c, "", "* * * * *", id, "run_once"), "22023");
     expect_sqlstate(

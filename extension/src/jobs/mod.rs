@@ -101,9 +101,10 @@ pub(crate) fn submit(
 
 /// When a submitted job is due: at `run_at`, or `delay` after the
 /// transaction's start (`now()`, when an undelayed job is due); None: at
-/// once. A time already past is due at once. An infinite time, or a delay
-/// past `MAX_SPAN_YEARS`, is refused (22023): the workers compute with due
-/// times, and PostgreSQL's arithmetic fails on both.
+/// once. A time already past is due at once. An infinite time, a delay
+/// past `MAX_SPAN_YEARS` or a time as far from now is refused (22023): the
+/// workers compute with due times, and PostgreSQL's arithmetic fails on
+/// them.
 pub(crate) fn due(
     run_at: Option<TimestampWithTimeZone>,
     delay: Option<Interval>,
@@ -113,7 +114,8 @@ pub(crate) fn due(
         (Some(at), None) if at.is_infinity() || at.is_neg_infinity() => {
             Err(LambdaError::InvalidParameter("submit's run_at must be a finite time".into()))
         }
-        (at, None) => Ok(at),
+        (Some(at), None) => queue::due_at(queue::unix_micros(at)).map(Some),
+        (None, None) => Ok(None),
         (None, Some(delay)) => {
             check_span("submit's delay", &delay)?;
             crate::catalog::query("SELECT now() + $1", &[INTERVALOID], &[delay.into()], |rows| {

@@ -208,12 +208,29 @@ pub(crate) fn insert_spawned(spawned: &[Spawned], role: pg_sys::Oid, parent: Opt
     Ok(())
 }
 
-/// A time in microseconds since the Unix epoch, as PostgreSQL's: a finite
-/// timestamp (22023 past 294276 AD or before 4713 BC, where a lambda's
-/// `spawn_at` or `set_timer` may point).
+/// How far from now a job may be due, either way, as far as a delay may
+/// put it (jobs/mod.rs, `MAX_SPAN_YEARS`): a timer set `u64::MAX` µs ahead
+/// was due in 294247 AD, and a `run_at` in 294276 AD was taken.
+const MAX_DUE_YEARS: u64 = 1_000;
+
+/// PostgreSQL's counting from 2000-01-01, 946,684,800 seconds after 1970.
+const UNIX_EPOCH_IN_POSTGRES: i64 = -946_684_800_000_000;
+
+/// `at` in microseconds since the Unix epoch.
+pub(crate) fn unix_micros(at: TimestampWithTimeZone) -> i64 {
+    at.into_inner().saturating_sub(UNIX_EPOCH_IN_POSTGRES)
+}
+
+/// A time in microseconds since the Unix epoch, as PostgreSQL's, at most
+/// `MAX_DUE_YEARS` from now (22023), where a lambda's `spawn_at` or
+/// `set_timer`, a schedule or a `run_at` may point.
 pub(crate) fn due_at(micros: i64) -> Result<TimestampWithTimeZone> {
-    // PostgreSQL counts from 2000-01-01, 946,684,800 seconds after 1970.
-    const UNIX_EPOCH_IN_POSTGRES: i64 = -946_684_800_000_000;
+    const MICROS_PER_YEAR: u64 = 365 * 24 * 3600 * 1_000_000;
+    if micros.abs_diff(crate::pg::backend::now_unix_micros()) > MAX_DUE_YEARS * MICROS_PER_YEAR {
+        return Err(LambdaError::InvalidParameter(format!(
+            "a job is due at most {MAX_DUE_YEARS} years from now, not at {micros} µs after 1970"
+        )));
+    }
     micros
         .checked_add(UNIX_EPOCH_IN_POSTGRES)
         .and_then(|at| TimestampWithTimeZone::try_from(at).ok())

@@ -49,6 +49,10 @@ from .keys import decode_key, key_codec
 DEFAULT_MAX_DEPTH = 16
 #: The longest timer name, as on the server.
 MAX_TIMER_NAME = 255
+#: How far from now a spawned call or a timer may be due, either way, as on
+#: the server.
+MAX_DUE_YEARS = 1000
+_MICROS_PER_YEAR = 365 * 24 * 3600 * 1_000_000
 #: The most bytes an entry's field name and key may have together, as on
 #: the server (its index holds no more).
 MAX_KEY_BYTES = 2048
@@ -455,7 +459,15 @@ class _Imports:
         self.mock._check_write(f"spawn {function}")
         if target not in self.mock._store.objects:
             raise UnknownObjectError(target)
+        if due_micros is not None:
+            self._check_due(due_micros)
         self.mock._store.spawned.append(SpawnedCall(target, function, args, due_micros))
+
+    def _check_due(self, at_micros):
+        # As the server: a time past MAX_DUE_YEARS aborts the workflow
+        # (22023 there).
+        if abs(at_micros - self.mock._now_micros) > MAX_DUE_YEARS * _MICROS_PER_YEAR:
+            raise Trap(f"a job is due at most {MAX_DUE_YEARS} years from now, not at {at_micros} µs after 1970")
 
     def spawn_at(self, target, function, args, at_micros):
         self.spawn(target, function, args, at_micros)
@@ -475,6 +487,7 @@ class _Imports:
         if not 0 < size <= MAX_TIMER_NAME:
             raise Trap(f"a timer's name is 1 to {MAX_TIMER_NAME} bytes, not {size}")
         if call is not None:
+            self._check_due(call[0])
             self.mock._function(self.mock._store.objects.get(target, ""), call[1], "method")
         self.mock._store.spawned = [
             s for s in self.mock._store.spawned if not (s.target == target and s.timer == name)

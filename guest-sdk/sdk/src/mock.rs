@@ -162,6 +162,10 @@ pub struct MockHost {
 /// The longest timer name, as on the server.
 const MAX_TIMER_NAME: usize = 255;
 
+/// How far from now a spawned call or a timer may be due, either way, as
+/// on the server.
+const MAX_DUE_YEARS: u64 = 1_000;
+
 /// The most bytes an entry's field name and key may have together, as on
 /// the server (its index holds no more).
 const MAX_KEY_BYTES: usize = 2048;
@@ -637,9 +641,22 @@ impl State {
         }
     }
 
+    /// As the server: a time past `MAX_DUE_YEARS` aborts the workflow
+    /// (22023 there).
+    fn check_due(&self, at: i64) {
+        const MICROS_PER_YEAR: u64 = 365 * 24 * 3600 * 1_000_000;
+        assert!(
+            at.abs_diff(self.now_micros.get()) <= MAX_DUE_YEARS * MICROS_PER_YEAR,
+            "a job is due at most {MAX_DUE_YEARS} years from now, not at {at} µs after 1970"
+        );
+    }
+
     fn spawn(&self, target: ObjectId, function: &str, args: &str, due_micros: Option<i64>) -> Result<(), CallError> {
         self.current_object("spawn");
         self.check_write(&format!("spawn {function}"));
+        if let Some(at) = due_micros {
+            self.check_due(at);
+        }
         let mut store = self.store.borrow_mut();
         if !store.objects.contains_key(&target) {
             return Err(CallError::UnknownObject(target));
@@ -660,7 +677,8 @@ impl State {
             "a timer's name is 1 to {MAX_TIMER_NAME} bytes, not {}",
             name.len()
         );
-        if let Some((_, function, _)) = call {
+        if let Some((at, function, _)) = call {
+            self.check_due(at);
             let type_name = self.store.borrow().objects.get(&target).cloned().unwrap_or_default();
             self.function(&type_name, function, FunctionKind::Method)?;
         }
