@@ -265,6 +265,15 @@ BEGIN
 END
 $$;
 
+-- Only whether the key is valid (28000 if not): the gateway asks before it
+-- reads a large body, so that a request with a made-up key costs little.
+CREATE FUNCTION lambdastore_gateway.check_key(api_key text) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+END
+$$;
+
 -- A job of the key's application as JSON (lambdastore.job's columns).
 CREATE FUNCTION lambdastore_gateway.job(api_key text, job_id bigint) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

@@ -792,6 +792,16 @@ $$;
 REVOKE ALL ON FUNCTION lambdastore_gateway.last_commit_lsn(), lambdastore_gateway.wait_for_replay(pg_lsn, interval)
     FROM PUBLIC;
 
+-- Only whether the key is valid (28000 if not): the gateway asks before it
+-- reads a large body, so that a request with a made-up key costs little.
+CREATE FUNCTION lambdastore_gateway.check_key(api_key text) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM lambdastore._api_key_app($1);
+END
+$$;
+REVOKE ALL ON FUNCTION lambdastore_gateway.check_key(text) FROM PUBLIC;
+
 
 -- Light replicas (citus.sql).
 -- Light replicas (lambdastore.add_light_replica): nodes that run calls of

@@ -53,8 +53,10 @@ pub struct Config {
     #[arg(long, env = "LAMBDASTORE_MAX_WAITS", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_waits: Option<usize>,
 
-    /// Largest request body accepted, but a deploy's.
-    #[arg(long, env = "LAMBDASTORE_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    /// Largest request body accepted, but a deploy's: the server's default
+    /// `lambdastore.max_args_size`, past which it refuses a call's
+    /// arguments anyway (after parsing them). Raise both together.
+    #[arg(long, env = "LAMBDASTORE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
     /// Largest module a deploy uploads (whole, in one body): the server's

@@ -110,6 +110,13 @@ impl ApiError {
             tracing::warn!(sqlstate, error = %db, "database unavailable");
             return Self::unavailable("the database is not available; retry later");
         }
+        // 25006 here (the `--replica` path answers it itself): the database
+        // takes no writes, a standby or a primary demoted by a failover, or
+        // the role's default_transaction_read_only.
+        if sqlstate == "25006" {
+            tracing::warn!(sqlstate, error = %db, "database read-only");
+            return Self::unavailable("the database is read-only; retry later");
+        }
         tracing::error!(sqlstate, error = %db, detail = ?db.detail(), "unexpected database error");
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error (logged by the gateway)")
     }

@@ -48,7 +48,8 @@ const GATEWAY_ERRORS: &[(u16, &str)] = &[
     (415, "The body has the wrong Content-Type"),
     (429, "This API key has --max-waits-per-key waits in flight already; retry after `Retry-After` seconds"),
     (500, "Internal error; details are in the gateway's log"),
-    (503, "The database is unreachable or out of connections"),
+    (501, "A Transfer-Encoding other than chunked"),
+    (503, "The database is unreachable, read-only or out of connections"),
     (504, "The request or the function took longer than its timeout"),
 ];
 

@@ -378,15 +378,36 @@ pub async fn readyz(State(state): Shared) -> Result<Json<Ready>, ApiError> {
             tracing::warn!(%node, error = %e, "not ready: no database connection");
             ApiError::unavailable(format!("node {node}: the database is unreachable"))
         })?;
-        let row = client.query_one("SELECT lambdastore_gateway.ready()", &[]).await.map_err(|e| {
-            tracing::warn!(%node, error = %e, "not ready");
-            ApiError::unavailable(format!(
-                "node {node}: the lambdastore extension is missing or this role may not use it"
-            ))
-        })?;
+        // Ready where calls would work: the role may execute every function
+        // of the gateway (a role that lost one answered 403 to every
+        // client), and the database takes writes (a standby, or a primary
+        // demoted by a failover, answered 500 to every write).
+        let row = client
+            .query_one(
+                "SELECT lambdastore_gateway.ready(), pg_catalog.current_setting('transaction_read_only') = 'on',
+                        NOT EXISTS (SELECT FROM pg_catalog.pg_proc p
+                                     WHERE p.pronamespace = 'lambdastore_gateway'::pg_catalog.regnamespace
+                                       AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE'))",
+                &[],
+            )
+            .await
+            .map_err(|e| {
+                tracing::warn!(%node, error = %e, "not ready");
+                ApiError::unavailable(format!(
+                    "node {node}: the lambdastore extension is missing or this role may not use it"
+                ))
+            })?;
         extension = row
             .get::<_, Option<String>>(0)
             .ok_or_else(|| ApiError::unavailable(format!("node {node}: lambdastore is not installed")))?;
+        if row.get::<_, bool>(1) {
+            return Err(ApiError::unavailable(format!("node {node}: the database is read-only")));
+        }
+        if !row.get::<_, bool>(2) {
+            return Err(ApiError::unavailable(format!(
+                "node {node}: this role may not execute every function of lambdastore_gateway (docs/gateway.md, the role)"
+            )));
+        }
     }
     Ok(Json(Ready { status: "ready".into(), extension }))
 }

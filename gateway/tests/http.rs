@@ -604,6 +604,118 @@ fn body_size_and_request_time_are_limited() {
     assert_eq!(result_of(gw.invoke(&app.key, bench, "get", json!({"key": "nothing"}))), Value::Null);
 }
 
+/// A body past 64 KiB is read on only once its API key is valid: with a
+/// made-up key the gateway answers 401 as soon as it has read that much,
+/// without the rest of the body, which a client here never sends (it
+/// waited for it, then answered 408). A made-up key with a 16 MiB JSON
+/// array cost the server a gigabyte of memory before the key was looked
+/// at. A valid key's large body is read whole and called with.
+#[test]
+fn a_large_body_is_read_only_for_a_valid_key() {
+    let gw = Gateway::start_with(ROLE, &["--read-timeout", "20s"]);
+    let app = App::deployed("gw_key_first", "micro");
+    let bench = app.create("Bench", json!({"entries": 1}));
+    let made_up = format!("lsk_{}", "0".repeat(64));
+    let announced = 512 * 1024;
+    let mut stream = TcpStream::connect(gw.base.trim_start_matches("http://")).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let head = format!(
+        "POST /v1/objects/{bench}/methods/put HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {made_up}\r\n\
+         Content-Type: application/json\r\nContent-Length: {announced}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&vec![b' '; 80 * 1024]).unwrap();
+    let mut answer = [0; 64];
+    let read = stream.read(&mut answer).expect("an answer before the rest of the body");
+    let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+
+    let value = "x".repeat(200 * 1024);
+    let stored = gw.invoke(&app.key, bench, "put", json!({"key": "k", "value": value}));
+    assert_eq!(stored.status(), 200, "{:?}", stored.text());
+    assert_eq!(result_of(gw.invoke(&app.key, bench, "get", json!({"key": "k"}))), json!(value));
+}
+
+/// Requests that `/metrics` would keep a series of for good: a method
+/// that is none of HTTP's is counted as "other" (50 requests with 60 KB
+/// methods made it 59 MB). And a transfer coding other than chunked is
+/// 501: the gateway does not decode it, and a proxy that does would see
+/// another body.
+#[test]
+fn odd_methods_and_transfer_codings_leave_no_trace() {
+    let gw = Gateway::start();
+    let app = App::deployed("gw_odd_requests", "micro");
+    let bench = app.create("Bench", json!({"entries": 1}));
+    let method = format!("Q{}", "A".repeat(4000));
+    let answer = exchange(&gw, format!("{method} /nope HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n").as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 404"), "{}", &answer[..answer.len().min(200)]);
+    let metrics = gw.http.get(gw.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(!metrics.contains("QAAAA"), "the method is a label");
+    assert!(gw.metric("lambdastore_gateway_requests_total", &["method=\"other\""]) >= 1.0);
+
+    let answer = exchange(
+        &gw,
+        format!(
+            "POST /v1/objects/{bench}/methods/get HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n\
+             c\r\n{{\"key\":\"kk\"}}\r\n0\r\n\r\n",
+            app.key
+        )
+        .as_bytes(),
+    );
+    assert!(answer.starts_with("HTTP/1.1 501"), "{answer}");
+    assert!(answer.contains("not_implemented"), "{answer}");
+}
+
+/// Where calls cannot work, `/readyz` says so (503, naming the cause) and
+/// a write is 503, not 500: a role whose database takes no writes (a
+/// standby, a demoted primary, `default_transaction_read_only`), and a role
+/// that lost one of the gateway's functions (every client got 403).
+#[test]
+fn readiness_needs_a_writable_database_and_every_gateway_function() {
+    let role = format!("gw_ready_{}", std::process::id());
+    let mut admin = sql();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT USAGE ON SCHEMA lambdastore_gateway TO {role};
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lambdastore_gateway TO {role};
+             ALTER ROLE {role} SET default_transaction_read_only = on;"
+        ))
+        .unwrap();
+    let app = App::deployed("gw_ready", "counter");
+    let counter = app.create("Counter", json!({}));
+    let ready = |gw: &Gateway| {
+        let response = gw.http.get(gw.url("/readyz")).send().unwrap();
+        (response.status().as_u16(), response.text().unwrap())
+    };
+    {
+        let gw = Gateway::start_with(&role, &[]);
+        let (status, body) = ready(&gw);
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("read-only"), "{body}");
+        let (status, code, _, _) = error_of(gw.invoke(&app.key, counter, "increment", json!({})));
+        assert_eq!((status, code.as_str()), (503, "unavailable"));
+    }
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {role} RESET default_transaction_read_only;
+             REVOKE EXECUTE ON FUNCTION lambdastore_gateway.check_key(text) FROM {role};"
+        ))
+        .unwrap();
+    {
+        let gw = Gateway::start_with(&role, &[]);
+        let (status, body) = ready(&gw);
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("may not execute every function"), "{body}");
+    }
+    admin.batch_execute(&format!("GRANT EXECUTE ON FUNCTION lambdastore_gateway.check_key(text) TO {role}")).unwrap();
+    let gw = Gateway::start_with(&role, &[]);
+    assert_eq!(ready(&gw).0, 200);
+    drop(gw);
+    admin.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}")).unwrap();
+}
+
 /// A deploy's body has a limit of its own, `--max-module-bytes` (by
 /// default the server's `max_module_size`): under `--max-body-bytes` alone
 /// a Python component (18 MB) could not be deployed over HTTP.
