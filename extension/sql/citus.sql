@@ -250,7 +250,12 @@ $fn$;
 -- Whether this node is the coordinator of a distributed catalog.
 CREATE FUNCTION lambdastore._coordinator() RETURNS boolean LANGUAGE plpgsql STABLE AS $fn$
 BEGIN
-    RETURN lambdastore._distributed() AND (SELECT groupid FROM pg_dist_local_group) = 0;
+    -- Its own statement: without Citus pg_dist_local_group does not exist
+    -- (a bare 42P01 from anyone who called it).
+    IF NOT lambdastore._distributed() THEN
+        RETURN false;
+    END IF;
+    RETURN (SELECT groupid FROM pg_dist_local_group) = 0;
 END
 $fn$;
 

@@ -52,6 +52,9 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     gone bigint;
 BEGIN
+    IF $1 IS NULL THEN -- it purged nothing and said 0
+        RAISE EXCEPTION 'older_than may not be NULL' USING ERRCODE = '22004';
+    END IF;
     DELETE FROM lambdastore.idempotency_keys WHERE created < now() - $1;
     GET DIAGNOSTICS gone = ROW_COUNT;
     RETURN gone;

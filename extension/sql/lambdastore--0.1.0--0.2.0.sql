@@ -1420,3 +1420,29 @@ BEGIN
 END
 $fn$;
 REVOKE ALL ON FUNCTION lambdastore.adopt_restored_roles(boolean) FROM PUBLIC;
+
+-- Internal helpers that answered a bare error or a wrong value (a sweep):
+-- _coordinator() without Citus (42P01), purge_idempotency_keys(NULL) (0).
+CREATE OR REPLACE FUNCTION lambdastore._coordinator() RETURNS boolean LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+    -- Its own statement: without Citus pg_dist_local_group does not exist
+    -- (a bare 42P01 from anyone who called it).
+    IF NOT lambdastore._distributed() THEN
+        RETURN false;
+    END IF;
+    RETURN (SELECT groupid FROM pg_dist_local_group) = 0;
+END
+$fn$;
+CREATE OR REPLACE FUNCTION lambdastore.purge_idempotency_keys(older_than interval DEFAULT '24 hours') RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    gone bigint;
+BEGIN
+    IF $1 IS NULL THEN -- it purged nothing and said 0
+        RAISE EXCEPTION 'older_than may not be NULL' USING ERRCODE = '22004';
+    END IF;
+    DELETE FROM lambdastore.idempotency_keys WHERE created < now() - $1;
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    RETURN gone;
+END
+$$;

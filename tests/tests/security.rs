@@ -196,9 +196,14 @@ fn null_arguments_of_submit_wait_and_create_api_key_are_22004() {
         format!("SELECT * FROM lambdastore.wait(lambdastore.submit({id}, 'increment'), NULL)"),
         "SELECT * FROM lambdastore.wait(NULL)".to_string(),
         "SELECT * FROM lambdastore.create_api_key(NULL)".to_string(),
+        // It purged nothing and answered 0.
+        "SELECT lambdastore.purge_idempotency_keys(NULL)".to_string(),
     ] {
         expect_sqlstate(c.batch_execute(&sql), "22004");
     }
+    // Without Citus: no coordinator here (a bare 42P01 before).
+    let coordinator: bool = c.query_one("SELECT lambdastore._coordinator()", &[]).unwrap().get(0);
+    assert!(!coordinator);
 }
 
 // 3. One right to deploy, wherever a deploy comes from.
