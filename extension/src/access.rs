@@ -213,6 +213,14 @@ pub(crate) fn role_renamed(role: Oid) {
     pg::roles::as_bootstrap_superuser(|| with_fixed_search_path(|| catalog::grants::role_renamed(role)));
 }
 
+/// `catalog::grants::refuse_dropping` before a `DROP ROLE`, as the tables'
+/// owner with the fixed `search_path`, as `role_renamed`: an ERROR (2BP01)
+/// ends the statement.
+pub(crate) fn roles_dropping(roles: &[Oid]) {
+    pg::roles::as_bootstrap_superuser(|| with_fixed_search_path(|| catalog::grants::refuse_dropping(roles)))
+        .unwrap_or_else(|err| err.report("DROP ROLE"));
+}
+
 /// The `search_path` of everything the extension runs with raised rights.
 /// The caller's own would let it choose what a name in our statements
 /// means: every role may create temporary objects, and PostgreSQL looks

@@ -85,6 +85,14 @@ pub(crate) enum LambdaError {
          a superuser maps them by name with SELECT * FROM lambdastore.adopt_restored_roles()"
     )]
     RolesOfAnotherServer,
+    /// `DROP ROLE` of a role that applications, grants or schedules of
+    /// this database name: what they are.
+    #[error(
+        "role \"{role}\" cannot be dropped because lambdastore depends on it: {uses} \
+         (give the applications another owner with lambdastore.set_owner, revoke the grants with \
+         lambdastore.revoke and unschedule the schedules first; DROP OWNED does not)"
+    )]
+    RoleInUse { role: String, uses: String },
     #[error("{0}")]
     InvalidName(String),
     #[error("invalid module: {0}")]
@@ -220,6 +228,7 @@ impl LambdaError {
             NotPreloaded(_) | NewerFields(_) | ScheduledTick(_) | RolesOfAnotherServer => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
+            RoleInUse { .. } => ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
             SerializationFailure(_) | Moved { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,
             InvalidName(_) => ERRCODE_INVALID_NAME,
             InvalidModule(_) => ERRCODE_INVALID_FUNCTION_DEFINITION,

@@ -58,7 +58,7 @@ pub extern "C-unwind" fn _PG_init() {
     // The names PREPARE TRANSACTION gives (txn::prepared asks), the
     // compiled modules of a dropped database, which nothing else removes,
     // and the names stored beside owners' and grantees' OIDs.
-    pg::xact::watch_statements(runtime::forget_database, access::role_renamed);
+    pg::xact::watch_statements(runtime::forget_database, access::role_renamed, access::roles_dropping);
     cluster::delegate::init();
     cluster::layout::init();
 }

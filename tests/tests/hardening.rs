@@ -175,13 +175,17 @@ fn a_new_role_with_a_dropped_owners_name_owns_nothing() {
     let dropped = role.oid(&mut admin);
     assert_eq!(app_owner(&mut admin, &app), dropped);
 
+    // Here lambdastore refuses to drop the owner (2BP01); a database without
+    // it does not look at this one's applications.
+    let refused = expect_sqlstate(change_roles(&mut admin, &format!("DROP ROLE {}", role.name)), "2BP01");
+    assert!(refused.contains(&format!("it owns the applications {app}")), "{refused}");
+    admin.execute("SELECT pg_advisory_lock($1)", &[&ROLES_LOCK]).unwrap();
+    admin.batch_execute(&format!("DROP OWNED BY {}", role.name)).unwrap();
+    connect_to("postgres").batch_execute(&format!("DROP ROLE {}", role.name)).unwrap();
+    admin.execute("SELECT pg_advisory_unlock($1)", &[&ROLES_LOCK]).unwrap();
     change_roles(
         &mut admin,
-        &format!(
-            "DROP OWNED BY {0}; DROP ROLE {0};
-             CREATE ROLE {0} LOGIN NOSUPERUSER; GRANT USAGE ON SCHEMA lambdastore TO {0};",
-            role.name
-        ),
+        &format!("CREATE ROLE {0} LOGIN NOSUPERUSER; GRANT USAGE ON SCHEMA lambdastore TO {0};", role.name),
     )
     .unwrap();
     assert_ne!(role.oid(&mut admin), dropped);

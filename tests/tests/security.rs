@@ -469,6 +469,38 @@ fn bad_input_gets_clear_errors_and_reveals_nothing() {
     assert!(!message.contains(&theirs), "the refusal names another application: {message}");
 }
 
+/// `DROP ROLE` is refused (2BP01), saying why, while the role owns an
+/// application, was granted one or made a schedule in this database:
+/// dropped, it left its applications to superusers alone, its grants to a
+/// future role of its OID, and its schedules failing every tick (42704)
+/// for good. Once they are handed over, revoked and unscheduled, it goes.
+#[test]
+fn a_role_that_lambdastore_depends_on_is_not_dropped() {
+    let [owner, grantee, scheduler] = ["dep_owner", "dep_grantee", "dep_scheduler"].map(TestRole::new);
+    let (mut admin, app) = deployed("role_deps", "micro");
+    let id = create(&mut admin, &app, "Bench", json!({}));
+    admin.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &owner.name]).unwrap();
+    grant(&mut admin, &app, &grantee.name, "invoke").unwrap();
+    grant(&mut admin, &app, &scheduler.name, "invoke").unwrap();
+    scheduler.connect().execute("SELECT lambdastore.schedule('tick', '0 0 1 1 *', $1, 'tally')", &[&id]).unwrap();
+    revoke(&mut admin, &app, &scheduler.name, "invoke").unwrap();
+
+    for (role, says) in [
+        (&owner, format!("it owns the applications {app}")),
+        (&grantee, format!("it was granted the applications {app}")),
+        (&scheduler, "it made 1 schedules".to_string()),
+    ] {
+        let refused = expect_sqlstate(change_roles(&mut admin, &format!("DROP ROLE {}", role.name)), "2BP01");
+        assert!(refused.contains(&says), "{}: {refused}", role.name);
+    }
+    admin.execute("SELECT lambdastore.set_owner($1, current_user::regrole)", &[&app]).unwrap();
+    revoke(&mut admin, &app, &grantee.name, "invoke").unwrap();
+    admin.execute("SELECT lambdastore.unschedule($1, 'tick')", &[&id]).unwrap();
+    for role in [&owner, &grantee, &scheduler] {
+        change_roles(&mut admin, &format!("DROP OWNED BY {0}; DROP ROLE {0}", role.name)).unwrap();
+    }
+}
+
 /// A job whose role was dropped before it ran fails (42704) instead of
 /// running for an OID that may still match an owner's row.
 #[test]
@@ -484,8 +516,11 @@ fn a_job_of_a_dropped_role_does_not_run() {
     let mut tx = admin.transaction().unwrap();
     tx.batch_execute(&format!("SET LOCAL ROLE {}", role.name)).unwrap();
     let job: i64 = tx.query_one("SELECT lambdastore.submit($1, 'increment')", &[&counter]).unwrap().get(0);
+    // Its application handed over first: lambdastore refuses to drop an
+    // owner.
     tx.batch_execute(&format!(
-        "RESET ROLE; SELECT pg_advisory_xact_lock({ROLES_LOCK}); DROP OWNED BY {0}; DROP ROLE {0}",
+        "RESET ROLE; SELECT pg_advisory_xact_lock({ROLES_LOCK});
+         SELECT lambdastore.set_owner('{app}', current_user::regrole); DROP OWNED BY {0}; DROP ROLE {0}",
         role.name
     ))
     .unwrap();

@@ -106,6 +106,62 @@ pub(crate) fn role_renamed(role: Oid) {
     renamed.unwrap_or_else(|err: LambdaError| err.report("following a role's new name"));
 }
 
+/// Before `DROP ROLE` (pg/xact.rs): refused (2BP01) while one of `roles`
+/// owns an application, holds a grant or made a schedule in this
+/// database. Dropped, it left its applications to no one but superusers,
+/// its grants to a future role of its OID, and its schedules failing every
+/// tick (42704) for good. PostgreSQL refuses so for its own objects; ours
+/// are rows, which it cannot see, and a database other than this one is
+/// not looked at. On a cluster, from the coordinator, by name (the name
+/// decides there); its schedules are then not counted. Runs as the tables'
+/// owner with the fixed `search_path` (access::roles_dropping).
+pub(crate) fn refuse_dropping(roles: &[Oid]) -> Result<()> {
+    if !super::installed() || !crate::cluster::layout::on_coordinator()? || stored_roles_are_ours().is_err() {
+        return Ok(()); // after a restore, the stored OIDs may be anyone's
+    }
+    let distributed = crate::cluster::layout::distributed()?;
+    let (owned, granted) = if distributed {
+        (
+            "SELECT pg_catalog.string_agg(name, ', ' ORDER BY name) FROM lambdastore.applications
+              WHERE owner_name = $2::name",
+            "SELECT pg_catalog.string_agg(DISTINCT app, ', ' ORDER BY app) FROM lambdastore.grants
+              WHERE grantee_name = $2::name",
+        )
+    } else {
+        (
+            "SELECT pg_catalog.string_agg(name, ', ' ORDER BY name) FROM lambdastore.applications WHERE owner = $1",
+            "SELECT pg_catalog.string_agg(DISTINCT app, ', ' ORDER BY app) FROM lambdastore.grants WHERE grantee = $1",
+        )
+    };
+    for &role in roles {
+        let name = name_of(role);
+        let listed = |sql: &'static str| -> Result<Option<String>> {
+            let list = query(sql, &[OIDOID, TEXTOID], &[role.into(), name.as_str().into()], |rows| {
+                rows.first().get::<String>(1)
+            })?;
+            Ok(list.filter(|list| !list.is_empty()))
+        };
+        let mut uses = Vec::new();
+        if let Some(apps) = listed(owned)? {
+            uses.push(format!("it owns the applications {apps}"));
+        }
+        if let Some(apps) = listed(granted)? {
+            uses.push(format!("it was granted the applications {apps}"));
+        }
+        if !distributed {
+            let made =
+                "SELECT NULLIF(pg_catalog.count(*), 0)::text FROM lambdastore.schedules WHERE created_by = $1";
+            if let Some(count) = listed(made)? {
+                uses.push(format!("it made {count} schedules"));
+            }
+        }
+        if !uses.is_empty() {
+            return Err(LambdaError::RoleInUse { role: name, uses: uses.join("; ") });
+        }
+    }
+    Ok(())
+}
+
 /// The name of role `oid`, as stored beside it.
 fn name_of(oid: Oid) -> String {
     crate::pg::roles::name(oid).unwrap_or_default()

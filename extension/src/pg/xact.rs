@@ -228,16 +228,20 @@ thread_local! {
     static DATABASE_DROPPED: std::cell::Cell<Option<fn(u32)>> = const { std::cell::Cell::new(None) };
     /// Told each role this process renames.
     static ROLE_RENAMED: std::cell::Cell<Option<fn(pg_sys::Oid)>> = const { std::cell::Cell::new(None) };
+    /// Told the roles a `DROP ROLE` of this process is about to drop.
+    static ROLES_DROPPING: std::cell::Cell<Option<fn(&[pg_sys::Oid])>> = const { std::cell::Cell::new(None) };
 }
 
 /// Has each `PREPARE TRANSACTION` statement of this process note its name
 /// for `preparing_name`, each `DROP DATABASE` it runs call `dropped` with
 /// the database's OID once dropped, and each `ALTER ROLE ... RENAME` call
-/// `renamed` with the role once renamed (in its transaction); once per
-/// process.
-pub(crate) fn watch_statements(dropped: fn(u32), renamed: fn(pg_sys::Oid)) {
+/// `renamed` with the role once renamed (in its transaction), and each
+/// `DROP ROLE` call `dropping_roles` with the roles before they are
+/// dropped (an ERROR there refuses the statement); once per process.
+pub(crate) fn watch_statements(dropped: fn(u32), renamed: fn(pg_sys::Oid), dropping_roles: fn(&[pg_sys::Oid])) {
     DATABASE_DROPPED.set(Some(dropped));
     ROLE_RENAMED.set(Some(renamed));
+    ROLES_DROPPING.set(Some(dropping_roles));
     // SAFETY: the hook is this process's; the previous one is kept and
     // called by ours.
     unsafe {
@@ -278,6 +282,17 @@ unsafe extern "C-unwind" fn utility(
             let rename = node as *mut pg_sys::RenameStmt;
             if (*rename).renameType == pg_sys::ObjectType::OBJECT_ROLE && !(*rename).subname.is_null() {
                 renaming = Some(pg_sys::get_role_oid((*rename).subname, true)).filter(|oid| *oid != pg_sys::InvalidOid);
+            }
+        }
+        if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_DropRoleStmt {
+            let specs = pgrx::PgList::<pg_sys::RoleSpec>::from_pg((*(node as *mut pg_sys::DropRoleStmt)).roles);
+            let roles: Vec<pg_sys::Oid> = specs
+                .iter_ptr()
+                .map(|spec| pg_sys::get_rolespec_oid(spec, true))
+                .filter(|oid| *oid != pg_sys::InvalidOid)
+                .collect();
+            if let Some(dropping_roles) = ROLES_DROPPING.get() {
+                dropping_roles(&roles);
             }
         }
         if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_TransactionStmt {

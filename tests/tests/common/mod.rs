@@ -72,6 +72,13 @@ pub fn connect() -> Client {
     config(DATABASE).connect(NoTls).expect("connect to the test database")
 }
 
+/// A new connection to another database of the test server (`postgres`),
+/// as the superuser.
+pub fn connect_to(database: &str) -> Client {
+    setup();
+    config(database).connect(NoTls).unwrap_or_else(|e| panic!("connect to {database}: {e}"))
+}
+
 /// A database of its own, for a test that changes the extension itself
 /// (the others share [`DATABASE`]). Dropped when it goes out of scope.
 pub struct ScratchDatabase {
@@ -460,8 +467,23 @@ impl TestRole {
 
 impl Drop for TestRole {
     fn drop(&mut self) {
+        // What lambdastore keeps of the role is handed over first, as a
+        // superuser would before DROP ROLE, which is refused (2BP01) while
+        // the role owns an application, holds a grant or made a schedule.
         // DROP OWNED takes the schema privilege back, which DROP ROLE needs.
-        let _ = change_roles(&mut connect(), &format!("DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}", self.name));
+        let _ = change_roles(
+            &mut connect(),
+            &format!(
+                "SELECT lambdastore.set_owner(name, current_user::regrole) FROM lambdastore.applications
+                  WHERE owner_name = '{0}';
+                 SELECT lambdastore.revoke(app, grantee_name::text::regrole, privilege) FROM lambdastore.grants
+                  WHERE grantee_name = '{0}';
+                 SELECT lambdastore.unschedule(object_id, name) FROM lambdastore.schedules
+                  WHERE created_by = (SELECT oid FROM pg_roles WHERE rolname = '{0}');
+                 DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}",
+                self.name
+            ),
+        );
     }
 }
 
