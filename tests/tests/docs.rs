@@ -217,6 +217,7 @@ const ERRCODES: &[(&str, &str, &str)] = &[
     ("ERRCODE_STATEMENT_TOO_COMPLEX", "54001", "statement_too_complex"),
     ("ERRCODE_T_R_SERIALIZATION_FAILURE", "40001", "serialization_failure"),
     ("ERRCODE_UNDEFINED_COLUMN", "42703", "undefined_column"),
+    ("ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST", "2BP01", "dependent_objects_still_exist"),
     ("ERRCODE_UNDEFINED_FUNCTION", "42883", "undefined_function"),
     ("ERRCODE_UNDEFINED_OBJECT", "42704", "undefined_object"),
     ("ERRCODE_UNIQUE_VIOLATION", "23505", "unique_violation"),
