@@ -176,13 +176,19 @@ pub(crate) fn check_any(caller: Caller, app: &str, any_of: &[Privilege]) -> Resu
 /// the call, may invoke `to`. (A gateway call runs as the extension's
 /// owner, a job as the role that queued it: the owner's check keeps code
 /// from reaching what its author may not.)
+/// The refusal names `to` only to a caller who may see it: to another, an
+/// object's application was a name it could not learn otherwise (a key
+/// holder who could deploy mapped object ids to other tenants'
+/// applications).
 pub(crate) fn check_call_across(caller: Caller, from: &str, to: &str) -> Result<()> {
     let owner = catalog::grants::owner(from)?.ok_or_else(|| LambdaError::UnknownApplication(from.to_string()))?;
     for role in [caller, Caller(owner)] {
         if !allowed(role, to, Privilege::Invoke)? {
+            let visible = allowed(caller, to, Privilege::Invoke)? || allowed(caller, to, Privilege::Read)?;
+            let target = if visible { format!("application \"{to}\"") } else { "another application".to_string() };
             return Err(LambdaError::PermissionDenied(format!(
-                "a lambda of application \"{from}\" may not call application \"{to}\": role \"{}\" may not \
-                 invoke it (its owner grants it with lambdastore.grant)",
+                "a lambda of application \"{from}\" may not call {target}: role \"{}\" may not invoke it (its \
+                 owner grants it with lambdastore.grant)",
                 role.name()
             )));
         }

@@ -1290,7 +1290,7 @@ fn a_constructor_run_from_the_coordinator_reaches_objects_on_other_nodes() {
     grant(&mut c, &app, &role.name, "invoke").unwrap();
     let with_foreign = json!({"entries": 0, "partner": foreign});
     let refused = expect_sqlstate(create_object(&mut role.connect(), &app, "Bench", with_foreign), "P0001");
-    assert!(refused.contains("may not call application"), "{refused}");
+    assert!(refused.contains("may not call another application"), "{refused}");
     let after = count(&mut c, &format!("SELECT count(*) FROM lambdastore.objects WHERE app = '{app}'"));
     assert_eq!(after, before, "a failed constructor left its object");
 }

@@ -606,11 +606,13 @@ fn a_lambda_reaches_another_application_only_where_its_role_and_its_owner_may_in
 
     // `relay` and `spawn_then` pass the refusal on with `?`, as their own
     // error (P0001) with its message.
+    // Nor does it name the other application, which the role may not see.
     let message = expect_sqlstate(relay(&mut c, "get"), "P0001");
     assert!(message.contains(&format!("role \"{}\" may not invoke", caller.name)), "{message}");
+    assert!(message.contains("may not call another application") && !message.contains(&theirs), "{message}");
     let spawn = json!({"target": b, "method": "tally", "args": {"tag": 1}, "fail": false});
     let message = expect_sqlstate(invoke(&mut c, a, "spawn_then", spawn.clone()), "P0001");
-    assert!(message.contains("may not call application"), "{message}");
+    assert!(message.contains("may not call another application"), "{message}");
 
     grant(&mut admin, &theirs, &caller.name, "invoke").unwrap();
     assert_eq!(relay(&mut c, "get").unwrap(), json!("theirs"));

@@ -149,8 +149,7 @@ pub(crate) fn refuse_dropping(roles: &[Oid]) -> Result<()> {
             uses.push(format!("it was granted the applications {apps}"));
         }
         if !distributed {
-            let made =
-                "SELECT NULLIF(pg_catalog.count(*), 0)::text FROM lambdastore.schedules WHERE created_by = $1";
+            let made = "SELECT NULLIF(pg_catalog.count(*), 0)::text FROM lambdastore.schedules WHERE created_by = $1";
             if let Some(count) = listed(made)? {
                 uses.push(format!("it made {count} schedules"));
             }
