@@ -377,7 +377,7 @@ fn a_call_whose_object_is_deleted_while_it_runs_conflicts() {
             .map(|_| ())
             .map_err(|e| describe(&e))
     });
-    wait_until_running(&mut c, pid, "deleted_while_running");
+    wait_until_running(&mut c, pid, "deleted_while_running", &running);
     c.execute("SELECT lambdastore.delete_object($1)", &[&id]).unwrap();
     let refused = running.join().unwrap().expect_err("the call's write outlived its object");
     assert!(refused.contains("40001") && refused.contains("deleted by a concurrent transaction"), "{refused}");

@@ -117,7 +117,7 @@ fn pg_cancel_backend_stops_a_running_lambda() {
         (c, result)
     });
     let mut observer = connect();
-    wait_until_running(&mut observer, pid, "spin_cancel");
+    wait_until_running(&mut observer, pid, "spin_cancel", &spinner);
     let canceled: bool = observer.query_one("SELECT pg_cancel_backend($1)", &[&pid]).unwrap().get(0);
     assert!(canceled);
 

@@ -58,7 +58,7 @@ fn terminating_a_running_lambda_ends_only_its_session() {
         "SET lambdastore.timeout = '60s'",
         &format!("SELECT lambda_invoke({id}, 'spin')::text /* terminate_me */"),
     );
-    wait_until_running(&mut observer, pid, "terminate_me");
+    wait_until_running(&mut observer, pid, "terminate_me", &spinner);
     let terminated: bool = observer.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap().get(0);
     assert!(terminated);
 

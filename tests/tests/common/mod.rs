@@ -317,13 +317,17 @@ pub fn backend_pid(c: &mut Client) -> i32 {
 /// starts until the statement ends. Being `active` is not enough: a
 /// statement with parameters is active while it is parsed, then idle until
 /// it is bound, and a signal in that gap ends the session between two
-/// requests (the client sees "connection closed", not the error).
+/// requests (the client sees "connection closed", not the error). Polling
+/// stops early if `call`, the thread that sent the statement, ends: the
+/// test's assertions on its result then say what went wrong.
 #[track_caller]
-pub fn wait_until_running(observer: &mut Client, pid: i32, needle: &str) {
-    let calling = "state = 'active' AND position($2 in query) > 0
-                   AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_stat_activity.pid AND l.granted
-                               AND l.relation = 'lambdastore.modules'::regclass)";
-    wait_for_backend(observer, pid, calling, Some(needle), "started running");
+pub fn wait_until_running<T>(observer: &mut Client, pid: i32, needle: &str, call: &std::thread::JoinHandle<T>) {
+    let calling = "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND position($2 in query) > 0
+                     AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_stat_activity.pid AND l.granted
+                                 AND l.relation = 'lambdastore.modules'::regclass)";
+    poll_until(&format!("backend {pid} never started running {needle}"), || {
+        call.is_finished() || observer.query_opt(calling, &[&pid, &needle]).unwrap().is_some()
+    });
 }
 
 /// Polls from `observer` until backend `pid` waits for a heavyweight lock.
