@@ -141,27 +141,31 @@ fn media_type(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 /// leaves in place, is 501, as RFC 9112 says: a proxy that decodes it would
 /// see another body than the gateway.
 fn check_not_encoded(headers: &HeaderMap) -> Result<(), ApiError> {
-    for value in headers.get_all(header::TRANSFER_ENCODING) {
-        let codings = value.to_str().unwrap_or("invalid");
-        if codings.split(',').any(|coding| !coding.trim().eq_ignore_ascii_case("chunked")) {
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "not_implemented",
-                format!("the gateway takes no transfer coding but chunked (got {codings:?})"),
-            ));
-        }
+    if let Some(codings) = codings_other_than(headers, header::TRANSFER_ENCODING, "chunked") {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            format!("the gateway takes no transfer coding but chunked (got {codings:?})"),
+        ));
     }
-    for value in headers.get_all(header::CONTENT_ENCODING) {
-        let codings = value.to_str().unwrap_or("invalid");
-        if codings.split(',').any(|coding| !coding.trim().eq_ignore_ascii_case("identity")) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                format!("the gateway takes request bodies without a Content-Encoding (got {codings:?}): send it uncompressed"),
-            ));
-        }
+    if let Some(codings) = codings_other_than(headers, header::CONTENT_ENCODING, "identity") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "the gateway takes request bodies without a Content-Encoding (got {codings:?}): send it uncompressed"
+            ),
+        ));
     }
     Ok(())
+}
+
+/// The first value of header `name` that lists a coding other than
+/// `allowed` (or is not text).
+fn codings_other_than(headers: &HeaderMap, name: header::HeaderName, allowed: &str) -> Option<String> {
+    headers.get_all(name).iter().map(|value| value.to_str().unwrap_or("invalid")).find_map(|codings| {
+        codings.split(',').any(|coding| !coding.trim().eq_ignore_ascii_case(allowed)).then(|| codings.to_string())
+    })
 }
 
 /// How much of a body is read before its API key is checked. A body up to
