@@ -360,24 +360,32 @@ fn a_call_racing_a_delete_conflicts_and_the_objects_jobs_go_with_it() {
 /// found the object: the call's write fails with 40001, as a conflict with
 /// the delete, and a retry finds no object (42704). It met the entries'
 /// foreign key instead (23503, "violates foreign key constraint
-/// entries_object_id_fkey").
+/// entries_object_id_fkey"). The write makes a new entry here, and changes
+/// one the delete took with the object in the next test.
 #[test]
 fn a_call_whose_object_is_deleted_while_it_runs_conflicts() {
-    let (mut c, _, id) = micro_object("delete_while_running");
+    call_deleted_while_running("delete_while_running", false);
+}
+
+#[test]
+fn a_call_whose_entry_goes_with_its_object_while_it_runs_conflicts() {
+    call_deleted_while_running("delete_entry_while_running", true);
+}
+
+fn call_deleted_while_running(test: &str, entry_exists: bool) {
+    let (mut c, _, id) = micro_object(test);
+    if entry_exists {
+        invoke(&mut c, id, "busy", json!({"tag": 1, "ms": 0})).unwrap();
+    }
     let mut caller = connect();
     caller.batch_execute("SET lambdastore.timeout = '10s'").unwrap();
     let pid = backend_pid(&mut caller);
+    let statement = format!("SELECT lambda_invoke($1, 'busy', $2::text::jsonb)::text /* {test} */");
     let running = std::thread::spawn(move || {
         let busy = r#"{"tag": 1, "ms": 3000}"#;
-        caller
-            .query_one(
-                "SELECT lambda_invoke($1, 'busy', $2::text::jsonb)::text /* deleted_while_running */",
-                &[&id, &busy],
-            )
-            .map(|_| ())
-            .map_err(|e| describe(&e))
+        caller.query_one(&statement, &[&id, &busy]).map(|_| ()).map_err(|e| describe(&e))
     });
-    wait_until_running(&mut c, pid, "deleted_while_running", &running);
+    wait_until_running(&mut c, pid, test, &running);
     c.execute("SELECT lambdastore.delete_object($1)", &[&id]).unwrap();
     let refused = running.join().unwrap().expect_err("the call's write outlived its object");
     assert!(refused.contains("40001") && refused.contains("deleted by a concurrent transaction"), "{refused}");
