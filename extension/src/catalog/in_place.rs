@@ -125,7 +125,10 @@ pub(crate) fn write_entry(
                 },
                 Found::None => Ok(false),
                 // A row deleted since the snapshot may be the object's
-                // delete: its entries go with it.
+                // delete: its entries go with it. Only a delete committed
+                // between the snapshot and the update lands here (one still
+                // running holds the object's entry sets, and the call's
+                // commit is refused before it writes): not met by a test.
                 Found::Changed => match object_row(objects, object) {
                     None => Err(deleted_meanwhile(object)),
                     Some(_) => Ok(false),
