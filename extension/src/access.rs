@@ -227,6 +227,22 @@ pub(crate) fn roles_dropping(roles: &[Oid]) {
         .unwrap_or_else(|err| err.report("DROP ROLE"));
 }
 
+/// `catalog::grants::owned_reassigned` after a `REASSIGN OWNED`, as
+/// `roles_dropping`.
+pub(crate) fn owned_reassigned(roles: &[Oid], new_owner: Oid) {
+    pg::roles::as_bootstrap_superuser(|| {
+        with_fixed_search_path(|| catalog::grants::owned_reassigned(roles, new_owner))
+    })
+    .unwrap_or_else(|err| err.report("REASSIGN OWNED"));
+}
+
+/// `catalog::grants::owned_dropped` after a `DROP OWNED`, as
+/// `roles_dropping`.
+pub(crate) fn owned_dropped(roles: &[Oid]) {
+    pg::roles::as_bootstrap_superuser(|| with_fixed_search_path(|| catalog::grants::owned_dropped(roles)))
+        .unwrap_or_else(|err| err.report("DROP OWNED"));
+}
+
 /// The `search_path` of everything the extension runs with raised rights.
 /// The caller's own would let it choose what a name in our statements
 /// means: every role may create temporary objects, and PostgreSQL looks

@@ -89,8 +89,8 @@ pub(crate) enum LambdaError {
     /// this database name: what they are.
     #[error(
         "role \"{role}\" cannot be dropped because lambdastore depends on it: {uses} \
-         (give the applications another owner with lambdastore.set_owner, revoke the grants with \
-         lambdastore.revoke and unschedule the schedules first; DROP OWNED does not)"
+         (REASSIGN OWNED BY it TO another role hands its applications and schedules over, and DROP \
+         OWNED BY it revokes its grants; or lambdastore.set_owner, revoke and unschedule)"
     )]
     RoleInUse { role: String, uses: String },
     #[error("{0}")]

@@ -57,8 +57,15 @@ pub extern "C-unwind" fn _PG_init() {
     xact::init();
     // The names PREPARE TRANSACTION gives (txn::prepared asks), the
     // compiled modules of a dropped database, which nothing else removes,
-    // and the names stored beside owners' and grantees' OIDs.
-    pg::xact::watch_statements(runtime::forget_database, access::role_renamed, access::roles_dropping);
+    // the names stored beside owners' and grantees' OIDs, and the roles
+    // that own or were granted applications.
+    pg::xact::watch_statements(pg::xact::StatementWatchers {
+        database_dropped: runtime::forget_database,
+        role_renamed: access::role_renamed,
+        roles_dropping: access::roles_dropping,
+        owned_reassigned: access::owned_reassigned,
+        owned_dropped: access::owned_dropped,
+    });
     cluster::delegate::init();
     cluster::layout::init();
 }

@@ -214,8 +214,9 @@ fn null_arguments_of_submit_wait_and_create_api_key_are_22004() {
 /// gateway, which deploys as the role that created the key.
 #[test]
 fn deploy_rights_hold_wherever_a_deploy_comes_from() {
-    let db = ScratchDatabase::new("deployright");
+    // The role first: dropped after the database, where it holds a privilege.
     let role = TestRole::new("deployright");
+    let db = ScratchDatabase::new("deployright");
     let mut admin = db.connect();
     admin
         .batch_execute(&format!(
@@ -499,6 +500,46 @@ fn a_role_that_lambdastore_depends_on_is_not_dropped() {
     for role in [&owner, &grantee, &scheduler] {
         change_roles(&mut admin, &format!("DROP OWNED BY {0}; DROP ROLE {0}", role.name)).unwrap();
     }
+}
+
+/// PostgreSQL's way to retire a role works for what lambdastore keeps of
+/// it: `REASSIGN OWNED` hands its applications and schedules over (the
+/// heir then acts as the owner), `DROP OWNED` revokes what it was granted,
+/// and `DROP ROLE` goes through. A role without the old role's rights
+/// reassigns nothing.
+#[test]
+fn reassign_owned_and_drop_owned_retire_a_role_with_its_applications() {
+    let [old, heir, outsider] = ["retire_old", "retire_heir", "retire_outsider"].map(TestRole::new);
+    let (mut admin, app) = deployed("retire", "micro");
+    let id = create(&mut admin, &app, "Bench", json!({}));
+    admin.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &old.name]).unwrap();
+    let (_, other) = deployed("retire_other", "micro");
+    grant(&mut admin, &other, &old.name, "invoke").unwrap();
+    old.connect().execute("SELECT lambdastore.schedule('tick', '0 0 1 1 *', $1, 'tally')", &[&id]).unwrap();
+    let owner = |c: &mut Client| -> String {
+        c.query_one("SELECT owner_name::text FROM lambdastore.applications WHERE name = $1", &[&app]).unwrap().get(0)
+    };
+    let scheduler = |c: &mut Client| -> String {
+        c.query_one("SELECT created_by::regrole::text FROM lambdastore.schedules WHERE object_id = $1", &[&id])
+            .unwrap()
+            .get(0)
+    };
+
+    let mut outsiders = outsider.connect();
+    let refused = outsiders.batch_execute(&format!("REASSIGN OWNED BY {} TO {}", old.name, outsider.name));
+    expect_sqlstate(refused, "42501");
+    assert_eq!((owner(&mut admin), scheduler(&mut admin)), (old.name.clone(), old.name.clone()));
+
+    change_roles(&mut admin, &format!("REASSIGN OWNED BY {} TO {}", old.name, heir.name)).unwrap();
+    assert_eq!((owner(&mut admin), scheduler(&mut admin)), (heir.name.clone(), heir.name.clone()));
+    grant(&mut heir.connect(), &app, &outsider.name, "invoke").unwrap();
+    let refused = expect_sqlstate(change_roles(&mut admin, &format!("DROP ROLE {}", old.name)), "2BP01");
+    assert!(refused.contains(&format!("it was granted the applications {other}")), "{refused}");
+
+    change_roles(&mut admin, &format!("DROP OWNED BY {0}; DROP ROLE {0}", old.name)).unwrap();
+    let grants = format!("SELECT count(*) FROM lambdastore.grants WHERE grantee_name = '{}'", old.name);
+    assert_eq!(count(&mut admin, &grants), 0);
+    assert_eq!(call(&mut outsiders, id, "get", json!({"key": "k"})), json!(null));
 }
 
 /// A job whose role was dropped before it ran fails (42704) instead of

@@ -161,6 +161,62 @@ pub(crate) fn refuse_dropping(roles: &[Oid]) -> Result<()> {
     Ok(())
 }
 
+/// After `REASSIGN OWNED BY roles TO new_owner` (pg/xact.rs), which
+/// PostgreSQL has run: the applications `roles` own, and on one server the
+/// schedules they made, are `new_owner`'s, as their tables are. Then
+/// `DROP OWNED BY` and `DROP ROLE` (`refuse_dropping`) find nothing of
+/// theirs left: PostgreSQL's way to retire a role works for ours too. On a
+/// cluster, from the coordinator, by name (schedules stay, as
+/// `refuse_dropping` does not count them there); after a restore whose
+/// roles are not adopted yet, nothing. Runs as the tables' owner with the
+/// fixed `search_path` (access::owned_reassigned).
+pub(crate) fn owned_reassigned(roles: &[Oid], new_owner: Oid) -> Result<()> {
+    if !super::installed() || !crate::cluster::layout::on_coordinator()? || stored_roles_are_ours().is_err() {
+        return Ok(());
+    }
+    let (owned, made) = if crate::cluster::layout::distributed()? {
+        ("UPDATE lambdastore.applications SET owner = $3, owner_name = $4 WHERE owner_name = $2::name", None)
+    } else {
+        (
+            "UPDATE lambdastore.applications SET owner = $3, owner_name = $4 WHERE owner = $1",
+            Some("UPDATE lambdastore.schedules SET created_by = $3 WHERE created_by = $1"),
+        )
+    };
+    super::cache::changed();
+    for &role in roles.iter().filter(|&&role| role != new_owner) {
+        for sql in std::iter::once(owned).chain(made) {
+            query_cluster(
+                sql,
+                &[OIDOID, TEXTOID, OIDOID, TEXTOID],
+                &[role.into(), name_of(role).into(), new_owner.into(), name_of(new_owner).into()],
+                |_| Ok(()),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// After `DROP OWNED BY roles` (pg/xact.rs), which PostgreSQL has run:
+/// what they were granted is revoked, as PostgreSQL revokes their
+/// privileges. The applications they own are not deleted with every
+/// object in them, nor their schedules: `REASSIGN OWNED` hands those over,
+/// and `DROP ROLE` is refused until it has. As `owned_reassigned`.
+pub(crate) fn owned_dropped(roles: &[Oid]) -> Result<()> {
+    if !super::installed() || !crate::cluster::layout::on_coordinator()? || stored_roles_are_ours().is_err() {
+        return Ok(());
+    }
+    let granted = if crate::cluster::layout::distributed()? {
+        "DELETE FROM lambdastore.grants WHERE grantee_name = $2::name"
+    } else {
+        "DELETE FROM lambdastore.grants WHERE grantee = $1"
+    };
+    super::cache::changed();
+    for &role in roles {
+        query_cluster(granted, &[OIDOID, TEXTOID], &[role.into(), name_of(role).into()], |_| Ok(()))?;
+    }
+    Ok(())
+}
+
 /// The name of role `oid`, as stored beside it.
 fn name_of(oid: Oid) -> String {
     crate::pg::roles::name(oid).unwrap_or_default()

@@ -224,29 +224,51 @@ thread_local! {
     static PREVIOUS_UTILITY: std::cell::Cell<pg_sys::ProcessUtility_hook_type> = const { std::cell::Cell::new(None) };
     /// The name given by the last `PREPARE TRANSACTION` of this backend.
     static PREPARING: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
-    /// Told the OID of each database this process drops.
-    static DATABASE_DROPPED: std::cell::Cell<Option<fn(u32)>> = const { std::cell::Cell::new(None) };
-    /// Told each role this process renames.
-    static ROLE_RENAMED: std::cell::Cell<Option<fn(pg_sys::Oid)>> = const { std::cell::Cell::new(None) };
-    /// Told the roles a `DROP ROLE` of this process is about to drop.
-    static ROLES_DROPPING: std::cell::Cell<Option<fn(&[pg_sys::Oid])>> = const { std::cell::Cell::new(None) };
+    /// Told of this process's statements (`watch_statements`).
+    static WATCHERS: std::cell::Cell<Option<StatementWatchers>> = const { std::cell::Cell::new(None) };
+}
+
+/// What the statements `watch_statements` watches tell, each in the
+/// statement's transaction (an ERROR refuses the statement).
+#[derive(Clone, Copy)]
+pub(crate) struct StatementWatchers {
+    /// The OID of each database dropped, once dropped (`DROP DATABASE`
+    /// runs outside a transaction block).
+    pub database_dropped: fn(u32),
+    /// Each role renamed, once renamed.
+    pub role_renamed: fn(pg_sys::Oid),
+    /// The roles a `DROP ROLE` is about to drop.
+    pub roles_dropping: fn(&[pg_sys::Oid]),
+    /// The roles and the new owner of a `REASSIGN OWNED`, once run.
+    pub owned_reassigned: fn(&[pg_sys::Oid], pg_sys::Oid),
+    /// The roles of a `DROP OWNED`, once run.
+    pub owned_dropped: fn(&[pg_sys::Oid]),
 }
 
 /// Has each `PREPARE TRANSACTION` statement of this process note its name
-/// for `preparing_name`, each `DROP DATABASE` it runs call `dropped` with
-/// the database's OID once dropped, and each `ALTER ROLE ... RENAME` call
-/// `renamed` with the role once renamed (in its transaction), and each
-/// `DROP ROLE` call `dropping_roles` with the roles before they are
-/// dropped (an ERROR there refuses the statement); once per process.
-pub(crate) fn watch_statements(dropped: fn(u32), renamed: fn(pg_sys::Oid), dropping_roles: fn(&[pg_sys::Oid])) {
-    DATABASE_DROPPED.set(Some(dropped));
-    ROLE_RENAMED.set(Some(renamed));
-    ROLES_DROPPING.set(Some(dropping_roles));
+/// for `preparing_name`, and tells `watchers` of the statements they
+/// watch; once per process.
+pub(crate) fn watch_statements(watchers: StatementWatchers) {
+    WATCHERS.set(Some(watchers));
     // SAFETY: the hook is this process's; the previous one is kept and
     // called by ours.
     unsafe {
         PREVIOUS_UTILITY.set(pg_sys::ProcessUtility_hook);
         pg_sys::ProcessUtility_hook = Some(utility);
+    }
+}
+
+/// The roles of a parse tree's list of `RoleSpec`s that exist.
+///
+/// SAFETY: `specs` is such a list (or NULL).
+unsafe fn roles_of(specs: *mut pg_sys::List) -> Vec<pg_sys::Oid> {
+    // SAFETY: the caller's promise.
+    unsafe {
+        pgrx::PgList::<pg_sys::RoleSpec>::from_pg(specs)
+            .iter_ptr()
+            .map(|spec| pg_sys::get_rolespec_oid(spec, true))
+            .filter(|oid| *oid != pg_sys::InvalidOid)
+            .collect()
     }
 }
 
@@ -269,33 +291,35 @@ unsafe extern "C-unwind" fn utility(
     destination: *mut pg_sys::DestReceiver,
     completion: *mut pg_sys::QueryCompletion,
 ) {
+    let watchers = WATCHERS.get().expect("the hook is installed with its watchers");
+    let (mut dropping, mut renaming, mut reassigning, mut dropping_owned) = (None, None, None, None);
     // SAFETY: the statement about to run, read after its tag; the names
-    // are C strings of the parse tree.
-    let (mut dropping, mut renaming) = (None, None);
+    // are C strings of the parse tree, the role lists lists of RoleSpec.
     unsafe {
         let node = (*statement).utilityStmt;
-        if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_DropdbStmt {
+        let tag = if node.is_null() { pg_sys::NodeTag::T_Invalid } else { (*node).type_ };
+        if tag == pg_sys::NodeTag::T_DropdbStmt {
             let name = (*(node as *mut pg_sys::DropdbStmt)).dbname;
             dropping = Some(pg_sys::get_database_oid(name, true)).filter(|oid| *oid != pg_sys::InvalidOid);
         }
-        if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_RenameStmt {
+        if tag == pg_sys::NodeTag::T_RenameStmt {
             let rename = node as *mut pg_sys::RenameStmt;
             if (*rename).renameType == pg_sys::ObjectType::OBJECT_ROLE && !(*rename).subname.is_null() {
                 renaming = Some(pg_sys::get_role_oid((*rename).subname, true)).filter(|oid| *oid != pg_sys::InvalidOid);
             }
         }
-        if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_DropRoleStmt {
-            let specs = pgrx::PgList::<pg_sys::RoleSpec>::from_pg((*(node as *mut pg_sys::DropRoleStmt)).roles);
-            let roles: Vec<pg_sys::Oid> = specs
-                .iter_ptr()
-                .map(|spec| pg_sys::get_rolespec_oid(spec, true))
-                .filter(|oid| *oid != pg_sys::InvalidOid)
-                .collect();
-            if let Some(dropping_roles) = ROLES_DROPPING.get() {
-                dropping_roles(&roles);
-            }
+        if tag == pg_sys::NodeTag::T_DropRoleStmt {
+            (watchers.roles_dropping)(&roles_of((*(node as *mut pg_sys::DropRoleStmt)).roles));
         }
-        if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_TransactionStmt {
+        if tag == pg_sys::NodeTag::T_ReassignOwnedStmt {
+            let reassign = node as *mut pg_sys::ReassignOwnedStmt;
+            let new_owner = pg_sys::get_rolespec_oid((*reassign).newrole, true);
+            reassigning = Some((roles_of((*reassign).roles), new_owner)).filter(|_| new_owner != pg_sys::InvalidOid);
+        }
+        if tag == pg_sys::NodeTag::T_DropOwnedStmt {
+            dropping_owned = Some(roles_of((*(node as *mut pg_sys::DropOwnedStmt)).roles));
+        }
+        if tag == pg_sys::NodeTag::T_TransactionStmt {
             let transaction = node as *mut pg_sys::TransactionStmt;
             if (*transaction).kind == pg_sys::TransactionStmtKind::TRANS_STMT_PREPARE && !(*transaction).gid.is_null() {
                 let name = std::ffi::CStr::from_ptr((*transaction).gid).to_string_lossy().into_owned();
@@ -324,10 +348,16 @@ unsafe extern "C-unwind" fn utility(
     }
     // DROP DATABASE runs outside a transaction block, and is done once
     // it returns.
-    if let (Some(oid), Some(dropped)) = (dropping, DATABASE_DROPPED.get()) {
-        dropped(oid.to_u32());
+    if let Some(oid) = dropping {
+        (watchers.database_dropped)(oid.to_u32());
     }
-    if let (Some(role), Some(renamed)) = (renaming, ROLE_RENAMED.get()) {
-        renamed(role);
+    if let Some(role) = renaming {
+        (watchers.role_renamed)(role);
+    }
+    if let Some((roles, new_owner)) = reassigning {
+        (watchers.owned_reassigned)(&roles, new_owner);
+    }
+    if let Some(roles) = dropping_owned {
+        (watchers.owned_dropped)(&roles);
     }
 }

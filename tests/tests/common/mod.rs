@@ -471,20 +471,16 @@ impl TestRole {
 
 impl Drop for TestRole {
     fn drop(&mut self) {
-        // What lambdastore keeps of the role is handed over first, as a
-        // superuser would before DROP ROLE, which is refused (2BP01) while
-        // the role owns an application, holds a grant or made a schedule.
-        // DROP OWNED takes the schema privilege back, which DROP ROLE needs.
+        // As a superuser retires a role: its schedules go (they would tick
+        // on as the heir), REASSIGN OWNED hands its applications over and
+        // DROP OWNED revokes its grants and the schema privilege; DROP
+        // ROLE is refused (2BP01) while lambdastore still depends on it.
         let _ = change_roles(
             &mut connect(),
             &format!(
-                "SELECT lambdastore.set_owner(name, current_user::regrole) FROM lambdastore.applications
-                  WHERE owner_name = '{0}';
-                 SELECT lambdastore.revoke(app, grantee_name::text::regrole, privilege) FROM lambdastore.grants
-                  WHERE grantee_name = '{0}';
-                 SELECT lambdastore.unschedule(object_id, name) FROM lambdastore.schedules
+                "SELECT lambdastore.unschedule(object_id, name) FROM lambdastore.schedules
                   WHERE created_by = (SELECT oid FROM pg_roles WHERE rolname = '{0}');
-                 DROP OWNED BY {0}; DROP ROLE IF EXISTS {0}",
+                 REASSIGN OWNED BY {0} TO current_user; DROP OWNED BY {0}; DROP ROLE {0}",
                 self.name
             ),
         );
