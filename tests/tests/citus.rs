@@ -434,6 +434,30 @@ fn grants_to_ordinary_roles_hold_on_every_node() {
     }
 }
 
+/// `REASSIGN OWNED BY old TO CURRENT_USER` on the coordinator hands the
+/// role's applications over, and the server lives on: Citus 13.2, sending
+/// the statement to the workers, looked the new owner up by its name,
+/// which CURRENT_USER leaves NULL, and the backend died (SIGSEGV) with
+/// every session in recovery. pg::xact names the role first.
+#[test]
+fn reassign_owned_to_current_user_hands_applications_over_on_a_cluster() {
+    let Some(_workers) = workers() else { return };
+    let (mut c, app) = deployed("citus_reassign", "counter");
+    let by_node = spread(&mut c, &app, "Counter", json!({"initial": 0}), 1);
+    let old = TestRole::new("citus_reassign");
+    c.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &old.name]).unwrap();
+    change_roles(&mut c, &format!("REASSIGN OWNED BY {} TO CURRENT_USER", old.name))
+        .unwrap_or_else(|e| panic!("REASSIGN OWNED ... TO CURRENT_USER: {}", describe(&e)));
+    let (owner, me): (String, String) = c
+        .query_one("SELECT owner_name::text, current_user::text FROM lambdastore.applications WHERE name = $1", &[&app])
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    assert_eq!(owner, me);
+    for &id in by_node.values().flatten() {
+        assert_eq!(call(&mut c, id, "increment", json!({})), json!(1), "object {id}");
+    }
+}
+
 /// An ordinary role reads its applications' rows through the `app_*`
 /// views, `timers`, `queue`, `entry_sets`, `versions` and `migrate_objects`
 /// on a cluster as on one server, and no other application's: they read

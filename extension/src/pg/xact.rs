@@ -272,6 +272,36 @@ unsafe fn roles_of(specs: *mut pg_sys::List) -> Vec<pg_sys::Oid> {
     }
 }
 
+/// `statement`, a `REASSIGN OWNED ... TO CURRENT_USER` (or SESSION_USER,
+/// CURRENT_ROLE), with its new owner named instead: the same role,
+/// resolved now as PostgreSQL resolves it. Citus 13.2 sends the statement
+/// to the workers after looking the new owner up by its name, which those
+/// forms leave NULL, and the backend died of it (SIGSEGV), taking every
+/// session of the server into recovery: a CI run's test cleanup did.
+/// Copied first when the tree is read-only.
+///
+/// SAFETY: `statement` runs a `ReassignOwnedStmt` whose new owner is
+/// `new_owner`.
+unsafe fn with_new_owner_named(
+    statement: *mut pg_sys::PlannedStmt,
+    read_only_tree: bool,
+    new_owner: pg_sys::Oid,
+) -> *mut pg_sys::PlannedStmt {
+    // SAFETY: the caller's promise; a copy is ours to change, and a tree
+    // that is not read-only is the hook's to change.
+    unsafe {
+        let statement = if read_only_tree {
+            pg_sys::copyObjectImpl(statement.cast()).cast::<pg_sys::PlannedStmt>()
+        } else {
+            statement
+        };
+        let new_role = (*((*statement).utilityStmt as *mut pg_sys::ReassignOwnedStmt)).newrole;
+        (*new_role).rolename = pg_sys::GetUserNameFromId(new_owner, false);
+        (*new_role).roletype = pg_sys::RoleSpecType::ROLESPEC_CSTRING;
+        statement
+    }
+}
+
 /// At PREPARE TRANSACTION, the name it gives the transaction (PostgreSQL
 /// keeps it to itself until the transaction is prepared): every PREPARE
 /// runs as a statement, whose name the hook noted.
@@ -282,9 +312,9 @@ pub(crate) fn preparing_name() -> Option<String> {
 #[allow(clippy::too_many_arguments)] // PostgreSQL's hook
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn utility(
-    statement: *mut pg_sys::PlannedStmt,
+    mut statement: *mut pg_sys::PlannedStmt,
     text: *const std::ffi::c_char,
-    read_only_tree: bool,
+    mut read_only_tree: bool,
     context: pg_sys::ProcessUtilityContext::Type,
     params: pg_sys::ParamListInfo,
     environment: *mut pg_sys::QueryEnvironment,
@@ -315,6 +345,11 @@ unsafe extern "C-unwind" fn utility(
             let reassign = node as *mut pg_sys::ReassignOwnedStmt;
             let new_owner = pg_sys::get_rolespec_oid((*reassign).newrole, true);
             reassigning = Some((roles_of((*reassign).roles), new_owner)).filter(|_| new_owner != pg_sys::InvalidOid);
+            if new_owner != pg_sys::InvalidOid
+                && (*(*reassign).newrole).roletype != pg_sys::RoleSpecType::ROLESPEC_CSTRING
+            {
+                (statement, read_only_tree) = (with_new_owner_named(statement, read_only_tree, new_owner), false);
+            }
         }
         if tag == pg_sys::NodeTag::T_DropOwnedStmt {
             dropping_owned = Some(roles_of((*(node as *mut pg_sys::DropOwnedStmt)).roles));
