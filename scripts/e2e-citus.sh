@@ -33,12 +33,6 @@
 #                                 it waits for the caller's backend to show
 #                                 the wait in pg_stat_activity: on a cluster it
 #                                 is the owner node's backend that waits
-#   a_call_whose_*_while_it_runs_conflicts
-#                                 they delete the object once the caller's
-#                                 backend holds the lock of its module read
-#                                 (wait_until_running): on a cluster the owner
-#                                 node's backend reads it, so the coordinator's
-#                                 never does and the delete would come too late
 #
 # Without Citus installed (local processes), citus.sh says so in one line
 # and this passes, unless LAMBDASTORE_REQUIRE_CITUS=1 (a machine that must
@@ -133,7 +127,7 @@ if [ -n "$suites" ]; then
     cargo test "${packages[@]}" --test apps --test deploy --test errors \
     --test limits --test jobs --test time --test serializable --no-fail-fast -- \
     --skip pg_cancel_backend_stops_ --skip a_transaction_holds_its_write_locks_ --skip adaptive_splitting_ \
-    --skip a_calm_object_merges_ --skip a_workflow_whose_guards_a_ --skip a_reader_waits_for_a_committing_writer_ --skip _while_it_runs_conflicts \
+    --skip a_calm_object_merges_ --skip a_workflow_whose_guards_a_ --skip a_reader_waits_for_a_committing_writer_ \
     --skip two_sessions_setting_one_timer_ --skip a_workflow_runs_one_version_of_each_application_ \
     "$@"
   status=$?

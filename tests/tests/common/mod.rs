@@ -319,14 +319,28 @@ pub fn backend_pid(c: &mut Client) -> i32 {
 /// it is bound, and a signal in that gap ends the session between two
 /// requests (the client sees "connection closed", not the error). Polling
 /// stops early if `call`, the thread that sent the statement, ends: the
-/// test's assertions on its result then say what went wrong.
+/// test's assertions on its result then say what went wrong. On a Citus
+/// coordinator the module is read where the object lives, by a backend
+/// working for `pid`: `citus_locks` shows its lock (on a shard of the
+/// table) under the caller's global pid, the coordinator's node id times
+/// 10^10 plus `pid`.
 #[track_caller]
 pub fn wait_until_running<T>(observer: &mut Client, pid: i32, needle: &str, call: &std::thread::JoinHandle<T>) {
-    let calling = "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND position($2 in query) > 0
-                     AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_stat_activity.pid AND l.granted
-                                 AND l.relation = 'lambdastore.modules'::regclass)";
+    let on_citus =
+        observer.query_one("SELECT to_regclass('pg_catalog.citus_locks') IS NOT NULL", &[]).unwrap().get::<_, bool>(0)
+            && observer.query_one("SELECT EXISTS (SELECT 1 FROM pg_dist_node)", &[]).unwrap().get::<_, bool>(0);
+    let module_read = if on_citus {
+        "SELECT 1 FROM citus_locks l WHERE l.global_pid = citus_backend_gpid() / 10000000000 * 10000000000 + $1
+            AND l.granted AND l.relation_name::text ~ '^lambdastore\\.modules(_[0-9]+)?$'"
+    } else {
+        "SELECT 1 FROM pg_locks l WHERE l.pid = $1 AND l.granted AND l.relation = 'lambdastore.modules'::regclass"
+    };
+    let calling = format!(
+        "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND position($2 in query) > 0
+            AND EXISTS ({module_read})"
+    );
     poll_until(&format!("backend {pid} never started running {needle}"), || {
-        call.is_finished() || observer.query_opt(calling, &[&pid, &needle]).unwrap().is_some()
+        call.is_finished() || observer.query_opt(&calling, &[&pid, &needle]).unwrap().is_some()
     });
 }
 
