@@ -470,6 +470,15 @@ fn bad_input_gets_clear_errors_and_reveals_nothing() {
     assert!(!message.contains(&theirs), "the refusal names another application: {message}");
 }
 
+/// A superuser's connection, and a Bench object of a new micro
+/// application (named after `test`) handed to `owner`.
+fn object_of_an_app_owned_by(test: &str, owner: &TestRole) -> (Client, String, i64) {
+    let (mut admin, app) = deployed(test, "micro");
+    let id = create(&mut admin, &app, "Bench", json!({}));
+    admin.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &owner.name]).unwrap();
+    (admin, app, id)
+}
+
 /// `DROP ROLE` is refused (2BP01), saying why, while the role owns an
 /// application, was granted one or made a schedule in this database:
 /// dropped, it left its applications to superusers alone, its grants to a
@@ -478,9 +487,7 @@ fn bad_input_gets_clear_errors_and_reveals_nothing() {
 #[test]
 fn a_role_that_lambdastore_depends_on_is_not_dropped() {
     let [owner, grantee, scheduler] = ["dep_owner", "dep_grantee", "dep_scheduler"].map(TestRole::new);
-    let (mut admin, app) = deployed("role_deps", "micro");
-    let id = create(&mut admin, &app, "Bench", json!({}));
-    admin.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &owner.name]).unwrap();
+    let (mut admin, app, id) = object_of_an_app_owned_by("role_deps", &owner);
     grant(&mut admin, &app, &grantee.name, "invoke").unwrap();
     grant(&mut admin, &app, &scheduler.name, "invoke").unwrap();
     scheduler.connect().execute("SELECT lambdastore.schedule('tick', '0 0 1 1 *', $1, 'tally')", &[&id]).unwrap();
@@ -510,9 +517,7 @@ fn a_role_that_lambdastore_depends_on_is_not_dropped() {
 #[test]
 fn reassign_owned_and_drop_owned_retire_a_role_with_its_applications() {
     let [old, heir, outsider] = ["retire_old", "retire_heir", "retire_outsider"].map(TestRole::new);
-    let (mut admin, app) = deployed("retire", "micro");
-    let id = create(&mut admin, &app, "Bench", json!({}));
-    admin.execute("SELECT lambdastore.set_owner($1, $2::text::regrole)", &[&app, &old.name]).unwrap();
+    let (mut admin, app, id) = object_of_an_app_owned_by("retire", &old);
     let (_, other) = deployed("retire_other", "micro");
     grant(&mut admin, &other, &old.name, "invoke").unwrap();
     old.connect().execute("SELECT lambdastore.schedule('tick', '0 0 1 1 *', $1, 'tally')", &[&id]).unwrap();

@@ -277,7 +277,7 @@ unsafe fn roles_of(specs: *mut pg_sys::List) -> Vec<pg_sys::Oid> {
 /// resolved now as PostgreSQL resolves it. Citus 13.2 sends the statement
 /// to the workers after looking the new owner up by its name, which those
 /// forms leave NULL, and the backend died of it (SIGSEGV), taking every
-/// session of the server into recovery: a CI run's test cleanup did.
+/// session of the server into recovery (our tests' role cleanup did).
 /// Copied first when the tree is read-only.
 ///
 /// SAFETY: `statement` runs a `ReassignOwnedStmt` whose new owner is

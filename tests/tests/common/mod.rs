@@ -326,10 +326,8 @@ pub fn backend_pid(c: &mut Client) -> i32 {
 /// 10^10 plus `pid`.
 #[track_caller]
 pub fn wait_until_running<T>(observer: &mut Client, pid: i32, needle: &str, call: &std::thread::JoinHandle<T>) {
-    let on_citus =
-        observer.query_one("SELECT to_regclass('pg_catalog.citus_locks') IS NOT NULL", &[]).unwrap().get::<_, bool>(0)
-            && observer.query_one("SELECT EXISTS (SELECT 1 FROM pg_dist_node)", &[]).unwrap().get::<_, bool>(0);
-    let module_read = if on_citus {
+    let distributed: bool = observer.query_one("SELECT lambdastore._distributed()", &[]).unwrap().get(0);
+    let module_read = if distributed {
         "SELECT 1 FROM citus_locks l WHERE l.global_pid = citus_backend_gpid() / 10000000000 * 10000000000 + $1
             AND l.granted AND l.relation_name::text ~ '^lambdastore\\.modules(_[0-9]+)?$'"
     } else {
