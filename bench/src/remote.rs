@@ -186,7 +186,7 @@ fn run(
     let state = State { app: Some(app.clone()), db: Some(db.clone()), frame };
     let (object, ty, function) = (state.frame.object, state.frame.type_name.clone(), state.frame.function.clone());
     let mut store = Store::new(&app.engine, state);
-    let lambda = app.pre.instantiate(&mut store)?;
+    let lambda = app.pre.instantiate_checked_once(&mut store)?;
     match lambda.call_dispatch(&mut store, kind, &ty, &function, object, args) {
         Ok(Ok(result)) => Ok(result),
         Ok(Err(guest)) => Err(RemoteError::Guest(guest)),

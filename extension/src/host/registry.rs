@@ -297,7 +297,7 @@ fn with_instance<R>(
             // per call and of the run in it (the guest and its host calls),
             // timed only when the line will go somewhere.
             let started = pg::backend::debug2_wanted().then(Instant::now);
-            let lambda = app.pre.instantiate(&mut *store)?;
+            let lambda = app.pre.instantiate_checked_once(&mut *store)?;
             let made = started.map(|started| started.elapsed());
             let result = f(store, &lambda);
             if let (Some(started), Some(made)) = (started, made) {
