@@ -312,15 +312,18 @@ pub(crate) fn preparing_name() -> Option<String> {
 #[allow(clippy::too_many_arguments)] // PostgreSQL's hook
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn utility(
-    mut statement: *mut pg_sys::PlannedStmt,
+    statement: *mut pg_sys::PlannedStmt,
     text: *const std::ffi::c_char,
-    mut read_only_tree: bool,
+    read_only_tree: bool,
     context: pg_sys::ProcessUtilityContext::Type,
     params: pg_sys::ParamListInfo,
     environment: *mut pg_sys::QueryEnvironment,
     destination: *mut pg_sys::DestReceiver,
     completion: *mut pg_sys::QueryCompletion,
 ) {
+    // Rebound rather than declared `mut`: pg_guard's wrapper passes the
+    // parameters on, and warned of a needless `mut` in it.
+    let (mut statement, mut read_only_tree) = (statement, read_only_tree);
     let watchers = WATCHERS.get().expect("the hook is installed with its watchers");
     let (mut dropping, mut renaming, mut reassigning, mut dropping_owned) = (None, None, None, None);
     // SAFETY: the statement about to run, read after its tag; the names
