@@ -483,6 +483,25 @@ fn a_component_without_the_exports_is_refused() {
     assert_refused(&wat::parse_str("(component)").unwrap(), "refuse_no_exports");
 }
 
+/// Exports named as the world's but of other types: refused when the
+/// module loads, by `LambdaPre::new`'s type check ("type-checking export
+/// func `describe`: expected `record` found `u32`"), the one check a
+/// call's instance relies on, since it takes `describe` and `dispatch`
+/// without checking them again (`instantiate_checked_once`).
+#[test]
+fn a_component_exporting_the_worlds_names_with_other_types_is_refused() {
+    let component = wat::parse_str(
+        r#"(component
+             (core module $m (func (export "f") (result i32) i32.const 0))
+             (core instance $i (instantiate $m))
+             (func (export "describe") (result u32) (canon lift (core func $i "f")))
+             (func (export "dispatch") (result u32) (canon lift (core func $i "f"))))"#,
+    )
+    .unwrap();
+    let message = assert_refused(&component, "refuse_other_types");
+    assert!(message.contains("type-checking export func `describe`"), "{message}");
+}
+
 #[test]
 fn a_component_with_a_bad_description_is_refused() {
     use rogue::Kind::{Constructor, Method};
