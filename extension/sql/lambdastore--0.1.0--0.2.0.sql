@@ -108,6 +108,12 @@ CREATE  FUNCTION lambdastore."_stats_visible"() RETURNS SETOF jsonb /* JsonB */
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_stats_visible_wrapper';
+-- Which roles PostgreSQL must not drop from any database (grants.rs), recorded
+-- again by adopt_restored_roles() after a restore.
+CREATE  FUNCTION lambdastore."_mark_roles_in_use"() RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_mark_roles_in_use_wrapper';
 
 -- The gateway (gateway.sql).
 CREATE OR REPLACE FUNCTION lambdastore._check_key_app(api_key text, app text) RETURNS text
@@ -1343,6 +1349,7 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT FROM lambdastore.roles_from WHERE system_identifier <> here)
        AND (EXISTS (SELECT FROM lambdastore.roles_from) OR NOT EXISTS (SELECT FROM lambdastore.applications)) THEN
+        PERFORM lambdastore._mark_roles_in_use(); -- a restore into this server
         RETURN; -- the OIDs are this server's
     END IF;
     IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
@@ -1356,6 +1363,7 @@ BEGIN
     IF keep_oids THEN
         DELETE FROM lambdastore.roles_from;
         INSERT INTO lambdastore.roles_from VALUES (here);
+        PERFORM lambdastore._mark_roles_in_use();
         RETURN;
     END IF;
     CREATE TEMP TABLE lambdastore_found ON COMMIT DROP AS
@@ -1416,10 +1424,11 @@ BEGIN
     UPDATE lambdastore.modules t SET deployed_by = m.local FROM lambdastore_adopted m WHERE t.deployed_by = m.restored;
     DELETE FROM lambdastore.roles_from;
     INSERT INTO lambdastore.roles_from VALUES (here);
+    PERFORM lambdastore._mark_roles_in_use();
     RETURN QUERY SELECT m.name, m.restored, m.local FROM lambdastore_adopted m ORDER BY 1, 2;
 END
 $fn$;
-REVOKE ALL ON FUNCTION lambdastore.adopt_restored_roles(boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore.adopt_restored_roles(boolean), lambdastore._mark_roles_in_use() FROM PUBLIC;
 
 -- Internal helpers that answered a bare error or a wrong value (a sweep):
 -- _coordinator() without Citus (42P01), purge_idempotency_keys(NULL) (0).

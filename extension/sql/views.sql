@@ -400,6 +400,7 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT FROM lambdastore.roles_from WHERE system_identifier <> here)
        AND (EXISTS (SELECT FROM lambdastore.roles_from) OR NOT EXISTS (SELECT FROM lambdastore.applications)) THEN
+        PERFORM lambdastore._mark_roles_in_use(); -- a restore into this server
         RETURN; -- the OIDs are this server's
     END IF;
     IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
@@ -413,6 +414,7 @@ BEGIN
     IF keep_oids THEN
         DELETE FROM lambdastore.roles_from;
         INSERT INTO lambdastore.roles_from VALUES (here);
+        PERFORM lambdastore._mark_roles_in_use();
         RETURN;
     END IF;
     CREATE TEMP TABLE lambdastore_found ON COMMIT DROP AS
@@ -473,10 +475,11 @@ BEGIN
     UPDATE lambdastore.modules t SET deployed_by = m.local FROM lambdastore_adopted m WHERE t.deployed_by = m.restored;
     DELETE FROM lambdastore.roles_from;
     INSERT INTO lambdastore.roles_from VALUES (here);
+    PERFORM lambdastore._mark_roles_in_use();
     RETURN QUERY SELECT m.name, m.restored, m.local FROM lambdastore_adopted m ORDER BY 1, 2;
 END
 $fn$;
-REVOKE ALL ON FUNCTION lambdastore.adopt_restored_roles(boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lambdastore.adopt_restored_roles(boolean), lambdastore._mark_roles_in_use() FROM PUBLIC;
 
 -- The gateway's key check and its call of a key's application's object
 -- (api/mod.rs) run only inside the gateway's SECURITY DEFINER functions

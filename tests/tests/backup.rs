@@ -57,8 +57,8 @@ fn run(program: &str, args: &[&str]) -> String {
 
 #[test]
 fn a_dump_restores_every_row_and_the_restored_database_works() {
-    let source = ScratchDatabase::new("dump_src");
     let role = TestRole::new("dump");
+    let source = ScratchDatabase::new("dump_src");
     let mut c = source.connect();
     c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
     deploy(&mut c, "counter", &example("counter")).unwrap();
@@ -129,8 +129,8 @@ fn a_dump_restores_every_row_and_the_restored_database_works() {
 /// bootstrap superuser's job stays, and the stranger's job is cancelled.
 #[test]
 fn roles_restored_from_another_server_act_only_once_adopted_by_name() {
-    let source = ScratchDatabase::new("roles_src");
     let roles = ["alice", "bob", "carol", "eve"].map(TestRole::new);
+    let source = ScratchDatabase::new("roles_src");
     let [alice, bob, carol, eve] = &roles;
     let mut c = source.connect();
     c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
@@ -221,6 +221,17 @@ fn roles_restored_from_another_server_act_only_once_adopted_by_name() {
     assert_eq!(job(&mut r, superusers), ("queued".to_string(), 10), "the bootstrap superuser's job");
     assert_eq!(job(&mut r, strangers), ("cancelled".to_string(), 0), "no name was stored for its role");
     assert!(r.query(adopt, &[]).unwrap().is_empty(), "adopted once");
+
+    // PostgreSQL is told again which roles the rows use, which a dump does
+    // not carry (catalog/grants.rs, `mark_roles`): alice owns, bob and
+    // carol (and alice) were granted, eve is no one here.
+    let marked = "SELECT refobjid::regrole::text FROM pg_shdepend
+                   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                     AND objid = 'lambdastore.applications'::regclass ORDER BY 1";
+    let marked: Vec<String> = r.query(marked, &[]).unwrap().iter().map(|row| row.get(0)).collect();
+    let mut expected = vec![alice.name.clone(), bob.name.clone(), carol.name.clone()];
+    expected.sort();
+    assert_eq!(marked, expected);
 }
 
 /// The name stored beside an owner's and a grantee's OID follows `ALTER
@@ -230,8 +241,8 @@ fn roles_restored_from_another_server_act_only_once_adopted_by_name() {
 /// had it there.
 #[test]
 fn a_renamed_owner_and_grantee_are_stored_under_their_new_names() {
-    let db = ScratchDatabase::new("renamed");
     let (owner, grantee) = (TestRole::new("renamed_owner"), TestRole::new("renamed_grantee"));
+    let db = ScratchDatabase::new("renamed");
     let mut c = db.connect();
     c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
     deploy(&mut c, "counter", &example("counter")).unwrap();
@@ -268,8 +279,8 @@ fn a_renamed_owner_and_grantee_are_stored_under_their_new_names() {
 /// here (42710). Neither refusal changes a row.
 #[test]
 fn adopt_refuses_what_it_cannot_map_and_nothing_stores_a_role_before_it() {
-    let db = ScratchDatabase::new("adopt_refusals");
     let [owner, grantee] = ["adopt_owner", "adopt_grantee"].map(TestRole::new);
+    let db = ScratchDatabase::new("adopt_refusals");
     let mut c = db.connect();
     c.batch_execute("CREATE EXTENSION lambdastore").unwrap();
     deploy(&mut c, "counter", &example("counter")).unwrap();

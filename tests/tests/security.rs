@@ -483,7 +483,10 @@ fn object_of_an_app_owned_by(test: &str, owner: &TestRole) -> (Client, String, i
 /// application, was granted one or made a schedule in this database:
 /// dropped, it left its applications to superusers alone, its grants to a
 /// future role of its OID, and its schedules failing every tick (42704)
-/// for good. Once they are handed over, revoked and unscheduled, it goes.
+/// for good. Run in another database, which lambdastore's hook does not
+/// watch, PostgreSQL refuses it (its record of what roles are used by:
+/// grants.rs, `mark_roles`). Once they are handed over, revoked and
+/// unscheduled, it goes, from the other database too.
 #[test]
 fn a_role_that_lambdastore_depends_on_is_not_dropped() {
     let [owner, grantee, scheduler] = ["dep_owner", "dep_grantee", "dep_scheduler"].map(TestRole::new);
@@ -501,11 +504,31 @@ fn a_role_that_lambdastore_depends_on_is_not_dropped() {
         let refused = expect_sqlstate(change_roles(&mut admin, &format!("DROP ROLE {}", role.name)), "2BP01");
         assert!(refused.contains(&says), "{}: {refused}", role.name);
     }
+    let database: String = admin.query_one("SELECT current_database()::text", &[]).unwrap().get(0);
+    let in_use_here = format!("1 object in database {database}");
+    let drop_elsewhere = |admin: &mut Client, role: &TestRole| {
+        // (In the other database, under this one's lock on role changes.)
+        admin.execute("SELECT pg_advisory_lock($1)", &[&ROLES_LOCK]).unwrap();
+        let dropped = connect_to("postgres").batch_execute(&format!("DROP ROLE {}", role.name));
+        admin.execute("SELECT pg_advisory_unlock($1)", &[&ROLES_LOCK]).unwrap();
+        dropped
+    };
+    // Their privilege on the schema is a record of its own: the one left
+    // is lambdastore's.
+    let names = [&owner, &grantee, &scheduler].map(|role| role.name.as_str()).join(", ");
+    change_roles(&mut admin, &format!("REVOKE USAGE ON SCHEMA lambdastore FROM {names}")).unwrap();
+    for role in [&owner, &grantee, &scheduler] {
+        let refused = drop_elsewhere(&mut admin, role).expect_err("dropped from another database while in use here");
+        let refused = refused.as_db_error().unwrap();
+        assert_eq!(refused.code().code(), "2BP01", "{}: {refused}", role.name);
+        assert!(refused.detail().unwrap_or_default().contains(&in_use_here), "{}: {refused:?}", role.name);
+    }
     admin.execute("SELECT lambdastore.set_owner($1, current_user::regrole)", &[&app]).unwrap();
     revoke(&mut admin, &app, &grantee.name, "invoke").unwrap();
     admin.execute("SELECT lambdastore.unschedule($1, 'tick')", &[&id]).unwrap();
     for role in [&owner, &grantee, &scheduler] {
-        change_roles(&mut admin, &format!("DROP OWNED BY {0}; DROP ROLE {0}", role.name)).unwrap();
+        change_roles(&mut admin, &format!("DROP OWNED BY {}", role.name)).unwrap();
+        drop_elsewhere(&mut admin, role).unwrap_or_else(|e| panic!("{}: {}", role.name, describe(&e)));
     }
 }
 

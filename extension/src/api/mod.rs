@@ -531,6 +531,15 @@ mod lambdastore {
         outcome.unwrap_or_else(|err| raise(err, format!("revoke('{app}')")))
     }
 
+    /// Behind `lambdastore.adopt_restored_roles()` (sql/views.sql): records
+    /// again which roles PostgreSQL must not drop from any database
+    /// (`grants::mark_all_roles`), which a dump does not carry.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn _mark_roles_in_use() {
+        let outcome = as_storage(|_| crate::catalog::grants::mark_all_roles());
+        outcome.unwrap_or_else(|err| raise(err, "adopt_restored_roles()".into()))
+    }
+
     /// Behind `lambdastore.set_owner(app, role)`.
     #[pg_extern(volatile, parallel_unsafe)]
     fn _set_owner(app: &str, owner: pg_sys::Oid) {

@@ -119,6 +119,9 @@ pub(crate) fn refuse_dropping(roles: &[Oid]) -> Result<()> {
     if !super::installed() || !crate::cluster::layout::on_coordinator()? || stored_roles_are_ours().is_err() {
         return Ok(()); // after a restore, the stored OIDs may be anyone's
     }
+    // Forgets the roles no longer in use first, so that PostgreSQL's own
+    // check after this one does not refuse them (`mark_roles`).
+    mark_roles(roles)?;
     let distributed = crate::cluster::layout::distributed()?;
     let (owned, granted) = if distributed {
         (
@@ -161,6 +164,114 @@ pub(crate) fn refuse_dropping(roles: &[Oid]) -> Result<()> {
     Ok(())
 }
 
+// PostgreSQL refuses `DROP ROLE` in any database of the server while its
+// catalog of what roles are used by (`pg_shdepend`) names the role.
+// `refuse_dropping` is a hook in this database's sessions and cannot see
+// a `DROP ROLE` run in another database: so each role that owns an
+// application, holds a grant or (on one server) made a schedule here is
+// named there too, as holding a privilege on the column `owner` of
+// `lambdastore.applications` (an entry must name something PostgreSQL can
+// describe; no one is granted that column). The other database's
+// `DROP ROLE` then fails with 2BP01, "1 object in database ...".
+// `DROP OWNED` leaves the entries (they are in no ACL), `DROP EXTENSION`
+// takes them with the table; a dump does not carry them, and
+// `adopt_restored_roles` records them again (`mark_all_roles`).
+
+/// Brings the entries of `roles` in line with this database's rows: one
+/// for each role in use, none for the others. Each role's shared object
+/// is locked first (as `DROP ROLE` locks it), so that a drop waits for
+/// this transaction and then sees its entry, and two transactions never
+/// rewrite one role's entries at once. On a cluster, on the coordinator
+/// (where `DROP ROLE` is run), by name. Runs as the tables' owner.
+pub(crate) fn mark_roles(roles: &[Oid]) -> Result<()> {
+    use pgrx::pg_sys;
+    if !super::installed() || !crate::cluster::layout::on_coordinator()? || stored_roles_are_ours().is_err() {
+        return Ok(());
+    }
+    // The table itself, not a Citus node's shard of it.
+    let Some(table) = crate::pg::backend::relation_oid(c"lambdastore", "applications") else { return Ok(()) };
+    let in_use = if crate::cluster::layout::distributed()? {
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = $1 AND r.rolname IN
+           (SELECT owner_name FROM lambdastore.applications UNION SELECT grantee_name FROM lambdastore.grants))"
+    } else {
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = $1 AND r.oid IN
+           (SELECT owner FROM lambdastore.applications UNION SELECT grantee FROM lambdastore.grants
+            UNION SELECT created_by FROM lambdastore.schedules))"
+    };
+    let mut roles = roles.to_vec();
+    roles.sort_by_key(|role| role.to_u32()); // one order: no deadlock between two
+    roles.dedup();
+    // SAFETY: the lookups and the catalog write that GRANT makes, inside
+    // the transaction; the addresses live across each call.
+    let column = unsafe { pg_sys::get_attnum(table, c"owner".as_ptr()) };
+    for role in roles {
+        // The bootstrap superuser cannot be dropped: PostgreSQL records
+        // nothing for it.
+        if role == pg_sys::InvalidOid || role == Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID) {
+            continue;
+        }
+        // SAFETY: a lock on a shared object, held until the transaction ends.
+        unsafe { pg_sys::LockSharedObject(pg_sys::AuthIdRelationId, role, 0, pg_sys::ShareUpdateExclusiveLock as i32) };
+        let used =
+            query(in_use, &[OIDOID], &[role.into()], |rows| Ok(rows.first().get_one::<bool>()?.unwrap_or(false)))?;
+        crate::pg::roles::as_bootstrap_superuser(|| {
+            query(
+                "DELETE FROM pg_catalog.pg_shdepend
+                  WHERE dbid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
+                    AND classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND objid = $2 AND objsubid = $3
+                    AND refclassid = 'pg_catalog.pg_authid'::pg_catalog.regclass AND refobjid = $1",
+                &[OIDOID, OIDOID, INT4OID],
+                &[role.into(), table.into(), i32::from(column).into()],
+                |_| Ok(()),
+            )
+        })?;
+        if used {
+            let mut depender = pg_sys::ObjectAddress {
+                classId: pg_sys::RelationRelationId,
+                objectId: table,
+                objectSubId: column.into(),
+            };
+            let mut referenced =
+                pg_sys::ObjectAddress { classId: pg_sys::AuthIdRelationId, objectId: role, objectSubId: 0 };
+            // SAFETY: as above.
+            unsafe {
+                pg_sys::recordSharedDependencyOn(
+                    &mut depender,
+                    &mut referenced,
+                    pg_sys::SharedDependencyType::SHARED_DEPENDENCY_ACL,
+                );
+                pg_sys::CommandCounterIncrement();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `mark_roles` for every role in use here or named in an entry of ours
+/// (after a restore, which brings the rows but not the entries).
+pub(crate) fn mark_all_roles() -> Result<()> {
+    if !super::installed() || stored_roles_are_ours().is_err() {
+        return Ok(());
+    }
+    let sql = if crate::cluster::layout::distributed()? {
+        "SELECT r.oid FROM pg_catalog.pg_roles r
+          WHERE r.rolname IN (SELECT owner_name FROM lambdastore.applications
+                              UNION SELECT grantee_name FROM lambdastore.grants)
+             OR r.oid IN (SELECT refobjid FROM pg_catalog.pg_shdepend
+                           WHERE objid = 'lambdastore.applications'::pg_catalog.regclass)"
+    } else {
+        "SELECT r.oid FROM pg_catalog.pg_roles r
+          WHERE r.oid IN (SELECT owner FROM lambdastore.applications UNION SELECT grantee FROM lambdastore.grants
+                          UNION SELECT created_by FROM lambdastore.schedules
+                          UNION SELECT refobjid FROM pg_catalog.pg_shdepend
+                                 WHERE objid = 'lambdastore.applications'::pg_catalog.regclass)"
+    };
+    let roles = query(sql, &[], &[], |rows| {
+        rows.into_iter().filter_map(|row| row.get::<Oid>(1).transpose()).collect::<pgrx::spi::Result<Vec<_>>>()
+    })?;
+    mark_roles(&roles)
+}
+
 /// After `REASSIGN OWNED BY roles TO new_owner` (pg/xact.rs), which
 /// PostgreSQL has run: the applications `roles` own, and on one server the
 /// schedules they made, are `new_owner`'s, as their tables are. Then
@@ -193,7 +304,7 @@ pub(crate) fn owned_reassigned(roles: &[Oid], new_owner: Oid) -> Result<()> {
             )?;
         }
     }
-    Ok(())
+    mark_roles(&[roles, &[new_owner]].concat())
 }
 
 /// After `DROP OWNED BY roles` (pg/xact.rs), which PostgreSQL has run:
@@ -214,7 +325,7 @@ pub(crate) fn owned_dropped(roles: &[Oid]) -> Result<()> {
     for &role in roles {
         query_cluster(granted, &[OIDOID, TEXTOID], &[role.into(), name_of(role).into()], |_| Ok(()))?;
     }
-    Ok(())
+    mark_roles(roles)
 }
 
 /// The name of role `oid`, as stored beside it.
@@ -265,13 +376,16 @@ pub(crate) fn may_deploy(role: Oid) -> Result<bool> {
 /// until the transaction ends and returns its owner.
 pub(crate) fn create_and_lock(app: &str, owner: Oid) -> Result<Oid> {
     stamp_roles()?;
-    query_cluster(
+    let created = query_cluster(
         "INSERT INTO lambdastore.applications (name, owner, owner_name) VALUES ($1, $2, $3)
-         ON CONFLICT (name) DO NOTHING",
+         ON CONFLICT (name) DO NOTHING RETURNING true",
         &[TEXTOID, OIDOID, TEXTOID],
         &[app.into(), owner.into(), name_of(owner).into()],
-        |_| Ok(()),
+        |rows| Ok(!rows.is_empty()),
     )?;
+    if created {
+        mark_roles(&[owner])?;
+    }
     lock(app)?.ok_or_else(|| LambdaError::UnknownApplication(app.to_string()))
 }
 
@@ -295,28 +409,33 @@ pub(crate) fn grant(app: &str, grantee: Oid, privilege: &str) -> Result<()> {
         &[TEXTOID, OIDOID, TEXTOID, TEXTOID],
         &[app.into(), grantee.into(), privilege.into(), name_of(grantee).into()],
         |_| Ok(()),
-    )
+    )?;
+    mark_roles(&[grantee])
 }
 
 /// False if it was not granted.
 pub(crate) fn revoke(app: &str, grantee: Oid, privilege: &str) -> Result<bool> {
     super::cache::changed();
-    query_cluster(
+    let revoked = query_cluster(
         "DELETE FROM lambdastore.grants
           WHERE app = $1 AND (grantee = $2 OR grantee_name = $4::name) AND privilege = $3 RETURNING 1",
         &[TEXTOID, OIDOID, TEXTOID, TEXTOID],
         &[app.into(), grantee.into(), privilege.into(), name_of(grantee).into()],
         |rows| Ok(!rows.is_empty()),
-    )
+    )?;
+    mark_roles(&[grantee])?;
+    Ok(revoked)
 }
 
 pub(crate) fn set_owner(app: &str, owner: Oid) -> Result<()> {
     stored_roles_are_ours()?;
+    let old = self::owner(app)?;
     super::cache::changed();
     query_cluster(
         "UPDATE lambdastore.applications SET owner = $2, owner_name = $3 WHERE name = $1",
         &[TEXTOID, OIDOID, TEXTOID],
         &[app.into(), owner.into(), name_of(owner).into()],
         |_| Ok(()),
-    )
+    )?;
+    mark_roles(&[old.unwrap_or(pgrx::pg_sys::InvalidOid), owner])
 }

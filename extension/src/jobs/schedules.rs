@@ -70,6 +70,7 @@ pub(crate) fn add(
     if !inserted {
         return Err(LambdaError::DuplicateSchedule { object, name: name.into() });
     }
+    crate::catalog::grants::mark_roles(&[caller.0])?; // it made a schedule
     queue::due_at(first)
 }
 
