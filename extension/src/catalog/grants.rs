@@ -201,8 +201,7 @@ pub(crate) fn mark_roles(roles: &[Oid]) -> Result<()> {
     let mut roles = roles.to_vec();
     roles.sort_by_key(|role| role.to_u32()); // one order: no deadlock between two
     roles.dedup();
-    // SAFETY: the lookups and the catalog write that GRANT makes, inside
-    // the transaction; the addresses live across each call.
+    // SAFETY: a syscache lookup of the table's column.
     let column = unsafe { pg_sys::get_attnum(table, c"owner".as_ptr()) };
     for role in roles {
         // The bootstrap superuser cannot be dropped: PostgreSQL records
@@ -233,7 +232,8 @@ pub(crate) fn mark_roles(roles: &[Oid]) -> Result<()> {
             };
             let mut referenced =
                 pg_sys::ObjectAddress { classId: pg_sys::AuthIdRelationId, objectId: role, objectSubId: 0 };
-            // SAFETY: as above.
+            // SAFETY: the catalog write GRANT makes, inside the
+            // transaction; the addresses live across the call.
             unsafe {
                 pg_sys::recordSharedDependencyOn(
                     &mut depender,
