@@ -486,7 +486,8 @@ fn object_of_an_app_owned_by(test: &str, owner: &TestRole) -> (Client, String, i
 /// for good. Run in another database, which lambdastore's hook does not
 /// watch, PostgreSQL refuses it (its record of what roles are used by:
 /// grants.rs, `mark_roles`). Once they are handed over, revoked and
-/// unscheduled, it goes, from the other database too.
+/// unscheduled, it goes, from the other database too, with nothing else
+/// run first.
 #[test]
 fn a_role_that_lambdastore_depends_on_is_not_dropped() {
     let [owner, grantee, scheduler] = ["dep_owner", "dep_grantee", "dep_scheduler"].map(TestRole::new);
@@ -526,8 +527,8 @@ fn a_role_that_lambdastore_depends_on_is_not_dropped() {
     admin.execute("SELECT lambdastore.set_owner($1, current_user::regrole)", &[&app]).unwrap();
     revoke(&mut admin, &app, &grantee.name, "invoke").unwrap();
     admin.execute("SELECT lambdastore.unschedule($1, 'tick')", &[&id]).unwrap();
+    // Each of those told PostgreSQL the role is no longer in use here.
     for role in [&owner, &grantee, &scheduler] {
-        change_roles(&mut admin, &format!("DROP OWNED BY {}", role.name)).unwrap();
         drop_elsewhere(&mut admin, role).unwrap_or_else(|e| panic!("{}: {}", role.name, describe(&e)));
     }
 }

@@ -563,13 +563,18 @@ pub(crate) fn finish_cancelled(claimed: &Claimed, why: &str) -> Result<()> {
 /// conflicts with the delete's hold on the object.
 pub(crate) fn forget_object(object: i64) -> Result<()> {
     let place = layout::place(object)?;
-    query_at(
+    let made_by = query_at(
         place,
-        "DELETE FROM lambdastore.schedules WHERE object_id = $1",
+        "DELETE FROM lambdastore.schedules WHERE object_id = $1 RETURNING created_by",
         &[INT8OID],
         &[object.into()],
-        |_| Ok(()),
+        |rows| {
+            rows.into_iter()
+                .filter_map(|row| row.get::<pg_sys::Oid>(1).transpose())
+                .collect::<pgrx::spi::Result<Vec<_>>>()
+        },
     )?;
+    crate::catalog::grants::mark_roles(&made_by)?; // they may have made their last
     query_at(
         place,
         "UPDATE lambdastore.jobs SET state = 'cancelled', error = 'its object was deleted',

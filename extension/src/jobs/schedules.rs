@@ -87,15 +87,20 @@ pub(crate) fn unschedule(caller: Caller, object: i64, name: &str) -> Result<bool
     )?;
     let Some(app) = app else { return Ok(false) };
     access::check(caller, &app, Privilege::Invoke)?;
-    query_cluster(
-        "DELETE FROM lambdastore.schedules WHERE object_id = $1 AND name = $2",
+    let made_by = query_cluster(
+        "DELETE FROM lambdastore.schedules WHERE object_id = $1 AND name = $2 RETURNING created_by",
         &[INT8OID, TEXTOID],
         &[object.into(), name.into()],
-        |_| Ok(()),
+        |rows| {
+            rows.into_iter()
+                .filter_map(|row| row.get::<pgrx::pg_sys::Oid>(1).transpose())
+                .collect::<pgrx::spi::Result<Vec<_>>>()
+        },
     )?;
-    // Twice: the first waits for a tick running now, whose transaction
-    // may queue the next (it read the schedule before this one's delete);
-    // the second, a statement with a new snapshot, sees that one.
+    crate::catalog::grants::mark_roles(&made_by)?; // it may have made its last
+                                                   // Twice: the first waits for a tick running now, whose transaction
+                                                   // may queue the next (it read the schedule before this one's delete);
+                                                   // the second, a statement with a new snapshot, sees that one.
     for _ in 0..2 {
         query_cluster(
             "UPDATE lambdastore.jobs SET state = 'cancelled', finished_at = statement_timestamp()
