@@ -251,10 +251,26 @@ pub(crate) fn mark_roles(roles: &[Oid]) -> Result<()> {
     Ok(())
 }
 
-/// `mark_roles` for every role of the server (after a restore, which
-/// brings the rows but not the entries; rare, and the roles are few).
+/// `mark_roles` for every role in use here or named in an entry of ours
+/// (after a restore, which brings the rows but not the entries).
 pub(crate) fn mark_all_roles() -> Result<()> {
-    let roles = query("SELECT oid FROM pg_catalog.pg_roles", &[], &[], |rows| {
+    if !super::installed() || stored_roles_are_ours().is_err() {
+        return Ok(());
+    }
+    let sql = if crate::cluster::layout::distributed()? {
+        "SELECT r.oid FROM pg_catalog.pg_roles r
+          WHERE r.rolname IN (SELECT owner_name FROM lambdastore.applications
+                              UNION SELECT grantee_name FROM lambdastore.grants)
+             OR r.oid IN (SELECT refobjid FROM pg_catalog.pg_shdepend
+                           WHERE objid = 'lambdastore.applications'::pg_catalog.regclass)"
+    } else {
+        "SELECT r.oid FROM pg_catalog.pg_roles r
+          WHERE r.oid IN (SELECT owner FROM lambdastore.applications UNION SELECT grantee FROM lambdastore.grants
+                          UNION SELECT created_by FROM lambdastore.schedules
+                          UNION SELECT refobjid FROM pg_catalog.pg_shdepend
+                                 WHERE objid = 'lambdastore.applications'::pg_catalog.regclass)"
+    };
+    let roles = query(sql, &[], &[], |rows| {
         rows.into_iter().filter_map(|row| row.get::<Oid>(1).transpose()).collect::<pgrx::spi::Result<Vec<_>>>()
     })?;
     mark_roles(&roles)
